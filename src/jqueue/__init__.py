@@ -1,0 +1,76 @@
+"""jqueue: a broker-less asyncio job queue on object storage.
+
+The whole queue state is one object on S3, GCS, a local file or memory, committed
+with compare-and-swap. ``BrokerQueue`` folds concurrent calls into one commit;
+``DirectQueue`` commits each call on its own. ``S3Storage`` and ``GCSStorage`` are
+imported on first use, so their extras are needed only when used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
+from jqueue.adapters.storage.memory import InMemoryStorage
+from jqueue.adapters.storage.url import storage_from_url
+from jqueue.core.broker import BrokerQueue
+from jqueue.core.direct import DirectQueue
+from jqueue.core.group_commit import GroupCommitLoop
+from jqueue.core.heartbeat import HeartbeatManager
+from jqueue.domain.errors import (
+    CASConflictError,
+    CorruptStateError,
+    InvalidURLError,
+    JobNotFoundError,
+    JQueueError,
+    PayloadTooLargeError,
+    QueueClosedError,
+    StorageError,
+)
+from jqueue.domain.models import Job, JobStatus, QueueState
+from jqueue.ports.storage import ObjectStoragePort
+
+if TYPE_CHECKING:
+    from jqueue.adapters.storage.gcs import GCSStorage
+    from jqueue.adapters.storage.s3 import S3Storage
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "S3Storage": "jqueue.adapters.storage.s3",
+    "GCSStorage": "jqueue.adapters.storage.gcs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'jqueue' has no attribute {name!r}")
+
+
+__all__ = [
+    "BrokerQueue",
+    "CASConflictError",
+    "CorruptStateError",
+    "DirectQueue",
+    "GCSStorage",
+    "GroupCommitLoop",
+    "HeartbeatManager",
+    "InMemoryStorage",
+    "InvalidURLError",
+    "JQueueError",
+    "Job",
+    "JobNotFoundError",
+    "JobStatus",
+    "LocalFileSystemStorage",
+    "ObjectStoragePort",
+    "PayloadTooLargeError",
+    "QueueClosedError",
+    "QueueState",
+    "S3Storage",
+    "StorageError",
+    "__version__",
+    "storage_from_url",
+]

@@ -1,0 +1,1 @@
+"""Storage backends: memory, local file, S3 and GCS."""

@@ -1,0 +1,137 @@
+"""``S3Storage``: the state as one S3 object, committed with conditional PUTs.
+
+Works with AWS S3 and S3-compatible servers that honour ``If-Match`` and
+``If-None-Match`` on PutObject (MinIO, SeaweedFS, moto, R2...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from typing import Any
+
+from jqueue.adapters.storage.optional import require
+from jqueue.domain.errors import CASConflictError, StorageError
+
+aioboto3 = require("aioboto3", extra="s3")
+from botocore.exceptions import ClientError  # noqa: E402  (after the extra check)
+
+_MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
+
+
+def _error_code(exc: ClientError) -> tuple[str, int]:
+    response: dict[str, Any] = getattr(exc, "response", {}) or {}
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return code, status
+
+
+class S3Storage:
+    """One S3 object with compare-and-swap writes; the etag is the object's ETag.
+
+    The first write sends ``If-None-Match: *`` so two processes creating the same
+    queue cannot both win; later writes send ``If-Match``. Both 412 and 409
+    (``ConditionalRequestConflict``) are reported as ``CASConflictError``. One
+    client is opened on first use and kept until ``aclose()`` (or the end of an
+    ``async with`` block, or of the queue that holds this storage).
+
+    Parameters
+    ----------
+    bucket : str
+        Bucket name; it must exist.
+    key : str
+        Object key.
+    endpoint_url : str or None
+        For S3-compatible servers.
+    region_name : str or None
+        AWS region.
+    session : aioboto3.Session or None
+        Session to create the client from (credentials); a default one otherwise.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        key: str,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        session: Any = None,
+    ) -> None:
+        self.bucket = bucket
+        self.key = key
+        self.endpoint_url = endpoint_url
+        self.region_name = region_name
+        self.session = session if session is not None else aioboto3.Session()
+        self.url = f"s3://{bucket}/{key}"
+        self._opening: asyncio.Task[tuple[Any, Any]] | None = None
+        self._holders = 0
+
+    async def __aenter__(self) -> S3Storage:
+        self._holders += 1
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._holders -= 1
+        if self._holders <= 0:
+            self._holders = 0
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the client; a later call opens a new one."""
+        opening, self._opening = self._opening, None
+        if opening is None or opening.get_loop() is not asyncio.get_running_loop():
+            return
+        try:
+            context, _ = await opening
+        except Exception:
+            return
+        await context.__aexit__(None, None, None)
+
+    async def _client(self) -> Any:
+        opening = self._opening
+        if (
+            opening is None
+            or opening.get_loop() is not asyncio.get_running_loop()
+            or (opening.done() and opening.exception() is not None)
+        ):
+            opening = self._opening = asyncio.get_running_loop().create_task(self._open())
+        return (await asyncio.shield(opening))[1]
+
+    async def _open(self) -> tuple[Any, Any]:
+        context = self.session.client("s3", endpoint_url=self.endpoint_url, region_name=self.region_name)
+        return context, await context.__aenter__()
+
+    async def read(self) -> tuple[bytes, str | None]:
+        """Return the content and ETag, or ``(b"", None)`` if the object does not exist."""
+        client = await self._client()
+        try:
+            response = await client.get_object(Bucket=self.bucket, Key=self.key)
+            async with response["Body"] as body:
+                content: bytes = await body.read()
+        except ClientError as exc:
+            if _error_code(exc)[0] in _MISSING_CODES:
+                return b"", None
+            raise StorageError(f"cannot read {self.url}", exc) from exc
+        except Exception as exc:
+            raise StorageError(f"cannot read {self.url}", exc) from exc
+        return content, str(response["ETag"])
+
+    async def write(self, content: bytes, if_match: str | None = None) -> str:
+        """Replace the object if its ETag still matches; None creates it only if absent."""
+        client = await self._client()
+        condition = {"IfNoneMatch": "*"} if if_match is None else {"IfMatch": if_match}
+        try:
+            response = await client.put_object(
+                Bucket=self.bucket, Key=self.key, Body=content, ContentType="application/json", **condition
+            )
+        except ClientError as exc:
+            code, status = _error_code(exc)
+            if code in _CONFLICT_CODES or status == 412:
+                raise CASConflictError(f"{self.url}: {code or status} for {condition}") from exc
+            raise StorageError(f"cannot write {self.url}", exc) from exc
+        except Exception as exc:
+            raise StorageError(f"cannot write {self.url}", exc) from exc
+        return str(response["ETag"])

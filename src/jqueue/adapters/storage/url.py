@@ -1,0 +1,73 @@
+"""``storage_from_url``: a storage backend from one URL."""
+
+from __future__ import annotations
+
+import threading
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
+from jqueue.adapters.storage.memory import InMemoryStorage
+from jqueue.domain.errors import InvalidURLError
+from jqueue.ports.storage import ObjectStoragePort
+
+_memory_objects: dict[str, InMemoryStorage] = {}
+_memory_lock = threading.Lock()
+
+_S3_OPTIONS = frozenset({"endpoint_url", "region"})
+
+
+def storage_from_url(url: str) -> ObjectStoragePort:
+    """Build the storage a URL names.
+
+    ``memory://name`` (one object per name in this process),
+    ``file:///abs/path/queue.json``,
+    ``s3://bucket/key?endpoint_url=http://host:9000&region=eu-west-1`` (both optional),
+    ``gs://bucket/blob`` (``STORAGE_EMULATOR_HOST`` selects an emulator).
+
+    Raises
+    ------
+    InvalidURLError
+        If the URL is malformed, its scheme unknown, or a part is missing or unexpected.
+    """
+    parts = urlsplit(url)
+    options = parse_qs(parts.query, keep_blank_values=True)
+    if parts.fragment:
+        raise InvalidURLError(url, "fragments are not allowed")
+    scheme = parts.scheme.lower()
+    if scheme != "s3" and options:
+        raise InvalidURLError(url, f"{scheme}:// URLs take no query parameters")
+    if scheme == "memory":
+        name = parts.netloc + parts.path
+        if not name:
+            raise InvalidURLError(url, "a memory URL needs a name, as in memory://jobs")
+        with _memory_lock:
+            return _memory_objects.setdefault(name, InMemoryStorage(name=name))
+    if scheme == "file":
+        path = unquote(parts.path)
+        if parts.netloc not in ("", "localhost"):
+            raise InvalidURLError(url, "a file URL must be file:///absolute/path (no host)")
+        if not path.startswith("/") or path.endswith("/"):
+            raise InvalidURLError(url, "a file URL needs an absolute path to a file")
+        return LocalFileSystemStorage(path)
+    if scheme in ("s3", "gs"):
+        bucket, key = parts.netloc, unquote(parts.path.lstrip("/"))
+        if not bucket or not key:
+            raise InvalidURLError(url, f"expected {scheme}://bucket/object-key")
+        if scheme == "gs":
+            from jqueue.adapters.storage.gcs import GCSStorage
+
+            return GCSStorage(bucket, key)
+        unknown = set(options) - _S3_OPTIONS
+        if unknown:
+            raise InvalidURLError(url, f"unknown option(s) {sorted(unknown)}; allowed: {sorted(_S3_OPTIONS)}")
+        if any(len(values) != 1 or not values[0] for values in options.values()):
+            raise InvalidURLError(url, "each option must be given once, with a value")
+        from jqueue.adapters.storage.s3 import S3Storage
+
+        return S3Storage(
+            bucket,
+            key,
+            endpoint_url=options.get("endpoint_url", [None])[0],
+            region_name=options.get("region", [None])[0],
+        )
+    raise InvalidURLError(url, "the scheme must be one of memory, file, s3, gs")

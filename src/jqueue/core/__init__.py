@@ -1,0 +1,1 @@
+"""Queues, group commit and heartbeats, written against the ports."""

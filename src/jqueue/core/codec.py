@@ -1,0 +1,86 @@
+"""The wire format: the one place that knows how a ``QueueState`` becomes bytes.
+
+The object is compact JSON with the documented fields::
+
+    {"version": 3, "jobs": [{"id": "...", "entrypoint": "send_email",
+      "payload": "<base64>", "status": "queued", "priority": 0,
+      "created_at": "2024-01-01T12:00:00Z", "heartbeat_at": null}]}
+
+States written by the original jqueue (pretty-printed, ``+00:00`` offsets) decode
+unchanged. Decoding validates the structure in one pass with msgspec, so a foreign
+or damaged object is rejected before anything could overwrite it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import msgspec
+
+from jqueue.domain.errors import CorruptStateError
+from jqueue.domain.models import Job, JobStatus, QueueState
+
+_AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
+
+
+class _WireJob(msgspec.Struct):
+    id: str
+    entrypoint: str
+    payload: bytes
+    status: JobStatus
+    priority: int
+    created_at: _AwareDatetime
+    heartbeat_at: _AwareDatetime | None = None
+
+
+class _WireState(msgspec.Struct):
+    version: int
+    jobs: list[_WireJob]
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(_WireState)
+
+
+def encode(state: QueueState) -> bytes:
+    """Serialise a state to JSON bytes."""
+    wire = _WireState(
+        version=state.version,
+        jobs=[
+            _WireJob(j.id, j.entrypoint, j.payload, j.status, j.priority, j.created_at, j.heartbeat_at)
+            for j in state.jobs
+        ],
+    )
+    return _encoder.encode(wire)
+
+
+def decode(data: bytes, location: str = "<bytes>") -> QueueState:
+    """Deserialise JSON bytes to a state; empty bytes are an empty queue.
+
+    Raises
+    ------
+    CorruptStateError
+        If ``data`` is not a jqueue state; ``location`` names it in the message.
+    """
+    if not data:
+        return QueueState()
+    try:
+        wire = _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise CorruptStateError(location, str(exc)) from exc
+    jobs = tuple(
+        Job.model_construct(
+            id=w.id,
+            entrypoint=w.entrypoint,
+            payload=w.payload,
+            status=w.status,
+            priority=w.priority,
+            created_at=w.created_at,
+            heartbeat_at=w.heartbeat_at,
+        )
+        for w in wire.jobs
+    )
+    if len({j.id for j in jobs}) != len(jobs):
+        raise CorruptStateError(location, "two jobs share an id")
+    return QueueState.model_construct(jobs=jobs, version=wire.version)

@@ -1,0 +1,146 @@
+"""``GroupCommitLoop``: one writer task folds every pending operation into one commit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Self
+
+from jqueue.core.operations import DEFAULT_MAX_PAYLOAD_BYTES, Operation, QueueOperations, T
+from jqueue.core.retry import RetryPolicy
+from jqueue.core.store import StateStore, StorageUse
+from jqueue.domain.errors import QueueClosedError
+from jqueue.domain.models import QueueState, utc_now
+from jqueue.ports.storage import ObjectStoragePort
+
+logger = logging.getLogger("jqueue")
+
+
+@dataclass
+class _Pending:
+    operation: Operation[Any]
+    future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class GroupCommitLoop(QueueOperations):
+    """A queue whose calls are batched by a single writer task into one commit per round.
+
+    While one commit is in flight, new calls collect; the next round applies them all
+    to the newest state and commits once. An operation that fails (say, an ack of an
+    unknown job) fails only its own caller. A lost race re-applies the whole batch to
+    fresh state after an exponential, jittered back-off. Every round also requeues
+    in-progress jobs whose heartbeat is older than ``stale_timeout``.
+
+    Parameters
+    ----------
+    storage : ObjectStoragePort
+        Where the state lives.
+    stale_timeout : timedelta
+        Heartbeat age after which an in-progress job is requeued.
+    max_retries : int
+        Conflicting commits retried before the batch fails with ``CASConflictError``.
+    max_payload_bytes : int or None
+        Largest payload ``enqueue`` accepts; None for no limit.
+    """
+
+    def __init__(
+        self,
+        storage: ObjectStoragePort,
+        stale_timeout: timedelta = timedelta(minutes=5),
+        *,
+        max_retries: int = 20,
+        max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self.storage = storage
+        self.stale_timeout = stale_timeout
+        self.max_payload_bytes = max_payload_bytes
+        self._store = StateStore(storage, RetryPolicy(max_retries=max_retries))
+        self._storage_use = StorageUse(storage)
+        self._pending: list[_Pending] = []
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    async def start(self) -> None:
+        """Start the writer task."""
+        if self._task is not None:
+            raise RuntimeError("the group-commit loop is already running")
+        await self._storage_use.__aenter__()
+        self._stopping = False
+        self._wakeup = asyncio.Event()
+        self._task = asyncio.create_task(self._write_rounds(), name="jqueue-group-commit")
+
+    async def stop(self) -> None:
+        """Commit every operation submitted so far, then stop the writer task."""
+        if self._task is None:
+            return
+        self._stopping = True
+        self._wakeup.set()
+        try:
+            await self._task
+        finally:
+            self._task = None
+            await self._storage_use.__aexit__(None, None, None)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def read_state(self) -> QueueState:
+        """Return a fresh snapshot of the queue straight from storage, outside the write pipeline."""
+        return (await self._store.read()).state
+
+    async def _execute(self, operation: Operation[T]) -> T:
+        if self._task is None or self._stopping:
+            raise QueueClosedError("the queue is not running; use 'async with' or call start() first")
+        pending = _Pending(operation)
+        self._pending.append(pending)
+        self._wakeup.set()
+        result: T = await pending.future
+        return result
+
+    async def _write_rounds(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._pending:
+                batch, self._pending = self._pending, []
+                await self._commit_batch(batch)
+            if self._stopping:
+                return
+
+    async def _commit_batch(self, batch: list[_Pending]) -> None:
+        outcomes: list[tuple[bool, Any]] = []
+
+        def transition(state: QueueState) -> QueueState:
+            outcomes.clear()
+            state = state.requeue_stale(utc_now() - self.stale_timeout)
+            for pending in batch:
+                try:
+                    state, answer = pending.operation(state)
+                except Exception as exc:
+                    outcomes.append((False, exc))
+                else:
+                    outcomes.append((True, answer))
+            return state
+
+        try:
+            await self._store.apply(transition)
+        except Exception as exc:
+            logger.warning("group commit of %d operations failed: %r", len(batch), exc)
+            outcomes[:] = [(False, exc)] * len(batch)
+        for pending, (ok, value) in zip(batch, outcomes, strict=True):
+            if pending.future.done():
+                continue
+            if ok:
+                pending.future.set_result(value)
+            else:
+                pending.future.set_exception(value)

@@ -1,0 +1,79 @@
+"""``HeartbeatManager``: keeps a claimed job alive while its work runs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from types import TracebackType
+from typing import Protocol
+
+from jqueue.domain.errors import JobNotFoundError, JQueueError
+
+logger = logging.getLogger("jqueue")
+
+
+class SupportsHeartbeat(Protocol):
+    """Anything with ``async heartbeat(job_id)``: every jqueue queue."""
+
+    async def heartbeat(self, job_id: str) -> None:
+        """Record that the worker on ``job_id`` is alive."""
+        ...
+
+
+class HeartbeatManager:
+    """Send heartbeats for one job in the background while the ``async with`` block runs.
+
+    A job that is gone (acked or removed elsewhere) stops the beats quietly; a
+    transient failure (a storage error, a lost race) skips one beat and the next
+    one is tried on time. The task is cancelled when the block exits.
+
+    Parameters
+    ----------
+    queue : SupportsHeartbeat
+        The queue the job was claimed from.
+    job_id : str
+        The claimed job.
+    interval : timedelta
+        Time between beats.
+    """
+
+    def __init__(
+        self, queue: SupportsHeartbeat, job_id: str, interval: timedelta = timedelta(seconds=60)
+    ) -> None:
+        if interval <= timedelta(0):
+            raise ValueError(f"interval must be positive, got {interval}")
+        self.queue = queue
+        self.job_id = job_id
+        self.interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> HeartbeatManager:
+        self._task = asyncio.create_task(self._beat(), name=f"jqueue-heartbeat-{self.job_id}")
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+
+    async def _beat(self) -> None:
+        seconds = self.interval.total_seconds()
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await self.queue.heartbeat(self.job_id)
+            except JobNotFoundError:
+                logger.info("job %s is gone; heartbeats stop", self.job_id)
+                return
+            except JQueueError as exc:
+                logger.warning("heartbeat for job %s failed, trying again next beat: %r", self.job_id, exc)

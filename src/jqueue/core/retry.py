@@ -1,0 +1,35 @@
+"""Back-off for retried compare-and-swap commits."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential back-off with full jitter.
+
+    Attributes
+    ----------
+    max_retries : int
+        Retries after the first attempt before giving up.
+    base_delay : float
+        Upper bound of the first wait, in seconds; it doubles on each retry.
+    max_delay : float
+        Cap on the upper bound, in seconds.
+    """
+
+    max_retries: int = 20
+    base_delay: float = 0.005
+    max_delay: float = 0.32
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+
+    async def wait(self, retry: int) -> None:
+        """Sleep before retry number ``retry`` (1-based)."""
+        ceiling = min(self.max_delay, self.base_delay * 2 ** min(retry - 1, 30))
+        await asyncio.sleep(random.uniform(0, ceiling))

@@ -1,0 +1,1 @@
+"""Pure models and state transitions; no I/O."""

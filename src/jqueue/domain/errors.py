@@ -1,0 +1,103 @@
+"""The jqueue exception hierarchy.
+
+``JQueueError`` is the base of every error jqueue raises on purpose::
+
+    JQueueError
+    ├── CASConflictError      a conditional write lost its race
+    ├── JobNotFoundError      an unknown job id (``.job_id``)
+    ├── StorageError          the backend failed (``.cause``)
+    ├── CorruptStateError     the stored object is not a jqueue state (``.location``)
+    ├── PayloadTooLargeError  a payload over the queue's limit (``.size``, ``.limit``)
+    ├── InvalidURLError       a storage URL jqueue cannot use (``.url``)
+    └── QueueClosedError      an operation on a stopped queue
+"""
+
+from __future__ import annotations
+
+
+class JQueueError(Exception):
+    """Base class of all jqueue errors."""
+
+
+class CASConflictError(JQueueError):
+    """A compare-and-swap write was rejected because the object changed since it was read."""
+
+
+class JobNotFoundError(JQueueError):
+    """No job with this id is in the queue state.
+
+    Attributes
+    ----------
+    job_id : str
+        The id that was looked up.
+    """
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id!r} is not in the queue")
+
+
+class StorageError(JQueueError):
+    """The storage backend failed for a reason other than a lost CAS race.
+
+    Attributes
+    ----------
+    cause : Exception
+        The backend's own exception.
+    """
+
+    def __init__(self, message: str, cause: Exception) -> None:
+        self.cause = cause
+        super().__init__(f"{message}: {cause}")
+
+
+class CorruptStateError(JQueueError):
+    """The stored object cannot be read as a jqueue state; jqueue will not overwrite it.
+
+    Attributes
+    ----------
+    location : str
+        Where the object lives (a URL such as ``s3://bucket/key``).
+    detail : str
+        What is wrong with it.
+    """
+
+    def __init__(self, location: str, detail: str) -> None:
+        self.location = location
+        self.detail = detail
+        super().__init__(f"the object at {location} is not a jqueue state ({detail}); it was left untouched")
+
+
+class PayloadTooLargeError(JQueueError, ValueError):
+    """A payload is larger than the queue accepts.
+
+    Attributes
+    ----------
+    size : int
+        The payload's size in bytes.
+    limit : int
+        The queue's limit in bytes.
+    """
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"payload of {size} bytes exceeds the limit of {limit} bytes")
+
+
+class InvalidURLError(JQueueError, ValueError):
+    """A storage URL is malformed or names an unknown scheme.
+
+    Attributes
+    ----------
+    url : str
+        The URL as given.
+    """
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        super().__init__(f"invalid storage URL {url!r}: {reason}")
+
+
+class QueueClosedError(JQueueError):
+    """An operation was submitted to a queue that is not running."""

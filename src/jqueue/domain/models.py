@@ -1,0 +1,222 @@
+"""Jobs and the queue state: frozen values and the pure transitions between them.
+
+Nothing here does I/O. Every transition returns a new ``QueueState`` (or the same
+object when nothing changed, which callers use to skip a write). The ``version``
+counter is left alone by transitions; it is bumped once per committed write.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+from jqueue.domain.errors import JobNotFoundError
+
+
+def utc_now() -> datetime:
+    """Return the current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+class JobStatus(StrEnum):
+    """Where a job is in its life."""
+
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    DEAD = "dead"
+
+
+class Job(BaseModel):
+    """One unit of work.
+
+    Attributes
+    ----------
+    id : str
+        A UUID assigned at enqueue time.
+    entrypoint : str
+        The logical name that routes the job to its handler.
+    payload : bytes
+        Opaque bytes (base64 in JSON).
+    status : JobStatus
+        ``QUEUED``, ``IN_PROGRESS`` or ``DEAD``.
+    priority : int
+        Lower runs first.
+    created_at : datetime
+        UTC time of enqueue.
+    heartbeat_at : datetime or None
+        UTC time of the last claim or heartbeat; None while queued.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(default_factory=lambda: str(uuid.uuid4()))
+    entrypoint: str
+    payload: bytes
+    status: JobStatus = JobStatus.QUEUED
+    priority: int = 0
+    created_at: AwareDatetime = Field(default_factory=utc_now)
+    heartbeat_at: AwareDatetime | None = None
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _payload_from_base64(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return base64.b64decode(value, validate=True)
+            except binascii.Error as exc:
+                raise ValueError(f"payload is not valid base64: {exc}") from exc
+        return value
+
+    @field_serializer("payload", when_used="json")
+    def _payload_to_base64(self, value: bytes) -> str:
+        return base64.b64encode(value).decode("ascii")
+
+    @classmethod
+    def new(cls, entrypoint: str, payload: bytes, priority: int = 0) -> Job:
+        """Create a queued job with a fresh id and the current time."""
+        return cls(entrypoint=entrypoint, payload=payload, priority=priority)
+
+    def with_status(self, status: JobStatus) -> Job:
+        """Return a copy with another status."""
+        return self.model_copy(update={"status": status})
+
+    def with_heartbeat(self, ts: datetime | None) -> Job:
+        """Return a copy with another heartbeat time."""
+        return self.model_copy(update={"heartbeat_at": ts})
+
+    def claimed(self, now: datetime) -> Job:
+        """Return a copy marked in progress as of ``now``."""
+        return self.model_copy(update={"status": JobStatus.IN_PROGRESS, "heartbeat_at": now})
+
+    def requeued(self) -> Job:
+        """Return a copy back in the queued state."""
+        return self.model_copy(update={"status": JobStatus.QUEUED, "heartbeat_at": None})
+
+    def is_stale(self, cutoff: datetime) -> bool:
+        """Whether this job is in progress with no heartbeat since ``cutoff``."""
+        return self.status is JobStatus.IN_PROGRESS and (
+            self.heartbeat_at is None or self.heartbeat_at < cutoff
+        )
+
+
+def _priority_order(job: Job) -> tuple[int, datetime]:
+    return (job.priority, job.created_at)
+
+
+class QueueState(BaseModel):
+    """The whole queue at one version.
+
+    Attributes
+    ----------
+    jobs : tuple of Job
+        Every job, in insertion order.
+    version : int
+        Incremented on every committed write.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    jobs: tuple[Job, ...] = ()
+    version: int = 0
+
+    def queued_jobs(self, entrypoint: str | None = None) -> tuple[Job, ...]:
+        """Return the queued jobs (of one entrypoint, if given), lowest (priority, created_at) first."""
+        queued = (
+            j
+            for j in self.jobs
+            if j.status is JobStatus.QUEUED and (entrypoint is None or j.entrypoint == entrypoint)
+        )
+        return tuple(sorted(queued, key=_priority_order))
+
+    def in_progress_jobs(self) -> tuple[Job, ...]:
+        """Return the jobs that are claimed and not yet acked."""
+        return tuple(j for j in self.jobs if j.status is JobStatus.IN_PROGRESS)
+
+    def find(self, job_id: str) -> Job | None:
+        """Return the job with this id, or None."""
+        return next((j for j in self.jobs if j.id == job_id), None)
+
+    def _require(self, job_id: str) -> Job:
+        job = self.find(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        return job
+
+    def _with_jobs(self, jobs: Iterable[Job]) -> QueueState:
+        return self.model_copy(update={"jobs": tuple(jobs)})
+
+    def with_version(self, version: int) -> QueueState:
+        """Return a copy at another version."""
+        return self.model_copy(update={"version": version})
+
+    def with_job_added(self, job: Job) -> QueueState:
+        """Return a state with ``job`` appended."""
+        return self.model_copy(update={"jobs": (*self.jobs, job)})
+
+    def with_jobs_added(self, jobs: Iterable[Job]) -> QueueState:
+        """Return a state with ``jobs`` appended."""
+        return self.model_copy(update={"jobs": (*self.jobs, *jobs)})
+
+    def with_job_replaced(self, updated: Job) -> QueueState:
+        """Return a state where the job with ``updated.id`` is ``updated``.
+
+        Raises
+        ------
+        JobNotFoundError
+            If no job has that id.
+        """
+        self._require(updated.id)
+        return self._with_jobs(updated if j.id == updated.id else j for j in self.jobs)
+
+    def with_job_removed(self, job_id: str) -> QueueState:
+        """Return a state without the job ``job_id``.
+
+        Raises
+        ------
+        JobNotFoundError
+            If no job has that id.
+        """
+        self._require(job_id)
+        return self._with_jobs(j for j in self.jobs if j.id != job_id)
+
+    def with_jobs_claimed(
+        self, entrypoint: str | None, batch_size: int, now: datetime
+    ) -> tuple[QueueState, list[Job]]:
+        """Claim up to ``batch_size`` queued jobs in priority order.
+
+        Returns
+        -------
+        tuple of (QueueState, list of Job)
+            The new state (``self`` when nothing was claimed) and the claimed jobs.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        claimed = [job.claimed(now) for job in self.queued_jobs(entrypoint)[:batch_size]]
+        if not claimed:
+            return self, []
+        by_id = {job.id: job for job in claimed}
+        return self._with_jobs(by_id.get(j.id, j) for j in self.jobs), claimed
+
+    def with_job_requeued(self, job_id: str) -> QueueState:
+        """Return a state with ``job_id`` back in the queue (a nack)."""
+        return self.with_job_replaced(self._require(job_id).requeued())
+
+    def with_heartbeat(self, job_id: str, now: datetime) -> QueueState:
+        """Return a state with the heartbeat of ``job_id`` set to ``now``."""
+        return self.with_job_replaced(self._require(job_id).with_heartbeat(now))
+
+    def requeue_stale(self, cutoff: datetime) -> QueueState:
+        """Requeue in-progress jobs whose last heartbeat is before ``cutoff``; ``self`` if none are."""
+        if not any(j.is_stale(cutoff) for j in self.jobs):
+            return self
+        return self._with_jobs(j.requeued() if j.is_stale(cutoff) else j for j in self.jobs)
+
+    def stale_count(self, cutoff: datetime) -> int:
+        """Count the in-progress jobs whose last heartbeat is before ``cutoff``."""
+        return sum(1 for j in self.jobs if j.is_stale(cutoff))

@@ -1,0 +1,1 @@
+"""Protocols that the core needs from the outside world."""

@@ -1,0 +1,50 @@
+"""The storage port: the only thing jqueue needs from a backend."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class ObjectStoragePort(Protocol):
+    """One object that supports compare-and-swap writes.
+
+    Any class with these two coroutines is a backend; no base class is needed.
+    jqueue's own adapters also expose ``url`` (where the object lives), which
+    error messages use when present.
+    """
+
+    async def read(self) -> tuple[bytes, str | None]:
+        """Read the object.
+
+        Returns
+        -------
+        tuple of (bytes, str or None)
+            The content and its etag, or ``(b"", None)`` when the object does not exist.
+        """
+        ...
+
+    async def write(self, content: bytes, if_match: str | None = None) -> str:
+        """Replace the object if it is still at ``if_match``.
+
+        Parameters
+        ----------
+        content : bytes
+            The new object body.
+        if_match : str or None
+            The etag last read. ``None`` asks for the object to be created; jqueue's
+            adapters then fail if it already exists, so two creators cannot both win.
+
+        Returns
+        -------
+        str
+            The etag of the new content.
+
+        Raises
+        ------
+        CASConflictError
+            If the object is no longer at ``if_match`` (or exists, for ``None``).
+        StorageError
+            For any other backend failure.
+        """
+        ...
