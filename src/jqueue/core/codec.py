@@ -1,10 +1,12 @@
 """The wire format: the one place that knows how a ``QueueState`` becomes bytes.
 
-The object is compact JSON with the documented fields::
+The object is compact JSON with the documented fields, plus ``commit``, the
+random id of the commit that wrote it::
 
     {"version": 3, "jobs": [{"id": "...", "entrypoint": "send_email",
       "payload": "<base64>", "status": "queued", "priority": 0,
-      "created_at": "2024-01-01T12:00:00Z", "heartbeat_at": null}]}
+      "created_at": "2024-01-01T12:00:00Z", "heartbeat_at": null}],
+     "commit": "5f0c..."}
 
 States written by the original jqueue (pretty-printed, ``+00:00`` offsets) decode
 unchanged. Decoding validates the structure in one pass with msgspec, so a foreign
@@ -37,15 +39,21 @@ class _WireJob(msgspec.Struct):
 class _WireState(msgspec.Struct):
     version: int
     jobs: list[_WireJob]
+    commit: str | None = None
 
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(_WireState)
 
 
-def encode(state: QueueState) -> bytes:
-    """Serialise a state to JSON bytes."""
+def encode(state: QueueState, commit_id: str | None = None) -> bytes:
+    """Serialise a state to JSON bytes.
+
+    ``commit_id`` tags the bytes with the commit that wrote them, so that two
+    writers producing the same state never produce the same object.
+    """
     wire = _WireState(
+        commit=commit_id,
         version=state.version,
         jobs=[
             _WireJob(j.id, j.entrypoint, j.payload, j.status, j.priority, j.created_at, j.heartbeat_at)

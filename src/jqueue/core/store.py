@@ -11,6 +11,7 @@ this class and nothing above it.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -124,7 +125,7 @@ class StateStore:
 
     async def _commit(self, base: Snapshot, new_state: QueueState) -> QueueState:
         new_state = new_state.with_version(base.state.version + 1)
-        content = codec.encode(new_state)
+        content = codec.encode(new_state, commit_id=uuid.uuid4().hex)
         try:
             etag = await self.storage.write(content, if_match=base.etag)
         except CASConflictError:
@@ -132,7 +133,8 @@ class StateStore:
             if current != content or current_etag is None:
                 self._cached = Snapshot(codec.decode(current, self.location), current_etag)
                 raise
-            # A retried request whose first attempt had landed: the object is ours.
+            # The object holds this very commit (its id is unique): a retried request
+            # whose first attempt had landed. The write succeeded.
             etag = current_etag
         self._cached = Snapshot(new_state, etag)
         return new_state

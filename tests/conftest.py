@@ -1,0 +1,142 @@
+"""Shared fixtures: real storage servers (started once per session) and storage factories."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aioboto3
+import pytest
+import pytest_asyncio
+
+from jqueue import GCSStorage, InMemoryStorage, LocalFileSystemStorage, ObjectStoragePort, S3Storage
+from servers import GCSEndpoint, S3Endpoint, fake_gcs_server, moto_server, seaweedfs_server
+
+BACKENDS = ["memory", "file", "s3-moto", "s3-seaweedfs", "gcs"]
+BUCKET = "jqueue-tests"
+
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[S3Endpoint]:
+    with moto_server() as endpoint:
+        endpoint.create_bucket(BUCKET)
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    with seaweedfs_server(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
+        endpoint.create_bucket(BUCKET)
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def fake_gcs() -> Iterator[GCSEndpoint]:
+    with fake_gcs_server() as endpoint:
+        endpoint.create_bucket(BUCKET)
+        yield endpoint
+
+
+def s3_session(endpoint: S3Endpoint) -> Any:
+    """An aioboto3 session with the endpoint's credentials."""
+    return aioboto3.Session(
+        aws_access_key_id=endpoint.access_key,
+        aws_secret_access_key=endpoint.secret_key,
+        region_name=endpoint.region,
+    )
+
+
+def s3_env(endpoint: S3Endpoint) -> dict[str, str]:
+    """Environment variables that let a child process reach the endpoint."""
+    return {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": endpoint.access_key,
+        "AWS_SECRET_ACCESS_KEY": endpoint.secret_key,
+        "AWS_DEFAULT_REGION": endpoint.region,
+    }
+
+
+@dataclass
+class Backend:
+    """Makes storage handles for one backend; ``handle(name)`` opens the same object again."""
+
+    name: str
+    open: Callable[[str], ObjectStoragePort]
+    opened: list[ObjectStoragePort] = field(default_factory=list)
+
+    def handle(self, object_name: str) -> ObjectStoragePort:
+        storage = self.open(object_name)
+        self.opened.append(storage)
+        return storage
+
+    def new(self) -> tuple[ObjectStoragePort, str]:
+        """A handle on a fresh object, and the object's name."""
+        object_name = f"queue-{uuid.uuid4().hex}.json"
+        return self.handle(object_name), object_name
+
+    async def close(self) -> None:
+        for storage in self.opened:
+            close = getattr(storage, "aclose", None)
+            if close is not None:
+                await close()
+
+
+def make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Build the named backend, starting its server if this session has not yet."""
+    if name == "memory":
+        shared: dict[str, InMemoryStorage] = {}
+        return Backend(name, lambda key: shared.setdefault(key, InMemoryStorage(name=key)))
+    if name == "file":
+        return Backend(name, lambda key: LocalFileSystemStorage(tmp_path / key))
+    if name in ("s3-moto", "s3-seaweedfs"):
+        endpoint: S3Endpoint = request.getfixturevalue(name.removeprefix("s3-"))
+        return Backend(
+            name,
+            lambda key: S3Storage(
+                BUCKET, key, endpoint_url=endpoint.url, region_name=endpoint.region, session=s3_session(endpoint)
+            ),
+        )
+    if name == "gcs":
+        gcs_endpoint: GCSEndpoint = request.getfixturevalue("fake_gcs")
+        client = gcs_endpoint.client()
+        return Backend(name, lambda key: GCSStorage(BUCKET, key, client=client))
+    raise ValueError(name)
+
+
+@pytest_asyncio.fixture(params=BACKENDS)
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """Every storage backend in turn, each on real servers."""
+    made = make_backend(request.param, request, tmp_path)
+    yield made
+    await made.close()
+
+
+class CountingStorage:
+    """Wraps a real storage and counts its reads and writes."""
+
+    def __init__(self, inner: ObjectStoragePort) -> None:
+        self.inner = inner
+        self.url = getattr(inner, "url", "counting")
+        self.reads = 0
+        self.writes = 0
+
+    async def read(self) -> tuple[bytes, str | None]:
+        self.reads += 1
+        return await self.inner.read()
+
+    async def write(self, content: bytes, if_match: str | None = None) -> str:
+        self.writes += 1
+        return await self.inner.write(content, if_match)
+
+
+QUEUE_KINDS = ["direct", "broker"]
+
+
+@pytest.fixture(params=QUEUE_KINDS)
+def queue_kind(request: pytest.FixtureRequest) -> str:
+    """Each queue implementation in turn."""
+    return str(request.param)

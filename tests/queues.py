@@ -1,0 +1,23 @@
+"""Opening either queue kind the same way in tests."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+from jqueue import BrokerQueue, DirectQueue, ObjectStoragePort
+
+
+@contextlib.asynccontextmanager
+async def open_queue(
+    kind: str, storage: ObjectStoragePort, *, stale_timeout: timedelta = timedelta(minutes=5), **options: Any
+) -> AsyncIterator[DirectQueue | BrokerQueue]:
+    """Open a DirectQueue or a BrokerQueue on ``storage``."""
+    if kind == "direct":
+        async with DirectQueue(storage, **options) as direct:
+            yield direct
+    else:
+        async with BrokerQueue(storage, stale_timeout=stale_timeout, **options) as broker:
+            yield broker

@@ -1,0 +1,59 @@
+"""The local-file adapter: atomic replacement, durable commits, typed errors."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from jqueue import LocalFileSystemStorage, StorageError
+
+
+async def test_a_write_replaces_the_file_instead_of_truncating_it(tmp_path: Path) -> None:
+    storage = LocalFileSystemStorage(tmp_path / "q.json")
+    etag = await storage.write(b"old state " * 1000)
+    with open(tmp_path / "q.json", "rb") as old:
+        await storage.write(b"new", if_match=etag)
+        assert old.read() == b"old state " * 1000
+    assert (tmp_path / "q.json").read_bytes() == b"new"
+
+
+async def test_every_commit_fsyncs_the_file_and_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    storage = LocalFileSystemStorage(tmp_path / "nested" / "q.json")
+    etag = await storage.write(b"one")
+    await storage.write(b"two", if_match=etag)
+    assert synced == ["file", "dir", "file", "dir"]
+
+
+async def test_temporary_files_of_dead_writers_are_removed(tmp_path: Path) -> None:
+    orphan = tmp_path / ".q.json.deadbeef.tmp"
+    orphan.write_bytes(b"half a state")
+    unrelated = tmp_path / ".other.json.deadbeef.tmp"
+    unrelated.write_bytes(b"not ours")
+    await LocalFileSystemStorage(tmp_path / "q.json").write(b"state")
+    assert not orphan.exists()
+    assert unrelated.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.deadbeef.tmp", "q.json", "q.json.lock"]
+
+
+async def test_io_failures_are_storage_errors(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_bytes(b"")
+    storage = LocalFileSystemStorage(tmp_path / "a-file" / "q.json")
+    with pytest.raises(StorageError) as raised:
+        await storage.write(b"x")
+    assert isinstance(raised.value.cause, OSError)
+    directory = LocalFileSystemStorage(tmp_path)
+    with pytest.raises(StorageError):
+        await directory.read()

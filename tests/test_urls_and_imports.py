@@ -1,0 +1,72 @@
+"""storage_from_url and the lazily imported adapters."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import jqueue
+from jqueue import InMemoryStorage, InvalidURLError, LocalFileSystemStorage, storage_from_url
+from jqueue.adapters.storage.optional import require
+
+
+def test_urls_build_their_backends() -> None:
+    memory = storage_from_url("memory://jobs")
+    assert isinstance(memory, InMemoryStorage)
+    assert storage_from_url("memory://jobs") is memory
+    local = storage_from_url("file:///var/tmp/my%20queue.json")
+    assert isinstance(local, LocalFileSystemStorage)
+    assert str(local.path) == "/var/tmp/my queue.json"
+    s3 = storage_from_url("s3://bucket/queues/jobs.json?endpoint_url=http://127.0.0.1:9000&region=eu-west-1")
+    assert isinstance(s3, jqueue.S3Storage)
+    assert (s3.bucket, s3.key, s3.endpoint_url, s3.region_name) == (
+        "bucket",
+        "queues/jobs.json",
+        "http://127.0.0.1:9000",
+        "eu-west-1",
+    )
+    gcs = storage_from_url("gs://bucket/queues/jobs.json")
+    assert isinstance(gcs, jqueue.GCSStorage)
+    assert (gcs.bucket_name, gcs.blob_name) == ("bucket", "queues/jobs.json")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "queue.json",
+        "ftp://host/queue.json",
+        "memory://",
+        "file://relative/queue.json",
+        "file:///",
+        "file:///tmp/dir/",
+        "file:///tmp/q.json?fsync=no",
+        "s3://bucket",
+        "s3:///key",
+        "s3://bucket/key?endpoint=http://x",
+        "s3://bucket/key?region=",
+        "gs://bucket/",
+        "gs://bucket/blob?project=p",
+        "memory://jobs#frag",
+    ],
+)
+def test_bad_urls_have_their_own_error(url: str) -> None:
+    with pytest.raises(InvalidURLError) as raised:
+        storage_from_url(url)
+    assert raised.value.url == url
+    assert isinstance(raised.value, ValueError)
+
+
+def test_cloud_adapters_are_exported_lazily() -> None:
+    s3_module = importlib.import_module("jqueue.adapters.storage.s3")
+    gcs_module = importlib.import_module("jqueue.adapters.storage.gcs")
+    assert jqueue.S3Storage is s3_module.S3Storage
+    assert jqueue.GCSStorage is gcs_module.GCSStorage
+    with pytest.raises(AttributeError):
+        _ = jqueue.NoSuchThing
+
+
+def test_a_missing_extra_names_what_to_install() -> None:
+    with pytest.raises(ImportError, match=r"pip install 'jqueue\[s3\]'"):
+        require("jqueue_no_such_module", extra="s3")
