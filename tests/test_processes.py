@@ -1,0 +1,86 @@
+"""Several processes on one queue, and processes killed in the middle of a commit."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import BUCKET, s3_env
+from jqueue import LocalFileSystemStorage
+from jqueue.core import codec
+from servers import S3Endpoint
+
+HERE = Path(__file__).parent
+PROCESSES = 4
+JOBS_PER_PROCESS = 500
+
+pytestmark = pytest.mark.slow
+
+
+def run_workers(url: str, outdir: Path, env: dict[str, str]) -> None:
+    workers = [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "mp_worker.py"), url, str(i), str(JOBS_PER_PROCESS), str(PROCESSES), str(outdir)],
+            env=env,
+        )
+        for i in range(PROCESSES)
+    ]
+    try:
+        codes = [w.wait(timeout=300) for w in workers]
+    finally:
+        for w in workers:
+            w.kill()
+    assert codes == [0] * PROCESSES
+
+
+def check_claims(outdir: Path) -> None:
+    lines = [line for i in range(PROCESSES) for line in (outdir / f"claims-{i}.txt").read_text().splitlines()]
+    job_ids = Counter(line.split()[0] for line in lines)
+    payloads = Counter(line.split()[1] for line in lines)
+    expected = {f"{i}:{n}" for i in range(PROCESSES) for n in range(JOBS_PER_PROCESS)}
+    assert set(payloads) == expected
+    assert max(payloads.values()) == 1, "a job was claimed twice"
+    assert len(job_ids) == len(lines) == PROCESSES * JOBS_PER_PROCESS
+
+
+def test_four_processes_share_a_file_queue(tmp_path: Path) -> None:
+    url = (tmp_path / "queue.json").as_uri()
+    run_workers(url, tmp_path, dict(os.environ))
+    check_claims(tmp_path)
+    assert codec.decode((tmp_path / "queue.json").read_bytes()).jobs == ()
+
+
+def test_four_processes_share_an_s3_queue(tmp_path: Path, moto: S3Endpoint) -> None:
+    url = f"s3://{BUCKET}/mp-{uuid.uuid4().hex}.json?endpoint_url={moto.url}&region={moto.region}"
+    run_workers(url, tmp_path, s3_env(moto))
+    check_claims(tmp_path)
+
+
+async def test_a_writer_killed_mid_commit_leaves_a_whole_state(tmp_path: Path) -> None:
+    path = tmp_path / "queue.json"
+    committed: set[str] = set()
+    rng = random.Random(7)
+    for _ in range(10):
+        writer = await asyncio.create_subprocess_exec(
+            sys.executable, str(HERE / "kill_writer.py"), str(path), stdout=asyncio.subprocess.PIPE
+        )
+        assert writer.stdout is not None
+        await writer.stdout.readline()
+        await asyncio.sleep(rng.uniform(0.05, 0.4))
+        writer.send_signal(signal.SIGKILL)
+        out, _ = await writer.communicate()
+        committed.update(out.decode().split())
+        content, etag = await LocalFileSystemStorage(path).read()
+        state = codec.decode(content, str(path))
+        assert etag is not None
+        assert committed <= {j.id for j in state.jobs}
+    assert len(committed) > 10
