@@ -48,6 +48,7 @@ __all__ = [
 LOOPBACK = "127.0.0.1"
 REGION = "us-east-1"
 SEAWEEDFS_READY_TIMEOUT = 60.0
+WEED_STOP_GRACE = 5.0
 # ``weed mini`` derives a gRPC port as HTTP port + 10000 wherever one is not
 # given; its maintenance worker always dials the admin server that way.
 _WEED_GRPC_OFFSET = 10000
@@ -250,11 +251,11 @@ def moto_server() -> Iterator[S3Endpoint]:
         # ``start`` waits forever if the bind fails, so wait for it in a thread.
         starter = threading.Thread(target=candidate.start, daemon=True)
         starter.start()
-        starter.join(timeout=10)
+        starter.join(timeout=5)
         if not starter.is_alive():
             server, url = candidate, f"http://{LOOPBACK}:{port}"
             break
-        errors.append(f"port {port}: not listening after 10 s")
+        errors.append(f"port {port}: not serving after 5 s (port taken?)")
     if server is None:
         raise RuntimeError(f"moto server did not start: {'; '.join(errors)}")
     try:
@@ -292,7 +293,7 @@ def _log_tail(path: Path) -> str:
         return f"<cannot read {path}: {exc}>"
 
 
-def _stop_process_group(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+def _stop_process_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
     """Terminate the process group led by ``proc``; kill it if it lingers."""
     if proc.poll() is not None:
         return
@@ -428,18 +429,28 @@ def seaweedfs_server(data_dir: Path) -> Iterator[S3Endpoint]:
             _wait_seaweedfs_ready(proc, endpoint, log_path)
             yield endpoint
         finally:
-            _stop_process_group(proc)
-            grpc_ports = {"master": master_grpc, "volume": volume_grpc, "filer": filer_grpc, "s3": s3_grpc}
-            grpc_ports["admin"] = admin + _WEED_GRPC_OFFSET
-            _remove_weed_sockets(grpc_ports)
+            # Its HTTP servers' graceful shutdown can hang on open connections;
+            # the data is disposable, so do not wait long before killing.
+            _stop_process_group(proc, timeout=WEED_STOP_GRACE)
+            _remove_weed_sockets(
+                [
+                    f"master-grpc-{master_grpc}",
+                    f"volume-grpc-{volume_grpc}",
+                    f"filer-grpc-{filer_grpc}",
+                    f"s3-grpc-{s3_grpc}",
+                    f"admin-grpc-{admin + _WEED_GRPC_OFFSET}",
+                    f"filer-{filer}",
+                    f"s3-{s3}",
+                ]
+            )
 
 
-def _remove_weed_sockets(grpc_ports: dict[str, int]) -> None:
-    """Remove the gRPC unix sockets a stopped ``weed`` may leave in the temp dir."""
+def _remove_weed_sockets(names: list[str]) -> None:
+    """Remove unix sockets ``seaweedfs-NAME.sock`` a stopped ``weed`` left in the temp dir."""
     temp_dir = Path(os.environ.get("TMPDIR") or "/tmp")
-    for role, port in grpc_ports.items():
+    for name in names:
         with contextlib.suppress(OSError):
-            (temp_dir / f"seaweedfs-{role}-grpc-{port}.sock").unlink(missing_ok=True)
+            (temp_dir / f"seaweedfs-{name}.sock").unlink(missing_ok=True)
 
 
 def _wait_seaweedfs_ready(proc: subprocess.Popen[bytes], endpoint: S3Endpoint, log_path: Path) -> None:
@@ -505,7 +516,7 @@ def _drain_stderr(server: Any) -> None:
 
     def drain() -> None:
         with contextlib.suppress(OSError, ValueError):
-            for _ in iter(lambda: stream.read(65536), b""):
+            for _ in iter(lambda: stream.read1(65536), b""):
                 pass
 
     threading.Thread(target=drain, name="fake-gcs-stderr", daemon=True).start()

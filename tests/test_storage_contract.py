@@ -72,3 +72,12 @@ async def test_large_objects_round_trip(backend: Backend) -> None:
     bigger = big[::-1] + b"tail"
     new_etag = await storage.write(bigger, if_match=etag)
     assert await storage.read() == (bigger, new_etag)
+
+
+async def test_write_at_an_etag_of_a_deleted_object_is_rejected(backend: Backend) -> None:
+    storage, _ = backend.new()
+    other, _ = backend.new()
+    etag_elsewhere = await other.write(b"v1")
+    with pytest.raises(CASConflictError):
+        await storage.write(b"v1", if_match=etag_elsewhere)
+    assert await storage.read() == (b"", None)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +74,17 @@ def test_cloud_adapters_are_exported_lazily() -> None:
 def test_a_missing_extra_names_what_to_install() -> None:
     with pytest.raises(ImportError, match=r"pip install 'jqueue\[s3\]'"):
         require("jqueue_no_such_module", extra="s3")
+
+
+def test_the_demo_runs_end_to_end(tmp_path: Path) -> None:
+    url = (tmp_path / "demo.json").as_uri()
+    done = subprocess.run(
+        [sys.executable, "-m", "jqueue", "--url", url, "--jobs", "40", "--workers", "3"],
+        capture_output=True,
+        check=True,
+        text=True,
+    )
+    summary = json.loads(done.stdout)
+    assert summary["processed"] == summary["enqueued"] == 40
+    assert summary["sum_of_squares"] == sum(n * n for n in range(40))
+    assert summary["left_in_queue"] == 0

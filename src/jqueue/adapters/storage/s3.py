@@ -129,7 +129,8 @@ class S3Storage:
             )
         except ClientError as exc:
             code, status = _error_code(exc)
-            if code in _CONFLICT_CODES or status == 412:
+            gone = if_match is not None and code in _MISSING_CODES
+            if code in _CONFLICT_CODES or status == 412 or gone:
                 raise CASConflictError(f"{self.url}: {code or status} for {condition}") from exc
             raise StorageError(f"cannot write {self.url}", exc) from exc
         except Exception as exc:
