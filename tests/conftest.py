@@ -97,7 +97,11 @@ def make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> B
         return Backend(
             name,
             lambda key: S3Storage(
-                BUCKET, key, endpoint_url=endpoint.url, region_name=endpoint.region, session=s3_session(endpoint)
+                BUCKET,
+                key,
+                endpoint_url=endpoint.url,
+                region_name=endpoint.region,
+                session=s3_session(endpoint),
             ),
         )
     if name == "gcs":

@@ -137,7 +137,7 @@ class GCSEndpoint:
         """
         return storage.Client(
             project=self.project,
-            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+            credentials=AnonymousCredentials(),
             client_options={"api_endpoint": self.url},
         )
 

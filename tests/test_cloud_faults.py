@@ -56,7 +56,10 @@ class S3SessionProxy:
 
 def conflict_409() -> ClientError:
     return ClientError(
-        {"Error": {"Code": "ConditionalRequestConflict", "Message": "retry"}, "ResponseMetadata": {"HTTPStatusCode": 409}},
+        {
+            "Error": {"Code": "ConditionalRequestConflict", "Message": "retry"},
+            "ResponseMetadata": {"HTTPStatusCode": 409},
+        },
         "PutObject",
     )
 
@@ -136,7 +139,9 @@ async def test_gcs_rate_limits_are_retried_with_backoff(fake_gcs: GCSEndpoint) -
 
 async def test_gcs_gives_up_after_its_attempts(fake_gcs: GCSEndpoint) -> None:
     failures: list[Exception] = [TooManyRequests("slow down") for _ in range(3)]
-    storage = GCSStorage(BUCKET, "faults/give-up.json", client=GCSProxy(fake_gcs.client(), failures), max_attempts=3)
+    storage = GCSStorage(
+        BUCKET, "faults/give-up.json", client=GCSProxy(fake_gcs.client(), failures), max_attempts=3
+    )
     with pytest.raises(StorageError) as raised:
         await storage.write(b"x")
     assert isinstance(raised.value.cause, TooManyRequests)

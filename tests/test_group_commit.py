@@ -7,7 +7,14 @@ import asyncio
 import pytest
 
 from conftest import Backend, CountingStorage
-from jqueue import BrokerQueue, DirectQueue, GroupCommitLoop, InMemoryStorage, JobNotFoundError, QueueClosedError
+from jqueue import (
+    BrokerQueue,
+    DirectQueue,
+    GroupCommitLoop,
+    InMemoryStorage,
+    JobNotFoundError,
+    QueueClosedError,
+)
 
 
 class SlowStorage(CountingStorage):

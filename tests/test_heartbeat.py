@@ -17,7 +17,9 @@ async def test_beats_refresh_the_claim_and_stop_on_exit() -> None:
         async with HeartbeatManager(q, job.id, interval=TICK) as manager:
             await asyncio.sleep(0.15)
         beaten = (await q.read_state()).find(job.id)
-        assert beaten is not None and beaten.heartbeat_at is not None and job.heartbeat_at is not None
+        assert beaten is not None
+        assert beaten.heartbeat_at is not None
+        assert job.heartbeat_at is not None
         assert beaten.heartbeat_at > job.heartbeat_at
         assert manager._task is None
         version = (await q.read_state()).version
@@ -49,7 +51,8 @@ async def test_a_transient_failure_skips_one_beat() -> None:
             await asyncio.sleep(0.2)
         assert flaky.calls >= 4
         beaten = (await q.read_state()).find(job.id)
-        assert beaten is not None and beaten.heartbeat_at != job.heartbeat_at
+        assert beaten is not None
+        assert beaten.heartbeat_at != job.heartbeat_at
 
 
 async def test_a_job_that_is_gone_stops_the_beats_quietly() -> None:
@@ -60,5 +63,6 @@ async def test_a_job_that_is_gone_stops_the_beats_quietly() -> None:
         async with HeartbeatManager(counting, job.id, interval=TICK) as manager:
             await q.ack(job.id)
             await asyncio.sleep(0.15)
-            assert manager._task is not None and manager._task.done()
+            assert manager._task is not None
+            assert manager._task.done()
         assert counting.calls == 1

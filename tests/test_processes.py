@@ -29,7 +29,15 @@ pytestmark = pytest.mark.slow
 def run_workers(url: str, outdir: Path, env: dict[str, str]) -> None:
     workers = [
         subprocess.Popen(
-            [sys.executable, str(HERE / "mp_worker.py"), url, str(i), str(JOBS_PER_PROCESS), str(PROCESSES), str(outdir)],
+            [
+                sys.executable,
+                str(HERE / "mp_worker.py"),
+                url,
+                str(i),
+                str(JOBS_PER_PROCESS),
+                str(PROCESSES),
+                str(outdir),
+            ],
             env=env,
         )
         for i in range(PROCESSES)

@@ -69,7 +69,8 @@ async def test_ack_nack_and_heartbeat(backend: Backend, queue_kind: str) -> None
         await asyncio.sleep(0.01)
         await q.heartbeat(job.id)
         beaten = (await q.read_state()).find(job.id)
-        assert beaten is not None and beaten.heartbeat_at is not None
+        assert beaten is not None
+        assert beaten.heartbeat_at is not None
         assert beaten.heartbeat_at > claimed.heartbeat_at
         await q.nack(job.id)
         requeued = (await q.read_state()).find(job.id)
@@ -146,7 +147,10 @@ async def test_state_written_by_the_original_jqueue_is_read(backend: Backend, qu
 
 async def test_a_second_handle_sees_the_first_ones_writes(backend: Backend, queue_kind: str) -> None:
     storage, name = backend.new()
-    async with open_queue(queue_kind, storage) as producer, open_queue(queue_kind, backend.handle(name)) as worker:
+    async with (
+        open_queue(queue_kind, storage) as producer,
+        open_queue(queue_kind, backend.handle(name)) as worker,
+    ):
         assert await worker.dequeue() == []
         job = await producer.enqueue("work", b"x")
         [claimed] = await worker.dequeue()
@@ -170,7 +174,9 @@ async def test_concurrent_queues_on_a_new_object_lose_nothing(backend: Backend, 
     await asyncio.gather(*(produce(i) for i in range(5)))
     async with open_queue(queue_kind, handles[0]) as q:
         state = await q.read_state()
-    assert sorted(j.payload for j in state.jobs) == sorted(f"{i}-{n}".encode() for i in range(5) for n in range(4))
+    assert sorted(j.payload for j in state.jobs) == sorted(
+        f"{i}-{n}".encode() for i in range(5) for n in range(4)
+    )
 
 
 async def test_stale_jobs_are_requeued(backend: Backend, queue_kind: str) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import heapq
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from enum import StrEnum
 
@@ -125,14 +126,16 @@ class QueueState(BaseModel):
     jobs: tuple[Job, ...] = ()
     version: int = 0
 
-    def queued_jobs(self, entrypoint: str | None = None) -> tuple[Job, ...]:
-        """Return the queued jobs (of one entrypoint, if given), lowest (priority, created_at) first."""
-        queued = (
+    def _queued(self, entrypoint: str | None) -> Iterator[Job]:
+        return (
             j
             for j in self.jobs
             if j.status is JobStatus.QUEUED and (entrypoint is None or j.entrypoint == entrypoint)
         )
-        return tuple(sorted(queued, key=_priority_order))
+
+    def queued_jobs(self, entrypoint: str | None = None) -> tuple[Job, ...]:
+        """Return the queued jobs (of one entrypoint, if given), lowest (priority, created_at) first."""
+        return tuple(sorted(self._queued(entrypoint), key=_priority_order))
 
     def in_progress_jobs(self) -> tuple[Job, ...]:
         """Return the jobs that are claimed and not yet acked."""
@@ -197,7 +200,8 @@ class QueueState(BaseModel):
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        claimed = [job.claimed(now) for job in self.queued_jobs(entrypoint)[:batch_size]]
+        best = heapq.nsmallest(batch_size, self._queued(entrypoint), key=_priority_order)
+        claimed = [job.claimed(now) for job in best]
         if not claimed:
             return self, []
         by_id = {job.id: job for job in claimed}
@@ -208,8 +212,15 @@ class QueueState(BaseModel):
         return self.with_job_replaced(self._require(job_id).requeued())
 
     def with_heartbeat(self, job_id: str, now: datetime) -> QueueState:
-        """Return a state with the heartbeat of ``job_id`` set to ``now``."""
-        return self.with_job_replaced(self._require(job_id).with_heartbeat(now))
+        """Return a state with the heartbeat of ``job_id`` set to ``now``.
+
+        Only a claimed job has a heartbeat: for a job in another status (say, requeued
+        after going stale) the state is returned unchanged.
+        """
+        job = self._require(job_id)
+        if job.status is not JobStatus.IN_PROGRESS:
+            return self
+        return self.with_job_replaced(job.with_heartbeat(now))
 
     def requeue_stale(self, cutoff: datetime) -> QueueState:
         """Requeue in-progress jobs whose last heartbeat is before ``cutoff``; ``self`` if none are."""

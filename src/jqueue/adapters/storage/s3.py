@@ -95,7 +95,7 @@ class S3Storage:
         if (
             opening is None
             or opening.get_loop() is not asyncio.get_running_loop()
-            or (opening.done() and opening.exception() is not None)
+            or (opening.done() and (opening.cancelled() or opening.exception() is not None))
         ):
             opening = self._opening = asyncio.get_running_loop().create_task(self._open())
         return (await asyncio.shield(opening))[1]
