@@ -9,7 +9,10 @@ import pytest
 
 from conftest import Backend
 from jqueue import (
+    BrokerQueue,
     CorruptStateError,
+    DirectQueue,
+    InMemoryStorage,
     JobNotFoundError,
     JobStatus,
     PayloadTooLargeError,
@@ -192,3 +195,14 @@ async def test_stale_jobs_are_requeued(backend: Backend, queue_kind: str) -> Non
             await q.enqueue("trigger", b"any write sweeps")
         [again] = await q.dequeue("work")
         assert again.id == job.id
+
+
+async def test_memory_storage_can_start_from_given_content() -> None:
+    seeded = InMemoryStorage(initial_content=b'{"version":0,"jobs":[]}')
+    async with BrokerQueue(seeded) as q:
+        await q.enqueue("work", b"x")
+        assert len((await q.read_state()).jobs) == 1
+    direct = DirectQueue(seeded)
+    [job] = await direct.dequeue()
+    assert await direct.requeue_stale(timedelta(0)) == 1
+    assert (await direct.read_state()).find(job.id) == job.requeued()

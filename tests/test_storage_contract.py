@@ -8,7 +8,7 @@ import os
 import pytest
 
 from conftest import Backend
-from jqueue import CASConflictError
+from jqueue import CASConflictError, ObjectStoragePort
 
 
 async def test_missing_object_reads_as_empty(backend: Backend) -> None:
@@ -81,3 +81,9 @@ async def test_write_at_an_etag_of_a_deleted_object_is_rejected(backend: Backend
     with pytest.raises(CASConflictError):
         await storage.write(b"v1", if_match=etag_elsewhere)
     assert await storage.read() == (b"", None)
+
+
+async def test_every_adapter_satisfies_the_port(backend: Backend) -> None:
+    storage, _ = backend.new()
+    assert isinstance(storage, ObjectStoragePort)
+    assert getattr(storage, "url", "").split("://")[0] in {"memory", "file", "s3", "gs"}
