@@ -48,3 +48,38 @@ class ObjectStoragePort(Protocol):
             For any other backend failure.
         """
         ...
+
+
+@runtime_checkable
+class KeyedStoragePort(ObjectStoragePort, Protocol):
+    """A backend that can also keep named immutable objects beside its main object.
+
+    Names are relative paths (``"log/00000000000000000042"``) inside a namespace
+    the backend derives from its main object's location. The log-structured
+    layout needs these four calls; a backend without them keeps the single-object
+    layout.
+    """
+
+    async def get(self, name: str) -> bytes | None:
+        """Return the object's content, or None if it does not exist."""
+        ...
+
+    async def create(self, name: str, content: bytes) -> None:
+        """Create the object, whole and durable, only if it does not exist yet.
+
+        Raises
+        ------
+        CASConflictError
+            If an object with this name exists.
+        StorageError
+            For any other backend failure.
+        """
+        ...
+
+    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
+        """Return the names that start with ``prefix`` and sort after ``start_after``, in order."""
+        ...
+
+    async def delete(self, name: str) -> None:
+        """Remove the object; a missing object is not an error."""
+        ...

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from jqueue.adapters.storage.names import checked_name, checked_prefix
 from jqueue.adapters.storage.optional import require
 from jqueue.domain.errors import CASConflictError, StorageError
 
@@ -35,7 +37,8 @@ class GCSStorage:
     The first write uses ``ifGenerationMatch=0`` (create only), later ones the
     generation last read. Rate limiting (429) and 5xx answers are retried here
     with jittered exponential back-off. The synchronous client runs in a thread so
-    the event loop never blocks.
+    the event loop never blocks. Named objects (the log-structured layout) are the
+    objects under ``<blob_name>.d/``.
 
     Parameters
     ----------
@@ -55,6 +58,7 @@ class GCSStorage:
         self.bucket_name = bucket_name
         self.blob_name = blob_name
         self.url = f"gs://{bucket_name}/{blob_name}"
+        self.namespace = f"{blob_name}.d/"
         self.max_attempts = max_attempts
         self._client = client
 
@@ -66,31 +70,73 @@ class GCSStorage:
         """Replace the object if its generation still matches; None creates it only if absent."""
         return await asyncio.to_thread(self._retrying, "write", lambda: self._write(content, if_match))
 
-    def _blob(self) -> Any:
+    async def get(self, name: str) -> bytes | None:
+        """Return the named object's content, or None."""
+        blob_name = self.namespace + checked_name(name)
+        found = await asyncio.to_thread(self._retrying, "read", lambda: self._read_blob(blob_name))
+        return None if found is None else found[0]
+
+    async def create(self, name: str, content: bytes) -> None:
+        """Create the named object only if it does not exist (generation 0)."""
+        blob_name = self.namespace + checked_name(name)
+        await asyncio.to_thread(self._retrying, "create", lambda: self._write_blob(blob_name, content, 0))
+
+    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
+        """Return the names under ``prefix`` after ``start_after``, sorted."""
+        full_prefix = self.namespace + checked_prefix(prefix)
+        start = self.namespace + start_after if start_after else None
+
+        def names() -> list[str]:
+            client = self._gcs()
+            blobs = client.list_blobs(self.bucket_name, prefix=full_prefix, start_offset=start, retry=None)
+            return [blob.name[len(self.namespace) :] for blob in blobs]
+
+        found = await asyncio.to_thread(self._retrying, "list", names)
+        return [name for name in found if name > start_after]
+
+    async def delete(self, name: str) -> None:
+        """Remove the named object if it exists."""
+        blob_name = self.namespace + checked_name(name)
+
+        def delete() -> None:
+            with contextlib.suppress(gexc.NotFound):
+                self._gcs().bucket(self.bucket_name).blob(blob_name).delete(retry=None)
+
+        await asyncio.to_thread(self._retrying, "delete", delete)
+
+    def _gcs(self) -> Any:
         if self._client is None:
             self._client = gcs.Client()
-        return self._client.bucket(self.bucket_name).blob(self.blob_name)
+        return self._client
 
     def _read(self) -> tuple[bytes, str | None]:
-        blob = self._blob()
-        try:
-            content: bytes = blob.download_as_bytes(retry=None)
-        except gexc.NotFound:
-            return b"", None
-        return content, str(blob.generation)
+        found = self._read_blob(self.blob_name)
+        return (b"", None) if found is None else found
 
     def _write(self, content: bytes, if_match: str | None) -> str:
         try:
             generation = 0 if if_match is None else int(if_match)
         except ValueError as exc:
             raise CASConflictError(f"{self.url}: {if_match!r} is not a GCS generation") from exc
-        blob = self._blob()
+        return self._write_blob(self.blob_name, content, generation)
+
+    def _read_blob(self, blob_name: str) -> tuple[bytes, str] | None:
+        blob = self._gcs().bucket(self.bucket_name).blob(blob_name)
+        try:
+            content: bytes = blob.download_as_bytes(retry=None)
+        except gexc.NotFound:
+            return None
+        return content, str(blob.generation)
+
+    def _write_blob(self, blob_name: str, content: bytes, generation: int) -> str:
+        blob = self._gcs().bucket(self.bucket_name).blob(blob_name)
         try:
             blob.upload_from_string(
                 content, content_type="application/json", if_generation_match=generation, retry=None
             )
         except gexc.PreconditionFailed as exc:
-            raise CASConflictError(f"{self.url}: generation is no longer {generation}") from exc
+            where = f"gs://{self.bucket_name}/{blob_name}"
+            raise CASConflictError(f"{where}: generation is no longer {generation}") from exc
         return str(blob.generation)
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:

@@ -1,9 +1,10 @@
-"""``InMemoryStorage``: one object in process memory, for tests and examples."""
+"""``InMemoryStorage``: objects in process memory, for tests and examples."""
 
 from __future__ import annotations
 
 import threading
 
+from jqueue.adapters.storage.names import checked_name, checked_prefix
 from jqueue.domain.errors import CASConflictError
 
 
@@ -25,6 +26,7 @@ class InMemoryStorage:
         self._lock = threading.Lock()
         self._content = initial_content
         self._generation = 0 if initial_content is None else 1
+        self._named: dict[str, bytes] = {}
 
     async def read(self) -> tuple[bytes, str | None]:
         """Return the content and etag, or ``(b"", None)`` before the first write."""
@@ -42,3 +44,27 @@ class InMemoryStorage:
             self._content = bytes(content)
             self._generation += 1
             return str(self._generation)
+
+    async def get(self, name: str) -> bytes | None:
+        """Return the named object's content, or None."""
+        with self._lock:
+            return self._named.get(checked_name(name))
+
+    async def create(self, name: str, content: bytes) -> None:
+        """Create the named object only if it does not exist."""
+        with self._lock:
+            if checked_name(name) in self._named:
+                raise CASConflictError(f"{self.url}/{name} exists")
+            self._named[name] = bytes(content)
+
+    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
+        """Return the names under ``prefix`` after ``start_after``, sorted."""
+        checked_prefix(prefix)
+        with self._lock:
+            names = [n for n in self._named if n.startswith(prefix) and n > start_after]
+        return sorted(names)
+
+    async def delete(self, name: str) -> None:
+        """Remove the named object if it exists."""
+        with self._lock:
+            self._named.pop(checked_name(name), None)

@@ -10,6 +10,7 @@ import asyncio
 from types import TracebackType
 from typing import Any
 
+from jqueue.adapters.storage.names import checked_name, checked_prefix
 from jqueue.adapters.storage.optional import require
 from jqueue.domain.errors import CASConflictError, StorageError
 
@@ -34,7 +35,8 @@ class S3Storage:
     queue cannot both win; later writes send ``If-Match``. Both 412 and 409
     (``ConditionalRequestConflict``) are reported as ``CASConflictError``. One
     client is opened on first use and kept until ``aclose()`` (or the end of an
-    ``async with`` block, or of the queue that holds this storage).
+    ``async with`` block, or of the queue that holds this storage). Named objects
+    (the log-structured layout) are the keys under ``<key>.d/``.
 
     Parameters
     ----------
@@ -64,6 +66,7 @@ class S3Storage:
         self.region_name = region_name
         self.session = session if session is not None else aioboto3.Session()
         self.url = f"s3://{bucket}/{key}"
+        self.namespace = f"{key}.d/"
         self._opening: asyncio.Task[tuple[Any, Any]] | None = None
         self._holders = 0
 
@@ -106,33 +109,71 @@ class S3Storage:
 
     async def read(self) -> tuple[bytes, str | None]:
         """Return the content and ETag, or ``(b"", None)`` if the object does not exist."""
+        found = await self._get(self.key)
+        return (b"", None) if found is None else found
+
+    async def write(self, content: bytes, if_match: str | None = None) -> str:
+        """Replace the object if its ETag still matches; None creates it only if absent."""
+        return await self._put(self.key, content, if_match)
+
+    async def get(self, name: str) -> bytes | None:
+        """Return the named object's content, or None."""
+        found = await self._get(self.namespace + checked_name(name))
+        return None if found is None else found[0]
+
+    async def create(self, name: str, content: bytes) -> None:
+        """Create the named object only if it does not exist (``If-None-Match: *``)."""
+        await self._put(self.namespace + checked_name(name), content, None)
+
+    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
+        """Return the names under ``prefix`` after ``start_after``, sorted."""
+        client = await self._client()
+        arguments = {"Bucket": self.bucket, "Prefix": self.namespace + checked_prefix(prefix)}
+        if start_after:
+            arguments["StartAfter"] = self.namespace + start_after
+        names: list[str] = []
+        try:
+            async for page in client.get_paginator("list_objects_v2").paginate(**arguments):
+                names.extend(item["Key"][len(self.namespace) :] for item in page.get("Contents", ()))
+        except Exception as exc:
+            raise StorageError(f"cannot list {self.url}.d/{prefix}", exc) from exc
+        return names
+
+    async def delete(self, name: str) -> None:
+        """Remove the named object if it exists."""
         client = await self._client()
         try:
-            response = await client.get_object(Bucket=self.bucket, Key=self.key)
+            await client.delete_object(Bucket=self.bucket, Key=self.namespace + checked_name(name))
+        except Exception as exc:
+            raise StorageError(f"cannot delete {self.url}.d/{name}", exc) from exc
+
+    async def _get(self, key: str) -> tuple[bytes, str] | None:
+        client = await self._client()
+        try:
+            response = await client.get_object(Bucket=self.bucket, Key=key)
             async with response["Body"] as body:
                 content: bytes = await body.read()
         except ClientError as exc:
             if _error_code(exc)[0] in _MISSING_CODES:
-                return b"", None
-            raise StorageError(f"cannot read {self.url}", exc) from exc
+                return None
+            raise StorageError(f"cannot read s3://{self.bucket}/{key}", exc) from exc
         except Exception as exc:
-            raise StorageError(f"cannot read {self.url}", exc) from exc
+            raise StorageError(f"cannot read s3://{self.bucket}/{key}", exc) from exc
         return content, str(response["ETag"])
 
-    async def write(self, content: bytes, if_match: str | None = None) -> str:
-        """Replace the object if its ETag still matches; None creates it only if absent."""
+    async def _put(self, key: str, content: bytes, if_match: str | None) -> str:
         client = await self._client()
         condition = {"IfNoneMatch": "*"} if if_match is None else {"IfMatch": if_match}
         try:
             response = await client.put_object(
-                Bucket=self.bucket, Key=self.key, Body=content, ContentType="application/json", **condition
+                Bucket=self.bucket, Key=key, Body=content, ContentType="application/json", **condition
             )
         except ClientError as exc:
             code, status = _error_code(exc)
             gone = if_match is not None and code in _MISSING_CODES
             if code in _CONFLICT_CODES or status == 412 or gone:
-                raise CASConflictError(f"{self.url}: {code or status} for {condition}") from exc
-            raise StorageError(f"cannot write {self.url}", exc) from exc
+                raise CASConflictError(f"s3://{self.bucket}/{key}: {code or status} for {condition}") from exc
+            raise StorageError(f"cannot write s3://{self.bucket}/{key}", exc) from exc
         except Exception as exc:
-            raise StorageError(f"cannot write {self.url}", exc) from exc
+            raise StorageError(f"cannot write s3://{self.bucket}/{key}", exc) from exc
         return str(response["ETag"])
