@@ -15,7 +15,7 @@ from jqueue.ports.storage import KeyedStoragePort
 def keyed(backend: Backend) -> tuple[KeyedStoragePort, str]:
     storage, name = backend.new()
     assert isinstance(storage, KeyedStoragePort)
-    return cast(KeyedStoragePort, storage), name
+    return storage, name
 
 
 async def test_missing_named_object_is_none(backend: Backend) -> None:
