@@ -1,0 +1,318 @@
+"""``QueueIndex``: the queue state kept in structures whose cost does not grow with depth.
+
+A dict finds a job by id; one heap per entrypoint orders the queued jobs by
+(priority, created, insertion order), exactly the order of ``QueueState``; one heap
+orders the claimed jobs by heartbeat for the stale sweep. Heaps are cleaned
+lazily: an entry counts only while it still matches its job's record.
+
+Every change is an ``Effect`` applied through ``apply``. Inside ``begin`` ...
+``commit``/``rollback`` each change is journalled, so a batch that lost its commit
+race is undone in O(batch) and re-applied on top of the newer state.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from jqueue.domain.effects import (
+    Added,
+    Beat,
+    Claimed,
+    Effect,
+    Payload,
+    PayloadRef,
+    Removed,
+    Requeued,
+    from_micros,
+    to_micros,
+)
+from jqueue.domain.errors import JobNotFoundError
+from jqueue.domain.models import Job, JobStatus, QueueState
+
+_NO_HEARTBEAT = -(2**63)
+
+QueuedEntry = tuple[int, int, int, str]
+ClaimedEntry = tuple[int, str]
+E = TypeVar("E", Added, Claimed, Requeued, Removed, Beat)
+
+
+class JobRecord:
+    """One job's mutable metadata inside an index; times in epoch microseconds."""
+
+    __slots__ = ("created", "entrypoint", "heartbeat", "id", "order", "payload", "priority", "status")
+
+    def __init__(self, added: Added, order: int) -> None:
+        self.id = added.job_id
+        self.entrypoint = added.entrypoint
+        self.priority = added.priority
+        self.created = added.created
+        self.status = added.status
+        self.heartbeat = added.heartbeat
+        self.payload: Payload = added.payload
+        self.order = order
+
+    def as_added(self) -> Added:
+        """Return the effect that would add this job as it is now."""
+        return Added(
+            self.id, self.entrypoint, self.priority, self.created, self.status, self.heartbeat, self.payload
+        )
+
+    def to_job(self, payload: bytes) -> Job:
+        """Return the public ``Job`` for this record, with its payload bytes."""
+        return Job.model_construct(
+            id=self.id,
+            entrypoint=self.entrypoint,
+            payload=payload,
+            status=self.status,
+            priority=self.priority,
+            created_at=from_micros(self.created),
+            heartbeat_at=None if self.heartbeat is None else from_micros(self.heartbeat),
+        )
+
+
+class QueueIndex:
+    """The live queue: jobs by id, queued jobs by priority, claimed jobs by heartbeat.
+
+    Attributes
+    ----------
+    version : int
+        The commit this index reflects.
+    segment_refs : Counter
+        Live jobs per payload segment (for ``PayloadRef`` payloads).
+    """
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.records: dict[str, JobRecord] = {}
+        self.segment_refs: Counter[int] = Counter()
+        self._next_order = 0
+        self._queued: dict[str, list[QueuedEntry]] = {}
+        self._claimed: list[ClaimedEntry] = []
+        self._journal: list[Callable[[], None]] | None = None
+
+    # --- building and viewing -------------------------------------------------------
+
+    @classmethod
+    def from_state(cls, state: QueueState) -> QueueIndex:
+        """Build an index holding the jobs of ``state`` (payloads in memory)."""
+        index = cls()
+        for job in state.jobs:
+            heartbeat = None if job.heartbeat_at is None else to_micros(job.heartbeat_at)
+            created = to_micros(job.created_at)
+            entry = Added(job.id, job.entrypoint, job.priority, created, job.status, heartbeat, job.payload)
+            index.apply(entry)
+        index.version = state.version
+        return index
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def find(self, job_id: str) -> JobRecord | None:
+        """Return the record of ``job_id``, or None."""
+        return self.records.get(job_id)
+
+    def in_order(self) -> list[JobRecord]:
+        """Return every record in insertion order (the order of ``QueueState.jobs``)."""
+        return sorted(self.records.values(), key=lambda record: record.order)
+
+    def to_state(self, payload_of: Callable[[JobRecord], bytes]) -> QueueState:
+        """Build the whole ``QueueState``; ``payload_of`` resolves each record's payload."""
+        jobs = tuple(record.to_job(payload_of(record)) for record in self.in_order())
+        return QueueState(jobs=jobs, version=self.version)
+
+    # --- transactions ---------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Start journalling changes so that ``rollback`` can undo them."""
+        if self._journal is not None:
+            raise RuntimeError("a transaction is already open")
+        self._journal = []
+
+    def commit(self) -> None:
+        """Keep the changes made since ``begin``."""
+        self._journal = None
+
+    def rollback(self) -> None:
+        """Undo every change made since ``begin``, newest first."""
+        journal, self._journal = self._journal or [], None
+        for undo in reversed(journal):
+            undo()
+
+    # --- decisions: each applies its effects and returns them ------------------------
+
+    def claim(self, entrypoint: str | None, batch_size: int, now: int) -> list[Claimed]:
+        """Claim up to ``batch_size`` queued jobs in priority order (of ``entrypoint`` if given)."""
+        claimed: list[Claimed] = []
+        while len(claimed) < batch_size:
+            heap = self._best_heap(entrypoint)
+            if heap is None:
+                break
+            job_id = heapq.heappop(heap)[3]
+            claimed.append(self._applied(Claimed(job_id, now)))
+        return claimed
+
+    def remove(self, job_id: str) -> Removed:
+        """Remove a job in any status (an ack)."""
+        self._require(job_id)
+        return self._applied(Removed(job_id))
+
+    def requeue(self, job_id: str) -> Requeued:
+        """Put a job back in the queue (a nack)."""
+        self._require(job_id)
+        return self._applied(Requeued(job_id))
+
+    def beat(self, job_id: str, now: int) -> list[Beat]:
+        """Move a claimed job's heartbeat to ``now``; nothing for a job in another status."""
+        if self._require(job_id).status is not JobStatus.IN_PROGRESS:
+            return []
+        return [self._applied(Beat(job_id, now))]
+
+    def requeue_stale(self, cutoff: int) -> list[Requeued]:
+        """Requeue the claimed jobs whose heartbeat is older than ``cutoff`` (or missing)."""
+        requeued: list[Requeued] = []
+        heap = self._claimed
+        while heap:
+            heartbeat_key, job_id = heap[0]
+            if not self._claimed_entry_live(heap[0]):
+                heapq.heappop(heap)
+            elif heartbeat_key < cutoff:
+                heapq.heappop(heap)
+                requeued.append(self._applied(Requeued(job_id)))
+            else:
+                break
+        return requeued
+
+    # --- replay ---------------------------------------------------------------------
+
+    def apply(self, effect: Effect) -> None:
+        """Apply one resolved effect (from this process or replayed from storage).
+
+        Raises
+        ------
+        ValueError
+            If the effect does not fit the state (a log that does not replay).
+        """
+        match effect:
+            case Added():
+                self._add(effect)
+            case Claimed(job_id, at):
+                record = self._existing(job_id, effect)
+                if record.status is not JobStatus.QUEUED:
+                    raise ValueError(f"{effect} claims a job that is {record.status}")
+                self._update(record, JobStatus.IN_PROGRESS, at)
+            case Requeued(job_id):
+                self._update(self._existing(job_id, effect), JobStatus.QUEUED, None)
+            case Beat(job_id, at):
+                record = self._existing(job_id, effect)
+                self._update(record, record.status, at)
+            case Removed(job_id):
+                self._remove(self._existing(job_id, effect))
+
+    def apply_all(self, effects: Iterable[Effect]) -> None:
+        """Apply effects in order."""
+        for effect in effects:
+            self.apply(effect)
+
+    # --- internals ------------------------------------------------------------------
+
+    def _applied(self, effect: E) -> E:
+        self.apply(effect)
+        return effect
+
+    def _require(self, job_id: str) -> JobRecord:
+        record = self.records.get(job_id)
+        if record is None:
+            raise JobNotFoundError(job_id)
+        return record
+
+    def _existing(self, job_id: str, effect: Effect) -> JobRecord:
+        record = self.records.get(job_id)
+        if record is None:
+            raise ValueError(f"{effect} refers to a job that is not in the queue")
+        return record
+
+    def _record_undo(self, undo: Callable[[], None]) -> None:
+        if self._journal is not None:
+            self._journal.append(undo)
+
+    def _add(self, added: Added) -> None:
+        if added.job_id in self.records:
+            raise ValueError(f"{added.job_id} is added twice")
+        record = JobRecord(added, self._next_order)
+        self._next_order += 1
+        self._insert(record)
+
+        def undo() -> None:
+            self._delete(record)
+            self._next_order -= 1
+
+        self._record_undo(undo)
+
+    def _remove(self, record: JobRecord) -> None:
+        self._delete(record)
+        self._record_undo(lambda: self._insert(record))
+
+    def _update(self, record: JobRecord, status: JobStatus, heartbeat: int | None) -> None:
+        before = (record.status, record.heartbeat)
+        record.status, record.heartbeat = status, heartbeat
+        self._push(record)
+
+        def undo() -> None:
+            record.status, record.heartbeat = before
+            self._push(record)
+
+        self._record_undo(undo)
+
+    def _insert(self, record: JobRecord) -> None:
+        self.records[record.id] = record
+        if isinstance(record.payload, PayloadRef):
+            self.segment_refs[record.payload.segment] += 1
+        self._push(record)
+
+    def _delete(self, record: JobRecord) -> None:
+        del self.records[record.id]
+        if isinstance(record.payload, PayloadRef):
+            segment = record.payload.segment
+            self.segment_refs[segment] -= 1
+            if self.segment_refs[segment] <= 0:
+                del self.segment_refs[segment]
+
+    def _push(self, record: JobRecord) -> None:
+        if record.status is JobStatus.QUEUED:
+            entry = (record.priority, record.created, record.order, record.id)
+            heapq.heappush(self._queued.setdefault(record.entrypoint, []), entry)
+        elif record.status is JobStatus.IN_PROGRESS:
+            key = _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat
+            heapq.heappush(self._claimed, (key, record.id))
+
+    def _queued_entry_live(self, entry: QueuedEntry) -> bool:
+        record = self.records.get(entry[3])
+        return record is not None and record.status is JobStatus.QUEUED and record.order == entry[2]
+
+    def _claimed_entry_live(self, entry: ClaimedEntry) -> bool:
+        record = self.records.get(entry[1])
+        if record is None or record.status is not JobStatus.IN_PROGRESS:
+            return False
+        return entry[0] == (_NO_HEARTBEAT if record.heartbeat is None else record.heartbeat)
+
+    def _clean_top(self, entrypoint: str) -> list[QueuedEntry] | None:
+        heap = self._queued.get(entrypoint)
+        while heap and not self._queued_entry_live(heap[0]):
+            heapq.heappop(heap)
+        if not heap:
+            self._queued.pop(entrypoint, None)
+            return None
+        return heap
+
+    def _best_heap(self, entrypoint: str | None) -> list[QueuedEntry] | None:
+        if entrypoint is not None:
+            return self._clean_top(entrypoint)
+        best: list[QueuedEntry] | None = None
+        for name in list(self._queued):
+            heap = self._clean_top(name)
+            if heap is not None and (best is None or heap[0] < best[0]):
+                best = heap
+        return best

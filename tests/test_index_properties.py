@@ -1,0 +1,119 @@
+"""``QueueIndex`` against the pure ``QueueState`` transitions, with rollbacks at random points."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from jqueue import Job, JobNotFoundError, QueueState
+from jqueue.domain.effects import Added, to_micros
+from jqueue.domain.index import JobRecord, QueueIndex
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+ENTRYPOINTS = st.sampled_from(["email", "sms", "push"])
+
+
+def snapshot(state: QueueState) -> list[dict[str, object]]:
+    return [job.model_dump() for job in state.jobs]
+
+
+def in_memory_payload(record: JobRecord) -> bytes:
+    assert isinstance(record.payload, bytes)
+    return record.payload
+
+
+class IndexAgainstStates(RuleBasedStateMachine):
+    """Every operation runs on a ``QueueState`` and on a ``QueueIndex``; they must agree."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = QueueState()
+        self.index = QueueIndex()
+        self.clock = T0
+        self.in_transaction: QueueState | None = None
+
+    def now(self, advance: bool) -> datetime:
+        # The clock often stands still, so equal priorities and times need the insertion order.
+        if advance:
+            self.clock += timedelta(seconds=1)
+        return self.clock
+
+    @rule(entrypoint=ENTRYPOINTS, priority=st.integers(-1, 1), advance=st.booleans())
+    def enqueue(self, entrypoint: str, priority: int, advance: bool) -> None:
+        job = Job(entrypoint=entrypoint, payload=b"p", priority=priority, created_at=self.now(advance))
+        self.state = self.state.with_job_added(job)
+        created = to_micros(job.created_at)
+        self.index.apply(Added(job.id, entrypoint, priority, created, job.status, None, job.payload))
+
+    @rule(entrypoint=st.one_of(st.none(), ENTRYPOINTS), batch=st.integers(1, 3), advance=st.booleans())
+    def claim(self, entrypoint: str | None, batch: int, advance: bool) -> None:
+        now = self.now(advance)
+        self.state, jobs = self.state.with_jobs_claimed(entrypoint, batch, now)
+        effects = self.index.claim(entrypoint, batch, to_micros(now))
+        assert [e.job_id for e in effects] == [j.id for j in jobs]
+
+    @precondition(lambda self: bool(self.state.jobs))
+    @rule(data=st.data(), action=st.sampled_from(["ack", "nack", "heartbeat"]))
+    def act_on_existing(self, data: st.DataObject, action: str) -> None:
+        job_id = data.draw(st.sampled_from([j.id for j in self.state.jobs]))
+        if action == "ack":
+            self.state = self.state.with_job_removed(job_id)
+            self.index.remove(job_id)
+        elif action == "nack":
+            self.state = self.state.with_job_requeued(job_id)
+            self.index.requeue(job_id)
+        else:
+            now = self.now(True)
+            before = self.state
+            self.state = self.state.with_heartbeat(job_id, now)
+            assert bool(self.index.beat(job_id, to_micros(now))) == (self.state is not before)
+
+    @rule(job_id=st.uuids().map(str), action=st.sampled_from(["remove", "requeue", "beat"]))
+    def act_on_unknown(self, job_id: str, action: str) -> None:
+        calls = {
+            "remove": lambda: self.index.remove(job_id),
+            "requeue": lambda: self.index.requeue(job_id),
+            "beat": lambda: self.index.beat(job_id, 0),
+        }
+        with pytest.raises(JobNotFoundError):
+            calls[action]()
+
+    @rule(age=st.integers(0, 4))
+    def sweep(self, age: int) -> None:
+        cutoff = self.clock - timedelta(seconds=age)
+        count = self.state.stale_count(cutoff)
+        self.state = self.state.requeue_stale(cutoff)
+        assert len(self.index.requeue_stale(to_micros(cutoff))) == count
+
+    @precondition(lambda self: self.in_transaction is None)
+    @rule()
+    def begin(self) -> None:
+        self.index.begin()
+        self.in_transaction = self.state
+
+    @precondition(lambda self: self.in_transaction is not None)
+    @rule(keep=st.booleans())
+    def end(self, keep: bool) -> None:
+        assert self.in_transaction is not None
+        if keep:
+            self.index.commit()
+        else:
+            self.index.rollback()
+            self.state = self.in_transaction
+        self.in_transaction = None
+
+    @invariant()
+    def index_equals_state(self) -> None:
+        assert snapshot(self.index.to_state(in_memory_payload)) == snapshot(self.state)
+        assert len(self.index) == len(self.state.jobs)
+
+    @invariant()
+    def rebuilt_index_equals_state(self) -> None:
+        rebuilt = QueueIndex.from_state(self.state)
+        assert snapshot(rebuilt.to_state(in_memory_payload)) == snapshot(self.state)
+
+
+TestIndexAgainstStates = IndexAgainstStates.TestCase
