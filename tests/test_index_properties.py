@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pytest
 from hypothesis import strategies as st
@@ -73,13 +75,13 @@ class IndexAgainstStates(RuleBasedStateMachine):
 
     @rule(job_id=st.uuids().map(str), action=st.sampled_from(["remove", "requeue", "beat"]))
     def act_on_unknown(self, job_id: str, action: str) -> None:
-        calls = {
-            "remove": lambda: self.index.remove(job_id),
-            "requeue": lambda: self.index.requeue(job_id),
-            "beat": lambda: self.index.beat(job_id, 0),
-        }
+        call: Callable[[], object] = {
+            "remove": partial(self.index.remove, job_id),
+            "requeue": partial(self.index.requeue, job_id),
+            "beat": partial(self.index.beat, job_id, 0),
+        }[action]
         with pytest.raises(JobNotFoundError):
-            calls[action]()
+            call()
 
     @rule(age=st.integers(0, 4))
     def sweep(self, age: int) -> None:
