@@ -75,11 +75,12 @@ class IndexAgainstStates(RuleBasedStateMachine):
 
     @rule(job_id=st.uuids().map(str), action=st.sampled_from(["remove", "requeue", "beat"]))
     def act_on_unknown(self, job_id: str, action: str) -> None:
-        call: Callable[[], object] = {
+        calls: dict[str, Callable[[], object]] = {
             "remove": partial(self.index.remove, job_id),
             "requeue": partial(self.index.requeue, job_id),
             "beat": partial(self.index.beat, job_id, 0),
-        }[action]
+        }
+        call = calls[action]
         with pytest.raises(JobNotFoundError):
             call()
 
