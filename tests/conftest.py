@@ -7,13 +7,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aioboto3
 import pytest
 import pytest_asyncio
 
-from jqueue import GCSStorage, InMemoryStorage, LocalFileSystemStorage, ObjectStoragePort, S3Storage
+from jqueue import GCSStorage, InMemoryStorage, Layout, LocalFileSystemStorage, ObjectStoragePort, S3Storage
 from servers import GCSEndpoint, S3Endpoint, fake_gcs_server, moto_server, seaweedfs_server
 
 BACKENDS = ["memory", "file", "s3-moto", "s3-seaweedfs", "gcs"]
@@ -138,9 +138,16 @@ class CountingStorage:
 
 
 QUEUE_KINDS = ["direct", "broker"]
+LAYOUTS = ["single", "log"]
 
 
 @pytest.fixture(params=QUEUE_KINDS)
 def queue_kind(request: pytest.FixtureRequest) -> str:
     """Each queue implementation in turn."""
     return str(request.param)
+
+
+@pytest.fixture(params=LAYOUTS)
+def layout(request: pytest.FixtureRequest) -> Layout:
+    """Each storage layout in turn."""
+    return cast(Layout, request.param)

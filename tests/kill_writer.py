@@ -1,22 +1,29 @@
-"""Commits jobs to a file queue forever, printing each id once committed (run by test_crash.py).
+"""Commits jobs to a file queue forever, printing each id once committed (run by test_processes.py).
 
-Usage: python kill_writer.py PATH
+Usage: python kill_writer.py PATH LAYOUT
+
+On the log layout it checkpoints every 20 commits and compacts with a one-second retention,
+so kills land in checkpoints and compactions too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import timedelta
 
-from jqueue import DirectQueue, LocalFileSystemStorage
+from jqueue import DirectQueue, LocalFileSystemStorage, LogSettings
+from jqueue.core.layout import Layout
 
 
-async def run(path: str) -> None:
-    async with DirectQueue(LocalFileSystemStorage(path)) as q:
+async def run(path: str, layout: Layout) -> None:
+    settings = LogSettings(checkpoint_every=20, retention=timedelta(seconds=1))
+    async with DirectQueue(LocalFileSystemStorage(path), layout=layout, log=settings) as q:
         while True:
             job = await q.enqueue("work", b"x" * 4096)
             print(job.id, flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(run(sys.argv[1]))
+    path, layout = sys.argv[1:3]
+    asyncio.run(run(path, "log" if layout == "log" else "single"))

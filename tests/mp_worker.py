@@ -1,10 +1,12 @@
 """One of several processes sharing a queue (run by test_multiprocess.py).
 
-Usage: python mp_worker.py URL INDEX JOBS PROCESSES OUTDIR
+Usage: python mp_worker.py URL INDEX JOBS PROCESSES OUTDIR LAYOUT
 
 Enqueues JOBS jobs tagged with INDEX while three consumers claim and ack jobs of
 any process, until every process has produced and the queue is empty. Writes each
-claim as "job_id payload" to OUTDIR/claims-INDEX.txt.
+claim as "job_id payload" to OUTDIR/claims-INDEX.txt. On the log layout every
+process checkpoints every 50 commits and compacts with a one-second retention, so checkpoints
+and compaction race the other processes' commits.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from jqueue import BrokerQueue, storage_from_url
+from jqueue import BrokerQueue, LogSettings, storage_from_url
+from jqueue.core.layout import Layout
+
+STRESS = LogSettings(checkpoint_every=50, retention=timedelta(seconds=1))
 
 
-async def run(url: str, index: int, jobs: int, processes: int, outdir: Path) -> None:
+async def run(url: str, index: int, jobs: int, processes: int, outdir: Path, layout: Layout) -> None:
     claims: list[str] = []
-    async with BrokerQueue(storage_from_url(url), stale_timeout=timedelta(hours=1)) as q:
+    storage = storage_from_url(url)
+    async with BrokerQueue(storage, stale_timeout=timedelta(hours=1), layout=layout, log=STRESS) as q:
 
         async def produce() -> None:
             for start in range(0, jobs, 25):
@@ -49,5 +55,7 @@ async def run(url: str, index: int, jobs: int, processes: int, outdir: Path) -> 
 
 
 if __name__ == "__main__":
-    url, index, jobs, processes, outdir = sys.argv[1:6]
-    asyncio.run(run(url, int(index), int(jobs), int(processes), Path(outdir)))
+    url, index, jobs, processes, outdir, layout = sys.argv[1:7]
+    asyncio.run(
+        run(url, int(index), int(jobs), int(processes), Path(outdir), "log" if layout == "log" else "single")
+    )

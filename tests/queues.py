@@ -8,6 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 from jqueue import BrokerQueue, DirectQueue, ObjectStoragePort
+from jqueue.core.log_codec import ENTRY_PREFIX
+from jqueue.ports.storage import KeyedStoragePort
 
 
 @contextlib.asynccontextmanager
@@ -21,3 +23,10 @@ async def open_queue(
     else:
         async with BrokerQueue(storage, stale_timeout=stale_timeout, **options) as broker:
             yield broker
+
+
+async def log_entries(storage: ObjectStoragePort) -> list[str]:
+    """The names of the log entries beside ``storage``'s main object (none for a plain port)."""
+    if not isinstance(storage, KeyedStoragePort):
+        return []
+    return await storage.list_names(ENTRY_PREFIX)

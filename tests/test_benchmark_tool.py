@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "benchmark_storage.py"
 SCENARIOS = ["enqueue-seq", "enqueue-c10", "enqueue-c50", "dequeue-seq", "mixed-c50"]
@@ -102,9 +104,13 @@ def test_mixed_counts_every_call_and_stays_consistent(tmp_path: Path) -> None:
         assert row["final_queued"] == row["enqueued"] - row["claimed"]
 
 
-def test_latency_wrapper_names_the_backend(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("layout", "writes"), [("single", 5), ("log", 6)])
+def test_latency_wrapper_names_the_backend(tmp_path: Path, layout: str, writes: int) -> None:
+    # Five enqueues are five commits; a new log queue also writes its marker once.
     out = tmp_path / "lat.json"
     result = run_tool(
+        "--layout",
+        layout,
         "--ops",
         "5",
         "--backends",
@@ -124,7 +130,7 @@ def test_latency_wrapper_names_the_backend(tmp_path: Path) -> None:
     _, rows = load_rows(out)
     assert [r["backend"] for r in rows] == ["memory+lat(2/3)"]
     assert rows[0]["verified"] is True
-    assert rows[0]["storage_writes"] == 5
+    assert rows[0]["storage_writes"] == writes
     assert "memory+lat(2/3)" in result.stdout
 
 

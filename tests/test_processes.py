@@ -14,9 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUCKET, s3_env
-from jqueue import LocalFileSystemStorage
-from jqueue.core import codec
+from conftest import BUCKET, s3_env, s3_session
+from jqueue import (
+    DirectQueue,
+    Layout,
+    LocalFileSystemStorage,
+    ObjectStoragePort,
+    QueueState,
+    S3Storage,
+    storage_from_url,
+)
 from servers import S3Endpoint
 
 HERE = Path(__file__).parent
@@ -26,7 +33,7 @@ JOBS_PER_PROCESS = 500
 pytestmark = pytest.mark.slow
 
 
-def run_workers(url: str, outdir: Path, env: dict[str, str]) -> None:
+def run_workers(url: str, outdir: Path, env: dict[str, str], layout: Layout) -> None:
     workers = [
         subprocess.Popen(
             [
@@ -37,6 +44,7 @@ def run_workers(url: str, outdir: Path, env: dict[str, str]) -> None:
                 str(JOBS_PER_PROCESS),
                 str(PROCESSES),
                 str(outdir),
+                layout,
             ],
             env=env,
         )
@@ -60,26 +68,34 @@ def check_claims(outdir: Path) -> None:
     assert len(job_ids) == len(lines) == PROCESSES * JOBS_PER_PROCESS
 
 
-def test_four_processes_share_a_file_queue(tmp_path: Path) -> None:
+async def final_state(storage: ObjectStoragePort, layout: Layout) -> QueueState:
+    async with DirectQueue(storage, layout=layout) as q:
+        return await q.read_state()
+
+
+async def test_four_processes_share_a_file_queue(tmp_path: Path, layout: Layout) -> None:
     url = (tmp_path / "queue.json").as_uri()
-    run_workers(url, tmp_path, dict(os.environ))
+    run_workers(url, tmp_path, dict(os.environ), layout)
     check_claims(tmp_path)
-    assert codec.decode((tmp_path / "queue.json").read_bytes()).jobs == ()
+    assert (await final_state(storage_from_url(url), layout)).jobs == ()
 
 
-def test_four_processes_share_an_s3_queue(tmp_path: Path, moto: S3Endpoint) -> None:
-    url = f"s3://{BUCKET}/mp-{uuid.uuid4().hex}.json?endpoint_url={moto.url}&region={moto.region}"
-    run_workers(url, tmp_path, s3_env(moto))
+async def test_four_processes_share_an_s3_queue(tmp_path: Path, moto: S3Endpoint, layout: Layout) -> None:
+    key = f"mp-{uuid.uuid4().hex}.json"
+    url = f"s3://{BUCKET}/{key}?endpoint_url={moto.url}&region={moto.region}"
+    run_workers(url, tmp_path, s3_env(moto), layout)
     check_claims(tmp_path)
+    storage = S3Storage(BUCKET, key, endpoint_url=moto.url, region_name=moto.region, session=s3_session(moto))
+    assert (await final_state(storage, layout)).jobs == ()
 
 
-async def test_a_writer_killed_mid_commit_leaves_a_whole_state(tmp_path: Path) -> None:
+async def test_a_writer_killed_mid_commit_leaves_a_whole_state(tmp_path: Path, layout: Layout) -> None:
     path = tmp_path / "queue.json"
     committed: set[str] = set()
     rng = random.Random(7)
     for _ in range(10):
         writer = await asyncio.create_subprocess_exec(
-            sys.executable, str(HERE / "kill_writer.py"), str(path), stdout=asyncio.subprocess.PIPE
+            sys.executable, str(HERE / "kill_writer.py"), str(path), layout, stdout=asyncio.subprocess.PIPE
         )
         assert writer.stdout is not None
         await writer.stdout.readline()
@@ -87,8 +103,6 @@ async def test_a_writer_killed_mid_commit_leaves_a_whole_state(tmp_path: Path) -
         writer.send_signal(signal.SIGKILL)
         out, _ = await writer.communicate()
         committed.update(out.decode().split())
-        content, etag = await LocalFileSystemStorage(path).read()
-        state = codec.decode(content, str(path))
-        assert etag is not None
+        state = await final_state(LocalFileSystemStorage(path), layout)
         assert committed <= {j.id for j in state.jobs}
     assert len(committed) > 10

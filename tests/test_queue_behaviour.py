@@ -18,13 +18,13 @@ from jqueue import (
     PayloadTooLargeError,
 )
 from jqueue.core import codec
-from queues import open_queue
+from queues import log_entries, open_queue
 
 
-async def test_enqueue_commits_a_queued_job(backend: Backend, queue_kind: str) -> None:
+async def test_enqueue_commits_a_queued_job(backend: Backend, queue_kind: str, layout: str) -> None:
     storage, _ = backend.new()
     before = datetime.now(UTC)
-    async with open_queue(queue_kind, storage) as q:
+    async with open_queue(queue_kind, storage, layout=layout) as q:
         job = await q.enqueue("send_email", b"\x00\xffbinary", priority=3)
         state = await q.read_state()
     assert job.status is JobStatus.QUEUED
@@ -37,9 +37,11 @@ async def test_enqueue_commits_a_queued_job(backend: Backend, queue_kind: str) -
     assert state.version == 1
 
 
-async def test_dequeue_claims_in_priority_then_age_order(backend: Backend, queue_kind: str) -> None:
+async def test_dequeue_claims_in_priority_then_age_order(
+    backend: Backend, queue_kind: str, layout: str
+) -> None:
     storage, _ = backend.new()
-    async with open_queue(queue_kind, storage) as q:
+    async with open_queue(queue_kind, storage, layout=layout) as q:
         low = await q.enqueue("work", b"low", priority=5)
         first = await q.enqueue("work", b"first", priority=0)
         second = await q.enqueue("work", b"second", priority=0)
@@ -54,18 +56,18 @@ async def test_dequeue_claims_in_priority_then_age_order(backend: Backend, queue
     assert state.queued_jobs() == ()
 
 
-async def test_dequeue_filters_by_entrypoint(backend: Backend, queue_kind: str) -> None:
+async def test_dequeue_filters_by_entrypoint(backend: Backend, queue_kind: str, layout: str) -> None:
     storage, _ = backend.new()
-    async with open_queue(queue_kind, storage) as q:
+    async with open_queue(queue_kind, storage, layout=layout) as q:
         email = await q.enqueue("email", b"e")
         sms = await q.enqueue("sms", b"s")
         assert [j.id for j in await q.dequeue("sms")] == [sms.id]
         assert [j.id for j in await q.dequeue()] == [email.id]
 
 
-async def test_ack_nack_and_heartbeat(backend: Backend, queue_kind: str) -> None:
+async def test_ack_nack_and_heartbeat(backend: Backend, queue_kind: str, layout: str) -> None:
     storage, _ = backend.new()
-    async with open_queue(queue_kind, storage) as q:
+    async with open_queue(queue_kind, storage, layout=layout) as q:
         job = await q.enqueue("work", b"x")
         [claimed] = await q.dequeue()
         assert claimed.heartbeat_at is not None
@@ -89,18 +91,18 @@ async def test_ack_nack_and_heartbeat(backend: Backend, queue_kind: str) -> None
             assert raised.value.job_id == job.id
 
 
-async def test_empty_dequeue_does_not_write(backend: Backend, queue_kind: str) -> None:
+async def test_empty_dequeue_does_not_write(backend: Backend, queue_kind: str, layout: str) -> None:
     storage, _ = backend.new()
-    async with open_queue(queue_kind, storage) as q:
+    async with open_queue(queue_kind, storage, layout=layout) as q:
         await q.enqueue("work", b"x")
-        before = await storage.read()
+        before = await storage.read(), await log_entries(storage)
         assert await q.dequeue("other") == []
-        assert await storage.read() == before
+        assert (await storage.read(), await log_entries(storage)) == before
 
 
-async def test_payload_limit_has_its_own_error(backend: Backend, queue_kind: str) -> None:
+async def test_payload_limit_has_its_own_error(backend: Backend, queue_kind: str, layout: str) -> None:
     storage, _ = backend.new()
-    async with open_queue(queue_kind, storage, max_payload_bytes=100) as q:
+    async with open_queue(queue_kind, storage, max_payload_bytes=100, layout=layout) as q:
         await q.enqueue("work", b"x" * 100)
         with pytest.raises(PayloadTooLargeError) as raised:
             await q.enqueue("work", b"x" * 101)
@@ -108,11 +110,13 @@ async def test_payload_limit_has_its_own_error(backend: Backend, queue_kind: str
         assert len((await q.read_state()).jobs) == 1
 
 
-async def test_corrupt_state_is_reported_and_left_alone(backend: Backend, queue_kind: str) -> None:
+async def test_corrupt_state_is_reported_and_left_alone(
+    backend: Backend, queue_kind: str, layout: str
+) -> None:
     storage, _ = backend.new()
     garbage = b'{"not": "a queue"}'
     await storage.write(garbage)
-    async with open_queue(queue_kind, storage) as q:
+    async with open_queue(queue_kind, storage, layout=layout) as q:
         with pytest.raises(CorruptStateError) as raised:
             await q.enqueue("work", b"x")
         assert raised.value.location == getattr(storage, "url", None)
@@ -121,7 +125,9 @@ async def test_corrupt_state_is_reported_and_left_alone(backend: Backend, queue_
     assert (await storage.read())[0] == garbage
 
 
-async def test_state_written_by_the_original_jqueue_is_read(backend: Backend, queue_kind: str) -> None:
+async def test_state_written_by_the_original_jqueue_is_read(
+    backend: Backend, queue_kind: str, layout: str
+) -> None:
     storage, _ = backend.new()
     legacy = b"""{
   "version": 7,
@@ -138,21 +144,29 @@ async def test_state_written_by_the_original_jqueue_is_read(backend: Backend, qu
   ]
 }"""
     await storage.write(legacy)
-    async with open_queue(queue_kind, storage) as q:
+    async with open_queue(queue_kind, storage, layout=layout) as q:
         [job] = await q.dequeue()
         assert job.id == "550e8400-e29b-41d4-a716-446655440000"
         assert job.payload == b'{"to": "user@example.com"}'
         assert job.created_at == datetime(2024, 1, 1, 12, tzinfo=UTC)
         state = await q.read_state()
-    assert state.version == 8
-    assert codec.decode((await storage.read())[0]) == state
+    assert state.find(job.id) == job
+    if layout == "single":
+        assert state.version == 8
+        assert codec.decode((await storage.read())[0]) == state
+    else:  # migrated: the main object is now the log's marker
+        with pytest.raises(CorruptStateError, match="log"):
+            codec.decode((await storage.read())[0])
+        assert await log_entries(storage) != []
 
 
-async def test_a_second_handle_sees_the_first_ones_writes(backend: Backend, queue_kind: str) -> None:
+async def test_a_second_handle_sees_the_first_ones_writes(
+    backend: Backend, queue_kind: str, layout: str
+) -> None:
     storage, name = backend.new()
     async with (
-        open_queue(queue_kind, storage) as producer,
-        open_queue(queue_kind, backend.handle(name)) as worker,
+        open_queue(queue_kind, storage, layout=layout) as producer,
+        open_queue(queue_kind, backend.handle(name), layout=layout) as worker,
     ):
         assert await worker.dequeue() == []
         job = await producer.enqueue("work", b"x")
@@ -165,26 +179,28 @@ async def test_a_second_handle_sees_the_first_ones_writes(backend: Backend, queu
         assert (await producer.read_state()).jobs == ()
 
 
-async def test_concurrent_queues_on_a_new_object_lose_nothing(backend: Backend, queue_kind: str) -> None:
+async def test_concurrent_queues_on_a_new_object_lose_nothing(
+    backend: Backend, queue_kind: str, layout: str
+) -> None:
     _, name = backend.new()
     handles = [backend.handle(name) for _ in range(5)]
 
     async def produce(index: int) -> None:
-        async with open_queue(queue_kind, handles[index]) as q:
+        async with open_queue(queue_kind, handles[index], layout=layout) as q:
             for n in range(4):
                 await q.enqueue("work", f"{index}-{n}".encode())
 
     await asyncio.gather(*(produce(i) for i in range(5)))
-    async with open_queue(queue_kind, handles[0]) as q:
+    async with open_queue(queue_kind, handles[0], layout=layout) as q:
         state = await q.read_state()
     assert sorted(j.payload for j in state.jobs) == sorted(
         f"{i}-{n}".encode() for i in range(5) for n in range(4)
     )
 
 
-async def test_stale_jobs_are_requeued(backend: Backend, queue_kind: str) -> None:
+async def test_stale_jobs_are_requeued(backend: Backend, queue_kind: str, layout: str) -> None:
     storage, _ = backend.new()
-    async with open_queue(queue_kind, storage, stale_timeout=timedelta(milliseconds=50)) as q:
+    async with open_queue(queue_kind, storage, stale_timeout=timedelta(milliseconds=50), layout=layout) as q:
         job = await q.enqueue("work", b"x")
         [claimed] = await q.dequeue()
         assert claimed.id == job.id

@@ -60,6 +60,7 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import socket
 import sys
 import tempfile
@@ -81,6 +82,8 @@ from jqueue import (
     InMemoryStorage,
     Job,
     JobStatus,
+    KeyedStoragePort,
+    Layout,
     LocalFileSystemStorage,
     ObjectStoragePort,
     QueueState,
@@ -227,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to write the JSON results; parent directories are created (default: %(default)s)",
     )
     parser.add_argument(
+        "--layout",
+        choices=("single", "log"),
+        default="log",
+        help="storage layout of every queue (default: %(default)s)",
+    )
+    parser.add_argument(
         "--repeat",
         type=_bounded_int(1),
         default=1,
@@ -257,6 +266,8 @@ class Settings:
         The JSON output file.
     repeat : int
         Runs per combination.
+    layout : {"single", "log"}
+        Storage layout of every queue.
     """
 
     backends: list[str]
@@ -269,6 +280,7 @@ class Settings:
     directory: Path | None
     json_path: Path
     repeat: int
+    layout: Layout = "log"
 
     @property
     def has_latency(self) -> bool:
@@ -300,6 +312,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         directory=ns.dir,
         json_path=ns.json,
         repeat=ns.repeat,
+        layout=ns.layout,
     )
 
 
@@ -366,6 +379,43 @@ class InstrumentedStorage:
         except CASConflictError:
             self.counters.conflicts += 1
             raise
+
+    def _keyed(self) -> KeyedStoragePort:
+        if not isinstance(self.inner, KeyedStoragePort):
+            raise TypeError(f"{self.url} has no keyed operations")
+        return self.inner
+
+    async def get(self, name: str) -> bytes | None:
+        """Sleep ``get_latency_ms``, then get a named object."""
+        self.counters.reads += 1
+        if self.get_delay:
+            await asyncio.sleep(self.get_delay)
+        return await self._keyed().get(name)
+
+    async def create(self, name: str, content: bytes) -> None:
+        """Sleep ``put_latency_ms``, then create a named object."""
+        self.counters.writes += 1
+        if self.put_delay:
+            await asyncio.sleep(self.put_delay)
+        try:
+            await self._keyed().create(name, content)
+        except CASConflictError:
+            self.counters.conflicts += 1
+            raise
+
+    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
+        """Sleep ``get_latency_ms``, then list named objects."""
+        self.counters.reads += 1
+        if self.get_delay:
+            await asyncio.sleep(self.get_delay)
+        return await self._keyed().list_names(prefix, start_after)
+
+    async def delete(self, name: str) -> None:
+        """Sleep ``put_latency_ms``, then delete a named object."""
+        self.counters.writes += 1
+        if self.put_delay:
+            await asyncio.sleep(self.put_delay)
+        await self._keyed().delete(name)
 
     async def __aenter__(self) -> InstrumentedStorage:
         if isinstance(self.inner, AbstractAsyncContextManager):
@@ -488,6 +538,7 @@ class Backend:
         if isinstance(storage, LocalFileSystemStorage):
             for path in (storage.path, storage.path.with_name(storage.path.name + ".lock")):
                 path.unlink(missing_ok=True)
+            shutil.rmtree(storage.namespace, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------
@@ -611,21 +662,23 @@ async def _mixed(queue: QueueOperations, tally: Tally, ops: int, callers: int, p
     await asyncio.gather(*(caller() for _ in range(callers)))
 
 
-async def _prefill(storage: ObjectStoragePort, ops: int, payload: bytes) -> list[str]:
+async def _prefill(storage: ObjectStoragePort, ops: int, payload: bytes, layout: Layout) -> list[str]:
     """Put ``ops`` jobs into the queue quickly: a broker folds concurrent enqueues into few commits."""
-    async with BrokerQueue(storage, max_payload_bytes=None) as broker:
+    async with BrokerQueue(storage, max_payload_bytes=None, layout=layout) as broker:
         jobs = await asyncio.gather(*(broker.enqueue(ENTRYPOINT, payload) for _ in range(ops)))
     return [job.id for job in jobs]
 
 
 @contextlib.asynccontextmanager
-async def _open_queue(kind: str, storage: ObjectStoragePort) -> AsyncIterator[QueueOperations]:
+async def _open_queue(
+    kind: str, storage: ObjectStoragePort, layout: Layout
+) -> AsyncIterator[QueueOperations]:
     """Open a ``DirectQueue`` or ``BrokerQueue`` on ``storage`` for the duration of the block."""
     if kind == "direct":
-        async with DirectQueue(storage, max_payload_bytes=None) as direct:
+        async with DirectQueue(storage, max_payload_bytes=None, layout=layout) as direct:
             yield direct
     elif kind == "broker":
-        async with BrokerQueue(storage, max_payload_bytes=None) as broker:
+        async with BrokerQueue(storage, max_payload_bytes=None, layout=layout) as broker:
             yield broker
     else:
         raise ValueError(f"unknown queue {kind!r}")
@@ -784,14 +837,14 @@ async def run_once(settings: Settings, backend: Backend, queue_kind: str, scenar
     try:
         prefilled: list[str] = []
         if scenario == "dequeue-seq":
-            prefilled = await _prefill(base, settings.ops, payload)
+            prefilled = await _prefill(base, settings.ops, payload, settings.layout)
         storage = InstrumentedStorage(base, settings.get_latency_ms, settings.put_latency_ms)
         tally = Tally()
-        async with _open_queue(queue_kind, storage) as queue:
+        async with _open_queue(queue_kind, storage, settings.layout) as queue:
             start = time.perf_counter()
             await _run_scenario(scenario, queue, tally, settings.ops, payload)
             seconds = time.perf_counter() - start
-        async with DirectQueue(base) as reader:
+        async with DirectQueue(base, layout=settings.layout) as reader:
             state = await reader.read_state()
     finally:
         backend.discard(base)
@@ -961,6 +1014,7 @@ def metadata(settings: Settings, argv: Sequence[str], wall_seconds: float) -> di
             "put_latency_ms": settings.put_latency_ms,
             "dir": None if settings.directory is None else str(settings.directory),
             "repeat": settings.repeat,
+            "layout": settings.layout,
         },
     }
 

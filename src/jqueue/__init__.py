@@ -1,7 +1,9 @@
 """jqueue: a broker-less asyncio job queue on object storage.
 
-The whole queue state is one object on S3, GCS, a local file or memory, committed
-with compare-and-swap. ``BrokerQueue`` folds concurrent calls into one commit;
+A queue lives on S3, GCS, a local file or memory and is committed with
+compare-and-swap: by default as a log of immutable entries with checkpoints (a flat
+cost per operation at any depth), or as the documented single object that holds the
+whole state. ``BrokerQueue`` folds concurrent calls into one commit;
 ``DirectQueue`` commits each call on its own. ``S3Storage`` and ``GCSStorage`` are
 imported on first use, so their extras are needed only when used.
 """
@@ -17,6 +19,8 @@ from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
 from jqueue.core.group_commit import GroupCommitLoop
 from jqueue.core.heartbeat import HeartbeatManager
+from jqueue.core.layout import Layout
+from jqueue.core.settings import LogSettings
 from jqueue.domain.errors import (
     CASConflictError,
     CorruptStateError,
@@ -28,7 +32,7 @@ from jqueue.domain.errors import (
     StorageError,
 )
 from jqueue.domain.models import Job, JobStatus, QueueState
-from jqueue.ports.storage import ObjectStoragePort
+from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 if TYPE_CHECKING:
     from jqueue.adapters.storage.gcs import GCSStorage
@@ -64,7 +68,10 @@ __all__ = [
     "Job",
     "JobNotFoundError",
     "JobStatus",
+    "KeyedStoragePort",
+    "Layout",
     "LocalFileSystemStorage",
+    "LogSettings",
     "ObjectStoragePort",
     "PayloadTooLargeError",
     "QueueClosedError",

@@ -20,7 +20,10 @@ from typing import Annotated
 
 import msgspec
 
+from jqueue.core.log_codec import decode_marker
+from jqueue.domain.effects import from_micros
 from jqueue.domain.errors import CorruptStateError
+from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, JobStatus, QueueState
 
 _AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -63,6 +66,18 @@ def encode(state: QueueState, commit_id: str | None = None) -> bytes:
     return _encoder.encode(wire)
 
 
+def encode_index(index: QueueIndex, version: int, commit_id: str) -> bytes:
+    """Serialise every job of an index (payloads in memory) as a state at ``version``."""
+    jobs = []
+    for r in index.in_order():
+        if not isinstance(r.payload, bytes):
+            raise ValueError(f"payload of {r.id} is not in memory")
+        heartbeat = None if r.heartbeat is None else from_micros(r.heartbeat)
+        created = from_micros(r.created)
+        jobs.append(_WireJob(r.id, r.entrypoint, r.payload, r.status, r.priority, created, heartbeat))
+    return _encoder.encode(_WireState(version=version, jobs=jobs, commit=commit_id))
+
+
 def decode(data: bytes, location: str = "<bytes>") -> QueueState:
     """Deserialise JSON bytes to a state; empty bytes are an empty queue.
 
@@ -76,6 +91,10 @@ def decode(data: bytes, location: str = "<bytes>") -> QueueState:
     try:
         wire = _decoder.decode(data)
     except msgspec.DecodeError as exc:
+        if decode_marker(data)[0]:
+            raise CorruptStateError(
+                location, "this queue uses the log-structured layout; open it with layout 'auto' or 'log'"
+            ) from exc
         raise CorruptStateError(location, str(exc)) from exc
     jobs = tuple(
         Job.model_construct(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from types import TracebackType
 
+from jqueue.core.layout import Layout
 from jqueue.core.operations import DEFAULT_MAX_PAYLOAD_BYTES, Operation, QueueOperations, T
 from jqueue.core.retry import RetryPolicy
-from jqueue.core.store import StateStore, StorageUse
-from jqueue.domain.models import QueueState
+from jqueue.core.settings import LogSettings
+from jqueue.domain.index import QueueIndex
 from jqueue.ports.storage import ObjectStoragePort
 
 
@@ -21,11 +22,16 @@ class DirectQueue(QueueOperations):
     Parameters
     ----------
     storage : ObjectStoragePort
-        Where the state lives.
+        Where the queue lives.
     max_retries : int
         Conflicting commits retried before ``CASConflictError`` reaches the caller.
     max_payload_bytes : int or None
         Largest payload ``enqueue`` accepts; None for no limit.
+    layout : {"auto", "log", "single"}
+        Storage layout: keep what exists and start new queues as a log (``"auto"``),
+        migrate to or insist on the log (``"log"``), or the documented single object.
+    log : LogSettings or None
+        Checkpoint, retention and cache settings of the log layout.
     """
 
     def __init__(
@@ -34,29 +40,23 @@ class DirectQueue(QueueOperations):
         max_retries: int = 10,
         *,
         max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
+        layout: Layout = "auto",
+        log: LogSettings | None = None,
     ) -> None:
-        self.storage = storage
+        super().__init__(storage, RetryPolicy(max_retries=max_retries), layout, max_payload_bytes, log)
         self.max_retries = max_retries
-        self.max_payload_bytes = max_payload_bytes
-        self._store = StateStore(storage, RetryPolicy(max_retries=max_retries))
         self._turn = asyncio.Lock()
-        self._storage_use = StorageUse(storage)
 
     async def _execute(self, operation: Operation[T]) -> T:
         answers: list[T] = []
 
-        def transition(state: QueueState) -> QueueState:
-            new_state, answer = operation(state)
-            answers[:] = [answer]
-            return new_state
+        def transition(index: QueueIndex) -> None:
+            answers[:] = [operation(index)]
 
         async with self._turn:
-            await self._store.apply(transition)
+            store = await self._opened_store()
+            await store.apply(transition)
         return answers[0]
-
-    async def read_state(self) -> QueueState:
-        """Return a fresh snapshot of the queue straight from storage."""
-        return (await self._store.read()).state
 
     async def __aenter__(self) -> DirectQueue:
         await self._storage_use.__aenter__()
@@ -65,4 +65,7 @@ class DirectQueue(QueueOperations):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._storage_use.__aexit__(exc_type, exc, tb)
+        try:
+            await self._opener.close()
+        finally:
+            await self._storage_use.__aexit__(exc_type, exc, tb)

@@ -9,11 +9,14 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
 
+from jqueue.core.layout import Layout
 from jqueue.core.operations import DEFAULT_MAX_PAYLOAD_BYTES, Operation, QueueOperations, T
 from jqueue.core.retry import RetryPolicy
-from jqueue.core.store import StateStore, StorageUse
+from jqueue.core.settings import LogSettings
+from jqueue.domain.effects import to_micros
 from jqueue.domain.errors import QueueClosedError
-from jqueue.domain.models import QueueState, utc_now
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.models import utc_now
 from jqueue.ports.storage import ObjectStoragePort
 
 logger = logging.getLogger("jqueue")
@@ -44,6 +47,11 @@ class GroupCommitLoop(QueueOperations):
         Conflicting commits retried before the batch fails with ``CASConflictError``.
     max_payload_bytes : int or None
         Largest payload ``enqueue`` accepts; None for no limit.
+    layout : {"auto", "log", "single"}
+        Storage layout: keep what exists and start new queues as a log (``"auto"``),
+        migrate to or insist on the log (``"log"``), or the documented single object.
+    log : LogSettings or None
+        Checkpoint, retention and cache settings of the log layout.
     """
 
     def __init__(
@@ -53,12 +61,11 @@ class GroupCommitLoop(QueueOperations):
         *,
         max_retries: int = 20,
         max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
+        layout: Layout = "auto",
+        log: LogSettings | None = None,
     ) -> None:
-        self.storage = storage
+        super().__init__(storage, RetryPolicy(max_retries=max_retries), layout, max_payload_bytes, log)
         self.stale_timeout = stale_timeout
-        self.max_payload_bytes = max_payload_bytes
-        self._store = StateStore(storage, RetryPolicy(max_retries=max_retries))
-        self._storage_use = StorageUse(storage)
         self._pending: list[_Pending] = []
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -81,6 +88,7 @@ class GroupCommitLoop(QueueOperations):
         self._wakeup.set()
         try:
             await self._task
+            await self._opener.close()
         finally:
             self._task = None
             await self._storage_use.__aexit__(None, None, None)
@@ -93,10 +101,6 @@ class GroupCommitLoop(QueueOperations):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
-
-    async def read_state(self) -> QueueState:
-        """Return a fresh snapshot of the queue straight from storage, outside the write pipeline."""
-        return (await self._store.read()).state
 
     async def _execute(self, operation: Operation[T]) -> T:
         if self._task is None or self._stopping:
@@ -120,20 +124,20 @@ class GroupCommitLoop(QueueOperations):
     async def _commit_batch(self, batch: list[_Pending]) -> None:
         outcomes: list[tuple[bool, Any]] = []
 
-        def transition(state: QueueState) -> QueueState:
+        def transition(index: QueueIndex) -> None:
             outcomes.clear()
-            state = state.requeue_stale(utc_now() - self.stale_timeout)
+            index.requeue_stale(to_micros(utc_now() - self.stale_timeout))
             for pending in batch:
                 try:
-                    state, answer = pending.operation(state)
+                    answer = pending.operation(index)
                 except Exception as exc:
                     outcomes.append((False, exc))
                 else:
                     outcomes.append((True, answer))
-            return state
 
         try:
-            await self._store.apply(transition)
+            store = await self._opened_store()
+            await store.apply(transition)
         except Exception as exc:
             logger.warning("group commit of %d operations failed: %r", len(batch), exc)
             outcomes[:] = [(False, exc)] * len(batch)

@@ -1,8 +1,9 @@
-"""The queue operations, written once for every commit strategy.
+"""The queue operations, written once for every commit strategy and layout.
 
-Each public call becomes an ``Operation``: a pure function from a state to the next
-state and the caller's answer. A queue class decides only how operations reach
-storage (``_execute``): one commit per call, or many folded into one.
+Each public call becomes an ``Operation``: a function that decides the call's
+effects on the queue index (applying them) and returns the caller's answer. A queue
+class decides only how operations reach the store (``_execute``): one commit per
+call, or many folded into one.
 """
 
 from __future__ import annotations
@@ -12,11 +13,18 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
 
+from jqueue.core.layout import Layout, StoreOpener
+from jqueue.core.retry import RetryPolicy
+from jqueue.core.settings import LogSettings
+from jqueue.core.store import CommitStore, StorageUse
+from jqueue.domain.effects import Added, to_micros
 from jqueue.domain.errors import PayloadTooLargeError
+from jqueue.domain.index import QueueIndex, job_from
 from jqueue.domain.models import Job, QueueState, utc_now
+from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")
-Operation = Callable[[QueueState], tuple[QueueState, T]]
+Operation = Callable[[QueueIndex], T]
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 
@@ -24,15 +32,29 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 class QueueOperations(ABC):
     """The documented queue API on top of an abstract ``_execute``."""
 
-    max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES
+    def __init__(
+        self,
+        storage: ObjectStoragePort,
+        retry: RetryPolicy,
+        layout: Layout,
+        max_payload_bytes: int | None,
+        log: LogSettings | None,
+    ) -> None:
+        self.storage = storage
+        self.max_payload_bytes = max_payload_bytes
+        self._opener = StoreOpener(storage, retry, layout, log or LogSettings())
+        self._storage_use = StorageUse(storage)
 
     @abstractmethod
     async def _execute(self, operation: Operation[T]) -> T:
         """Apply ``operation`` to the newest state, commit it, and return its answer."""
 
-    @abstractmethod
+    async def _opened_store(self) -> CommitStore:
+        return await self._opener.store()
+
     async def read_state(self) -> QueueState:
-        """Return a fresh snapshot of the queue straight from storage."""
+        """Return a fresh snapshot of the whole queue straight from storage."""
+        return await (await self._opened_store()).read_state()
 
     async def enqueue(self, entrypoint: str, payload: bytes, priority: int = 0) -> Job:
         """Add a job; returns it once it is durably committed.
@@ -46,7 +68,13 @@ class QueueOperations(ABC):
         if limit is not None and len(payload) > limit:
             raise PayloadTooLargeError(len(payload), limit)
         job = Job.new(entrypoint, payload, priority)
-        return await self._execute(lambda state: (state.with_job_added(job), job))
+        added = Added(job.id, entrypoint, priority, to_micros(job.created_at), job.status, None, job.payload)
+
+        def operation(index: QueueIndex) -> Job:
+            index.apply(added)
+            return job
+
+        return await self._execute(operation)
 
     async def dequeue(self, entrypoint: str | None = None, *, batch_size: int = 1) -> list[Job]:
         """Claim up to ``batch_size`` queued jobs (of ``entrypoint``, if given), best priority first.
@@ -55,7 +83,16 @@ class QueueOperations(ABC):
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        return await self._execute(lambda state: state.with_jobs_claimed(entrypoint, batch_size, utc_now()))
+
+        def operation(index: QueueIndex) -> list[Added]:
+            claims = index.claim(entrypoint, batch_size, to_micros(utc_now()))
+            return [index.records[claim.job_id].as_added() for claim in claims]
+
+        claimed = await self._execute(operation)
+        if not claimed:
+            return []
+        payloads = await (await self._opened_store()).payloads([snapshot.payload for snapshot in claimed])
+        return [job_from(snapshot, payload) for snapshot, payload in zip(claimed, payloads, strict=True)]
 
     async def ack(self, job_id: str) -> None:
         """Remove a finished job.
@@ -65,21 +102,28 @@ class QueueOperations(ABC):
         JobNotFoundError
             If the job is not in the queue (for example, acked already).
         """
-        await self._execute(lambda state: (state.with_job_removed(job_id), None))
+
+        def operation(index: QueueIndex) -> None:
+            index.remove(job_id)
+
+        await self._execute(operation)
 
     async def nack(self, job_id: str) -> None:
         """Put a claimed job back in the queue."""
-        await self._execute(lambda state: (state.with_job_requeued(job_id), None))
+
+        def operation(index: QueueIndex) -> None:
+            index.requeue(job_id)
+
+        await self._execute(operation)
 
     async def heartbeat(self, job_id: str) -> None:
         """Record that the worker on ``job_id`` is alive."""
-        await self._execute(lambda state: (state.with_heartbeat(job_id, utc_now()), None))
+
+        def operation(index: QueueIndex) -> None:
+            index.beat(job_id, to_micros(utc_now()))
+
+        await self._execute(operation)
 
     async def requeue_stale(self, timeout: timedelta) -> int:  # noqa: ASYNC109  (documented name)
         """Requeue in-progress jobs with no heartbeat for ``timeout``; returns how many."""
-
-        def operation(state: QueueState) -> tuple[QueueState, int]:
-            cutoff = utc_now() - timeout
-            return state.requeue_stale(cutoff), state.stale_count(cutoff)
-
-        return await self._execute(operation)
+        return await self._execute(lambda index: len(index.requeue_stale(to_micros(utc_now() - timeout))))

@@ -1,29 +1,32 @@
-"""The commit seam: how a queue reads its state and commits a new one.
+"""The commit seam: how a queue applies operations to the newest state and commits them.
 
-``StateStore`` is the only code that talks to an ``ObjectStoragePort`` on behalf of
-the queues. It keeps the snapshot it last read or committed, applies a pure
-transition to it and commits the result with compare-and-swap. It re-reads only
-when a write conflicts, or when a transition changed nothing (an empty dequeue, an
-unknown job) on a snapshot this call has not verified, since a stale snapshot could
-make that answer wrong. A storage layout other than one whole-state object replaces
-this class and nothing above it.
+``CommitStore`` holds the queue as a ``QueueIndex`` and runs the one commit loop
+every layout shares: apply a transition inside an index transaction, commit its
+effects, and on a lost race roll back, catch up with storage and try again. It
+catches up only when a write conflicts, or when a transition failed or changed
+nothing on a state this call has not verified (an unknown job, an empty dequeue),
+since a stale state could make that answer wrong. A layout supplies ``refresh``,
+``_commit`` and ``payloads``; nothing above this module knows which layout is used.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from types import TracebackType
 
 from jqueue.core import codec
 from jqueue.core.retry import RetryPolicy
+from jqueue.domain.effects import Effect, Payload
 from jqueue.domain.errors import CASConflictError
+from jqueue.domain.index import QueueIndex, job_from
 from jqueue.domain.models import QueueState
 from jqueue.ports.storage import ObjectStoragePort
 
-Transition = Callable[[QueueState], QueueState]
+Transition = Callable[[QueueIndex], None]
 
 
 def describe(storage: ObjectStoragePort) -> str:
@@ -53,21 +56,13 @@ class StorageUse:
             await self._storage.__aexit__(exc_type, exc, tb)
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """A decoded state and the etag it was read or written at (None: no object yet)."""
-
-    state: QueueState
-    etag: str | None
-
-
-class StateStore:
-    """Whole-state snapshots committed with compare-and-swap.
+class CommitStore(ABC):
+    """A queue's state in memory and the commit loop that keeps it in step with storage.
 
     Parameters
     ----------
     storage : ObjectStoragePort
-        The backend holding the state object.
+        The backend.
     retry : RetryPolicy
         How often and how patiently to retry a conflicting commit.
     """
@@ -76,65 +71,135 @@ class StateStore:
         self.storage = storage
         self.retry = retry
         self.location = describe(storage)
-        self._cached: Snapshot | None = None
+        self.index = QueueIndex()
+        self._loaded = False
+        self._turn = asyncio.Lock()  # a refresh must never run inside another call's transaction
 
-    async def read(self) -> Snapshot:
-        """Read and decode the current state from storage, and remember it."""
-        content, etag = await self.storage.read()
-        self._cached = Snapshot(codec.decode(content, self.location), etag)
-        return self._cached
+    @abstractmethod
+    async def refresh(self) -> None:
+        """Bring ``index`` up to date with storage."""
 
-    async def apply(self, transition: Transition) -> QueueState:
-        """Commit ``transition`` applied to the newest state, retrying on conflict.
+    @abstractmethod
+    async def _commit(self, effects: Sequence[Effect]) -> None:
+        """Durably commit ``effects``, already applied to ``index`` on top of its version.
 
-        ``transition`` may run several times and must be pure apart from recording
-        its outcome. Returns the committed state, or the unchanged verified state
-        when the transition changed nothing. Exceptions raised by the transition
-        on a verified state propagate.
+        Raises ``CASConflictError`` when another writer committed first.
+        """
+
+    def needs_refresh(self) -> bool:
+        """Whether the state in memory must be refreshed before the next commit."""
+        return not self._loaded
+
+    @abstractmethod
+    async def payloads(self, payloads: Sequence[Payload]) -> list[bytes]:
+        """Return the bytes of each payload, fetching those kept in storage."""
+
+    async def close(self) -> None:  # noqa: B027  (most layouts have nothing to close)
+        """Finish background work; the default has none."""
+
+    async def read_state(self) -> QueueState:
+        """Catch up with storage and return the whole state."""
+        async with self._turn:
+            await self.refresh()
+            self._loaded = True
+            records = self.index.in_order()
+            version = self.index.version
+            snapshots = [record.as_added() for record in records]
+        payloads = await self.payloads([snapshot.payload for snapshot in snapshots])
+        jobs = tuple(job_from(s, p) for s, p in zip(snapshots, payloads, strict=True))
+        return QueueState(jobs=jobs, version=version)
+
+    async def apply(self, transition: Transition) -> None:
+        """Apply ``transition`` to the newest state and commit its effects, retrying on conflict.
+
+        ``transition`` may run several times and must record its outcome each time.
+        An exception it raises on a verified state propagates, with nothing changed.
 
         Raises
         ------
         CASConflictError
             When every retry lost its race.
         """
-        snapshot, verified = self._cached, False
+        async with self._turn:
+            await self._apply(transition)
+
+    async def _apply(self, transition: Transition) -> None:
+        verified = False
+        if self.needs_refresh():
+            await self.refresh()
+            self._loaded = verified = True
         retries = 0
         while True:
-            if snapshot is None:
-                snapshot, verified = await self.read(), True
+            index = self.index  # a refresh may replace it
+            index.begin()
             try:
-                new_state = transition(snapshot.state)
+                transition(index)
             except Exception:
+                index.rollback()
                 if verified:
                     raise
-                snapshot = None
+                await self.refresh()
+                verified = True
                 continue
-            if new_state is snapshot.state:
+            effects = index.pending_effects
+            if not effects:
+                index.commit()
                 if verified:
-                    return new_state
-                snapshot = None
+                    return
+                await self.refresh()
+                verified = True
                 continue
             try:
-                return await self._commit(snapshot, new_state)
+                await self._commit(effects)
             except CASConflictError:
+                index.rollback()
                 retries += 1
                 if retries > self.retry.max_retries:
                     raise
                 await self.retry.wait(retries)
-                snapshot, verified = self._cached, True
+                await self.refresh()
+                verified = True
+                continue
+            except BaseException:
+                index.rollback()
+                raise
+            index.commit()
+            return
 
-    async def _commit(self, base: Snapshot, new_state: QueueState) -> QueueState:
-        new_state = new_state.with_version(base.state.version + 1)
-        content = codec.encode(new_state, commit_id=uuid.uuid4().hex)
+
+class SingleObjectStore(CommitStore):
+    """The documented layout: the whole state in one object, replaced with compare-and-swap."""
+
+    def __init__(self, storage: ObjectStoragePort, retry: RetryPolicy) -> None:
+        super().__init__(storage, retry)
+        self._etag: str | None = None
+        self._read_back: tuple[bytes, str | None] | None = None
+
+    async def refresh(self) -> None:
+        """Read and decode the whole object (or use the copy a lost write just read back)."""
+        content, etag = self._read_back or await self.storage.read()
+        self._read_back = None
+        self.index = QueueIndex.from_state(codec.decode(content, self.location))
+        self._etag = etag
+
+    async def _commit(self, effects: Sequence[Effect]) -> None:
+        version = self.index.version + 1
+        content = codec.encode_index(self.index, version, commit_id=uuid.uuid4().hex)
         try:
-            etag = await self.storage.write(content, if_match=base.etag)
+            etag = await self.storage.write(content, if_match=self._etag)
         except CASConflictError:
             current, current_etag = await self.storage.read()
             if current != content or current_etag is None:
-                self._cached = Snapshot(codec.decode(current, self.location), current_etag)
+                self._read_back = (current, current_etag)
                 raise
             # The object holds this very commit (its id is unique): a retried request
             # whose first attempt had landed. The write succeeded.
             etag = current_etag
-        self._cached = Snapshot(new_state, etag)
-        return new_state
+        self.index.version = version
+        self._etag = etag
+
+    async def payloads(self, payloads: Sequence[Payload]) -> list[bytes]:
+        """Every payload of this layout is in memory."""
+        if not all(isinstance(p, bytes) for p in payloads):
+            raise ValueError("the single-object layout keeps every payload in memory")
+        return [p for p in payloads if isinstance(p, bytes)]

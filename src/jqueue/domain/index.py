@@ -55,22 +55,29 @@ class JobRecord:
         self.order = order
 
     def as_added(self) -> Added:
-        """Return the effect that would add this job as it is now."""
+        """Return an immutable snapshot of this job as it is now (the effect that would add it)."""
         return Added(
             self.id, self.entrypoint, self.priority, self.created, self.status, self.heartbeat, self.payload
         )
 
-    def to_job(self, payload: bytes) -> Job:
-        """Return the public ``Job`` for this record, with its payload bytes."""
-        return Job.model_construct(
-            id=self.id,
-            entrypoint=self.entrypoint,
-            payload=payload,
-            status=self.status,
-            priority=self.priority,
-            created_at=from_micros(self.created),
-            heartbeat_at=None if self.heartbeat is None else from_micros(self.heartbeat),
-        )
+
+def job_from(snapshot: Added, payload: bytes) -> Job:
+    """Return the public ``Job`` for a record snapshot, with its payload bytes."""
+    return Job.model_construct(
+        id=snapshot.job_id,
+        entrypoint=snapshot.entrypoint,
+        payload=payload,
+        status=snapshot.status,
+        priority=snapshot.priority,
+        created_at=from_micros(snapshot.created),
+        heartbeat_at=None if snapshot.heartbeat is None else from_micros(snapshot.heartbeat),
+    )
+
+
+def _in_memory(payload: Payload) -> bytes:
+    if not isinstance(payload, bytes):
+        raise ValueError(f"payload {payload} is not in memory")
+    return payload
 
 
 class QueueIndex:
@@ -92,6 +99,7 @@ class QueueIndex:
         self._queued: dict[str, list[QueuedEntry]] = {}
         self._claimed: list[ClaimedEntry] = []
         self._journal: list[Callable[[], None]] | None = None
+        self.pending_effects: list[Effect] = []
 
     # --- building and viewing -------------------------------------------------------
 
@@ -107,6 +115,38 @@ class QueueIndex:
         index.version = state.version
         return index
 
+    @classmethod
+    def loaded(cls, records: Iterable[tuple[Added, int]], version: int) -> QueueIndex:
+        """Build an index from record snapshots and their insertion order numbers (a checkpoint)."""
+        index = cls()
+        for added, order in records:
+            record = JobRecord(added, order)
+            if record.id in index.records:
+                raise ValueError(f"{record.id} appears twice")
+            index.records[record.id] = record
+            if isinstance(record.payload, PayloadRef):
+                index.segment_refs[record.payload.segment] += 1
+            if record.status is JobStatus.QUEUED:
+                entry = (record.priority, record.created, order, record.id)
+                index._queued.setdefault(record.entrypoint, []).append(entry)
+            elif record.status is JobStatus.IN_PROGRESS:
+                key = _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat
+                index._claimed.append((key, record.id))
+            index._next_order = max(index._next_order, order + 1)
+        for heap in index._queued.values():
+            heapq.heapify(heap)
+        heapq.heapify(index._claimed)
+        index.version = version
+        return index
+
+    def move_payload(self, job_id: str, ref: PayloadRef) -> None:
+        """Record that a job's payload is now kept in storage at ``ref`` (not journalled)."""
+        record = self.records.get(job_id)
+        if record is None or not isinstance(record.payload, bytes):
+            return
+        record.payload = ref
+        self.segment_refs[ref.segment] += 1
+
     def __len__(self) -> int:
         return len(self.records)
 
@@ -118,9 +158,9 @@ class QueueIndex:
         """Return every record in insertion order (the order of ``QueueState.jobs``)."""
         return sorted(self.records.values(), key=lambda record: record.order)
 
-    def to_state(self, payload_of: Callable[[JobRecord], bytes]) -> QueueState:
-        """Build the whole ``QueueState``; ``payload_of`` resolves each record's payload."""
-        jobs = tuple(record.to_job(payload_of(record)) for record in self.in_order())
+    def to_state(self) -> QueueState:
+        """Build the whole ``QueueState``; every payload must be in memory."""
+        jobs = tuple(job_from(r.as_added(), _in_memory(r.payload)) for r in self.in_order())
         return QueueState(jobs=jobs, version=self.version)
 
     # --- transactions ---------------------------------------------------------------
@@ -130,14 +170,17 @@ class QueueIndex:
         if self._journal is not None:
             raise RuntimeError("a transaction is already open")
         self._journal = []
+        self.pending_effects = []
 
     def commit(self) -> None:
         """Keep the changes made since ``begin``."""
         self._journal = None
+        self.pending_effects = []
 
     def rollback(self) -> None:
         """Undo every change made since ``begin``, newest first."""
         journal, self._journal = self._journal or [], None
+        self.pending_effects = []
         for undo in reversed(journal):
             undo()
 
@@ -195,6 +238,8 @@ class QueueIndex:
         ValueError
             If the effect does not fit the state (a log that does not replay).
         """
+        if self._journal is not None:
+            self.pending_effects.append(effect)
         match effect:
             case Added():
                 self._add(effect)

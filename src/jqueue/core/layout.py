@@ -1,0 +1,128 @@
+"""Choosing a queue's storage layout when it is first used, and migrating to the log.
+
+``"auto"`` (the default) keeps what is there: an existing single-object state stays
+in that layout, a queue already in the log layout stays there, and a new queue on a
+backend with keyed operations (all four built-in adapters) starts as a log. A
+backend with only ``read``/``write`` always uses the single object. ``"log"``
+migrates an existing single-object state; ``"single"`` insists on the documented
+layout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Literal
+
+from jqueue.core import codec
+from jqueue.core.log_codec import BASE_PREFIX, decode_marker, encode_entry, encode_marker
+from jqueue.core.log_store import LogStore
+from jqueue.core.retry import RetryPolicy
+from jqueue.core.settings import LogSettings
+from jqueue.core.store import CommitStore, SingleObjectStore, describe
+from jqueue.domain.effects import Added, to_micros
+from jqueue.domain.errors import CASConflictError, CorruptStateError
+from jqueue.domain.models import QueueState, utc_now
+from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
+
+Layout = Literal["auto", "log", "single"]
+LAYOUTS: tuple[Layout, ...] = ("auto", "log", "single")
+
+
+class StoreOpener:
+    """Opens a queue's store on first use, choosing (and if asked, migrating) its layout.
+
+    Parameters
+    ----------
+    storage : ObjectStoragePort
+        The backend.
+    retry : RetryPolicy
+        Commit retries, for the store.
+    layout : {"auto", "log", "single"}
+        Which layout to use; see the module documentation.
+    settings : LogSettings
+        Settings of the log layout.
+    """
+
+    def __init__(self, storage: ObjectStoragePort, retry: RetryPolicy, layout: Layout, settings: LogSettings):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        self.storage = storage
+        self.retry = retry
+        self.layout = layout
+        self.settings = settings
+        self._store: CommitStore | None = None
+        self._opening = asyncio.Lock()
+
+    async def store(self) -> CommitStore:
+        """Return the store, opening it on the first call."""
+        if self._store is None:
+            async with self._opening:
+                if self._store is None:
+                    self._store = await self._open()
+        return self._store
+
+    async def close(self) -> None:
+        """Let the store finish its background work."""
+        if self._store is not None:
+            await self._store.close()
+
+    async def _open(self) -> CommitStore:
+        storage, location = self.storage, describe(self.storage)
+        if not isinstance(storage, KeyedStoragePort):
+            if self.layout == "log":
+                raise TypeError(f"{location}: the log layout needs get, create, list_names and delete")
+            return SingleObjectStore(storage, self.retry)
+        while True:
+            content, etag = await storage.read()
+            if etag is None and self.layout != "single":
+                try:
+                    await storage.write(encode_marker(), if_match=None)
+                except CASConflictError:
+                    continue  # another process created the queue first: look again
+                return await self._log_store(storage, None)
+            is_log, base = decode_marker(content)
+            if is_log:
+                if self.layout == "single":
+                    raise CorruptStateError(location, "this queue uses the log layout, not 'single'")
+                return await self._log_store(storage, base)
+            state = codec.decode(content, location)
+            if self.layout != "log":
+                return SingleObjectStore(storage, self.retry)
+            assert etag is not None
+            migrated_base = await _migrate(storage, state, etag)
+            if migrated_base is not None:
+                return await self._log_store(storage, migrated_base)
+
+    async def _log_store(self, storage: KeyedStoragePort, base: str | None) -> LogStore:
+        store = LogStore(storage, self.retry, self.settings, base)
+        await store.refresh()
+        return store
+
+
+async def _migrate(storage: KeyedStoragePort, state: QueueState, etag: str) -> str | None:
+    """Move a single-object state into a log; returns the base object's name, or None on a lost race.
+
+    The jobs go to an immutable base object first; replacing the main object with a
+    marker that names it (compare-and-swap on ``etag``) is the one step that decides.
+    """
+    name = f"{BASE_PREFIX}{uuid.uuid4().hex}"
+    effects = [
+        Added(
+            job.id,
+            job.entrypoint,
+            job.priority,
+            to_micros(job.created_at),
+            job.status,
+            None if job.heartbeat_at is None else to_micros(job.heartbeat_at),
+            job.payload,
+        )
+        for job in state.jobs
+    ]
+    await storage.create(name, encode_entry(0, uuid.uuid4().hex, to_micros(utc_now()), effects))
+    try:
+        await storage.write(encode_marker(name), if_match=etag)
+    except CASConflictError:
+        await storage.delete(name)
+        return None
+    return name

@@ -1,0 +1,195 @@
+"""The log-structured layout: choosing it, migrating to it, its request costs, checkpoints,
+compaction and damaged entries."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from conftest import Backend, CountingStorage
+from jqueue import (
+    BrokerQueue,
+    CorruptStateError,
+    DirectQueue,
+    InMemoryStorage,
+    JobStatus,
+    KeyedStoragePort,
+    LocalFileSystemStorage,
+    LogSettings,
+)
+from jqueue.core import codec
+from jqueue.core.log_codec import CHECKPOINT_PREFIX, ENTRY_PREFIX, decode_marker, entry_name
+from queues import log_entries
+
+
+class KeyedCounter:
+    """Wraps a keyed storage and counts every request by kind."""
+
+    def __init__(self, inner: KeyedStoragePort) -> None:
+        self.inner = inner
+        self.url = getattr(inner, "url", "counting")
+        self.calls: Counter[str] = Counter()
+
+    async def read(self) -> tuple[bytes, str | None]:
+        self.calls["read"] += 1
+        return await self.inner.read()
+
+    async def write(self, content: bytes, if_match: str | None = None) -> str:
+        self.calls["write"] += 1
+        return await self.inner.write(content, if_match)
+
+    async def get(self, name: str) -> bytes | None:
+        self.calls["get"] += 1
+        return await self.inner.get(name)
+
+    async def create(self, name: str, content: bytes) -> None:
+        self.calls["create"] += 1
+        await self.inner.create(name, content)
+
+    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
+        self.calls["list"] += 1
+        return await self.inner.list_names(prefix, start_after)
+
+    async def delete(self, name: str) -> None:
+        self.calls["delete"] += 1
+        await self.inner.delete(name)
+
+
+def keyed(backend: Backend) -> tuple[KeyedStoragePort, str]:
+    storage, name = backend.new()
+    assert isinstance(storage, KeyedStoragePort)
+    return storage, name
+
+
+async def test_a_new_queue_on_a_builtin_backend_is_a_log(backend: Backend) -> None:
+    storage, _ = keyed(backend)
+    async with DirectQueue(storage) as q:
+        job = await q.enqueue("work", b"payload")
+    content, _ = await storage.read()
+    assert decode_marker(content) == (True, None)
+    assert await storage.list_names(ENTRY_PREFIX) == [entry_name(1)]
+    async with BrokerQueue(storage) as q:
+        [claimed] = await q.dequeue()
+    assert (claimed.id, claimed.payload) == (job.id, b"payload")
+
+
+async def test_a_plain_two_method_port_keeps_the_single_object() -> None:
+    storage = CountingStorage(InMemoryStorage())
+    async with DirectQueue(storage) as q:
+        await q.enqueue("work", b"x")
+    assert len(codec.decode((await storage.read())[0]).jobs) == 1
+    with pytest.raises(TypeError, match="log layout needs"):
+        await DirectQueue(storage, layout="log").dequeue()
+
+
+async def test_an_existing_single_object_stays_and_can_be_migrated(backend: Backend) -> None:
+    storage, name = keyed(backend)
+    async with DirectQueue(storage, layout="single") as q:
+        claimed_job = await q.enqueue("work", b"claimed", priority=-1)
+        queued_job = await q.enqueue("work", b"queued")
+        await q.dequeue()
+        before = await q.read_state()
+    async with DirectQueue(backend.handle(name)) as auto:
+        assert await auto.read_state() == before
+    assert await log_entries(storage) == []
+
+    async with DirectQueue(backend.handle(name), layout="log") as migrated:
+        after = await migrated.read_state()
+        assert [j.model_dump() for j in after.jobs] == [j.model_dump() for j in before.jobs]
+        [job] = await migrated.dequeue()
+        assert (job.id, job.payload) == (queued_job.id, b"queued")
+        await migrated.ack(claimed_job.id)
+    is_log, base = decode_marker((await storage.read())[0])
+    assert is_log
+    assert base is not None
+
+    with pytest.raises(CorruptStateError, match="log layout"):
+        await DirectQueue(backend.handle(name), layout="single").dequeue()
+    async with DirectQueue(backend.handle(name)) as reopened:
+        state = await reopened.read_state()
+    assert [(j.id, j.status) for j in state.jobs] == [(queued_job.id, JobStatus.IN_PROGRESS)]
+
+
+async def test_racing_migrations_keep_every_job(backend: Backend) -> None:
+    storage, name = keyed(backend)
+    async with DirectQueue(storage, layout="single") as q:
+        jobs = [await q.enqueue("work", str(i).encode()) for i in range(5)]
+
+    async def migrate_and_enqueue(i: int) -> str:
+        async with DirectQueue(backend.handle(name), layout="log") as migrated:
+            return (await migrated.enqueue("work", f"new-{i}".encode())).id
+
+    added = await asyncio.gather(*(migrate_and_enqueue(i) for i in range(3)))
+    async with DirectQueue(backend.handle(name)) as reader:
+        state = await reader.read_state()
+    assert sorted(j.id for j in state.jobs) == sorted([j.id for j in jobs] + list(added))
+
+
+async def test_a_commit_is_one_create_and_an_up_to_date_reader_one_get() -> None:
+    shared = InMemoryStorage(name="costs")
+    writer_storage, reader_storage = KeyedCounter(shared), KeyedCounter(shared)
+    async with DirectQueue(writer_storage) as writer, DirectQueue(reader_storage) as reader:
+        await writer.enqueue("work", b"first")
+        assert await reader.dequeue("none") == []
+        writer_storage.calls.clear()
+        reader_storage.calls.clear()
+        for n in range(5):
+            await writer.enqueue("work", str(n).encode())
+        assert writer_storage.calls == Counter(create=5)
+        assert await reader.dequeue("none") == []  # catches up: five entries, then one miss
+        assert reader_storage.calls == Counter(get=6)
+        reader_storage.calls.clear()
+        assert await reader.dequeue("none") == []
+        assert reader_storage.calls == Counter(get=1)
+
+
+async def test_checkpoints_and_compaction_keep_live_payloads() -> None:
+    storage = InMemoryStorage(name="compaction")
+    settings = LogSettings(checkpoint_every=5, retention=timedelta(seconds=1))
+    async with DirectQueue(storage, log=settings) as q:
+        keeper = await q.enqueue("keep", b"kept payload")
+        for n in range(12):
+            job = await q.enqueue("work", str(n).encode())
+            await q.dequeue("work")
+            await q.ack(job.id)
+        await asyncio.sleep(1.1)
+        for n in range(12):
+            job = await q.enqueue("work", str(n).encode())
+            await q.ack(job.id)
+    checkpoints = await storage.list_names(CHECKPOINT_PREFIX)
+    entries = await storage.list_names(ENTRY_PREFIX)
+    assert len(checkpoints) >= 2
+    assert entry_name(1) in entries, "the entry holding a live job's payload was compacted"
+    assert entry_name(2) not in entries, "an entry of an acked job was kept"
+    async with DirectQueue(storage) as fresh:
+        state = await fresh.read_state()
+        [claimed] = await fresh.dequeue("keep")
+    assert [j.id for j in state.jobs] == [keeper.id]
+    assert claimed.payload == b"kept payload"
+
+
+@pytest.mark.parametrize("damage", [b"{not json", b'{"seq": 99, "commit": "x", "at": 0, "effects": []}', b""])
+async def test_a_damaged_entry_is_reported_with_its_key(damage: bytes) -> None:
+    storage = InMemoryStorage(name="damaged")
+    async with DirectQueue(storage) as q:
+        await q.enqueue("work", b"x")
+        await storage.create(entry_name(2), damage)
+        with pytest.raises(CorruptStateError) as raised:
+            await DirectQueue(storage).read_state()
+    assert raised.value.location == f"memory://damaged.d/{entry_name(2)}"
+    assert await storage.get(entry_name(2)) == damage
+
+
+async def test_an_entry_that_does_not_replay_is_reported(tmp_path: Path) -> None:
+    storage = LocalFileSystemStorage(tmp_path / "queue.json")
+    async with DirectQueue(storage) as q:
+        await q.enqueue("work", b"x")
+    bogus = b'{"seq": 2, "commit": "c", "at": 0, "effects": [["remove", "no-such-job"]]}'
+    await storage.create(entry_name(2), bogus)
+    with pytest.raises(CorruptStateError, match="does not replay") as raised:
+        await DirectQueue(storage).dequeue()
+    assert raised.value.location.endswith(entry_name(2))
