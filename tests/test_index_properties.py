@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from jqueue import Job, JobNotFoundError, QueueState
 from jqueue.domain.effects import Added, to_micros
-from jqueue.domain.index import QueueIndex
+from jqueue.domain.index import IndexSnapshot, QueueIndex
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ENTRYPOINTS = st.sampled_from(["email", "sms", "push"])
@@ -31,6 +31,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
         self.index = QueueIndex()
         self.clock = T0
         self.in_transaction: QueueState | None = None
+        self.frozen: tuple[IndexSnapshot, QueueState] | None = None
 
     def now(self, advance: bool) -> datetime:
         # The clock often stands still, so equal priorities and times need the insertion order.
@@ -102,6 +103,24 @@ class IndexAgainstStates(RuleBasedStateMachine):
             self.index.rollback()
             self.state = self.in_transaction
         self.in_transaction = None
+
+    @precondition(lambda self: self.frozen is None)
+    @rule()
+    def freeze(self) -> None:
+        self.frozen = (self.index.freeze(), self.state)
+
+    @precondition(lambda self: self.frozen is not None)
+    @rule()
+    def read_the_snapshot_and_thaw(self) -> None:
+        assert self.frozen is not None
+        snapshot, then = self.frozen
+        rows = sorted((r.order, r.id, status, heartbeat) for r, status, heartbeat in snapshot.rows())
+        expected = [
+            (j.id, j.status, None if j.heartbeat_at is None else to_micros(j.heartbeat_at)) for j in then.jobs
+        ]
+        assert [row[1:] for row in rows] == expected
+        self.index.thaw()
+        self.frozen = None
 
     @invariant()
     def index_equals_state(self) -> None:

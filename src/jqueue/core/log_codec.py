@@ -22,7 +22,7 @@ import msgspec
 
 from jqueue.domain.effects import Added, Beat, Claimed, Effect, PayloadRef, Removed, Requeued
 from jqueue.domain.errors import CorruptStateError
-from jqueue.domain.index import QueueIndex
+from jqueue.domain.index import IndexSnapshot, QueueIndex
 from jqueue.domain.models import JobStatus
 
 LAYOUT = "jqueue-log/1"
@@ -210,51 +210,25 @@ class _Checkpoint(msgspec.Struct):
 _checkpoint_decoder = msgspec.json.Decoder(_Checkpoint)
 
 
-class CheckpointColumns:
-    """Every live job's metadata in columns, taken from an index between commits."""
-
-    def __init__(self, index: QueueIndex, at: int) -> None:
-        self.seq = index.version
-        self.at = at
-        self.segments: set[int] = set(index.segment_refs)
-        names: dict[str, int] = {}
-        records = list(index.records.values())
-        self.entrypoints = names
-        self.ids = [r.id for r in records]
-        self.entrypoint = [names.setdefault(r.entrypoint, len(names)) for r in records]
-        self.priority = [r.priority for r in records]
-        self.created = [r.created for r in records]
-        self.status = [r.status for r in records]
-        self.heartbeat = [r.heartbeat for r in records]
-        self.order = [r.order for r in records]
-        refs = [_stored(r.id, r.payload) for r in records]
-        self.segment = [ref.segment for ref in refs]
-        self.position = [ref.position for ref in refs]
-
-    def encode(self) -> bytes:
-        """Serialise the columns (safe to run in a worker thread)."""
-        wire = _Checkpoint(
-            LAYOUT,
-            self.seq,
-            self.at,
-            list(self.entrypoints),
-            self.ids,
-            self.entrypoint,
-            self.priority,
-            self.created,
-            self.status,
-            self.heartbeat,
-            self.order,
-            self.segment,
-            self.position,
-        )
-        return msgspec.json.encode(wire)
-
-
-def _stored(job_id: str, payload: object) -> PayloadRef:
-    if not isinstance(payload, PayloadRef):
-        raise ValueError(f"payload of {job_id} is not stored yet")
-    return payload
+def encode_checkpoint(snapshot: IndexSnapshot, at: int) -> bytes:
+    """Serialise every live job of a snapshot in columns (meant for a worker thread)."""
+    names: dict[str, int] = {}
+    wire = _Checkpoint(LAYOUT, snapshot.version, at, [], [], [], [], [], [], [], [], [], [])
+    for record, status, heartbeat in snapshot.rows():
+        ref = record.payload
+        if not isinstance(ref, PayloadRef):
+            raise ValueError(f"payload of {record.id} is not stored yet")
+        wire.ids.append(record.id)
+        wire.entrypoint.append(names.setdefault(record.entrypoint, len(names)))
+        wire.priority.append(record.priority)
+        wire.created.append(record.created)
+        wire.status.append(status)
+        wire.heartbeat.append(heartbeat)
+        wire.order.append(record.order)
+        wire.segment.append(ref.segment)
+        wire.position.append(ref.position)
+    wire.entrypoints = list(names)
+    return msgspec.json.encode(wire)
 
 
 def decode_checkpoint(data: bytes, location: str) -> QueueIndex:

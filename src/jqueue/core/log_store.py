@@ -27,12 +27,12 @@ from collections.abc import Sequence
 from jqueue.core.log_codec import (
     CHECKPOINT_PREFIX,
     ENTRY_PREFIX,
-    CheckpointColumns,
     Entry,
     checkpoint_key,
     checkpoint_name,
     decode_checkpoint,
     decode_entry,
+    encode_checkpoint,
     encode_entry,
     entry_commit_id,
     entry_name,
@@ -44,7 +44,7 @@ from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore
 from jqueue.domain.effects import Added, Effect, Payload, PayloadRef, to_micros
 from jqueue.domain.errors import CASConflictError, CorruptStateError
-from jqueue.domain.index import QueueIndex
+from jqueue.domain.index import IndexSnapshot, QueueIndex
 from jqueue.domain.models import utc_now
 from jqueue.ports.storage import KeyedStoragePort
 
@@ -233,36 +233,42 @@ class LogStore(CommitStore):
 
     def _maybe_checkpoint(self) -> None:
         due = self.index.version - self._checkpoint_seq >= self.settings.checkpoint_every
-        if not due or (self._background is not None and not self._background.done()):
-            return
-        columns = self._snapshot()
-        self._background = asyncio.create_task(self._checkpoint_and_compact(columns))
+        if due and (self._background is None or self._background.done()):
+            snapshot = self._freeze()
+            self._background = asyncio.create_task(self._checkpoint_and_compact(snapshot))
 
-    def _snapshot(self) -> CheckpointColumns:
-        columns = CheckpointColumns(self.index, to_micros(utc_now()))
-        self._checkpoint_seq = columns.seq
-        return columns
+    def _freeze(self) -> tuple[QueueIndex, IndexSnapshot, int]:
+        self._checkpoint_seq = self.index.version
+        return self.index, self.index.freeze(), to_micros(utc_now())
 
-    async def _checkpoint_and_compact(self, columns: CheckpointColumns) -> None:
+    async def _checkpoint_and_compact(self, frozen: tuple[QueueIndex, IndexSnapshot, int]) -> None:
         try:
-            await self._write_checkpoint(columns)
+            segments = await self._write_checkpoint(frozen)
             retention = int(self.settings.retention.total_seconds() * 1_000_000)
-            await self.compact(columns.segments, to_micros(utc_now()) - retention)
+            await self.compact(segments, to_micros(utc_now()) - retention)
         except Exception as exc:
             logger.warning("checkpoint or compaction of %s failed: %r", self.location, exc)
 
-    async def _write_checkpoint(self, columns: CheckpointColumns) -> None:
-        content = await asyncio.to_thread(columns.encode)
+    async def _write_checkpoint(self, frozen: tuple[QueueIndex, IndexSnapshot, int]) -> set[int]:
+        """Encode a frozen snapshot in a thread (commits go on meanwhile) and store it."""
+        index, snapshot, at = frozen
+        try:
+            content = await asyncio.to_thread(encode_checkpoint, snapshot, at)
+        finally:
+            index.thaw()
         with contextlib.suppress(CASConflictError):  # another process wrote the same checkpoint
-            await self.keyed.create(checkpoint_name(columns.seq, columns.at), content)
+            await self.keyed.create(checkpoint_name(snapshot.version, at), content)
+        return snapshot.segments
 
     async def checkpoint(self) -> set[int]:
-        """Write a checkpoint of the state now (between commits); returns the live payload segments."""
+        """Write a checkpoint of the newest state; returns the live payload segments."""
+        if self._background is not None:
+            await self._background
         async with self._turn:
             await self.refresh()
-            columns = self._snapshot()
-        await self._write_checkpoint(columns)
-        return columns.segments
+            self._loaded = True
+            frozen = self._freeze()
+        return await self._write_checkpoint(frozen)
 
     async def compact(self, referenced: set[int], cutoff: int) -> None:
         """Delete what the newest checkpoint taken before ``cutoff`` covers, except live payloads.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 from jqueue.domain.effects import (
@@ -74,6 +74,30 @@ def job_from(snapshot: Added, payload: bytes) -> Job:
     )
 
 
+class IndexSnapshot:
+    """The live jobs of an index at one version, read lazily (see ``QueueIndex.freeze``)."""
+
+    def __init__(
+        self,
+        version: int,
+        records: list[JobRecord],
+        segments: set[int],
+        saved: dict[str, tuple[JobStatus, int | None]],
+    ) -> None:
+        self.version = version
+        self.segments = segments
+        self._records = records
+        self._saved = saved
+
+    def rows(self) -> Iterator[tuple[JobRecord, JobStatus, int | None]]:
+        """Yield each record with its status and heartbeat as of the snapshot."""
+        saved = self._saved
+        for record in self._records:
+            status, heartbeat = record.status, record.heartbeat
+            before = saved.get(record.id)  # looked up after reading: a change saves first
+            yield (record, status, heartbeat) if before is None else (record, *before)
+
+
 def _in_memory(payload: Payload) -> bytes:
     if not isinstance(payload, bytes):
         raise ValueError(f"payload {payload} is not in memory")
@@ -100,6 +124,7 @@ class QueueIndex:
         self._claimed: list[ClaimedEntry] = []
         self._journal: list[Callable[[], None]] | None = None
         self.pending_effects: list[Effect] = []
+        self._frozen: dict[str, tuple[JobStatus, int | None]] | None = None
 
     # --- building and viewing -------------------------------------------------------
 
@@ -162,6 +187,24 @@ class QueueIndex:
         """Build the whole ``QueueState``; every payload must be in memory."""
         jobs = tuple(job_from(r.as_added(), _in_memory(r.payload)) for r in self.in_order())
         return QueueState(jobs=jobs, version=self.version)
+
+    # --- consistent snapshots while commits go on -------------------------------------
+
+    def freeze(self) -> IndexSnapshot:
+        """Take a snapshot of the live jobs in O(1) Python steps; ``thaw`` ends it.
+
+        Until then every record change first saves the record's previous status and
+        heartbeat, so ``IndexSnapshot.rows`` (which may run in another thread) sees
+        the state as it was now.
+        """
+        if self._frozen is not None:
+            raise RuntimeError("a snapshot is already being taken")
+        self._frozen = {}
+        return IndexSnapshot(self.version, list(self.records.values()), set(self.segment_refs), self._frozen)
+
+    def thaw(self) -> None:
+        """End the snapshot started by ``freeze``."""
+        self._frozen = None
 
     # --- transactions ---------------------------------------------------------------
 
@@ -302,14 +345,19 @@ class QueueIndex:
 
     def _update(self, record: JobRecord, status: JobStatus, heartbeat: int | None) -> None:
         before = (record.status, record.heartbeat)
-        record.status, record.heartbeat = status, heartbeat
-        self._push(record)
+        self._set(record, status, heartbeat)
 
         def undo() -> None:
-            record.status, record.heartbeat = before
-            self._push(record)
+            self._set(record, *before)
 
         self._record_undo(undo)
+
+    def _set(self, record: JobRecord, status: JobStatus, heartbeat: int | None) -> None:
+        frozen = self._frozen
+        if frozen is not None and record.id not in frozen:
+            frozen[record.id] = (record.status, record.heartbeat)
+        record.status, record.heartbeat = status, heartbeat
+        self._push(record)
 
     def _insert(self, record: JobRecord) -> None:
         self.records[record.id] = record
