@@ -114,7 +114,8 @@ class IndexAgainstStates(RuleBasedStateMachine):
     def read_the_snapshot_and_thaw(self) -> None:
         assert self.frozen is not None
         snapshot, then = self.frozen
-        rows = sorted((r.order, r.id, status, heartbeat) for r, status, heartbeat in snapshot.rows())
+        c = snapshot.columns()
+        rows = sorted(zip(c["order"], c["id"], c["status"], c["heartbeat"], strict=True))
         expected = [
             (j.id, j.status, None if j.heartbeat_at is None else to_micros(j.heartbeat_at)) for j in then.jobs
         ]

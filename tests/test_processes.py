@@ -27,13 +27,12 @@ from jqueue import (
 from servers import S3Endpoint
 
 HERE = Path(__file__).parent
-PROCESSES = 4
 JOBS_PER_PROCESS = 500
 
 pytestmark = pytest.mark.slow
 
 
-def run_workers(url: str, outdir: Path, env: dict[str, str], layout: Layout) -> None:
+def run_workers(url: str, outdir: Path, env: dict[str, str], layout: Layout, processes: int) -> None:
     workers = [
         subprocess.Popen(
             [
@@ -42,30 +41,30 @@ def run_workers(url: str, outdir: Path, env: dict[str, str], layout: Layout) -> 
                 url,
                 str(i),
                 str(JOBS_PER_PROCESS),
-                str(PROCESSES),
+                str(processes),
                 str(outdir),
                 layout,
             ],
             env=env,
         )
-        for i in range(PROCESSES)
+        for i in range(processes)
     ]
     try:
         codes = [w.wait(timeout=300) for w in workers]
     finally:
         for w in workers:
             w.kill()
-    assert codes == [0] * PROCESSES
+    assert codes == [0] * processes
 
 
-def check_claims(outdir: Path) -> None:
-    lines = [line for i in range(PROCESSES) for line in (outdir / f"claims-{i}.txt").read_text().splitlines()]
+def check_claims(outdir: Path, processes: int) -> None:
+    lines = [line for i in range(processes) for line in (outdir / f"claims-{i}.txt").read_text().splitlines()]
     job_ids = Counter(line.split()[0] for line in lines)
     payloads = Counter(line.split()[1] for line in lines)
-    expected = {f"{i}:{n}" for i in range(PROCESSES) for n in range(JOBS_PER_PROCESS)}
+    expected = {f"{i}:{n}" for i in range(processes) for n in range(JOBS_PER_PROCESS)}
     assert set(payloads) == expected
     assert max(payloads.values()) == 1, "a job was claimed twice"
-    assert len(job_ids) == len(lines) == PROCESSES * JOBS_PER_PROCESS
+    assert len(job_ids) == len(lines) == processes * JOBS_PER_PROCESS
 
 
 async def final_state(storage: ObjectStoragePort, layout: Layout) -> QueueState:
@@ -73,18 +72,22 @@ async def final_state(storage: ObjectStoragePort, layout: Layout) -> QueueState:
         return await q.read_state()
 
 
-async def test_four_processes_share_a_file_queue(tmp_path: Path, layout: Layout) -> None:
+@pytest.mark.parametrize("processes", [2, 4])
+async def test_processes_share_a_file_queue(tmp_path: Path, layout: Layout, processes: int) -> None:
     url = (tmp_path / "queue.json").as_uri()
-    run_workers(url, tmp_path, dict(os.environ), layout)
-    check_claims(tmp_path)
+    run_workers(url, tmp_path, dict(os.environ), layout, processes)
+    check_claims(tmp_path, processes)
     assert (await final_state(storage_from_url(url), layout)).jobs == ()
 
 
-async def test_four_processes_share_an_s3_queue(tmp_path: Path, moto: S3Endpoint, layout: Layout) -> None:
+@pytest.mark.parametrize("processes", [2, 4])
+async def test_processes_share_an_s3_queue(
+    tmp_path: Path, moto: S3Endpoint, layout: Layout, processes: int
+) -> None:
     key = f"mp-{uuid.uuid4().hex}.json"
     url = f"s3://{BUCKET}/{key}?endpoint_url={moto.url}&region={moto.region}"
-    run_workers(url, tmp_path, s3_env(moto), layout)
-    check_claims(tmp_path)
+    run_workers(url, tmp_path, s3_env(moto), layout, processes)
+    check_claims(tmp_path, processes)
     storage = S3Storage(BUCKET, key, endpoint_url=moto.url, region_name=moto.region, session=s3_session(moto))
     assert (await final_state(storage, layout)).jobs == ()
 

@@ -143,6 +143,7 @@ async def run_case(backend: str, depth: int, ops: int, broker_calls: int, direct
 
         result["dequeue_ack"] = _summary(await _latencies(ops, dequeue_ack))
     async with BrokerQueue(storage, max_payload_bytes=None) as broker:
+        assert await broker.dequeue("nothing") == []  # opens the queue before the clock starts
         result["broker_c50_calls_per_s"] = round(await _broker_cycles(broker, 50, broker_calls))
     result["peak_rss_mib"] = round(_peak_rss_mib(), 1)
     return result

@@ -15,12 +15,23 @@ Times are integer microseconds since the Unix epoch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import gc
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
 
-from jqueue.domain.effects import Added, Beat, Claimed, Effect, PayloadRef, Removed, Requeued
+from jqueue.domain.effects import (
+    Added,
+    Beat,
+    Claimed,
+    Effect,
+    Removed,
+    Requeued,
+    columns_from_refs,
+    payload_ref,
+    refs_from_columns,
+)
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import IndexSnapshot, QueueIndex
 from jqueue.domain.models import JobStatus
@@ -151,7 +162,7 @@ def encode_entry(seq: int, commit_id: str, at: int, effects: Sequence[Effect]) -
 
 
 def decode_entry(data: bytes, seq: int, location: str) -> Entry:
-    """Deserialise log entry ``seq``; added jobs get ``PayloadRef(seq, position)`` payloads.
+    """Deserialise log entry ``seq``; added jobs get ``payload_ref(seq, position)`` payloads.
 
     Raises
     ------
@@ -169,7 +180,7 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
     for item in wire.effects:
         match item:
             case _Add(job_id, entrypoint, priority, created, status, heartbeat, payload):
-                ref = PayloadRef(seq, len(payloads))
+                ref = payload_ref(seq, len(payloads))
                 payloads.append(payload)
                 effects.append(Added(job_id, entrypoint, priority, created, status, heartbeat, ref))
             case _Claim(job_id, at):
@@ -212,22 +223,25 @@ _checkpoint_decoder = msgspec.json.Decoder(_Checkpoint)
 
 def encode_checkpoint(snapshot: IndexSnapshot, at: int) -> bytes:
     """Serialise every live job of a snapshot in columns (meant for a worker thread)."""
-    names: dict[str, int] = {}
-    wire = _Checkpoint(LAYOUT, snapshot.version, at, [], [], [], [], [], [], [], [], [], [])
-    for record, status, heartbeat in snapshot.rows():
-        ref = record.payload
-        if not isinstance(ref, PayloadRef):
-            raise ValueError(f"payload of {record.id} is not stored yet")
-        wire.ids.append(record.id)
-        wire.entrypoint.append(names.setdefault(record.entrypoint, len(names)))
-        wire.priority.append(record.priority)
-        wire.created.append(record.created)
-        wire.status.append(status)
-        wire.heartbeat.append(heartbeat)
-        wire.order.append(record.order)
-        wire.segment.append(ref.segment)
-        wire.position.append(ref.position)
-    wire.entrypoints = list(names)
+    c = snapshot.columns()
+    refs = c["payload"]
+    if set(map(type, refs)) - {int}:
+        raise ValueError("a payload is not stored yet")
+    names = {name: code for code, name in enumerate(dict.fromkeys(c["entrypoint"]))}
+    wire = _Checkpoint(
+        LAYOUT,
+        snapshot.version,
+        at,
+        list(names),
+        c["id"],
+        list(map(names.__getitem__, c["entrypoint"])),
+        c["priority"],
+        c["created"],
+        c["status"],
+        c["heartbeat"],
+        c["order"],
+        *columns_from_refs(refs),
+    )
     return msgspec.json.encode(wire)
 
 
@@ -243,29 +257,24 @@ def decode_checkpoint(data: bytes, location: str) -> QueueIndex:
         wire = _checkpoint_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise CorruptStateError(location, str(exc)) from exc
-    columns = (
-        wire.ids,
-        wire.entrypoint,
-        wire.priority,
-        wire.created,
-        wire.status,
-        wire.heartbeat,
-        wire.order,
-        wire.segment,
-        wire.position,
-    )
-    if wire.layout != LAYOUT or len({len(c) for c in columns}) > 1:
-        raise CorruptStateError(location, "not a jqueue checkpoint, or its columns differ in length")
+    paused = gc.isenabled()
+    gc.disable()  # a million new objects would set off full collections that find nothing to free
     try:
-        return QueueIndex.loaded(_records(wire), wire.seq)
+        if wire.layout != LAYOUT:
+            raise ValueError(f"layout {wire.layout!r} is not {LAYOUT!r}")
+        return QueueIndex.from_columns(
+            wire.seq,
+            wire.ids,
+            list(map(wire.entrypoints.__getitem__, wire.entrypoint)),
+            wire.priority,
+            wire.created,
+            wire.status,
+            wire.heartbeat,
+            refs_from_columns(wire.segment, wire.position),
+            wire.order,
+        )
     except (IndexError, ValueError) as exc:
-        raise CorruptStateError(location, str(exc)) from exc
-
-
-def _records(wire: _Checkpoint) -> Iterator[tuple[Added, int]]:
-    names = wire.entrypoints
-    for i, job_id in enumerate(wire.ids):
-        ref = PayloadRef(wire.segment[i], wire.position[i])
-        entrypoint, priority, created = names[wire.entrypoint[i]], wire.priority[i], wire.created[i]
-        added = Added(job_id, entrypoint, priority, created, wire.status[i], wire.heartbeat[i], ref)
-        yield added, wire.order[i]
+        raise CorruptStateError(location, f"not a jqueue checkpoint: {exc}") from exc
+    finally:
+        if paused:
+            gc.enable()

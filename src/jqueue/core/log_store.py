@@ -42,7 +42,7 @@ from jqueue.core.retry import RetryPolicy
 from jqueue.core.segment_cache import SegmentCache
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore
-from jqueue.domain.effects import Added, Effect, Payload, PayloadRef, to_micros
+from jqueue.domain.effects import Added, Effect, Payload, payload_place, payload_ref, to_micros
 from jqueue.domain.errors import CASConflictError, CorruptStateError
 from jqueue.domain.index import IndexSnapshot, QueueIndex
 from jqueue.domain.models import utc_now
@@ -200,7 +200,7 @@ class LogStore(CommitStore):
         self._confirmed_at = asked_at
         added = [e for e in effects if isinstance(e, Added)]
         for position, effect in enumerate(added):
-            self.index.move_payload(effect.job_id, PayloadRef(seq, position))
+            self.index.move_payload(effect.job_id, payload_ref(seq, position))
         self._cache.put(seq, [e.payload for e in added if isinstance(e.payload, bytes)])
         self._maybe_checkpoint()
 
@@ -213,11 +213,11 @@ class LogStore(CommitStore):
             if isinstance(payload, bytes):
                 found.append(payload)
                 continue
-            segment = self._cache.get(payload.segment) or await self._load_segment(payload.segment)
-            if payload.position >= len(segment):
-                name = self._segment_name(payload.segment)
-                raise CorruptStateError(self.where(name), f"has no payload {payload.position}")
-            found.append(segment[payload.position])
+            segment, position = payload_place(payload)
+            payloads_there = self._cache.get(segment) or await self._load_segment(segment)
+            if position >= len(payloads_there):
+                raise CorruptStateError(self.where(self._segment_name(segment)), f"has no payload {position}")
+            found.append(payloads_there[position])
         return found
 
     async def _load_segment(self, segment: int) -> list[bytes]:

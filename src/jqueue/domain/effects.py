@@ -7,14 +7,17 @@ no clock and no choice. Times are integer microseconds since the Unix epoch (UTC
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from itertools import repeat
 
 from jqueue.domain.models import JobStatus
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+_POSITION_BITS = 24
+POSITIONS_PER_SEGMENT = 1 << _POSITION_BITS
 
 
 def to_micros(moment: datetime) -> int:
@@ -27,14 +30,35 @@ def from_micros(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
-class PayloadRef(NamedTuple):
-    """Where a payload is stored when it is not held in memory: entry ``segment``, item ``position``."""
+def payload_ref(segment: int, position: int) -> int:
+    """Return the reference to item ``position`` of log entry ``segment``: an int, so that a
+    million references cost little to build and to keep (``segment << 24 | position``)."""
+    if not 0 <= position < POSITIONS_PER_SEGMENT:
+        raise ValueError(f"an entry holds at most {POSITIONS_PER_SEGMENT} payloads")
+    return segment << _POSITION_BITS | position
 
-    segment: int
-    position: int
+
+def payload_place(ref: int) -> tuple[int, int]:
+    """Return the ``(segment, position)`` of a payload reference."""
+    return ref >> _POSITION_BITS, ref & (POSITIONS_PER_SEGMENT - 1)
 
 
-Payload = bytes | PayloadRef
+def refs_from_columns(segments: list[int], positions: list[int]) -> list[int]:
+    """Return ``payload_ref(s, p)`` for each pair, in C-level loops (a checkpoint's million rows)."""
+    if positions and (min(positions) < 0 or max(positions) >= POSITIONS_PER_SEGMENT):
+        raise ValueError("a payload position is out of range")
+    shifted = map(operator.lshift, segments, repeat(_POSITION_BITS))
+    return list(map(operator.or_, shifted, positions))
+
+
+def columns_from_refs(refs: list[int]) -> tuple[list[int], list[int]]:
+    """Return the segments and positions of ``refs``, in C-level loops."""
+    segments = list(map(operator.rshift, refs, repeat(_POSITION_BITS)))
+    return segments, list(map(operator.and_, refs, repeat(POSITIONS_PER_SEGMENT - 1)))
+
+
+Payload = bytes | int
+"""A payload in memory (bytes) or where it is stored (an int from ``payload_ref``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,12 @@ race is undone in O(batch) and re-applied on top of the newer state.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from itertools import compress, repeat
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from jqueue.domain.effects import (
     Added,
@@ -23,10 +26,11 @@ from jqueue.domain.effects import (
     Claimed,
     Effect,
     Payload,
-    PayloadRef,
     Removed,
     Requeued,
+    columns_from_refs,
     from_micros,
+    payload_place,
     to_micros,
 )
 from jqueue.domain.errors import JobNotFoundError
@@ -44,14 +48,24 @@ class JobRecord:
 
     __slots__ = ("created", "entrypoint", "heartbeat", "id", "order", "payload", "priority", "status")
 
-    def __init__(self, added: Added, order: int) -> None:
-        self.id = added.job_id
-        self.entrypoint = added.entrypoint
-        self.priority = added.priority
-        self.created = added.created
-        self.status = added.status
-        self.heartbeat = added.heartbeat
-        self.payload: Payload = added.payload
+    def __init__(
+        self,
+        job_id: str,
+        entrypoint: str,
+        priority: int,
+        created: int,
+        status: JobStatus,
+        heartbeat: int | None,
+        payload: Payload,
+        order: int,
+    ) -> None:
+        self.id = job_id
+        self.entrypoint = entrypoint
+        self.priority = priority
+        self.created = created
+        self.status = status
+        self.heartbeat = heartbeat
+        self.payload = payload
         self.order = order
 
     def as_added(self) -> Added:
@@ -89,13 +103,20 @@ class IndexSnapshot:
         self._records = records
         self._saved = saved
 
-    def rows(self) -> Iterator[tuple[JobRecord, JobStatus, int | None]]:
-        """Yield each record with its status and heartbeat as of the snapshot."""
-        saved = self._saved
-        for record in self._records:
-            status, heartbeat = record.status, record.heartbeat
-            before = saved.get(record.id)  # looked up after reading: a change saves first
-            yield (record, status, heartbeat) if before is None else (record, *before)
+    def columns(self) -> dict[str, list[Any]]:
+        """Return one list per record field (``id``, ``entrypoint``, ... ``payload``, ``order``) as of
+        the snapshot, built with C-level loops so that the event loop is held up only briefly."""
+        records = self._records
+        columns = {name: list(map(attrgetter(name), records)) for name in JobRecord.__slots__}
+        # Read after the columns: a change made meanwhile saved the old values first.
+        saved = dict(self._saved)
+        if saved:
+            statuses, heartbeats = columns["status"], columns["heartbeat"]
+            for row, job_id in enumerate(columns["id"]):
+                before = saved.get(job_id)
+                if before is not None:
+                    statuses[row], heartbeats[row] = before
+        return columns
 
 
 def _in_memory(payload: Payload) -> bytes:
@@ -112,7 +133,7 @@ class QueueIndex:
     version : int
         The commit this index reflects.
     segment_refs : Counter
-        Live jobs per payload segment (for ``PayloadRef`` payloads).
+        Live jobs per payload segment (for payloads stored as references).
     """
 
     def __init__(self) -> None:
@@ -141,36 +162,62 @@ class QueueIndex:
         return index
 
     @classmethod
-    def loaded(cls, records: Iterable[tuple[Added, int]], version: int) -> QueueIndex:
-        """Build an index from record snapshots and their insertion order numbers (a checkpoint)."""
+    def from_columns(
+        cls,
+        version: int,
+        ids: list[str],
+        entrypoints: list[str],
+        priorities: list[int],
+        created: list[int],
+        statuses: list[JobStatus],
+        heartbeats: list[int | None],
+        payloads: Sequence[Payload],
+        orders: list[int],
+    ) -> QueueIndex:
+        """Build an index from one column per field, one row per job (a checkpoint).
+
+        Raises
+        ------
+        ValueError
+            If two rows share an id or the columns differ in length.
+        """
+        columns = (ids, entrypoints, priorities, created, statuses, heartbeats, payloads, orders)
+        if len({len(column) for column in columns}) > 1:
+            raise ValueError("the columns differ in length")
         index = cls()
-        for added, order in records:
-            record = JobRecord(added, order)
-            if record.id in index.records:
-                raise ValueError(f"{record.id} appears twice")
-            index.records[record.id] = record
-            if isinstance(record.payload, PayloadRef):
-                index.segment_refs[record.payload.segment] += 1
-            if record.status is JobStatus.QUEUED:
-                entry = (record.priority, record.created, order, record.id)
-                index._queued.setdefault(record.entrypoint, []).append(entry)
-            elif record.status is JobStatus.IN_PROGRESS:
-                key = _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat
-                index._claimed.append((key, record.id))
-            index._next_order = max(index._next_order, order + 1)
+        records = list(map(JobRecord, *columns))
+        index.records = dict(zip(ids, records, strict=True))
+        if len(index.records) != len(ids):
+            raise ValueError("two jobs share an id")
+        stored = [p for p in payloads if isinstance(p, int)]
+        index.segment_refs = Counter(columns_from_refs(stored)[0])
+        queued = list(map(operator.is_, statuses, repeat(JobStatus.QUEUED)))
+        entries = compress(zip(priorities, created, orders, ids, strict=True), queued)
+        if len(set(entrypoints)) == 1:
+            index._queued[entrypoints[0]] = list(entries)
+        else:
+            for entrypoint, entry in zip(compress(entrypoints, queued), entries, strict=True):
+                index._queued.setdefault(entrypoint, []).append(entry)
+        index._queued = {name: heap for name, heap in index._queued.items() if heap}
+        claimed = list(map(operator.is_, statuses, repeat(JobStatus.IN_PROGRESS)))
+        index._claimed = [
+            (_NO_HEARTBEAT if beat is None else beat, job_id)
+            for beat, job_id in compress(zip(heartbeats, ids, strict=True), claimed)
+        ]
         for heap in index._queued.values():
             heapq.heapify(heap)
         heapq.heapify(index._claimed)
+        index._next_order = max(orders, default=-1) + 1
         index.version = version
         return index
 
-    def move_payload(self, job_id: str, ref: PayloadRef) -> None:
+    def move_payload(self, job_id: str, ref: int) -> None:
         """Record that a job's payload is now kept in storage at ``ref`` (not journalled)."""
         record = self.records.get(job_id)
         if record is None or not isinstance(record.payload, bytes):
             return
         record.payload = ref
-        self.segment_refs[ref.segment] += 1
+        self.segment_refs[payload_place(ref)[0]] += 1
 
     def __len__(self) -> int:
         return len(self.records)
@@ -329,7 +376,10 @@ class QueueIndex:
     def _add(self, added: Added) -> None:
         if added.job_id in self.records:
             raise ValueError(f"{added.job_id} is added twice")
-        record = JobRecord(added, self._next_order)
+        a = added
+        record = JobRecord(
+            a.job_id, a.entrypoint, a.priority, a.created, a.status, a.heartbeat, a.payload, self._next_order
+        )
         self._next_order += 1
         self._insert(record)
 
@@ -361,14 +411,14 @@ class QueueIndex:
 
     def _insert(self, record: JobRecord) -> None:
         self.records[record.id] = record
-        if isinstance(record.payload, PayloadRef):
-            self.segment_refs[record.payload.segment] += 1
+        if isinstance(record.payload, int):
+            self.segment_refs[payload_place(record.payload)[0]] += 1
         self._push(record)
 
     def _delete(self, record: JobRecord) -> None:
         del self.records[record.id]
-        if isinstance(record.payload, PayloadRef):
-            segment = record.payload.segment
+        if isinstance(record.payload, int):
+            segment = payload_place(record.payload)[0]
             self.segment_refs[segment] -= 1
             if self.segment_refs[segment] <= 0:
                 del self.segment_refs[segment]
