@@ -13,7 +13,15 @@ import aioboto3
 import pytest
 import pytest_asyncio
 
-from jqueue import GCSStorage, InMemoryStorage, Layout, LocalFileSystemStorage, ObjectStoragePort, S3Storage
+from jqueue import (
+    GCSStorage,
+    InMemoryStorage,
+    KeyedStoragePort,
+    Layout,
+    LocalFileSystemStorage,
+    ObjectStoragePort,
+    S3Storage,
+)
 from servers import GCSEndpoint, S3Endpoint, fake_gcs_server, moto_server, seaweedfs_server
 
 BACKENDS = ["memory", "file", "s3-moto", "s3-seaweedfs", "gcs"]
@@ -77,6 +85,12 @@ class Backend:
         """A handle on a fresh object, and the object's name."""
         object_name = f"queue-{uuid.uuid4().hex}.json"
         return self.handle(object_name), object_name
+
+    def new_keyed(self) -> tuple[KeyedStoragePort, str]:
+        """Like ``new``, for the keyed operations every built-in backend has."""
+        storage, object_name = self.new()
+        assert isinstance(storage, KeyedStoragePort)
+        return storage, object_name
 
     async def close(self) -> None:
         for storage in self.opened:

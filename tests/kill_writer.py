@@ -2,7 +2,7 @@
 
 Usage: python kill_writer.py PATH LAYOUT
 
-On the log layout it checkpoints every 20 commits and compacts with a one-second retention,
+On the log layout it checkpoints every 20 changes and compacts with a one-second retention,
 so kills land in checkpoints and compactions too.
 """
 

@@ -5,7 +5,7 @@ Usage: python mp_worker.py URL INDEX JOBS PROCESSES OUTDIR LAYOUT
 Enqueues JOBS jobs tagged with INDEX while three consumers claim and ack jobs of
 any process, until every process has produced and the queue is empty. Writes each
 claim as "job_id payload" to OUTDIR/claims-INDEX.txt. On the log layout every
-process checkpoints every 50 commits and compacts with a one-second retention, so checkpoints
+process checkpoints every 50 changes and compacts with a one-second retention, so checkpoints
 and compaction race the other processes' commits.
 """
 

@@ -12,19 +12,13 @@ from jqueue import CASConflictError
 from jqueue.ports.storage import KeyedStoragePort
 
 
-def keyed(backend: Backend) -> tuple[KeyedStoragePort, str]:
-    storage, name = backend.new()
-    assert isinstance(storage, KeyedStoragePort)
-    return storage, name
-
-
 async def test_missing_named_object_is_none(backend: Backend) -> None:
-    storage, _ = keyed(backend)
+    storage, _ = backend.new_keyed()
     assert await storage.get("log/00000000000000000001") is None
 
 
 async def test_create_is_exclusive_and_keeps_the_first_content(backend: Backend) -> None:
-    storage, name = keyed(backend)
+    storage, name = backend.new_keyed()
     other = cast(KeyedStoragePort, backend.handle(name))
     await storage.create("log/1", b"first")
     with pytest.raises(CASConflictError):
@@ -33,7 +27,7 @@ async def test_create_is_exclusive_and_keeps_the_first_content(backend: Backend)
 
 
 async def test_named_objects_do_not_touch_the_main_object(backend: Backend) -> None:
-    storage, _ = keyed(backend)
+    storage, _ = backend.new_keyed()
     await storage.create("log/1", b"entry")
     assert await storage.read() == (b"", None)
     etag = await storage.write(b"main")
@@ -42,7 +36,7 @@ async def test_named_objects_do_not_touch_the_main_object(backend: Backend) -> N
 
 
 async def test_list_is_sorted_filtered_by_prefix_and_start(backend: Backend) -> None:
-    storage, _ = keyed(backend)
+    storage, _ = backend.new_keyed()
     for name in ["log/0003", "log/0001", "log/0002", "snap/0002", "logbook/0001"]:
         await storage.create(name, name.encode())
     assert await storage.list_names("log/") == ["log/0001", "log/0002", "log/0003"]
@@ -52,7 +46,7 @@ async def test_list_is_sorted_filtered_by_prefix_and_start(backend: Backend) -> 
 
 
 async def test_delete_removes_and_tolerates_missing(backend: Backend) -> None:
-    storage, _ = keyed(backend)
+    storage, _ = backend.new_keyed()
     await storage.create("log/1", b"x")
     await storage.delete("log/1")
     await storage.delete("log/1")
@@ -63,7 +57,7 @@ async def test_delete_removes_and_tolerates_missing(backend: Backend) -> None:
 
 
 async def test_ten_racing_creators_have_one_winner(backend: Backend) -> None:
-    storage, name = keyed(backend)
+    storage, name = backend.new_keyed()
     creators = [cast(KeyedStoragePort, backend.handle(name)) for _ in range(10)]
     results = await asyncio.gather(
         *(c.create("log/7", f"writer-{i}".encode()) for i, c in enumerate(creators)),
@@ -77,6 +71,6 @@ async def test_ten_racing_creators_have_one_winner(backend: Backend) -> None:
 
 @pytest.mark.parametrize("bad", ["", "../x", "log/../x", "/abs", "log//x", "a b", "log/."])
 async def test_unsafe_names_are_refused(backend: Backend, bad: str) -> None:
-    storage, _ = keyed(backend)
+    storage, _ = backend.new_keyed()
     with pytest.raises(ValueError, match="invalid object name"):
         await storage.get(bad)

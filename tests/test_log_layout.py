@@ -22,7 +22,7 @@ from jqueue import (
     LogSettings,
 )
 from jqueue.core import codec
-from jqueue.core.log_codec import CHECKPOINT_PREFIX, ENTRY_PREFIX, decode_marker, entry_name
+from jqueue.core.log_codec import CHECKPOINT_PREFIX, ENTRY_PREFIX, checkpoint_name, decode_marker, entry_name
 from queues import log_entries
 
 
@@ -59,14 +59,8 @@ class KeyedCounter:
         await self.inner.delete(name)
 
 
-def keyed(backend: Backend) -> tuple[KeyedStoragePort, str]:
-    storage, name = backend.new()
-    assert isinstance(storage, KeyedStoragePort)
-    return storage, name
-
-
 async def test_a_new_queue_on_a_builtin_backend_is_a_log(backend: Backend) -> None:
-    storage, _ = keyed(backend)
+    storage, _ = backend.new_keyed()
     async with DirectQueue(storage) as q:
         job = await q.enqueue("work", b"payload")
     content, _ = await storage.read()
@@ -87,7 +81,7 @@ async def test_a_plain_two_method_port_keeps_the_single_object() -> None:
 
 
 async def test_an_existing_single_object_stays_and_can_be_migrated(backend: Backend) -> None:
-    storage, name = keyed(backend)
+    storage, name = backend.new_keyed()
     async with DirectQueue(storage, layout="single") as q:
         claimed_job = await q.enqueue("work", b"claimed", priority=-1)
         queued_job = await q.enqueue("work", b"queued")
@@ -115,7 +109,7 @@ async def test_an_existing_single_object_stays_and_can_be_migrated(backend: Back
 
 
 async def test_racing_migrations_keep_every_job(backend: Backend) -> None:
-    storage, name = keyed(backend)
+    storage, name = backend.new_keyed()
     async with DirectQueue(storage, layout="single") as q:
         jobs = [await q.enqueue("work", str(i).encode()) for i in range(5)]
 
@@ -193,3 +187,34 @@ async def test_an_entry_that_does_not_replay_is_reported(tmp_path: Path) -> None
     with pytest.raises(CorruptStateError, match="does not replay") as raised:
         await DirectQueue(storage).dequeue()
     assert raised.value.location.endswith(entry_name(2))
+
+
+async def test_a_damaged_checkpoint_is_reported_with_its_key(tmp_path: Path) -> None:
+    storage = LocalFileSystemStorage(tmp_path / "queue.json")
+    async with DirectQueue(storage) as q:
+        await q.enqueue("work", b"x")
+    name = checkpoint_name(1, 0)
+    await storage.create(name, b'{"layout": "jqueue-log/1", "seq": 1, "truncated')
+    with pytest.raises(CorruptStateError) as raised:
+        await DirectQueue(storage).read_state()
+    assert raised.value.location.endswith(name)
+
+
+async def test_a_queue_reopens_from_its_checkpoint_and_later_entries(tmp_path: Path) -> None:
+    storage = LocalFileSystemStorage(tmp_path / "queue.json")
+    settings = LogSettings(checkpoint_every=10)
+    async with BrokerQueue(storage, log=settings) as q:
+        jobs = await asyncio.gather(
+            *(q.enqueue(f"ep{i % 3}", str(i).encode(), priority=i % 2) for i in range(40))
+        )
+        for n in range(25):
+            await q.enqueue("late", str(n).encode())
+        claimed = await q.dequeue(batch_size=5)
+        expected = await q.read_state()
+    assert await storage.list_names(CHECKPOINT_PREFIX), "no checkpoint was written"
+    counted = KeyedCounter(storage)
+    async with DirectQueue(counted) as reopened:
+        assert await reopened.dequeue("nothing") == []
+        assert counted.calls["get"] < 20, "the reader replayed from the start instead of a checkpoint"
+        assert await reopened.read_state() == expected
+    assert {j.id for j in claimed} <= {j.id for j in jobs}

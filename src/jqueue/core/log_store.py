@@ -6,12 +6,13 @@ depth. A writer that loses reads the entries it missed, re-applies its batch and
 tries the next number. Readers catch up with one GET per new entry, and learn that
 they are up to date with one GET that finds nothing.
 
-Every ``checkpoint_every`` commits a checkpoint of the jobs' metadata is written in
-the background (payloads stay in the entry that first carried them), and old
-entries and checkpoints are compacted. Compaction removes only what a checkpoint
-older than ``retention`` covers, and a writer whose view of the log is older than
-half the retention looks for a newer checkpoint before it commits, so no writer can
-re-create a compacted entry. That assumes clocks agree to well within the retention.
+After every ``checkpoint_every`` changes (or one per 20 live jobs, if more) a
+checkpoint of the jobs' metadata is written in the background (payloads stay in the
+entry that first carried them), and old entries and checkpoints are compacted.
+Compaction removes only what a checkpoint older than ``retention`` covers, and a
+writer whose view of the log is older than half the retention looks for a newer
+checkpoint before it commits, so no writer can re-create a compacted entry. That
+assumes clocks agree to well within the retention.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class LogStore(CommitStore):
         self._cache = SegmentCache(settings.payload_cache_bytes)
         self._confirmed_at = -math.inf
         self._read_back: dict[int, bytes] = {}
-        self._checkpoint_seq = 0
+        self._changes_since_checkpoint = 0
         self._background: asyncio.Task[None] | None = None
         self._compacted_through = -1
         self._kept_segments: set[int] = set()
@@ -127,11 +128,10 @@ class LogStore(CommitStore):
                 continue  # compacted while we looked; list again
             self.index = decode_checkpoint(data, self.where(name))
             self._base_applied = True  # the checkpoint covers it
+            self._changes_since_checkpoint = 0
             break
         if self.base is not None and not self._base_applied:
             await self._load_base()
-        if keys:
-            self._checkpoint_seq = max(self._checkpoint_seq, keys[-1][0])
         await self._fetch_listed_entries()
         self._confirmed_at = asked_at
 
@@ -170,6 +170,7 @@ class LogStore(CommitStore):
             self.index, self._confirmed_at = QueueIndex(), -math.inf  # start over next time
             raise CorruptStateError(location, f"does not replay on the state before it: {exc}") from exc
         self.index.version = entry.seq
+        self._changes_since_checkpoint += len(entry.effects)
         self._cache.put(entry.seq, entry.payloads)
 
     # --- committing -------------------------------------------------------------------
@@ -197,6 +198,7 @@ class LogStore(CommitStore):
                 raise
             # The entry is this very commit: a retried request whose first attempt landed.
         self.index.version = seq
+        self._changes_since_checkpoint += len(effects)
         self._confirmed_at = asked_at
         added = [e for e in effects if isinstance(e, Added)]
         for position, effect in enumerate(added):
@@ -232,13 +234,13 @@ class LogStore(CommitStore):
     # --- checkpoints and compaction ---------------------------------------------------
 
     def _maybe_checkpoint(self) -> None:
-        due = self.index.version - self._checkpoint_seq >= self.settings.checkpoint_every
+        due = self._changes_since_checkpoint >= self.settings.interval(len(self.index))
         if due and (self._background is None or self._background.done()):
             snapshot = self._freeze()
             self._background = asyncio.create_task(self._checkpoint_and_compact(snapshot))
 
     def _freeze(self) -> tuple[QueueIndex, IndexSnapshot, int]:
-        self._checkpoint_seq = self.index.version
+        self._changes_since_checkpoint = 0
         return self.index, self.index.freeze(), to_micros(utc_now())
 
     async def _checkpoint_and_compact(self, frozen: tuple[QueueIndex, IndexSnapshot, int]) -> None:

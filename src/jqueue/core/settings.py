@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 MIN_RETENTION = timedelta(seconds=1)
+JOBS_PER_CHECKPOINT_CHANGE = 20
 
 
 @dataclass(frozen=True)
@@ -15,7 +16,10 @@ class LogSettings:
     Attributes
     ----------
     checkpoint_every : int
-        Commits between checkpoints of the jobs' metadata.
+        Changes (effects: an enqueue, a claim, an ack...) between checkpoints of the
+        jobs' metadata, at least. A checkpoint costs O(live jobs) and a new reader
+        replays every change after it, so a deep queue waits for one change per
+        ``JOBS_PER_CHECKPOINT_CHANGE`` live jobs: both costs stay flat per change.
     retention : timedelta
         How long entries and checkpoints stay after a newer checkpoint covers them
         (the history that readers and analytics can still see). Writers whose view
@@ -29,6 +33,10 @@ class LogSettings:
     checkpoint_every: int = 1000
     retention: timedelta = timedelta(hours=1)
     payload_cache_bytes: int = 64 * 1024 * 1024
+
+    def interval(self, live_jobs: int) -> int:
+        """Return how many changes to leave between checkpoints of ``live_jobs`` jobs."""
+        return max(self.checkpoint_every, live_jobs // JOBS_PER_CHECKPOINT_CHANGE)
 
     def __post_init__(self) -> None:
         if self.checkpoint_every < 1:
