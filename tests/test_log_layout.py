@@ -218,3 +218,29 @@ async def test_a_queue_reopens_from_its_checkpoint_and_later_entries(tmp_path: P
         assert counted.calls["get"] < 20, "the reader replayed from the start instead of a checkpoint"
         assert await reopened.read_state() == expected
     assert {j.id for j in claimed} <= {j.id for j in jobs}
+
+
+async def test_checkpoint_on_demand(tmp_path: Path) -> None:
+    log_storage = LocalFileSystemStorage(tmp_path / "log.json")
+    async with DirectQueue(log_storage) as q:
+        await q.enqueue("work", b"x")
+        assert await log_storage.list_names(CHECKPOINT_PREFIX) == []
+        assert await q.checkpoint() is True
+        assert len(await log_storage.list_names(CHECKPOINT_PREFIX)) == 1
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "single.json"), layout="single") as single:
+        assert await single.checkpoint() is False
+
+
+async def test_callers_claiming_from_one_segment_fetch_it_once(tmp_path: Path) -> None:
+    storage = LocalFileSystemStorage(tmp_path / "queue.json")
+    async with BrokerQueue(storage) as q:
+        await asyncio.gather(*(q.enqueue("work", str(i).encode()) for i in range(100)))
+        assert len(await storage.list_names(ENTRY_PREFIX)) == 1
+        assert await q.checkpoint()
+    counted = KeyedCounter(storage)
+    async with BrokerQueue(counted) as fresh:
+        assert await fresh.dequeue("nothing") == []  # opens from the checkpoint: no payloads read
+        counted.calls.clear()
+        claimed = await asyncio.gather(*(fresh.dequeue("work") for _ in range(50)))
+    assert sorted(int(job.payload) for [job] in claimed) == list(range(50))
+    assert counted.calls["get"] == 1  # the entry holding the payloads, once

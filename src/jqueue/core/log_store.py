@@ -84,6 +84,7 @@ class LogStore(CommitStore):
         self._compacted_through = -1
         self._kept_segments: set[int] = set()
         self._base_applied = False
+        self._loading: dict[int, asyncio.Future[list[bytes]]] = {}
 
     def where(self, name: str) -> str:
         """Return the location of a named object, for messages."""
@@ -168,6 +169,7 @@ class LogStore(CommitStore):
         except ValueError as exc:
             location = self.where(self._segment_name(entry.seq))
             self.index, self._confirmed_at = QueueIndex(), -math.inf  # start over next time
+            self._base_applied = False
             raise CorruptStateError(location, f"does not replay on the state before it: {exc}") from exc
         self.index.version = entry.seq
         self._changes_since_checkpoint += len(entry.effects)
@@ -223,6 +225,14 @@ class LogStore(CommitStore):
         return found
 
     async def _load_segment(self, segment: int) -> list[bytes]:
+        """Fetch a segment once, however many callers need it at the same time."""
+        loading = self._loading.get(segment)
+        if loading is None:
+            loading = self._loading[segment] = asyncio.ensure_future(self._fetch_segment(segment))
+            loading.add_done_callback(lambda _: self._loading.pop(segment, None))
+        return await asyncio.shield(loading)
+
+    async def _fetch_segment(self, segment: int) -> list[bytes]:
         name = self._segment_name(segment)
         data = await self.keyed.get(name)
         if data is None:

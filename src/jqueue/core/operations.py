@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TypeVar
 
 from jqueue.core.layout import Layout, StoreOpener
+from jqueue.core.log_store import LogStore
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore, StorageUse
@@ -51,6 +52,14 @@ class QueueOperations(ABC):
 
     async def _opened_store(self) -> CommitStore:
         return await self._opener.store()
+
+    async def checkpoint(self) -> bool:
+        """Write a checkpoint of the queue now (log layout); False for the single object, which has none."""
+        store = await self._opened_store()
+        if not isinstance(store, LogStore):
+            return False
+        await store.checkpoint()
+        return True
 
     async def read_state(self) -> QueueState:
         """Return a fresh snapshot of the whole queue straight from storage."""
