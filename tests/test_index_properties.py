@@ -12,7 +12,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from jqueue import Job, JobNotFoundError, QueueState
 from jqueue.domain.effects import Added, to_micros
-from jqueue.domain.index import IndexSnapshot, QueueIndex
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.records import IndexSnapshot
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ENTRYPOINTS = st.sampled_from(["email", "sms", "push"])

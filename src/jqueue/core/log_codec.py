@@ -33,8 +33,9 @@ from jqueue.domain.effects import (
     refs_from_columns,
 )
 from jqueue.domain.errors import CorruptStateError
-from jqueue.domain.index import IndexSnapshot, QueueIndex
+from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
+from jqueue.domain.records import IndexSnapshot
 
 LAYOUT = "jqueue-log/1"
 ENTRY_PREFIX = "log/"

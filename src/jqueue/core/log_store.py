@@ -45,8 +45,9 @@ from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore
 from jqueue.domain.effects import Added, Effect, Payload, payload_place, payload_ref, to_micros
 from jqueue.domain.errors import CASConflictError, CorruptStateError
-from jqueue.domain.index import IndexSnapshot, QueueIndex
+from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import utc_now
+from jqueue.domain.records import IndexSnapshot
 from jqueue.ports.storage import KeyedStoragePort
 
 logger = logging.getLogger("jqueue")

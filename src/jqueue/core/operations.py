@@ -20,8 +20,9 @@ from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore, StorageUse
 from jqueue.domain.effects import Added, to_micros
 from jqueue.domain.errors import PayloadTooLargeError
-from jqueue.domain.index import QueueIndex, job_from
+from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState, utc_now
+from jqueue.domain.records import job_from
 from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")

@@ -22,8 +22,9 @@ from jqueue.core import codec
 from jqueue.core.retry import RetryPolicy
 from jqueue.domain.effects import Effect, Payload
 from jqueue.domain.errors import CASConflictError
-from jqueue.domain.index import QueueIndex, job_from
+from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import QueueState
+from jqueue.domain.records import job_from
 from jqueue.ports.storage import ObjectStoragePort
 
 Transition = Callable[[QueueIndex], None]
