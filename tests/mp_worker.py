@@ -1,12 +1,14 @@
-"""One of several processes sharing a queue (run by test_multiprocess.py).
+"""One of several processes sharing a queue (run by test_processes.py).
 
 Usage: python mp_worker.py URL INDEX JOBS PROCESSES OUTDIR LAYOUT
 
 Enqueues JOBS jobs tagged with INDEX while three consumers claim and ack jobs of
 any process, until every process has produced and the queue is empty. Writes each
 claim as "job_id payload" to OUTDIR/claims-INDEX.txt. On the log layout every
-process checkpoints every 50 changes and compacts with a one-second retention, so checkpoints
-and compaction race the other processes' commits.
+process checkpoints every 50 changes and compacts with a two-second retention, so
+checkpoints and compaction race the other processes' commits (the retention must
+outlast any pause between a writer's look at the log and its commit: two seconds
+leaves room for a loaded two-core machine).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from jqueue import BrokerQueue, LogSettings, storage_from_url
 from jqueue.core.layout import Layout
 
-STRESS = LogSettings(checkpoint_every=50, retention=timedelta(seconds=1))
+STRESS = LogSettings(checkpoint_every=50, retention=timedelta(seconds=2))
 
 
 async def run(url: str, index: int, jobs: int, processes: int, outdir: Path, layout: Layout) -> None:
