@@ -33,19 +33,13 @@ from jqueue.domain.effects import (
 )
 from jqueue.domain.errors import JobNotFoundError
 from jqueue.domain.models import JobStatus, QueueState
-from jqueue.domain.records import IndexSnapshot, JobRecord, job_from
+from jqueue.domain.records import IndexSnapshot, JobRecord
 
 _NO_HEARTBEAT = -(2**63)
 
 QueuedEntry = tuple[int, int, int, str]
 ClaimedEntry = tuple[int, str]
 E = TypeVar("E", Added, Claimed, Requeued, Removed, Beat)
-
-
-def _in_memory(payload: Payload) -> bytes:
-    if not isinstance(payload, bytes):
-        raise ValueError(f"payload {payload} is not in memory")
-    return payload
 
 
 class QueueIndex:
@@ -145,18 +139,9 @@ class QueueIndex:
     def __len__(self) -> int:
         return len(self.records)
 
-    def find(self, job_id: str) -> JobRecord | None:
-        """Return the record of ``job_id``, or None."""
-        return self.records.get(job_id)
-
     def in_order(self) -> list[JobRecord]:
         """Return every record in insertion order (the order of ``QueueState.jobs``)."""
         return sorted(self.records.values(), key=lambda record: record.order)
-
-    def to_state(self) -> QueueState:
-        """Build the whole ``QueueState``; every payload must be in memory."""
-        jobs = tuple(job_from(r.as_added(), _in_memory(r.payload)) for r in self.in_order())
-        return QueueState(jobs=jobs, version=self.version)
 
     # --- consistent snapshots while commits go on -------------------------------------
 
