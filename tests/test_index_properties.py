@@ -10,7 +10,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jqueue import Job, JobNotFoundError, QueueState
+from jqueue import Job, JobNotFoundError, LeaseLostError, QueueState
 from jqueue.domain.effects import Added, to_micros
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import IndexSnapshot, job_from
@@ -42,6 +42,12 @@ class IndexAgainstStates(RuleBasedStateMachine):
         self.clock = T0
         self.in_transaction: QueueState | None = None
         self.frozen: tuple[IndexSnapshot, QueueState] | None = None
+        self.tokens = 0
+        self.leases: list[tuple[str, str]] = []  # (job id, lease) of every claim, kept after it is lost
+
+    def token(self) -> str:
+        self.tokens += 1
+        return f"lease-{self.tokens}"
 
     def now(self, advance: bool) -> datetime:
         # The clock often stands still, so equal priorities and times need the insertion order.
@@ -56,12 +62,54 @@ class IndexAgainstStates(RuleBasedStateMachine):
         created = to_micros(job.created_at)
         self.index.apply(Added(job.id, entrypoint, priority, created, job.status, None, job.payload))
 
-    @rule(entrypoint=st.one_of(st.none(), ENTRYPOINTS), batch=st.integers(1, 3), advance=st.booleans())
-    def claim(self, entrypoint: str | None, batch: int, advance: bool) -> None:
+    @rule(
+        entrypoint=st.one_of(st.none(), ENTRYPOINTS),
+        batch=st.integers(1, 3),
+        advance=st.booleans(),
+        lease_seconds=st.one_of(st.none(), st.integers(0, 3)),
+    )
+    def claim(self, entrypoint: str | None, batch: int, advance: bool, lease_seconds: int | None) -> None:
         now = self.now(advance)
-        self.state, jobs = self.state.with_jobs_claimed(entrypoint, batch, now)
-        effects = self.index.claim(entrypoint, batch, to_micros(now))
-        assert [e.job_id for e in effects] == [j.id for j in jobs]
+        expires = None if lease_seconds is None else now + timedelta(seconds=lease_seconds)
+        start = self.tokens
+        self.state, jobs = self.state.with_jobs_claimed(entrypoint, batch, now, expires, self.token)
+        self.tokens = start  # the index draws the same tokens in the same order
+        micros = None if expires is None else to_micros(expires)
+        effects = self.index.claim(entrypoint, batch, to_micros(now), micros, self.token)
+        assert [(e.job_id, e.lease) for e in effects] == [(j.id, j.lease) for j in jobs]
+        self.leases.extend((j.id, j.lease) for j in jobs if j.lease is not None)
+
+    @precondition(lambda self: bool(self.leases))
+    @rule(data=st.data(), action=st.sampled_from(["ack", "nack", "heartbeat"]), advance=st.booleans())
+    def act_fenced(self, data: st.DataObject, action: str, advance: bool) -> None:
+        # The lease of any claim so far: still held, or lost to a sweep, a nack, an ack or a new claim.
+        job_id, lease = data.draw(st.sampled_from(self.leases))
+        now = self.now(advance)
+        on_state: dict[str, Callable[[], QueueState]] = {
+            "ack": partial(self.state.with_job_removed, job_id, lease),
+            "nack": partial(self.state.with_job_requeued, job_id, lease),
+            "heartbeat": partial(self.state.with_heartbeat, job_id, now, lease),
+        }
+        on_index: dict[str, Callable[[], object]] = {
+            "ack": partial(self.index.remove, job_id, lease),
+            "nack": partial(self.index.requeue, job_id, lease),
+            "heartbeat": partial(self.index.beat, job_id, to_micros(now), lease),
+        }
+        try:
+            new_state = on_state[action]()
+        except LeaseLostError:
+            with pytest.raises(LeaseLostError):
+                on_index[action]()
+            return
+        self.state = new_state
+        on_index[action]()
+
+    @rule(jump=st.integers(0, 4))
+    def leases_run_out(self, jump: int) -> None:
+        self.clock += timedelta(seconds=jump)
+        expired = {j.id for j in self.state.jobs if j.is_expired(self.clock)}
+        self.state = self.state.requeue_expired(self.clock)
+        assert {e.job_id for e in self.index.requeue_expired(to_micros(self.clock))} == expired
 
     @precondition(lambda self: bool(self.state.jobs))
     @rule(data=st.data(), action=st.sampled_from(["ack", "nack", "heartbeat"]))

@@ -29,7 +29,7 @@ from jqueue.domain.models import Job, JobStatus, QueueState
 _AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
-class _WireJob(msgspec.Struct):
+class _WireJob(msgspec.Struct, omit_defaults=True):
     id: str
     entrypoint: str
     payload: bytes
@@ -37,6 +37,9 @@ class _WireJob(msgspec.Struct):
     priority: int
     created_at: _AwareDatetime
     heartbeat_at: _AwareDatetime | None = None
+    attempts: int = 0
+    lease: str | None = None
+    lease_expires_at: _AwareDatetime | None = None
 
 
 class _WireState(msgspec.Struct):
@@ -59,7 +62,18 @@ def encode(state: QueueState, commit_id: str | None = None) -> bytes:
         commit=commit_id,
         version=state.version,
         jobs=[
-            _WireJob(j.id, j.entrypoint, j.payload, j.status, j.priority, j.created_at, j.heartbeat_at)
+            _WireJob(
+                j.id,
+                j.entrypoint,
+                j.payload,
+                j.status,
+                j.priority,
+                j.created_at,
+                j.heartbeat_at,
+                j.attempts,
+                j.lease,
+                j.lease_expires_at,
+            )
             for j in state.jobs
         ],
     )
@@ -73,8 +87,9 @@ def encode_index(index: QueueIndex, version: int, commit_id: str) -> bytes:
         if not isinstance(r.payload, bytes):
             raise ValueError(f"payload of {r.id} is not in memory")
         heartbeat = None if r.heartbeat is None else from_micros(r.heartbeat)
-        created = from_micros(r.created)
-        jobs.append(_WireJob(r.id, r.entrypoint, r.payload, r.status, r.priority, created, heartbeat))
+        expires = None if r.expires is None else from_micros(r.expires)
+        wire = (r.id, r.entrypoint, r.payload, r.status, r.priority, from_micros(r.created), heartbeat)
+        jobs.append(_WireJob(*wire, r.attempts, r.lease, expires))
     return _encoder.encode(_WireState(version=version, jobs=jobs, commit=commit_id))
 
 
@@ -105,6 +120,9 @@ def decode(data: bytes, location: str = "<bytes>") -> QueueState:
             priority=w.priority,
             created_at=w.created_at,
             heartbeat_at=w.heartbeat_at,
+            attempts=w.attempts,
+            lease=w.lease,
+            lease_expires_at=w.lease_expires_at,
         )
         for w in wire.jobs
     )

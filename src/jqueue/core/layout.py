@@ -20,9 +20,10 @@ from jqueue.core.log_store import LogStore
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore, SingleObjectStore, describe
-from jqueue.domain.effects import Added, to_micros
+from jqueue.domain.effects import to_micros
 from jqueue.domain.errors import CASConflictError, CorruptStateError
 from jqueue.domain.models import QueueState, utc_now
+from jqueue.domain.records import added_from
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 Layout = Literal["auto", "log", "single"]
@@ -107,18 +108,7 @@ async def _migrate(storage: KeyedStoragePort, state: QueueState, etag: str) -> s
     marker that names it (compare-and-swap on ``etag``) is the one step that decides.
     """
     name = f"{BASE_PREFIX}{uuid.uuid4().hex}"
-    effects = [
-        Added(
-            job.id,
-            job.entrypoint,
-            job.priority,
-            to_micros(job.created_at),
-            job.status,
-            None if job.heartbeat_at is None else to_micros(job.heartbeat_at),
-            job.payload,
-        )
-        for job in state.jobs
-    ]
+    effects = [added_from(job) for job in state.jobs]
     await storage.create(name, encode_entry(0, uuid.uuid4().hex, to_micros(utc_now()), effects))
     try:
         await storage.write(encode_marker(name), if_match=etag)

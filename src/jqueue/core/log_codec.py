@@ -98,11 +98,16 @@ class _Add(msgspec.Struct, tag="add", array_like=True):
     status: JobStatus
     heartbeat: int | None
     payload: bytes
+    attempts: int = 0
+    lease: str | None = None
+    expires: int | None = None
 
 
 class _Claim(msgspec.Struct, tag="claim", array_like=True):
     id: str
     at: int
+    lease: str | None = None
+    expires: int | None = None
 
 
 class _Requeue(msgspec.Struct, tag="requeue", array_like=True):
@@ -143,12 +148,13 @@ _entry_decoder = msgspec.json.Decoder(_Entry)
 
 def _wire_effect(effect: Effect) -> _WireEffect:
     match effect:
-        case Added(job_id, entrypoint, priority, created, status, heartbeat, payload):
-            if not isinstance(payload, bytes):
-                raise ValueError(f"payload of {job_id} is not in memory")
-            return _Add(job_id, entrypoint, priority, created, status, heartbeat, payload)
-        case Claimed(job_id, at):
-            return _Claim(job_id, at)
+        case Added() as a:
+            if not isinstance(a.payload, bytes):
+                raise ValueError(f"payload of {a.job_id} is not in memory")
+            fields = (a.job_id, a.entrypoint, a.priority, a.created, a.status, a.heartbeat, a.payload)
+            return _Add(*fields, a.attempts, a.lease, a.expires)
+        case Claimed(job_id, at, lease, expires):
+            return _Claim(job_id, at, lease, expires)
         case Requeued(job_id):
             return _Requeue(job_id)
         case Removed(job_id):
@@ -180,12 +186,13 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
     payloads: list[bytes] = []
     for item in wire.effects:
         match item:
-            case _Add(job_id, entrypoint, priority, created, status, heartbeat, payload):
+            case _Add() as w:
                 ref = payload_ref(seq, len(payloads))
-                payloads.append(payload)
-                effects.append(Added(job_id, entrypoint, priority, created, status, heartbeat, ref))
-            case _Claim(job_id, at):
-                effects.append(Claimed(job_id, at))
+                payloads.append(w.payload)
+                fields = (w.id, w.entrypoint, w.priority, w.created, w.status, w.heartbeat, ref)
+                effects.append(Added(*fields, w.attempts, w.lease, w.expires))
+            case _Claim(job_id, at, lease, expires):
+                effects.append(Claimed(job_id, at, lease, expires))
             case _Requeue(job_id):
                 effects.append(Requeued(job_id))
             case _Remove(job_id):
@@ -217,6 +224,9 @@ class _Checkpoint(msgspec.Struct):
     order: list[int]
     segment: list[int]
     position: list[int]
+    attempts: list[int] | None = None
+    lease: list[str | None] | None = None
+    expires: list[int | None] | None = None
 
 
 _checkpoint_decoder = msgspec.json.Decoder(_Checkpoint)
@@ -242,6 +252,9 @@ def encode_checkpoint(snapshot: IndexSnapshot, at: int) -> bytes:
         c["heartbeat"],
         c["order"],
         *columns_from_refs(refs),
+        c["attempts"],
+        c["lease"],
+        c["expires"],
     )
     return msgspec.json.encode(wire)
 
@@ -273,6 +286,9 @@ def decode_checkpoint(data: bytes, location: str) -> QueueIndex:
             wire.heartbeat,
             refs_from_columns(wire.segment, wire.position),
             wire.order,
+            [0] * len(wire.ids) if wire.attempts is None else wire.attempts,
+            [None] * len(wire.ids) if wire.lease is None else wire.lease,
+            [None] * len(wire.ids) if wire.expires is None else wire.expires,
         )
     except (IndexError, ValueError) as exc:
         raise CorruptStateError(location, f"not a jqueue checkpoint: {exc}") from exc

@@ -72,14 +72,19 @@ class Added:
     status: JobStatus
     heartbeat: int | None
     payload: Payload
+    attempts: int = 0
+    lease: str | None = None
+    expires: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A queued job was claimed at ``at``."""
+    """A queued job was claimed at ``at`` under ``lease`` until ``expires`` (one more attempt)."""
 
     job_id: str
     at: int
+    lease: str | None = None
+    expires: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +103,7 @@ class Removed:
 
 @dataclass(frozen=True, slots=True)
 class Beat:
-    """A claimed job's heartbeat moved to ``at``."""
+    """A claimed job's heartbeat moved to ``at``; its lease, if it expires, is as long again from ``at``."""
 
     job_id: str
     at: int

@@ -5,6 +5,7 @@
     JQueueError
     ├── CASConflictError      a conditional write lost its race
     ├── JobNotFoundError      an unknown job id (``.job_id``)
+    ├── LeaseLostError        a fenced call whose lease is no longer the job's (``.job_id``)
     ├── StorageError          the backend failed (``.cause``)
     ├── CorruptStateError     the stored object is not a jqueue state (``.location``)
     ├── PayloadTooLargeError  a payload over the queue's limit (``.size``, ``.limit``)
@@ -35,6 +36,23 @@ class JobNotFoundError(JQueueError):
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         super().__init__(f"job {job_id!r} is not in the queue")
+
+
+class LeaseLostError(JQueueError):
+    """A call fenced with a claim's lease came after that lease was lost.
+
+    The job was acked or requeued by someone else, or its lease expired and it was
+    claimed again. Nothing was changed.
+
+    Attributes
+    ----------
+    job_id : str
+        The job the call was about.
+    """
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"the lease on job {job_id!r} was lost")
 
 
 class StorageError(JQueueError):

@@ -17,7 +17,7 @@ import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, repeat
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from jqueue.domain.effects import (
     Added,
@@ -29,16 +29,16 @@ from jqueue.domain.effects import (
     Requeued,
     columns_from_refs,
     payload_place,
-    to_micros,
 )
-from jqueue.domain.errors import JobNotFoundError
+from jqueue.domain.errors import JobNotFoundError, LeaseLostError
 from jqueue.domain.models import JobStatus, QueueState
-from jqueue.domain.records import IndexSnapshot, JobRecord
+from jqueue.domain.records import ClaimState, IndexSnapshot, JobRecord, added_from
 
 _NO_HEARTBEAT = -(2**63)
 
 QueuedEntry = tuple[int, int, int, str]
 ClaimedEntry = tuple[int, str]
+LeasedEntry = tuple[int, str]
 E = TypeVar("E", Added, Claimed, Requeued, Removed, Beat)
 
 
@@ -60,9 +60,10 @@ class QueueIndex:
         self._next_order = 0
         self._queued: dict[str, list[QueuedEntry]] = {}
         self._claimed: list[ClaimedEntry] = []
+        self._leased: list[LeasedEntry] = []
         self._journal: list[Callable[[], None]] | None = None
         self.pending_effects: list[Effect] = []
-        self._frozen: dict[str, tuple[JobStatus, int | None]] | None = None
+        self._frozen: dict[str, ClaimState] | None = None
 
     # --- building and viewing -------------------------------------------------------
 
@@ -71,10 +72,7 @@ class QueueIndex:
         """Build an index holding the jobs of ``state`` (payloads in memory)."""
         index = cls()
         for job in state.jobs:
-            heartbeat = None if job.heartbeat_at is None else to_micros(job.heartbeat_at)
-            created = to_micros(job.created_at)
-            entry = Added(job.id, job.entrypoint, job.priority, created, job.status, heartbeat, job.payload)
-            index.apply(entry)
+            index.apply(added_from(job))
         index.version = state.version
         return index
 
@@ -90,6 +88,9 @@ class QueueIndex:
         heartbeats: list[int | None],
         payloads: Sequence[Payload],
         orders: list[int],
+        attempts: list[int],
+        leases: list[str | None],
+        expiries: list[int | None],
     ) -> QueueIndex:
         """Build an index from one column per field, one row per job (a checkpoint).
 
@@ -98,7 +99,8 @@ class QueueIndex:
         ValueError
             If two rows share an id or the columns differ in length.
         """
-        columns = (ids, entrypoints, priorities, created, statuses, heartbeats, payloads, orders)
+        columns: tuple[Sequence[Any], ...] = (ids, entrypoints, priorities, created, statuses, heartbeats)
+        columns += (payloads, orders, attempts, leases, expiries)
         if len({len(column) for column in columns}) > 1:
             raise ValueError("the columns differ in length")
         index = cls()
@@ -121,9 +123,15 @@ class QueueIndex:
             (_NO_HEARTBEAT if beat is None else beat, job_id)
             for beat, job_id in compress(zip(heartbeats, ids, strict=True), claimed)
         ]
+        index._leased = [
+            (expires, job_id)
+            for expires, job_id in compress(zip(expiries, ids, strict=True), claimed)
+            if expires is not None
+        ]
         for heap in index._queued.values():
             heapq.heapify(heap)
         heapq.heapify(index._claimed)
+        heapq.heapify(index._leased)
         index._next_order = max(orders, default=-1) + 1
         index.version = version
         return index
@@ -184,32 +192,56 @@ class QueueIndex:
 
     # --- decisions: each applies its effects and returns them ------------------------
 
-    def claim(self, entrypoint: str | None, batch_size: int, now: int) -> list[Claimed]:
-        """Claim up to ``batch_size`` queued jobs in priority order (of ``entrypoint`` if given)."""
+    def claim(
+        self,
+        entrypoint: str | None,
+        batch_size: int,
+        now: int,
+        expires: int | None = None,
+        leases: Callable[[], str] | None = None,
+    ) -> list[Claimed]:
+        """Claim up to ``batch_size`` queued jobs in priority order (of ``entrypoint`` if given),
+        each under a new lease from ``leases`` that runs out at ``expires``."""
         claimed: list[Claimed] = []
         while len(claimed) < batch_size:
             heap = self._best_heap(entrypoint)
             if heap is None:
                 break
             job_id = heapq.heappop(heap)[3]
-            claimed.append(self._applied(Claimed(job_id, now)))
+            claimed.append(self._applied(Claimed(job_id, now, leases() if leases else None, expires)))
         return claimed
 
-    def remove(self, job_id: str) -> Removed:
-        """Remove a job in any status (an ack)."""
-        self._require(job_id)
+    def remove(self, job_id: str, lease: str | None = None) -> Removed:
+        """Remove a job (an ack): in any status, or fenced by the ``lease`` that must hold it."""
+        self._holding(job_id, lease)
         return self._applied(Removed(job_id))
 
-    def requeue(self, job_id: str) -> Requeued:
-        """Put a job back in the queue (a nack)."""
-        self._require(job_id)
+    def requeue(self, job_id: str, lease: str | None = None) -> Requeued:
+        """Put a job back in the queue (a nack), fenced by ``lease`` if given."""
+        self._holding(job_id, lease)
         return self._applied(Requeued(job_id))
 
-    def beat(self, job_id: str, now: int) -> list[Beat]:
-        """Move a claimed job's heartbeat to ``now``; nothing for a job in another status."""
-        if self._require(job_id).status is not JobStatus.IN_PROGRESS:
+    def beat(self, job_id: str, now: int, lease: str | None = None) -> list[Beat]:
+        """Move a claimed job's heartbeat to ``now`` and extend its lease; unfenced, nothing for
+        a job in another status."""
+        if self._holding(job_id, lease).status is not JobStatus.IN_PROGRESS:
             return []
         return [self._applied(Beat(job_id, now))]
+
+    def requeue_expired(self, now: int) -> list[Requeued]:
+        """Requeue the claimed jobs whose lease ran out before ``now``."""
+        requeued: list[Requeued] = []
+        heap = self._leased
+        while heap:
+            expires, job_id = heap[0]
+            if not self._leased_entry_live(heap[0]):
+                heapq.heappop(heap)
+            elif expires < now:
+                heapq.heappop(heap)
+                requeued.append(self._applied(Requeued(job_id)))
+            else:
+                break
+        return requeued
 
     def requeue_stale(self, cutoff: int) -> list[Requeued]:
         """Requeue the claimed jobs whose heartbeat is older than ``cutoff`` (or missing)."""
@@ -241,16 +273,20 @@ class QueueIndex:
         match effect:
             case Added():
                 self._add(effect)
-            case Claimed(job_id, at):
+            case Claimed(job_id, at, lease, expires):
                 record = self._existing(job_id, effect)
                 if record.status is not JobStatus.QUEUED:
                     raise ValueError(f"{effect} claims a job that is {record.status}")
-                self._update(record, JobStatus.IN_PROGRESS, at)
+                self._update(record, (JobStatus.IN_PROGRESS, at, record.attempts + 1, lease, expires))
             case Requeued(job_id):
-                self._update(self._existing(job_id, effect), JobStatus.QUEUED, None)
+                record = self._existing(job_id, effect)
+                self._update(record, (JobStatus.QUEUED, None, record.attempts, None, None))
             case Beat(job_id, at):
                 record = self._existing(job_id, effect)
-                self._update(record, record.status, at)
+                expires = record.expires
+                if expires is not None and record.heartbeat is not None:
+                    expires = at + (expires - record.heartbeat)
+                self._update(record, (record.status, at, record.attempts, record.lease, expires))
             case Removed(job_id):
                 self._remove(self._existing(job_id, effect))
 
@@ -264,6 +300,14 @@ class QueueIndex:
     def _applied(self, effect: E) -> E:
         self.apply(effect)
         return effect
+
+    def _holding(self, job_id: str, lease: str | None) -> JobRecord:
+        if lease is None:
+            return self._require(job_id)
+        record = self.records.get(job_id)
+        if record is None or record.status is not JobStatus.IN_PROGRESS or record.lease != lease:
+            raise LeaseLostError(job_id)
+        return record
 
     def _require(self, job_id: str) -> JobRecord:
         record = self.records.get(job_id)
@@ -286,7 +330,17 @@ class QueueIndex:
             raise ValueError(f"{added.job_id} is added twice")
         a = added
         record = JobRecord(
-            a.job_id, a.entrypoint, a.priority, a.created, a.status, a.heartbeat, a.payload, self._next_order
+            a.job_id,
+            a.entrypoint,
+            a.priority,
+            a.created,
+            a.status,
+            a.heartbeat,
+            a.payload,
+            self._next_order,
+            a.attempts,
+            a.lease,
+            a.expires,
         )
         self._next_order += 1
         self._insert(record)
@@ -301,20 +355,16 @@ class QueueIndex:
         self._delete(record)
         self._record_undo(lambda: self._insert(record))
 
-    def _update(self, record: JobRecord, status: JobStatus, heartbeat: int | None) -> None:
-        before = (record.status, record.heartbeat)
-        self._set(record, status, heartbeat)
+    def _update(self, record: JobRecord, state: ClaimState) -> None:
+        before = record.claim_state()
+        self._set(record, state)
+        self._record_undo(lambda: self._set(record, before))
 
-        def undo() -> None:
-            self._set(record, *before)
-
-        self._record_undo(undo)
-
-    def _set(self, record: JobRecord, status: JobStatus, heartbeat: int | None) -> None:
+    def _set(self, record: JobRecord, state: ClaimState) -> None:
         frozen = self._frozen
         if frozen is not None and record.id not in frozen:
-            frozen[record.id] = (record.status, record.heartbeat)
-        record.status, record.heartbeat = status, heartbeat
+            frozen[record.id] = record.claim_state()
+        record.set_claim_state(state)
         self._push(record)
 
     def _insert(self, record: JobRecord) -> None:
@@ -338,6 +388,8 @@ class QueueIndex:
         elif record.status is JobStatus.IN_PROGRESS:
             key = _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat
             heapq.heappush(self._claimed, (key, record.id))
+            if record.expires is not None:
+                heapq.heappush(self._leased, (record.expires, record.id))
 
     def _queued_entry_live(self, entry: QueuedEntry) -> bool:
         record = self.records.get(entry[3])
@@ -348,6 +400,10 @@ class QueueIndex:
         if record is None or record.status is not JobStatus.IN_PROGRESS:
             return False
         return entry[0] == (_NO_HEARTBEAT if record.heartbeat is None else record.heartbeat)
+
+    def _leased_entry_live(self, entry: LeasedEntry) -> bool:
+        record = self.records.get(entry[1])
+        return record is not None and record.status is JobStatus.IN_PROGRESS and record.expires == entry[0]
 
     def _clean_top(self, entrypoint: str) -> list[QueuedEntry] | None:
         heap = self._queued.get(entrypoint)

@@ -14,13 +14,13 @@ import base64
 import binascii
 import heapq
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from enum import StrEnum
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer, field_validator
 
-from jqueue.domain.errors import JobNotFoundError
+from jqueue.domain.errors import JobNotFoundError, LeaseLostError
 
 
 def utc_now() -> datetime:
@@ -55,6 +55,14 @@ class Job(BaseModel):
         UTC time of enqueue.
     heartbeat_at : datetime or None
         UTC time of the last claim or heartbeat; None while queued.
+    attempts : int
+        How many times the job has been claimed.
+    lease : str or None
+        The token of the current claim; it changes on every claim. Passing the
+        claimed ``Job`` to ``ack``/``nack``/``heartbeat`` checks it (fencing).
+    lease_expires_at : datetime or None
+        When the current claim runs out and the job returns to the queue, unless a
+        heartbeat extends it.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -66,6 +74,9 @@ class Job(BaseModel):
     priority: int = 0
     created_at: AwareDatetime = Field(default_factory=utc_now)
     heartbeat_at: AwareDatetime | None = None
+    attempts: int = 0
+    lease: str | None = None
+    lease_expires_at: AwareDatetime | None = None
 
     @field_validator("payload", mode="before")
     @classmethod
@@ -94,13 +105,34 @@ class Job(BaseModel):
         """Return a copy with another heartbeat time."""
         return self.model_copy(update={"heartbeat_at": ts})
 
-    def claimed(self, now: datetime) -> Job:
-        """Return a copy marked in progress as of ``now``."""
-        return self.model_copy(update={"status": JobStatus.IN_PROGRESS, "heartbeat_at": now})
+    def claimed(self, now: datetime, lease: str | None = None, expires_at: datetime | None = None) -> Job:
+        """Return a copy claimed at ``now`` under ``lease`` until ``expires_at``; one more attempt."""
+        return self.model_copy(
+            update={
+                "status": JobStatus.IN_PROGRESS,
+                "heartbeat_at": now,
+                "attempts": self.attempts + 1,
+                "lease": lease,
+                "lease_expires_at": expires_at,
+            }
+        )
 
     def requeued(self) -> Job:
-        """Return a copy back in the queued state."""
-        return self.model_copy(update={"status": JobStatus.QUEUED, "heartbeat_at": None})
+        """Return a copy back in the queued state, without a lease."""
+        update = {"status": JobStatus.QUEUED, "heartbeat_at": None, "lease": None, "lease_expires_at": None}
+        return self.model_copy(update=update)
+
+    def beaten(self, now: datetime) -> Job:
+        """Return a copy with its heartbeat at ``now`` and its lease as long again from ``now``."""
+        expires = self.lease_expires_at
+        if expires is not None and self.heartbeat_at is not None:
+            expires = now + (expires - self.heartbeat_at)
+        return self.model_copy(update={"heartbeat_at": now, "lease_expires_at": expires})
+
+    def is_expired(self, now: datetime) -> bool:
+        """Whether this job is in progress under a lease that ran out before ``now``."""
+        expires = self.lease_expires_at
+        return self.status is JobStatus.IN_PROGRESS and expires is not None and expires < now
 
     def is_stale(self, cutoff: datetime) -> bool:
         """Whether this job is in progress with no heartbeat since ``cutoff``."""
@@ -180,21 +212,28 @@ class QueueState(BaseModel):
         self._require(updated.id)
         return self._with_jobs(updated if j.id == updated.id else j for j in self.jobs)
 
-    def with_job_removed(self, job_id: str) -> QueueState:
-        """Return a state without the job ``job_id``.
+    def with_job_removed(self, job_id: str, lease: str | None = None) -> QueueState:
+        """Return a state without the job ``job_id`` (an ack), fenced by ``lease`` if given.
 
         Raises
         ------
         JobNotFoundError
-            If no job has that id.
+            Unfenced, if no job has that id.
+        LeaseLostError
+            Fenced, if the lease no longer holds the job.
         """
-        self._require(job_id)
+        self._holding(job_id, lease)
         return self._with_jobs(j for j in self.jobs if j.id != job_id)
 
     def with_jobs_claimed(
-        self, entrypoint: str | None, batch_size: int, now: datetime
+        self,
+        entrypoint: str | None,
+        batch_size: int,
+        now: datetime,
+        expires_at: datetime | None = None,
+        leases: Callable[[], str] | None = None,
     ) -> tuple[QueueState, list[Job]]:
-        """Claim up to ``batch_size`` queued jobs in priority order.
+        """Claim up to ``batch_size`` queued jobs in priority order, each under a new lease.
 
         Returns
         -------
@@ -204,26 +243,49 @@ class QueueState(BaseModel):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         best = heapq.nsmallest(batch_size, self._queued(entrypoint), key=_priority_order)
-        claimed = [job.claimed(now) for job in best]
+        claimed = [job.claimed(now, leases() if leases else None, expires_at) for job in best]
         if not claimed:
             return self, []
         by_id = {job.id: job for job in claimed}
         return self._with_jobs(by_id.get(j.id, j) for j in self.jobs), claimed
 
-    def with_job_requeued(self, job_id: str) -> QueueState:
-        """Return a state with ``job_id`` back in the queue (a nack)."""
-        return self.with_job_replaced(self._require(job_id).requeued())
+    def with_job_requeued(self, job_id: str, lease: str | None = None) -> QueueState:
+        """Return a state with ``job_id`` back in the queue (a nack), fenced by ``lease`` if given."""
+        return self.with_job_replaced(self._holding(job_id, lease).requeued())
 
-    def with_heartbeat(self, job_id: str, now: datetime) -> QueueState:
-        """Return a state with the heartbeat of ``job_id`` set to ``now``.
+    def with_heartbeat(self, job_id: str, now: datetime, lease: str | None = None) -> QueueState:
+        """Return a state with the heartbeat of ``job_id`` at ``now`` and its lease extended.
 
-        Only a claimed job has a heartbeat: for a job in another status (say, requeued
-        after going stale) the state is returned unchanged.
+        Unfenced, a job in another status than claimed (say, requeued after going
+        stale) leaves the state unchanged; fenced by ``lease``, that is a lost lease.
         """
-        job = self._require(job_id)
+        job = self._holding(job_id, lease)
         if job.status is not JobStatus.IN_PROGRESS:
             return self
-        return self.with_job_replaced(job.with_heartbeat(now))
+        return self.with_job_replaced(job.beaten(now))
+
+    def requeue_expired(self, now: datetime) -> QueueState:
+        """Requeue in-progress jobs whose lease ran out before ``now``; ``self`` if none did."""
+        if not any(j.is_expired(now) for j in self.jobs):
+            return self
+        return self._with_jobs(j.requeued() if j.is_expired(now) else j for j in self.jobs)
+
+    def _holding(self, job_id: str, lease: str | None) -> Job:
+        """Return the job; with a ``lease``, only if that lease still holds it.
+
+        Raises
+        ------
+        JobNotFoundError
+            Unfenced, if no job has that id.
+        LeaseLostError
+            Fenced, if the job is gone, not claimed, or claimed under another lease.
+        """
+        if lease is None:
+            return self._require(job_id)
+        job = self.find(job_id)
+        if job is None or job.status is not JobStatus.IN_PROGRESS or job.lease != lease:
+            raise LeaseLostError(job_id)
+        return job
 
     def requeue_stale(self, cutoff: datetime) -> QueueState:
         """Requeue in-progress jobs whose last heartbeat is before ``cutoff``; ``self`` if none are."""
