@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from jqueue import BrokerQueue, HeartbeatManager, InMemoryStorage, StorageError
+from jqueue import BrokerQueue, HeartbeatManager, InMemoryStorage, Job, StorageError
 
 TICK = timedelta(milliseconds=20)
 
@@ -35,11 +35,11 @@ class FlakyQueue:
         self.failures = failures
         self.calls = 0
 
-    async def heartbeat(self, job_id: str) -> None:
+    async def heartbeat(self, job: Job | str) -> None:
         self.calls += 1
         if self.calls <= self.failures:
             raise StorageError("injected", OSError("network down"))
-        await self.queue.heartbeat(job_id)
+        await self.queue.heartbeat(job)
 
 
 async def test_a_transient_failure_skips_one_beat() -> None:

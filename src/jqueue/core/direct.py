@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from types import TracebackType
 
 from jqueue.core.layout import Layout
-from jqueue.core.operations import DEFAULT_MAX_PAYLOAD_BYTES, Operation, QueueOperations, T
+from jqueue.core.operations import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_VISIBILITY_TIMEOUT,
+    Operation,
+    QueueOperations,
+    T,
+)
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
+from jqueue.domain.effects import to_micros
 from jqueue.domain.index import QueueIndex
+from jqueue.domain.models import utc_now
 from jqueue.ports.storage import ObjectStoragePort
 
 
@@ -32,6 +41,10 @@ class DirectQueue(QueueOperations):
         migrate to or insist on the log (``"log"``), or the documented single object.
     log : LogSettings or None
         Checkpoint, retention and cache settings of the log layout.
+    visibility_timeout : timedelta
+        How long a claim holds a job without a heartbeat before the job returns to
+        the queue (``dequeue`` can override it per call). Every commit returns the
+        jobs whose lease ran out.
     """
 
     def __init__(
@@ -42,8 +55,10 @@ class DirectQueue(QueueOperations):
         max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
         layout: Layout = "auto",
         log: LogSettings | None = None,
+        visibility_timeout: timedelta = DEFAULT_VISIBILITY_TIMEOUT,
     ) -> None:
-        super().__init__(storage, RetryPolicy(max_retries=max_retries), layout, max_payload_bytes, log)
+        retry = RetryPolicy(max_retries=max_retries)
+        super().__init__(storage, retry, layout, max_payload_bytes, log, visibility_timeout)
         self.max_retries = max_retries
         self._turn = asyncio.Lock()
 
@@ -51,6 +66,7 @@ class DirectQueue(QueueOperations):
         answers: list[T] = []
 
         def transition(index: QueueIndex) -> None:
+            index.requeue_expired(to_micros(utc_now()))
             answers[:] = [operation(index)]
 
         async with self._turn:

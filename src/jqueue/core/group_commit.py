@@ -34,15 +34,16 @@ class GroupCommitLoop(QueueOperations):
     While one commit is in flight, new calls collect; the next round applies them all
     to the newest state and commits once. An operation that fails (say, an ack of an
     unknown job) fails only its own caller. A lost race re-applies the whole batch to
-    fresh state after an exponential, jittered back-off. Every round also requeues
-    in-progress jobs whose heartbeat is older than ``stale_timeout``.
+    fresh state after an exponential, jittered back-off. Every round also returns to
+    the queue the claimed jobs whose lease ran out.
 
     Parameters
     ----------
     storage : ObjectStoragePort
         Where the state lives.
     stale_timeout : timedelta
-        Heartbeat age after which an in-progress job is requeued.
+        The default visibility timeout: a claim holds its job this long past its last
+        heartbeat, then the job returns to the queue.
     max_retries : int
         Conflicting commits retried before the batch fails with ``CASConflictError``.
     max_payload_bytes : int or None
@@ -64,7 +65,8 @@ class GroupCommitLoop(QueueOperations):
         layout: Layout = "auto",
         log: LogSettings | None = None,
     ) -> None:
-        super().__init__(storage, RetryPolicy(max_retries=max_retries), layout, max_payload_bytes, log)
+        retry = RetryPolicy(max_retries=max_retries)
+        super().__init__(storage, retry, layout, max_payload_bytes, log, visibility_timeout=stale_timeout)
         self.stale_timeout = stale_timeout
         self._pending: list[_Pending] = []
         self._wakeup = asyncio.Event()
@@ -126,7 +128,7 @@ class GroupCommitLoop(QueueOperations):
 
         def transition(index: QueueIndex) -> None:
             outcomes.clear()
-            index.requeue_stale(to_micros(utc_now() - self.stale_timeout))
+            index.requeue_expired(to_micros(utc_now()))
             for pending in batch:
                 try:
                     answer = pending.operation(index)

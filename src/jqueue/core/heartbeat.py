@@ -8,43 +8,45 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Protocol
 
-from jqueue.domain.errors import JobNotFoundError, JQueueError
+from jqueue.domain.errors import JobNotFoundError, JQueueError, LeaseLostError
+from jqueue.domain.models import Job
 
 logger = logging.getLogger("jqueue")
 
 
 class SupportsHeartbeat(Protocol):
-    """Anything with ``async heartbeat(job_id)``: every jqueue queue."""
+    """Anything with ``async heartbeat(job)``: every jqueue queue."""
 
-    async def heartbeat(self, job_id: str) -> None:
-        """Record that the worker on ``job_id`` is alive."""
+    async def heartbeat(self, job: Job | str) -> None:
+        """Record that the worker on a job is alive."""
         ...
 
 
 class HeartbeatManager:
     """Send heartbeats for one job in the background while the ``async with`` block runs.
 
-    A job that is gone (acked or removed elsewhere) stops the beats quietly; a
-    transient failure (a storage error, a lost race) skips one beat and the next
-    one is tried on time. The task is cancelled when the block exits.
+    A job that is gone (acked or removed elsewhere) or, for a claimed ``Job``, whose
+    lease was lost stops the beats quietly; a transient failure (a storage error, a
+    lost race) skips one beat and the next one is tried on time. The task is cancelled when the block exits.
 
     Parameters
     ----------
     queue : SupportsHeartbeat
         The queue the job was claimed from.
-    job_id : str
-        The claimed job.
+    job : Job or str
+        The claimed job (its lease fences every beat), or its id (unfenced).
     interval : timedelta
         Time between beats.
     """
 
     def __init__(
-        self, queue: SupportsHeartbeat, job_id: str, interval: timedelta = timedelta(seconds=60)
+        self, queue: SupportsHeartbeat, job: Job | str, interval: timedelta = timedelta(seconds=60)
     ) -> None:
         if interval <= timedelta(0):
             raise ValueError(f"interval must be positive, got {interval}")
         self.queue = queue
-        self.job_id = job_id
+        self.job = job
+        self.job_id = job if isinstance(job, str) else job.id
         self.interval = interval
         self._task: asyncio.Task[None] | None = None
 
@@ -71,9 +73,9 @@ class HeartbeatManager:
         while True:
             await asyncio.sleep(seconds)
             try:
-                await self.queue.heartbeat(self.job_id)
-            except JobNotFoundError:
-                logger.info("job %s is gone; heartbeats stop", self.job_id)
+                await self.queue.heartbeat(self.job)
+            except (JobNotFoundError, LeaseLostError):
+                logger.info("job %s is gone or its lease was lost; heartbeats stop", self.job_id)
                 return
             except JQueueError as exc:
                 logger.warning("heartbeat for job %s failed, trying again next beat: %r", self.job_id, exc)

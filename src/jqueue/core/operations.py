@@ -8,6 +8,7 @@ call, or many folded into one.
 
 from __future__ import annotations
 
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import timedelta
@@ -29,6 +30,17 @@ T = TypeVar("T")
 Operation = Callable[[QueueIndex], T]
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+DEFAULT_VISIBILITY_TIMEOUT = timedelta(minutes=5)
+
+
+def new_lease() -> str:
+    """Return a fresh lease token."""
+    return uuid.uuid4().hex
+
+
+def _fence(job: Job | str) -> tuple[str, str | None]:
+    """Return the job id and, for a claimed ``Job``, the lease that fences the call."""
+    return (job, None) if isinstance(job, str) else (job.id, job.lease)
 
 
 class QueueOperations(ABC):
@@ -41,9 +53,13 @@ class QueueOperations(ABC):
         layout: Layout,
         max_payload_bytes: int | None,
         log: LogSettings | None,
+        visibility_timeout: timedelta,
     ) -> None:
+        if visibility_timeout <= timedelta(0):
+            raise ValueError(f"visibility_timeout must be positive, got {visibility_timeout}")
         self.storage = storage
         self.max_payload_bytes = max_payload_bytes
+        self.visibility_timeout = visibility_timeout
         self._opener = StoreOpener(storage, retry, layout, log or LogSettings())
         self._storage_use = StorageUse(storage)
 
@@ -86,16 +102,28 @@ class QueueOperations(ABC):
 
         return await self._execute(operation)
 
-    async def dequeue(self, entrypoint: str | None = None, *, batch_size: int = 1) -> list[Job]:
+    async def dequeue(
+        self,
+        entrypoint: str | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> list[Job]:
         """Claim up to ``batch_size`` queued jobs (of ``entrypoint``, if given), best priority first.
 
-        Returns an empty list, without writing, when there is nothing to claim.
+        Each claimed job gets a new ``lease`` that expires after ``visibility_timeout``
+        (the queue's ``visibility_timeout`` by default) unless heartbeats extend it; an
+        expired lease returns the job to the queue. Returns an empty list, without
+        writing, when there is nothing to claim.
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        visibility = self.visibility_timeout if visibility_timeout is None else visibility_timeout
 
         def operation(index: QueueIndex) -> list[Added]:
-            claims = index.claim(entrypoint, batch_size, to_micros(utc_now()))
+            now = utc_now()
+            expires = to_micros(now + visibility)
+            claims = index.claim(entrypoint, batch_size, to_micros(now), expires, new_lease)
             return [index.records[claim.job_id].as_added() for claim in claims]
 
         claimed = await self._execute(operation)
@@ -104,33 +132,45 @@ class QueueOperations(ABC):
         payloads = await (await self._opened_store()).payloads([snapshot.payload for snapshot in claimed])
         return [job_from(snapshot, payload) for snapshot, payload in zip(claimed, payloads, strict=True)]
 
-    async def ack(self, job_id: str) -> None:
+    async def ack(self, job: Job | str) -> None:
         """Remove a finished job.
+
+        Pass the claimed ``Job`` to fence the call with its lease, or a job id to
+        remove the job whatever its state (as the documented jqueue does).
 
         Raises
         ------
+        LeaseLostError
+            Fenced, if the lease no longer holds the job (it expired and the job was
+            claimed again, or someone else acked or requeued it); nothing changes.
         JobNotFoundError
-            If the job is not in the queue (for example, acked already).
+            Unfenced, if the job is not in the queue (for example, acked already).
         """
+        job_id, lease = _fence(job)
 
         def operation(index: QueueIndex) -> None:
-            index.remove(job_id)
+            index.remove(job_id, lease)
 
         await self._execute(operation)
 
-    async def nack(self, job_id: str) -> None:
-        """Put a claimed job back in the queue."""
+    async def nack(self, job: Job | str) -> None:
+        """Put a claimed job back in the queue (fenced when given the claimed ``Job``)."""
+        job_id, lease = _fence(job)
 
         def operation(index: QueueIndex) -> None:
-            index.requeue(job_id)
+            index.requeue(job_id, lease)
 
         await self._execute(operation)
 
-    async def heartbeat(self, job_id: str) -> None:
-        """Record that the worker on ``job_id`` is alive."""
+    async def heartbeat(self, job: Job | str) -> None:
+        """Record that the worker on a job is alive, extending its lease by its visibility timeout.
+
+        Fenced when given the claimed ``Job``: a lost lease raises ``LeaseLostError``.
+        """
+        job_id, lease = _fence(job)
 
         def operation(index: QueueIndex) -> None:
-            index.beat(job_id, to_micros(utc_now()))
+            index.beat(job_id, to_micros(utc_now()), lease)
 
         await self._execute(operation)
 

@@ -16,6 +16,7 @@ import heapq
 import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
 from itertools import compress, repeat
 from typing import Any, TypeVar
 
@@ -31,10 +32,18 @@ from jqueue.domain.effects import (
     payload_place,
 )
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
-from jqueue.domain.models import JobStatus, QueueState
+from jqueue.domain.models import UNLEASED_CLAIM_TIMEOUT, JobStatus, QueueState
 from jqueue.domain.records import ClaimState, IndexSnapshot, JobRecord, added_from
 
 _NO_HEARTBEAT = -(2**63)
+_UNLEASED_MICROS = UNLEASED_CLAIM_TIMEOUT // timedelta(microseconds=1)
+
+
+def _expiry_key(record: JobRecord) -> int:
+    """When a claimed job's lease runs out; see ``Job.is_expired`` for claims without one."""
+    if record.expires is not None:
+        return record.expires
+    return _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat + _UNLEASED_MICROS
 
 QueuedEntry = tuple[int, int, int, str]
 ClaimedEntry = tuple[int, str]
@@ -123,11 +132,7 @@ class QueueIndex:
             (_NO_HEARTBEAT if beat is None else beat, job_id)
             for beat, job_id in compress(zip(heartbeats, ids, strict=True), claimed)
         ]
-        index._leased = [
-            (expires, job_id)
-            for expires, job_id in compress(zip(expiries, ids, strict=True), claimed)
-            if expires is not None
-        ]
+        index._leased = [(_expiry_key(r), r.id) for r in compress(records, claimed)]
         for heap in index._queued.values():
             heapq.heapify(heap)
         heapq.heapify(index._claimed)
@@ -388,8 +393,7 @@ class QueueIndex:
         elif record.status is JobStatus.IN_PROGRESS:
             key = _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat
             heapq.heappush(self._claimed, (key, record.id))
-            if record.expires is not None:
-                heapq.heappush(self._leased, (record.expires, record.id))
+            heapq.heappush(self._leased, (_expiry_key(record), record.id))
 
     def _queued_entry_live(self, entry: QueuedEntry) -> bool:
         record = self.records.get(entry[3])
@@ -403,7 +407,9 @@ class QueueIndex:
 
     def _leased_entry_live(self, entry: LeasedEntry) -> bool:
         record = self.records.get(entry[1])
-        return record is not None and record.status is JobStatus.IN_PROGRESS and record.expires == entry[0]
+        if record is None or record.status is not JobStatus.IN_PROGRESS:
+            return False
+        return _expiry_key(record) == entry[0]
 
     def _clean_top(self, entrypoint: str) -> list[QueuedEntry] | None:
         heap = self._queued.get(entrypoint)

@@ -15,12 +15,16 @@ import binascii
 import heapq
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
+
+UNLEASED_CLAIM_TIMEOUT = timedelta(minutes=5)
+"""How long a claim without a lease expiry holds its job after its last heartbeat
+(the documented jqueue's default stale timeout)."""
 
 
 def utc_now() -> datetime:
@@ -130,9 +134,19 @@ class Job(BaseModel):
         return self.model_copy(update={"heartbeat_at": now, "lease_expires_at": expires})
 
     def is_expired(self, now: datetime) -> bool:
-        """Whether this job is in progress under a lease that ran out before ``now``."""
+        """Whether this job is in progress under a lease that ran out before ``now``.
+
+        A job claimed without a lease expiry (by the original jqueue) counts as leased
+        until ``UNLEASED_CLAIM_TIMEOUT`` after its last heartbeat.
+        """
+        if self.status is not JobStatus.IN_PROGRESS:
+            return False
         expires = self.lease_expires_at
-        return self.status is JobStatus.IN_PROGRESS and expires is not None and expires < now
+        if expires is None:
+            if self.heartbeat_at is None:
+                return True
+            expires = self.heartbeat_at + UNLEASED_CLAIM_TIMEOUT
+        return expires < now
 
     def is_stale(self, cutoff: datetime) -> bool:
         """Whether this job is in progress with no heartbeat since ``cutoff``."""

@@ -1,0 +1,118 @@
+"""Leases and fencing end to end, on a file and on S3 (moto), in both layouts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from conftest import Backend, make_backend
+from jqueue import DirectQueue, HeartbeatManager, JobNotFoundError, JobStatus, Layout, LeaseLostError
+from queues import open_queue
+
+SHORT = timedelta(milliseconds=300)
+LEASE = timedelta(seconds=1)  # heartbeats every tenth of it: room for a slow commit on a loaded machine
+
+
+@pytest_asyncio.fixture(params=["file", "s3-moto"])
+async def lease_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """The file backend and S3 on moto's server."""
+    made = make_backend(request.param, request, tmp_path)
+    yield made
+    await made.close()
+
+
+async def test_a_late_ack_cannot_touch_the_new_holders_job(lease_backend: Backend, layout: Layout) -> None:
+    storage, name = lease_backend.new()
+    async with (
+        DirectQueue(storage, layout=layout) as worker_a,
+        DirectQueue(lease_backend.handle(name), layout=layout) as worker_b,
+    ):
+        assert await worker_b.dequeue() == []  # opened before the clock starts
+        job = await worker_a.enqueue("work", b"x")
+        [held_by_a] = await worker_a.dequeue(visibility_timeout=LEASE)
+        assert (held_by_a.id, held_by_a.attempts) == (job.id, 1)
+        assert held_by_a.lease is not None
+        assert held_by_a.lease_expires_at is not None
+        assert await worker_b.dequeue() == []
+        await asyncio.sleep(LEASE.total_seconds() + 0.1)
+        [held_by_b] = await worker_b.dequeue()
+        assert (held_by_b.id, held_by_b.attempts) == (job.id, 2)
+        assert held_by_b.lease not in (None, held_by_a.lease)
+
+        for late_call in (worker_a.ack, worker_a.nack, worker_a.heartbeat):
+            with pytest.raises(LeaseLostError) as raised:
+                await late_call(held_by_a)
+            assert raised.value.job_id == job.id
+        [still_b] = (await worker_a.read_state()).jobs
+        assert (still_b.status, still_b.lease, still_b.attempts) == (
+            JobStatus.IN_PROGRESS,
+            held_by_b.lease,
+            2,
+        )
+
+        await worker_b.heartbeat(held_by_b)
+        await worker_b.ack(held_by_b)
+        assert (await worker_a.read_state()).jobs == ()
+        with pytest.raises(LeaseLostError):
+            await worker_b.ack(held_by_b)
+        with pytest.raises(JobNotFoundError):
+            await worker_b.ack(job.id)  # unfenced, as in jqueue
+
+
+async def test_heartbeats_keep_the_lease_and_its_end_frees_the_job(
+    lease_backend: Backend, layout: Layout, queue_kind: str
+) -> None:
+    storage, name = lease_backend.new()
+    async with (
+        open_queue(queue_kind, storage, layout=layout) as holder,
+        open_queue(queue_kind, lease_backend.handle(name), layout=layout) as other,
+    ):
+        await holder.enqueue("work", b"x")
+        [job] = await holder.dequeue(visibility_timeout=LEASE)
+        async with HeartbeatManager(holder, job, interval=LEASE / 10):
+            await asyncio.sleep(LEASE.total_seconds() * 2)
+            assert await other.dequeue() == [], "a job was taken while heartbeats kept its lease"
+        beaten = (await other.read_state()).find(job.id)
+        assert beaten is not None
+        assert beaten.lease == job.lease
+        assert beaten.lease_expires_at is not None
+        assert job.lease_expires_at is not None
+        assert beaten.lease_expires_at > job.lease_expires_at
+        await asyncio.sleep(LEASE.total_seconds() + 0.2)
+        [again] = await other.dequeue()
+        assert (again.id, again.attempts) == (job.id, 2)
+
+
+async def test_a_heartbeat_manager_stops_when_its_lease_is_lost(
+    lease_backend: Backend, layout: Layout
+) -> None:
+    storage, _ = lease_backend.new()
+    async with DirectQueue(storage, layout=layout) as q:
+        await q.enqueue("work", b"x")
+        [job] = await q.dequeue()
+        await q.nack(job.id)  # someone else returns it: this claim's lease is gone
+        async with HeartbeatManager(q, job, interval=timedelta(milliseconds=20)) as manager:
+            await asyncio.sleep(0.3)
+            assert manager._task is not None
+            assert manager._task.done(), "heartbeats went on after the lease was lost"
+        [requeued] = (await q.read_state()).jobs
+        assert (requeued.status, requeued.lease) == (JobStatus.QUEUED, None)
+
+
+async def test_expired_leases_return_with_normal_traffic(lease_backend: Backend, layout: Layout) -> None:
+    storage, _ = lease_backend.new()
+    async with open_queue("broker", storage, layout=layout, stale_timeout=SHORT) as q:
+        job = await q.enqueue("work", b"x")
+        [claimed] = await q.dequeue()
+        assert claimed.lease_expires_at is not None
+        assert claimed.heartbeat_at is not None
+        assert claimed.lease_expires_at - claimed.heartbeat_at == SHORT  # the stale timeout is the default
+        await asyncio.sleep(SHORT.total_seconds() + 0.1)
+        await q.enqueue("other", b"any commit sweeps")
+        [returned] = [j for j in (await q.read_state()).jobs if j.id == job.id]
+        assert (returned.status, returned.lease, returned.attempts) == (JobStatus.QUEUED, None, 1)
