@@ -29,7 +29,7 @@ from jqueue.domain.models import Job, JobStatus, QueueState
 _AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
-class _WireJob(msgspec.Struct, omit_defaults=True):
+class _WireJob(msgspec.Struct):
     id: str
     entrypoint: str
     payload: bytes
