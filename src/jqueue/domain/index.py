@@ -235,30 +235,22 @@ class QueueIndex:
 
     def requeue_expired(self, now: int) -> list[Requeued]:
         """Requeue the claimed jobs whose lease ran out before ``now``."""
-        requeued: list[Requeued] = []
-        heap = self._leased
-        while heap:
-            expires, job_id = heap[0]
-            if not self._leased_entry_live(heap[0]):
-                heapq.heappop(heap)
-            elif expires < now:
-                heapq.heappop(heap)
-                requeued.append(self._applied(Requeued(job_id)))
-            else:
-                break
-        return requeued
+        return self._requeue_before(self._leased, self._leased_entry_live, now)
 
     def requeue_stale(self, cutoff: int) -> list[Requeued]:
         """Requeue the claimed jobs whose heartbeat is older than ``cutoff`` (or missing)."""
+        return self._requeue_before(self._claimed, self._claimed_entry_live, cutoff)
+
+    def _requeue_before(
+        self, heap: list[tuple[int, str]], live: Callable[[tuple[int, str]], bool], cutoff: int
+    ) -> list[Requeued]:
+        """Requeue the jobs of a (time, id) heap whose live entry is before ``cutoff``."""
         requeued: list[Requeued] = []
-        heap = self._claimed
         while heap:
-            heartbeat_key, job_id = heap[0]
-            if not self._claimed_entry_live(heap[0]):
+            if not live(heap[0]):
                 heapq.heappop(heap)
-            elif heartbeat_key < cutoff:
-                heapq.heappop(heap)
-                requeued.append(self._applied(Requeued(job_id)))
+            elif heap[0][0] < cutoff:
+                requeued.append(self._applied(Requeued(heapq.heappop(heap)[1])))
             else:
                 break
         return requeued
