@@ -42,9 +42,9 @@ async def run_demo(url: str, jobs: int, workers: int) -> dict[str, object]:
         async def worker() -> None:
             while claimed := await queue.dequeue("square", batch_size=4):
                 for job in claimed:
-                    async with HeartbeatManager(queue, job.id, interval=timedelta(seconds=5)):
+                    async with HeartbeatManager(queue, job, interval=timedelta(seconds=5)):
                         processed.append(json.loads(job.payload)["n"] ** 2)
-                    await queue.ack(job.id)
+                    await queue.ack(job)
 
         await asyncio.gather(*(worker() for _ in range(workers)))
         state = await queue.read_state()
