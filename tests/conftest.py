@@ -165,3 +165,11 @@ def queue_kind(request: pytest.FixtureRequest) -> str:
 def layout(request: pytest.FixtureRequest) -> Layout:
     """Each storage layout in turn."""
     return cast(Layout, request.param)
+
+
+@pytest_asyncio.fixture(params=["file", "s3-moto"])
+async def file_or_s3(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """The file backend and S3 on moto's server (for features checked on those two)."""
+    made = make_backend(request.param, request, tmp_path)
+    yield made
+    await made.close()

@@ -41,6 +41,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
         self.index = QueueIndex()
         self.clock = T0
         self.in_transaction: QueueState | None = None
+        self.savepoint: tuple[tuple[int, int], QueueState] | None = None
         self.frozen: tuple[IndexSnapshot, QueueState] | None = None
         self.tokens = 0
         self.leases: list[tuple[str, str]] = []  # (job id, lease) of every claim, kept after it is lost
@@ -161,6 +162,20 @@ class IndexAgainstStates(RuleBasedStateMachine):
             self.index.rollback()
             self.state = self.in_transaction
         self.in_transaction = None
+        self.savepoint = None
+
+    @precondition(lambda self: self.in_transaction is not None)
+    @rule()
+    def mark(self) -> None:
+        self.savepoint = (self.index.savepoint(), self.state)
+
+    @precondition(lambda self: self.savepoint is not None)
+    @rule()
+    def undo_to_mark(self) -> None:
+        assert self.savepoint is not None
+        mark, self.state = self.savepoint
+        self.index.rollback_to(mark)
+        self.savepoint = None
 
     @precondition(lambda self: self.frozen is None)
     @rule()

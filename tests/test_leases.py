@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
-from conftest import Backend, make_backend
+from conftest import Backend
 from jqueue import DirectQueue, HeartbeatManager, JobNotFoundError, JobStatus, Layout, LeaseLostError
 from queues import open_queue
 
@@ -18,19 +15,11 @@ SHORT = timedelta(milliseconds=300)
 LEASE = timedelta(seconds=1)  # heartbeats every tenth of it: room for a slow commit on a loaded machine
 
 
-@pytest_asyncio.fixture(params=["file", "s3-moto"])
-async def lease_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
-    """The file backend and S3 on moto's server."""
-    made = make_backend(request.param, request, tmp_path)
-    yield made
-    await made.close()
-
-
-async def test_a_late_ack_cannot_touch_the_new_holders_job(lease_backend: Backend, layout: Layout) -> None:
-    storage, name = lease_backend.new()
+async def test_a_late_ack_cannot_touch_the_new_holders_job(file_or_s3: Backend, layout: Layout) -> None:
+    storage, name = file_or_s3.new()
     async with (
         DirectQueue(storage, layout=layout) as worker_a,
-        DirectQueue(lease_backend.handle(name), layout=layout) as worker_b,
+        DirectQueue(file_or_s3.handle(name), layout=layout) as worker_b,
     ):
         assert await worker_b.dequeue() == []  # opened before the clock starts
         job = await worker_a.enqueue("work", b"x")
@@ -65,12 +54,12 @@ async def test_a_late_ack_cannot_touch_the_new_holders_job(lease_backend: Backen
 
 
 async def test_heartbeats_keep_the_lease_and_its_end_frees_the_job(
-    lease_backend: Backend, layout: Layout, queue_kind: str
+    file_or_s3: Backend, layout: Layout, queue_kind: str
 ) -> None:
-    storage, name = lease_backend.new()
+    storage, name = file_or_s3.new()
     async with (
         open_queue(queue_kind, storage, layout=layout) as holder,
-        open_queue(queue_kind, lease_backend.handle(name), layout=layout) as other,
+        open_queue(queue_kind, file_or_s3.handle(name), layout=layout) as other,
     ):
         await holder.enqueue("work", b"x")
         [job] = await holder.dequeue(visibility_timeout=LEASE)
@@ -89,9 +78,9 @@ async def test_heartbeats_keep_the_lease_and_its_end_frees_the_job(
 
 
 async def test_a_heartbeat_manager_stops_when_its_lease_is_lost(
-    lease_backend: Backend, layout: Layout
+    file_or_s3: Backend, layout: Layout
 ) -> None:
-    storage, _ = lease_backend.new()
+    storage, _ = file_or_s3.new()
     async with DirectQueue(storage, layout=layout) as q:
         await q.enqueue("work", b"x")
         [job] = await q.dequeue()
@@ -104,8 +93,8 @@ async def test_a_heartbeat_manager_stops_when_its_lease_is_lost(
         assert (requeued.status, requeued.lease) == (JobStatus.QUEUED, None)
 
 
-async def test_expired_leases_return_with_normal_traffic(lease_backend: Backend, layout: Layout) -> None:
-    storage, _ = lease_backend.new()
+async def test_expired_leases_return_with_normal_traffic(file_or_s3: Backend, layout: Layout) -> None:
+    storage, _ = file_or_s3.new()
     async with open_queue("broker", storage, layout=layout, stale_timeout=SHORT) as q:
         job = await q.enqueue("work", b"x")
         [claimed] = await q.dequeue()

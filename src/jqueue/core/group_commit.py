@@ -130,9 +130,11 @@ class GroupCommitLoop(QueueOperations):
             outcomes.clear()
             index.requeue_expired(to_micros(utc_now()))
             for pending in batch:
+                savepoint = index.savepoint()
                 try:
                     answer = pending.operation(index)
                 except Exception as exc:
+                    index.rollback_to(savepoint)  # a failed call leaves nothing behind
                     outcomes.append((False, exc))
                 else:
                     outcomes.append((True, answer))

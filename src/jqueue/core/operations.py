@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TypeVar
 
@@ -23,7 +23,7 @@ from jqueue.domain.effects import Added, to_micros
 from jqueue.domain.errors import PayloadTooLargeError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState, utc_now
-from jqueue.domain.records import job_from
+from jqueue.domain.records import added_from, job_from
 from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")
@@ -78,6 +78,12 @@ class QueueOperations(ABC):
         await store.checkpoint()
         return True
 
+    def _checked(self, payload: bytes) -> bytes:
+        limit = self.max_payload_bytes
+        if limit is not None and len(payload) > limit:
+            raise PayloadTooLargeError(len(payload), limit)
+        return payload
+
     async def read_state(self) -> QueueState:
         """Return a fresh snapshot of the whole queue straight from storage."""
         return await (await self._opened_store()).read_state()
@@ -90,17 +96,58 @@ class QueueOperations(ABC):
         PayloadTooLargeError
             If ``payload`` is over ``max_payload_bytes``.
         """
-        limit = self.max_payload_bytes
-        if limit is not None and len(payload) > limit:
-            raise PayloadTooLargeError(len(payload), limit)
-        job = Job.new(entrypoint, payload, priority)
-        added = Added(job.id, entrypoint, priority, to_micros(job.created_at), job.status, None, job.payload)
+        job = Job.new(entrypoint, self._checked(payload), priority)
+        added = added_from(job)
 
         def operation(index: QueueIndex) -> Job:
             index.apply(added)
             return job
 
         return await self._execute(operation)
+
+    async def enqueue_many(self, entrypoint: str, payloads: Iterable[bytes], priority: int = 0) -> list[Job]:
+        """Add one job per payload, all in one commit; returns them in order.
+
+        Raises
+        ------
+        PayloadTooLargeError
+            If a payload is over ``max_payload_bytes``; then none is added.
+        """
+        jobs = [Job.new(entrypoint, self._checked(payload), priority) for payload in payloads]
+        effects = [added_from(job) for job in jobs]
+
+        def operation(index: QueueIndex) -> list[Job]:
+            index.apply_all(effects)
+            return jobs
+
+        return await self._execute(operation) if jobs else []
+
+    async def ack_many(self, jobs: Iterable[Job | str]) -> None:
+        """Remove finished jobs, all in one commit, each fenced as in ``ack``.
+
+        If one of them cannot be acked (``LeaseLostError``, ``JobNotFoundError``), the
+        error is raised and none is removed.
+        """
+        fences = [_fence(job) for job in jobs]
+
+        def operation(index: QueueIndex) -> None:
+            for job_id, lease in fences:
+                index.remove(job_id, lease)
+
+        await self._execute(operation)
+
+    async def nack_many(self, jobs: Iterable[Job | str]) -> None:
+        """Put claimed jobs back in the queue, all in one commit, each fenced as in ``nack``.
+
+        If one of them cannot be requeued, the error is raised and none is.
+        """
+        fences = [_fence(job) for job in jobs]
+
+        def operation(index: QueueIndex) -> None:
+            for job_id, lease in fences:
+                index.requeue(job_id, lease)
+
+        await self._execute(operation)
 
     async def dequeue(
         self,

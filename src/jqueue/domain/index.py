@@ -195,6 +195,22 @@ class QueueIndex:
         for undo in reversed(journal):
             undo()
 
+    def savepoint(self) -> tuple[int, int]:
+        """Mark the open transaction, so that ``rollback_to`` can undo what follows."""
+        if self._journal is None:
+            raise RuntimeError("no transaction is open")
+        return len(self._journal), len(self.pending_effects)
+
+    def rollback_to(self, savepoint: tuple[int, int]) -> None:
+        """Undo, newest first, the changes made since ``savepoint``; the transaction stays open."""
+        journal = self._journal
+        if journal is None:
+            raise RuntimeError("no transaction is open")
+        undo_count, effect_count = savepoint
+        while len(journal) > undo_count:
+            journal.pop()()
+        del self.pending_effects[effect_count:]
+
     # --- decisions: each applies its effects and returns them ------------------------
 
     def claim(

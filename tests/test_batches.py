@@ -1,0 +1,66 @@
+"""Batches: many jobs enqueued, acked or nacked in one commit, on a file and on S3, both layouts."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from conftest import Backend
+from jqueue import BrokerQueue, Job, JobNotFoundError, JobStatus, Layout, LeaseLostError, PayloadTooLargeError
+from queues import open_queue
+
+
+async def test_enqueue_many_is_one_commit(file_or_s3: Backend, layout: Layout, queue_kind: str) -> None:
+    storage, _ = file_or_s3.new()
+    async with open_queue(queue_kind, storage, layout=layout, max_payload_bytes=10) as q:
+        await q.enqueue("first", b"x")
+        before = (await q.read_state()).version
+        jobs = await q.enqueue_many("work", [str(i).encode() for i in range(50)], priority=2)
+        state = await q.read_state()
+        assert state.version == before + 1
+        assert [j.payload for j in state.queued_jobs("work")] == [str(i).encode() for i in range(50)]
+        assert [j.id for j in jobs] == [j.id for j in state.queued_jobs("work")]
+        assert {j.priority for j in jobs} == {2}
+        assert await q.enqueue_many("work", []) == []
+        with pytest.raises(PayloadTooLargeError):
+            await q.enqueue_many("work", [b"ok", b"x" * 11])
+        assert len((await q.read_state()).jobs) == 51
+
+
+async def test_ack_many_and_nack_many_are_all_or_nothing(file_or_s3: Backend, layout: Layout) -> None:
+    storage, _ = file_or_s3.new()
+    async with open_queue("direct", storage, layout=layout) as q:
+        await q.enqueue_many("work", [b"a", b"b", b"c", b"d"])
+        a, b, c, d = await q.dequeue(batch_size=4)
+        await q.nack(d.id)  # d's claim is lost
+        before = await q.read_state()
+        with pytest.raises(LeaseLostError):
+            await q.ack_many([a, b, d])
+        with pytest.raises(JobNotFoundError):
+            await q.nack_many([a, "no-such-job"])
+        assert await q.read_state() == before
+        await q.nack_many([c])
+        await q.ack_many([a, b.id])
+        state = await q.read_state()
+        assert state.version == before.version + 2
+        assert {(j.id, j.status) for j in state.jobs} == {(c.id, JobStatus.QUEUED), (d.id, JobStatus.QUEUED)}
+
+
+async def test_a_failing_batch_in_a_group_commit_leaves_nothing_behind(
+    file_or_s3: Backend, layout: Layout
+) -> None:
+    storage, _ = file_or_s3.new()
+    async with BrokerQueue(storage, layout=layout) as q:
+        await q.enqueue_many("work", [b"a", b"b"])
+        a, b = await q.dequeue(batch_size=2)
+        failing, added = await asyncio.gather(
+            q.ack_many([a, "no-such-job"]), q.enqueue("other", b"c"), return_exceptions=True
+        )
+        assert isinstance(failing, JobNotFoundError)
+        assert isinstance(added, Job)
+        state = await q.read_state()
+        assert {j.id for j in state.in_progress_jobs()} == {a.id, b.id}
+        assert [j.id for j in state.queued_jobs("other")] == [added.id]
+        await q.ack_many([a, b])
+        assert [j.entrypoint for j in (await q.read_state()).jobs] == ["other"]
