@@ -81,25 +81,19 @@ class StoreOpener:
                     await storage.write(encode_marker(), if_match=None)
                 except CASConflictError:
                     continue  # another process created the queue first: look again
-                return await self._log_store(storage, None)
+                return LogStore(storage, self.retry, self.settings, None)
             is_log, base = decode_marker(content)
             if is_log:
                 if self.layout == "single":
                     raise CorruptStateError(location, "this queue uses the log layout, not 'single'")
-                return await self._log_store(storage, base)
+                return LogStore(storage, self.retry, self.settings, base)
             state = codec.decode(content, location)
             if self.layout != "log":
                 return SingleObjectStore(storage, self.retry)
             assert etag is not None
             migrated_base = await _migrate(storage, state, etag)
             if migrated_base is not None:
-                return await self._log_store(storage, migrated_base)
-
-    async def _log_store(self, storage: KeyedStoragePort, base: str | None) -> LogStore:
-        store = LogStore(storage, self.retry, self.settings, base)
-        await store.refresh()
-        return store
-
+                return LogStore(storage, self.retry, self.settings, migrated_base)
 
 async def _migrate(storage: KeyedStoragePort, state: QueueState, etag: str) -> str | None:
     """Move a single-object state into a log; returns the base object's name, or None on a lost race.
