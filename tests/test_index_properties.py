@@ -76,7 +76,8 @@ class IndexAgainstStates(RuleBasedStateMachine):
         self.state, jobs = self.state.with_jobs_claimed(entrypoint, batch, now, expires, self.token)
         self.tokens = start  # the index draws the same tokens in the same order
         micros = None if expires is None else to_micros(expires)
-        effects = self.index.claim(entrypoint, batch, to_micros(now), micros, self.token)
+        entrypoints = None if entrypoint is None else (entrypoint,)
+        effects = self.index.claim(entrypoints, batch, to_micros(now), micros, self.token)
         assert [(e.job_id, e.lease) for e in effects] == [(j.id, j.lease) for j in jobs]
         self.leases.extend((j.id, j.lease) for j in jobs if j.lease is not None)
 
@@ -93,7 +94,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
         }
         on_index: dict[str, Callable[[], object]] = {
             "ack": partial(self.index.remove, job_id, lease),
-            "nack": partial(self.index.requeue, job_id, lease),
+            "nack": partial(self.index.nack, job_id, lease, to_micros(now)),
             "heartbeat": partial(self.index.beat, job_id, to_micros(now), lease),
         }
         try:
@@ -121,7 +122,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
             self.index.remove(job_id)
         elif action == "nack":
             self.state = self.state.with_job_requeued(job_id)
-            self.index.requeue(job_id)
+            self.index.nack(job_id, None, to_micros(self.clock))
         else:
             now = self.now(True)
             before = self.state
@@ -132,7 +133,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
     def act_on_unknown(self, job_id: str, action: str) -> None:
         calls: dict[str, Callable[[], object]] = {
             "remove": partial(self.index.remove, job_id),
-            "requeue": partial(self.index.requeue, job_id),
+            "requeue": partial(self.index.nack, job_id, None, 0),
             "beat": partial(self.index.beat, job_id, 0),
         }
         call = calls[action]

@@ -88,7 +88,8 @@ class LogAgainstStates(RuleBasedStateMachine):
         claimed: list[str] = []
 
         def transition(index: QueueIndex) -> None:
-            claimed[:] = [c.job_id for c in index.claim(entrypoint, batch, to_micros(now))]
+            entrypoints = None if entrypoint is None else (entrypoint,)
+            claimed[:] = [c.job_id for c in index.claim(entrypoints, batch, to_micros(now))]
 
         self.commit(writer, transition)
         assert claimed == [job.id for job in expected]
@@ -103,7 +104,7 @@ class LogAgainstStates(RuleBasedStateMachine):
             self.commit(writer, lambda index: index.remove(job_id))
         elif action == "nack":
             self.state = self.state.with_job_requeued(job_id)
-            self.commit(writer, lambda index: index.requeue(job_id))
+            self.commit(writer, lambda index: index.nack(job_id, None, to_micros(now)))
         else:
             self.state = self.state.with_heartbeat(job_id, now)
             self.commit(writer, lambda index: index.beat(job_id, to_micros(now)))

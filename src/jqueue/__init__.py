@@ -20,7 +20,8 @@ from jqueue.core.direct import DirectQueue
 from jqueue.core.group_commit import GroupCommitLoop
 from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.layout import Layout
-from jqueue.core.settings import LogSettings
+from jqueue.core.queue_set import QueueSet
+from jqueue.core.settings import Backoff, LogSettings, QueuePolicy
 from jqueue.domain.errors import (
     CASConflictError,
     CorruptStateError,
@@ -30,9 +31,13 @@ from jqueue.domain.errors import (
     LeaseLostError,
     PayloadTooLargeError,
     QueueClosedError,
+    QueuePausedError,
     StorageError,
 )
 from jqueue.domain.models import Job, JobStatus, QueueState
+from jqueue.domain.records import HistoryRecord
+from jqueue.domain.spec import JobSpec
+from jqueue.domain.stats import EntrypointStats, QueueStats
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 if TYPE_CHECKING:
@@ -56,18 +61,22 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Backoff",
     "BrokerQueue",
     "CASConflictError",
     "CorruptStateError",
     "DirectQueue",
+    "EntrypointStats",
     "GCSStorage",
     "GroupCommitLoop",
     "HeartbeatManager",
+    "HistoryRecord",
     "InMemoryStorage",
     "InvalidURLError",
     "JQueueError",
     "Job",
     "JobNotFoundError",
+    "JobSpec",
     "JobStatus",
     "KeyedStoragePort",
     "Layout",
@@ -77,7 +86,11 @@ __all__ = [
     "ObjectStoragePort",
     "PayloadTooLargeError",
     "QueueClosedError",
+    "QueuePausedError",
+    "QueuePolicy",
+    "QueueSet",
     "QueueState",
+    "QueueStats",
     "S3Storage",
     "StorageError",
     "__version__",

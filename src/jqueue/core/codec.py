@@ -20,11 +20,19 @@ from typing import Annotated
 
 import msgspec
 
-from jqueue.core.log_codec import decode_marker
+from jqueue.core.log_codec import (
+    WireControls,
+    WireHistory,
+    controls_from_wire,
+    decode_marker,
+    history_from_wire,
+    wire_history,
+)
 from jqueue.domain.effects import from_micros
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, JobStatus, QueueState
+from jqueue.domain.records import added_from
 
 _AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 
@@ -40,12 +48,25 @@ class _WireJob(msgspec.Struct):
     attempts: int = 0
     lease: str | None = None
     lease_expires_at: _AwareDatetime | None = None
+    max_attempts: int | None = None
+    not_before: _AwareDatetime | None = None
+    deadline: _AwareDatetime | None = None
+    dedup_key: str | None = None
+    last_error: str | None = None
+    dead_reason: str | None = None
+    dead_at: _AwareDatetime | None = None
+    claimed_at: tuple[_AwareDatetime, ...] = ()
 
 
-class _WireState(msgspec.Struct):
+_JOB_FIELDS = _WireJob.__struct_fields__
+
+
+class _WireState(msgspec.Struct, omit_defaults=True):
     version: int
     jobs: list[_WireJob]
     commit: str | None = None
+    history: list[WireHistory] = []
+    controls: WireControls | None = None
 
 
 _encoder = msgspec.json.Encoder()
@@ -58,51 +79,47 @@ def encode(state: QueueState, commit_id: str | None = None) -> bytes:
     ``commit_id`` tags the bytes with the commit that wrote them, so that two
     writers producing the same state never produce the same object.
     """
-    wire = _WireState(
-        commit=commit_id,
-        version=state.version,
-        jobs=[
-            _WireJob(
-                j.id,
-                j.entrypoint,
-                j.payload,
-                j.status,
-                j.priority,
-                j.created_at,
-                j.heartbeat_at,
-                j.attempts,
-                j.lease,
-                j.lease_expires_at,
-            )
-            for j in state.jobs
-        ],
-    )
-    return _encoder.encode(wire)
+    jobs = [_WireJob(*(getattr(j, name) for name in _JOB_FIELDS)) for j in state.jobs]
+    return _encoder.encode(_WireState(commit=commit_id, version=state.version, jobs=jobs))
+
+
+def _datetime(micros: int | None) -> datetime | None:
+    return None if micros is None else from_micros(micros)
 
 
 def encode_index(index: QueueIndex, version: int, commit_id: str) -> bytes:
-    """Serialise every job of an index (payloads in memory) as a state at ``version``."""
+    """Serialise every job of an index (payloads in memory), its history and its controls as a
+    state at ``version``."""
     jobs = []
     for r in index.in_order():
         if not isinstance(r.payload, bytes):
             raise ValueError(f"payload of {r.id} is not in memory")
-        heartbeat = None if r.heartbeat is None else from_micros(r.heartbeat)
-        expires = None if r.expires is None else from_micros(r.expires)
-        wire = (r.id, r.entrypoint, r.payload, r.status, r.priority, from_micros(r.created), heartbeat)
-        jobs.append(_WireJob(*wire, r.attempts, r.lease, expires))
-    return _encoder.encode(_WireState(version=version, jobs=jobs, commit=commit_id))
+        head = (
+            r.id,
+            r.entrypoint,
+            r.payload,
+            r.status,
+            r.priority,
+            from_micros(r.created),
+            _datetime(r.heartbeat),
+        )
+        times = (_datetime(r.not_before), _datetime(r.deadline))
+        wire = _WireJob(*head, r.attempts, r.lease, _datetime(r.expires), r.max_attempts, *times, r.dedup_key)
+        wire.last_error, wire.dead_reason, wire.dead_at = r.last_error, r.dead_reason, _datetime(r.dead_at)
+        wire.claimed_at = tuple(map(from_micros, r.claims))
+        jobs.append(wire)
+    controls = index.controls.to_dict()
+    state = _WireState(
+        version=version,
+        jobs=jobs,
+        commit=commit_id,
+        history=wire_history(list(index.history)),
+        controls=WireControls(**controls) if any(controls.values()) else None,
+    )
+    return _encoder.encode(state)
 
 
-def decode(data: bytes, location: str = "<bytes>") -> QueueState:
-    """Deserialise JSON bytes to a state; empty bytes are an empty queue.
-
-    Raises
-    ------
-    CorruptStateError
-        If ``data`` is not a jqueue state; ``location`` names it in the message.
-    """
-    if not data:
-        return QueueState()
+def _decode_wire(data: bytes, location: str) -> _WireState:
     try:
         wire = _decoder.decode(data)
     except msgspec.DecodeError as exc:
@@ -111,21 +128,45 @@ def decode(data: bytes, location: str = "<bytes>") -> QueueState:
                 location, "this queue uses the log-structured layout; open it with layout 'auto' or 'log'"
             ) from exc
         raise CorruptStateError(location, str(exc)) from exc
-    jobs = tuple(
-        Job.model_construct(
-            id=w.id,
-            entrypoint=w.entrypoint,
-            payload=w.payload,
-            status=w.status,
-            priority=w.priority,
-            created_at=w.created_at,
-            heartbeat_at=w.heartbeat_at,
-            attempts=w.attempts,
-            lease=w.lease,
-            lease_expires_at=w.lease_expires_at,
-        )
-        for w in wire.jobs
-    )
-    if len({j.id for j in jobs}) != len(jobs):
+    if len({w.id for w in wire.jobs}) != len(wire.jobs):
         raise CorruptStateError(location, "two jobs share an id")
-    return QueueState.model_construct(jobs=jobs, version=wire.version)
+    return wire
+
+
+def _jobs(wire: _WireState) -> tuple[Job, ...]:
+    return tuple(Job.model_construct(**{name: getattr(w, name) for name in _JOB_FIELDS}) for w in wire.jobs)
+
+
+def decode(data: bytes, location: str = "<bytes>") -> QueueState:
+    """Deserialise JSON bytes to a state (its jobs); empty bytes are an empty queue.
+
+    Raises
+    ------
+    CorruptStateError
+        If ``data`` is not a jqueue state; ``location`` names it in the message.
+    """
+    if not data:
+        return QueueState()
+    wire = _decode_wire(data, location)
+    return QueueState.model_construct(jobs=_jobs(wire), version=wire.version)
+
+
+def decode_index(data: bytes, location: str = "<bytes>") -> QueueIndex:
+    """Deserialise JSON bytes to an index with the jobs, history and controls they hold.
+
+    Raises
+    ------
+    CorruptStateError
+        If ``data`` is not a jqueue state or its jobs do not fit together.
+    """
+    if not data:
+        return QueueIndex()
+    wire = _decode_wire(data, location)
+    index = QueueIndex()
+    try:
+        index.apply_all(added_from(job) for job in _jobs(wire))
+    except ValueError as exc:
+        raise CorruptStateError(location, str(exc)) from exc
+    index.restore(history_from_wire(wire.history), controls_from_wire(wire.controls))
+    index.version = wire.version
+    return index

@@ -7,22 +7,20 @@ from datetime import timedelta
 from types import TracebackType
 
 from jqueue.core.layout import Layout
+from jqueue.core.management import ManagementOperations
 from jqueue.core.operations import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_VISIBILITY_TIMEOUT,
     Operation,
-    QueueOperations,
     T,
 )
 from jqueue.core.retry import RetryPolicy
-from jqueue.core.settings import LogSettings
-from jqueue.domain.effects import to_micros
+from jqueue.core.settings import LogSettings, QueuePolicy
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import utc_now
 from jqueue.ports.storage import ObjectStoragePort
 
 
-class DirectQueue(QueueOperations):
+class DirectQueue(ManagementOperations):
     """A queue that commits each call on its own; no background task.
 
     Calls from one ``DirectQueue`` take turns, so they never conflict with each
@@ -41,6 +39,8 @@ class DirectQueue(QueueOperations):
         migrate to or insist on the log (``"log"``), or the documented single object.
     log : LogSettings or None
         Checkpoint, retention and cache settings of the log layout.
+    policy : QueuePolicy or None
+        Defaults for retries, back-off, time to live and history.
     visibility_timeout : timedelta
         How long a claim holds a job without a heartbeat before the job returns to
         the queue (``dequeue`` can override it per call). Every commit returns the
@@ -56,9 +56,10 @@ class DirectQueue(QueueOperations):
         layout: Layout = "auto",
         log: LogSettings | None = None,
         visibility_timeout: timedelta = DEFAULT_VISIBILITY_TIMEOUT,
+        policy: QueuePolicy | None = None,
     ) -> None:
         retry = RetryPolicy(max_retries=max_retries)
-        super().__init__(storage, retry, layout, max_payload_bytes, log, visibility_timeout)
+        super().__init__(storage, retry, layout, max_payload_bytes, log, visibility_timeout, policy)
         self.max_retries = max_retries
         self._turn = asyncio.Lock()
 
@@ -66,7 +67,7 @@ class DirectQueue(QueueOperations):
         answers: list[T] = []
 
         def transition(index: QueueIndex) -> None:
-            index.requeue_expired(to_micros(utc_now()))
+            self._sweep(index)
             answers[:] = [operation(index)]
 
         async with self._turn:

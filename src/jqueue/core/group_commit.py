@@ -10,13 +10,12 @@ from types import TracebackType
 from typing import Any, Self
 
 from jqueue.core.layout import Layout
-from jqueue.core.operations import DEFAULT_MAX_PAYLOAD_BYTES, Operation, QueueOperations, T
+from jqueue.core.management import ManagementOperations
+from jqueue.core.operations import DEFAULT_MAX_PAYLOAD_BYTES, Operation, T
 from jqueue.core.retry import RetryPolicy
-from jqueue.core.settings import LogSettings
-from jqueue.domain.effects import to_micros
+from jqueue.core.settings import LogSettings, QueuePolicy
 from jqueue.domain.errors import QueueClosedError
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import utc_now
 from jqueue.ports.storage import ObjectStoragePort
 
 logger = logging.getLogger("jqueue")
@@ -28,7 +27,7 @@ class _Pending:
     future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
-class GroupCommitLoop(QueueOperations):
+class GroupCommitLoop(ManagementOperations):
     """A queue whose calls are batched by a single writer task into one commit per round.
 
     While one commit is in flight, new calls collect; the next round applies them all
@@ -53,6 +52,8 @@ class GroupCommitLoop(QueueOperations):
         migrate to or insist on the log (``"log"``), or the documented single object.
     log : LogSettings or None
         Checkpoint, retention and cache settings of the log layout.
+    policy : QueuePolicy or None
+        Defaults for retries, back-off, time to live and history.
     """
 
     def __init__(
@@ -64,9 +65,10 @@ class GroupCommitLoop(QueueOperations):
         max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
         layout: Layout = "auto",
         log: LogSettings | None = None,
+        policy: QueuePolicy | None = None,
     ) -> None:
         retry = RetryPolicy(max_retries=max_retries)
-        super().__init__(storage, retry, layout, max_payload_bytes, log, visibility_timeout=stale_timeout)
+        super().__init__(storage, retry, layout, max_payload_bytes, log, stale_timeout, policy)
         self.stale_timeout = stale_timeout
         self._pending: list[_Pending] = []
         self._wakeup = asyncio.Event()
@@ -128,7 +130,7 @@ class GroupCommitLoop(QueueOperations):
 
         def transition(index: QueueIndex) -> None:
             outcomes.clear()
-            index.requeue_expired(to_micros(utc_now()))
+            self._sweep(index)
             for pending in batch:
                 savepoint = index.savepoint()
                 try:

@@ -20,10 +20,10 @@ from jqueue.core.log_store import LogStore
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore, SingleObjectStore, describe
-from jqueue.domain.effects import to_micros
+from jqueue.domain.effects import Effect, to_micros
 from jqueue.domain.errors import CASConflictError, CorruptStateError
-from jqueue.domain.models import QueueState, utc_now
-from jqueue.domain.records import added_from
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.models import utc_now
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 Layout = Literal["auto", "log", "single"]
@@ -87,7 +87,7 @@ class StoreOpener:
                 if self.layout == "single":
                     raise CorruptStateError(location, "this queue uses the log layout, not 'single'")
                 return LogStore(storage, self.retry, self.settings, base)
-            state = codec.decode(content, location)
+            state = codec.decode_index(content, location)
             if self.layout != "log":
                 return SingleObjectStore(storage, self.retry)
             assert etag is not None
@@ -95,14 +95,17 @@ class StoreOpener:
             if migrated_base is not None:
                 return LogStore(storage, self.retry, self.settings, migrated_base)
 
-async def _migrate(storage: KeyedStoragePort, state: QueueState, etag: str) -> str | None:
+
+async def _migrate(storage: KeyedStoragePort, state: QueueIndex, etag: str) -> str | None:
     """Move a single-object state into a log; returns the base object's name, or None on a lost race.
 
     The jobs go to an immutable base object first; replacing the main object with a
     marker that names it (compare-and-swap on ``etag``) is the one step that decides.
+    The pauses and throttles move with the jobs; the history of finished jobs does not.
     """
     name = f"{BASE_PREFIX}{uuid.uuid4().hex}"
-    effects = [added_from(job) for job in state.jobs]
+    effects: list[Effect] = [record.as_added() for record in state.in_order()]
+    effects += state.controls.as_effects()
     await storage.create(name, encode_entry(0, uuid.uuid4().hex, to_micros(utc_now()), effects))
     try:
         await storage.write(encode_marker(name), if_match=etag)

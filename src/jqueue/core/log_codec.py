@@ -18,16 +18,22 @@ from __future__ import annotations
 import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
+from jqueue.domain.controls import Controls
 from jqueue.domain.effects import (
     Added,
     Beat,
     Claimed,
+    Died,
     Effect,
+    Forgotten,
+    PauseSet,
     Removed,
     Requeued,
+    ThrottleSet,
     columns_from_refs,
     payload_ref,
     refs_from_columns,
@@ -35,7 +41,7 @@ from jqueue.domain.effects import (
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
-from jqueue.domain.records import IndexSnapshot
+from jqueue.domain.records import ADDED_FIELDS, HistoryRecord, IndexSnapshot
 
 LAYOUT = "jqueue-log/1"
 ENTRY_PREFIX = "log/"
@@ -90,7 +96,7 @@ def decode_marker(data: bytes) -> tuple[bool, str | None]:
     return marker.layout == LAYOUT, marker.base
 
 
-class _Add(msgspec.Struct, tag="add", array_like=True):
+class _Add(msgspec.Struct, tag="add", array_like=True, omit_defaults=True):
     id: str
     entrypoint: str
     priority: int
@@ -101,6 +107,14 @@ class _Add(msgspec.Struct, tag="add", array_like=True):
     attempts: int = 0
     lease: str | None = None
     expires: int | None = None
+    max_attempts: int | None = None
+    not_before: int | None = None
+    deadline: int | None = None
+    dedup_key: str | None = None
+    last_error: str | None = None
+    dead_reason: str | None = None
+    dead_at: int | None = None
+    claims: tuple[int, ...] = ()
 
 
 class _Claim(msgspec.Struct, tag="claim", array_like=True):
@@ -110,12 +124,16 @@ class _Claim(msgspec.Struct, tag="claim", array_like=True):
     expires: int | None = None
 
 
-class _Requeue(msgspec.Struct, tag="requeue", array_like=True):
+class _Requeue(msgspec.Struct, tag="requeue", array_like=True, omit_defaults=True):
     id: str
+    not_before: int | None = None
+    error: str | None = None
+    reset: bool = False
 
 
-class _Remove(msgspec.Struct, tag="remove", array_like=True):
+class _Remove(msgspec.Struct, tag="remove", array_like=True, omit_defaults=True):
     id: str
+    at: int | None = None
 
 
 class _Beat(msgspec.Struct, tag="beat", array_like=True):
@@ -123,7 +141,69 @@ class _Beat(msgspec.Struct, tag="beat", array_like=True):
     at: int
 
 
-_WireEffect = _Add | _Claim | _Requeue | _Remove | _Beat
+class _Die(msgspec.Struct, tag="die", array_like=True):
+    id: str
+    at: int
+    reason: str
+    error: str | None = None
+
+
+class _Forget(msgspec.Struct, tag="forget", array_like=True):
+    count: int
+
+
+class _Pause(msgspec.Struct, tag="pause", array_like=True):
+    scope: str | None
+    claims: bool
+    enqueues: bool
+
+
+class _Throttle(msgspec.Struct, tag="throttle", array_like=True):
+    scope: str | None
+    limit: int | None
+    window: int
+
+
+_WireEffect = _Add | _Claim | _Requeue | _Remove | _Beat | _Die | _Forget | _Pause | _Throttle
+
+
+class WireHistory(msgspec.Struct, array_like=True):
+    """A history record on the wire (as in ``HistoryRecord``)."""
+
+    job_id: str
+    entrypoint: str
+    created: int
+    claims: tuple[int, ...]
+    finished: int
+    attempts: int
+    outcome: JobStatus
+    error: str | None = None
+    reason: str | None = None
+    dedup_key: str | None = None
+
+
+class WireControls(msgspec.Struct):
+    """Pauses and throttles on the wire (as in ``Controls.to_dict``)."""
+
+    paused_claims: list[str | None] = []
+    paused_enqueues: list[str | None] = []
+    throttles: list[tuple[str | None, int, int]] = []
+    usage: list[tuple[str | None, int, int]] = []
+
+
+def wire_history(history: list[HistoryRecord]) -> list[WireHistory]:
+    """Return history records in their wire form."""
+    return [WireHistory(*(getattr(h, name) for name in HistoryRecord.__slots__)) for h in history]
+
+
+def history_from_wire(wire: list[WireHistory]) -> list[HistoryRecord]:
+    """Return history records from their wire form."""
+    return [HistoryRecord(*(getattr(w, name) for name in HistoryRecord.__slots__)) for w in wire]
+
+
+def controls_from_wire(wire: WireControls | None) -> Controls:
+    """Return the controls of their wire form (none: no pause, no throttle)."""
+    return Controls() if wire is None else Controls.from_dict(msgspec.structs.asdict(wire))
 
 
 class _Entry(msgspec.Struct):
@@ -151,16 +231,23 @@ def _wire_effect(effect: Effect) -> _WireEffect:
         case Added() as a:
             if not isinstance(a.payload, bytes):
                 raise ValueError(f"payload of {a.job_id} is not in memory")
-            fields = (a.job_id, a.entrypoint, a.priority, a.created, a.status, a.heartbeat, a.payload)
-            return _Add(*fields, a.attempts, a.lease, a.expires)
+            return _Add(*(getattr(a, name) for name in Added.__slots__))
         case Claimed(job_id, at, lease, expires):
             return _Claim(job_id, at, lease, expires)
-        case Requeued(job_id):
-            return _Requeue(job_id)
-        case Removed(job_id):
-            return _Remove(job_id)
+        case Requeued(job_id, not_before, error, reset):
+            return _Requeue(job_id, not_before, error, reset)
+        case Removed(job_id, at):
+            return _Remove(job_id, at)
         case Beat(job_id, at):
             return _Beat(job_id, at)
+        case Died(job_id, at, reason, error):
+            return _Die(job_id, at, reason, error)
+        case Forgotten(count):
+            return _Forget(count)
+        case PauseSet(scope, claims, enqueues):
+            return _Pause(scope, claims, enqueues)
+        case ThrottleSet(scope, limit, window):
+            return _Throttle(scope, limit, window)
 
 
 def encode_entry(seq: int, commit_id: str, at: int, effects: Sequence[Effect]) -> bytes:
@@ -189,16 +276,25 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
             case _Add() as w:
                 ref = payload_ref(seq, len(payloads))
                 payloads.append(w.payload)
-                fields = (w.id, w.entrypoint, w.priority, w.created, w.status, w.heartbeat, ref)
-                effects.append(Added(*fields, w.attempts, w.lease, w.expires))
+                fields = [getattr(w, name) for name in _Add.__struct_fields__]
+                fields[6] = ref
+                effects.append(Added(*fields))
             case _Claim(job_id, at, lease, expires):
                 effects.append(Claimed(job_id, at, lease, expires))
-            case _Requeue(job_id):
-                effects.append(Requeued(job_id))
-            case _Remove(job_id):
-                effects.append(Removed(job_id))
+            case _Requeue(job_id, not_before, error, reset):
+                effects.append(Requeued(job_id, not_before, error, reset))
+            case _Remove(job_id, at):
+                effects.append(Removed(job_id, at))
             case _Beat(job_id, at):
                 effects.append(Beat(job_id, at))
+            case _Die(job_id, at, reason, error):
+                effects.append(Died(job_id, at, reason, error))
+            case _Forget(count):
+                effects.append(Forgotten(count))
+            case _Pause(scope, claims, enqueues):
+                effects.append(PauseSet(scope, claims, enqueues))
+            case _Throttle(scope, limit, window):
+                effects.append(ThrottleSet(scope, limit, window))
     return Entry(wire.seq, wire.commit, effects, payloads)
 
 
@@ -227,18 +323,39 @@ class _Checkpoint(msgspec.Struct):
     attempts: list[int] | None = None
     lease: list[str | None] | None = None
     expires: list[int | None] | None = None
+    max_attempts: list[int | None] | None = None
+    not_before: list[int | None] | None = None
+    deadline: list[int | None] | None = None
+    dedup_key: list[str | None] | None = None
+    last_error: list[str | None] | None = None
+    dead_reason: list[str | None] | None = None
+    dead_at: list[int | None] | None = None
+    claims: list[tuple[int, ...]] | None = None
+    history: list[WireHistory] = []
+    controls: WireControls | None = None
 
 
 _checkpoint_decoder = msgspec.json.Decoder(_Checkpoint)
+_OPTIONAL_COLUMNS = ADDED_FIELDS[7:]
+
+
+_DEFAULTS: dict[str, Any] = {"attempts": 0, "claims": ()}
+
+
+def _sparse(name: str, column: list[Any]) -> list[Any] | None:
+    """Return a column, or None when every value is the column's default."""
+    return None if column.count(_DEFAULTS.get(name)) == len(column) else column
 
 
 def encode_checkpoint(snapshot: IndexSnapshot, at: int) -> bytes:
-    """Serialise every live job of a snapshot in columns (meant for a worker thread)."""
+    """Serialise every live job of a snapshot in columns, with the history and the controls
+    (meant for a worker thread). A column whose values are all defaults is left out."""
     c = snapshot.columns()
     refs = c["payload"]
     if set(map(type, refs)) - {int}:
         raise ValueError("a payload is not stored yet")
     names = {name: code for code, name in enumerate(dict.fromkeys(c["entrypoint"]))}
+    optional: dict[str, Any] = {name: _sparse(name, c[name]) for name in _OPTIONAL_COLUMNS}
     wire = _Checkpoint(
         LAYOUT,
         snapshot.version,
@@ -252,9 +369,9 @@ def encode_checkpoint(snapshot: IndexSnapshot, at: int) -> bytes:
         c["heartbeat"],
         c["order"],
         *columns_from_refs(refs),
-        c["attempts"],
-        c["lease"],
-        c["expires"],
+        **optional,
+        history=wire_history(snapshot.history),
+        controls=WireControls(**snapshot.controls),
     )
     return msgspec.json.encode(wire)
 
@@ -276,21 +393,23 @@ def decode_checkpoint(data: bytes, location: str) -> QueueIndex:
     try:
         if wire.layout != LAYOUT:
             raise ValueError(f"layout {wire.layout!r} is not {LAYOUT!r}")
-        return QueueIndex.from_columns(
-            wire.seq,
-            wire.ids,
-            list(map(wire.entrypoints.__getitem__, wire.entrypoint)),
-            wire.priority,
-            wire.created,
-            wire.status,
-            wire.heartbeat,
-            refs_from_columns(wire.segment, wire.position),
-            wire.order,
-            [0] * len(wire.ids) if wire.attempts is None else wire.attempts,
-            [None] * len(wire.ids) if wire.lease is None else wire.lease,
-            [None] * len(wire.ids) if wire.expires is None else wire.expires,
-        )
-    except (IndexError, ValueError) as exc:
+        columns: dict[str, Any] = {
+            "id": wire.ids,
+            "entrypoint": list(map(wire.entrypoints.__getitem__, wire.entrypoint)),
+            "priority": wire.priority,
+            "created": wire.created,
+            "status": wire.status,
+            "heartbeat": wire.heartbeat,
+            "payload": refs_from_columns(wire.segment, wire.position),
+            "order": wire.order,
+        }
+        for name in _OPTIONAL_COLUMNS:
+            column = getattr(wire, name)
+            if column is not None:
+                columns[name] = column
+        history = history_from_wire(wire.history)
+        return QueueIndex.from_columns(wire.seq, columns, history, controls_from_wire(wire.controls))
+    except (IndexError, ValueError, TypeError) as exc:
         raise CorruptStateError(location, f"not a jqueue checkpoint: {exc}") from exc
     finally:
         if paused:

@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
-from datetime import timedelta
-from typing import TypeVar
+from collections.abc import Callable, Collection, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import TypeVar, overload
 
 from jqueue.core.layout import Layout, StoreOpener
 from jqueue.core.log_store import LogStore
 from jqueue.core.retry import RetryPolicy
-from jqueue.core.settings import LogSettings
+from jqueue.core.settings import LogSettings, QueuePolicy
 from jqueue.core.store import CommitStore, StorageUse
 from jqueue.domain.effects import Added, to_micros
-from jqueue.domain.errors import PayloadTooLargeError
+from jqueue.domain.errors import PayloadTooLargeError, QueuePausedError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState, utc_now
-from jqueue.domain.records import added_from, job_from
+from jqueue.domain.records import HistoryRecord, JobRecord, added_from, job_from
+from jqueue.domain.spec import JobSpec
 from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")
@@ -38,13 +39,26 @@ def new_lease() -> str:
     return uuid.uuid4().hex
 
 
-def _fence(job: Job | str) -> tuple[str, str | None]:
+def fence(job: Job | str) -> tuple[str, str | None]:
     """Return the job id and, for a claimed ``Job``, the lease that fences the call."""
     return (job, None) if isinstance(job, str) else (job.id, job.lease)
 
 
+def entrypoint_set(entrypoint: str | Collection[str] | None) -> Collection[str] | None:
+    """Return one entrypoint, several, or None (all) as a collection or None."""
+    return (entrypoint,) if isinstance(entrypoint, str) else entrypoint
+
+
+Found = Job | Added | HistoryRecord
+"""An enqueue's answer before payloads are read: a new job, a live one, or an acked one."""
+
+
 class QueueOperations(ABC):
-    """The documented queue API on top of an abstract ``_execute``."""
+    """The queue API on top of an abstract ``_execute``: the documented calls plus the lifecycle.
+
+    Management calls (dead letters, pauses, browsing, history) come from
+    ``ManagementOperations``, a subclass.
+    """
 
     def __init__(
         self,
@@ -54,21 +68,36 @@ class QueueOperations(ABC):
         max_payload_bytes: int | None,
         log: LogSettings | None,
         visibility_timeout: timedelta,
+        policy: QueuePolicy | None,
     ) -> None:
         if visibility_timeout <= timedelta(0):
             raise ValueError(f"visibility_timeout must be positive, got {visibility_timeout}")
         self.storage = storage
         self.max_payload_bytes = max_payload_bytes
         self.visibility_timeout = visibility_timeout
+        self.policy = policy or QueuePolicy()
         self._opener = StoreOpener(storage, retry, layout, log or LogSettings())
         self._storage_use = StorageUse(storage)
 
     @abstractmethod
     async def _execute(self, operation: Operation[T]) -> T:
-        """Apply ``operation`` to the newest state, commit it, and return its answer."""
+        """Apply ``operation`` to the newest state (after ``_sweep``), commit it, return its answer."""
+
+    def _sweep(self, index: QueueIndex) -> None:
+        """The housekeeping every commit does first: expired leases, old history records."""
+        now = utc_now()
+        index.requeue_expired(to_micros(now), self.policy.max_attempts)
+        index.forget(to_micros(now - self.policy.history_retention), self.policy.history_limit)
 
     async def _opened_store(self) -> CommitStore:
         return await self._opener.store()
+
+    async def _view(self, look: Callable[[QueueIndex], T]) -> T:
+        return await (await self._opened_store()).view(look)
+
+    async def _jobs(self, snapshots: Sequence[Added]) -> list[Job]:
+        payloads = await (await self._opened_store()).payloads([snapshot.payload for snapshot in snapshots])
+        return [job_from(snapshot, payload) for snapshot, payload in zip(snapshots, payloads, strict=True)]
 
     async def checkpoint(self) -> bool:
         """Write a checkpoint of the queue now (log layout); False for the single object, which has none."""
@@ -88,99 +117,132 @@ class QueueOperations(ABC):
         """Return a fresh snapshot of the whole queue straight from storage."""
         return await (await self._opened_store()).read_state()
 
-    async def enqueue(self, entrypoint: str, payload: bytes, priority: int = 0) -> Job:
+    async def enqueue(
+        self,
+        entrypoint: str,
+        payload: bytes,
+        priority: int = 0,
+        *,
+        delay: timedelta | None = None,
+        not_before: datetime | None = None,
+        dedup_key: str | None = None,
+        max_attempts: int | None = None,
+        ttl: timedelta | None = None,
+    ) -> Job:
         """Add a job; returns it once it is durably committed.
+
+        The options are those of ``JobSpec``. With a ``dedup_key`` that a job in the
+        queue holds, that job is returned and nothing is added; for a key acked within
+        the history's retention, the acked job is returned (status ``ACKED``, empty
+        payload).
 
         Raises
         ------
         PayloadTooLargeError
             If ``payload`` is over ``max_payload_bytes``.
+        QueuePausedError
+            If enqueues of ``entrypoint`` are paused.
         """
-        job = Job.new(entrypoint, self._checked(payload), priority)
-        added = added_from(job)
+        spec = JobSpec(entrypoint, payload, priority, delay, not_before, dedup_key, max_attempts, ttl)
+        return (await self.enqueue_many([spec]))[0]
 
-        def operation(index: QueueIndex) -> Job:
-            index.apply(added)
-            return job
+    @overload
+    async def enqueue_many(self, jobs: Iterable[JobSpec], /) -> list[Job]: ...
 
-        return await self._execute(operation)
+    @overload
+    async def enqueue_many(
+        self, entrypoint: str, payloads: Iterable[bytes], /, priority: int = 0
+    ) -> list[Job]: ...
 
-    async def enqueue_many(self, entrypoint: str, payloads: Iterable[bytes], priority: int = 0) -> list[Job]:
-        """Add one job per payload, all in one commit; returns them in order.
+    async def enqueue_many(
+        self, jobs: str | Iterable[JobSpec], payloads: Iterable[bytes] = (), /, priority: int = 0
+    ) -> list[Job]:
+        """Add many jobs in one commit, all or none; returns them in order.
+
+        Either ``enqueue_many(entrypoint, payloads, priority=0)``, one job per payload,
+        or ``enqueue_many(specs)`` with a ``JobSpec`` per job. Dedup keys work as in
+        ``enqueue``, also between jobs of the same call.
 
         Raises
         ------
         PayloadTooLargeError
             If a payload is over ``max_payload_bytes``; then none is added.
+        QueuePausedError
+            If enqueues of one of the entrypoints are paused; then none is added.
         """
-        jobs = [Job.new(entrypoint, self._checked(payload), priority) for payload in payloads]
-        effects = [added_from(job) for job in jobs]
+        if isinstance(jobs, str):
+            jobs = [JobSpec(jobs, payload, priority) for payload in payloads]
+        now = utc_now()
+        new = [spec.build(now, self.policy.ttl) for spec in jobs]
+        for job in new:
+            self._checked(job.payload)
+        if not new:
+            return []
 
-        def operation(index: QueueIndex) -> list[Job]:
-            index.apply_all(effects)
-            return jobs
+        def operation(index: QueueIndex) -> list[Found]:
+            found: list[Found] = []
+            keyed: dict[str, Job] = {}
+            for job in new:
+                if index.controls.enqueues_paused(job.entrypoint):
+                    raise QueuePausedError(job.entrypoint)
+                key = job.dedup_key
+                match = None if key is None else keyed.get(key) or index.dedup_match(key)
+                if isinstance(match, JobRecord):
+                    found.append(match.as_added())
+                elif match is not None:
+                    found.append(match)
+                else:
+                    index.apply(added_from(job))
+                    keyed.update({} if key is None else {key: job})
+                    found.append(job)
+            return found
 
-        return await self._execute(operation) if jobs else []
+        return await self._resolved(await self._execute(operation))
 
-    async def ack_many(self, jobs: Iterable[Job | str]) -> None:
-        """Remove finished jobs, all in one commit, each fenced as in ``ack``.
-
-        If one of them cannot be acked (``LeaseLostError``, ``JobNotFoundError``), the
-        error is raised and none is removed.
-        """
-        fences = [_fence(job) for job in jobs]
-
-        def operation(index: QueueIndex) -> None:
-            for job_id, lease in fences:
-                index.remove(job_id, lease)
-
-        await self._execute(operation)
-
-    async def nack_many(self, jobs: Iterable[Job | str]) -> None:
-        """Put claimed jobs back in the queue, all in one commit, each fenced as in ``nack``.
-
-        If one of them cannot be requeued, the error is raised and none is.
-        """
-        fences = [_fence(job) for job in jobs]
-
-        def operation(index: QueueIndex) -> None:
-            for job_id, lease in fences:
-                index.requeue(job_id, lease)
-
-        await self._execute(operation)
+    async def _resolved(self, found: list[Found]) -> list[Job]:
+        live = [item for item in found if isinstance(item, Added)]
+        jobs = iter(await self._jobs(live))
+        return [
+            next(jobs)
+            if isinstance(item, Added)
+            else item.as_job()
+            if isinstance(item, HistoryRecord)
+            else item
+            for item in found
+        ]
 
     async def dequeue(
         self,
-        entrypoint: str | None = None,
+        entrypoint: str | Collection[str] | None = None,
         *,
         batch_size: int = 1,
         visibility_timeout: timedelta | None = None,
     ) -> list[Job]:
-        """Claim up to ``batch_size`` queued jobs (of ``entrypoint``, if given), best priority first.
+        """Claim up to ``batch_size`` claimable jobs (of ``entrypoint``, or of any of several),
+        best priority first.
 
         Each claimed job gets a new ``lease`` that expires after ``visibility_timeout``
         (the queue's ``visibility_timeout`` by default) unless heartbeats extend it; an
-        expired lease returns the job to the queue. Returns an empty list, without
-        writing, when there is nothing to claim.
+        expired lease returns the job to the queue. Jobs not yet due, paused
+        entrypoints and used-up throttles hand out nothing; a job past its deadline
+        dies instead. Returns an empty list, without writing, when nothing is claimable.
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         visibility = self.visibility_timeout if visibility_timeout is None else visibility_timeout
+        entrypoints = entrypoint_set(entrypoint)
 
         def operation(index: QueueIndex) -> list[Added]:
             now = utc_now()
             expires = to_micros(now + visibility)
-            claims = index.claim(entrypoint, batch_size, to_micros(now), expires, new_lease)
+            claims = index.claim(entrypoints, batch_size, to_micros(now), expires, new_lease)
             return [index.records[claim.job_id].as_added() for claim in claims]
 
         claimed = await self._execute(operation)
-        if not claimed:
-            return []
-        payloads = await (await self._opened_store()).payloads([snapshot.payload for snapshot in claimed])
-        return [job_from(snapshot, payload) for snapshot, payload in zip(claimed, payloads, strict=True)]
+        return await self._jobs(claimed) if claimed else []
 
     async def ack(self, job: Job | str) -> None:
-        """Remove a finished job.
+        """Remove a finished job, leaving a history record.
 
         Pass the claimed ``Job`` to fence the call with its lease, or a job id to
         remove the job whatever its state (as the documented jqueue does).
@@ -193,19 +255,51 @@ class QueueOperations(ABC):
         JobNotFoundError
             Unfenced, if the job is not in the queue (for example, acked already).
         """
-        job_id, lease = _fence(job)
+        await self.ack_many([job])
+
+    async def ack_many(self, jobs: Iterable[Job | str]) -> None:
+        """Remove finished jobs, all in one commit, each fenced as in ``ack``.
+
+        If one of them cannot be acked (``LeaseLostError``, ``JobNotFoundError``), the
+        error is raised and none is removed.
+        """
+        fences = [fence(job) for job in jobs]
 
         def operation(index: QueueIndex) -> None:
-            index.remove(job_id, lease)
+            now = to_micros(utc_now())
+            for job_id, lease in fences:
+                index.remove(job_id, lease, now)
 
         await self._execute(operation)
 
-    async def nack(self, job: Job | str) -> None:
-        """Put a claimed job back in the queue (fenced when given the claimed ``Job``)."""
-        job_id, lease = _fence(job)
+    async def nack(self, job: Job | str, delay: timedelta | None = None, error: str | None = None) -> None:
+        """Return a claimed job to the queue after a wait: ``delay``, else the queue's back-off
+        (none by default); a job that used its last attempt dies instead.
+
+        ``error`` is recorded as the job's last error. Fenced when given the claimed
+        ``Job``, as in ``ack``.
+        """
+        await self.nack_many([job], delay, error)
+
+    async def nack_many(
+        self, jobs: Iterable[Job | str], delay: timedelta | None = None, error: str | None = None
+    ) -> None:
+        """Return claimed jobs to the queue as ``nack`` does, all in one commit.
+
+        If one of them cannot be, the error is raised and none is.
+        """
+        if delay is not None and delay < timedelta(0):
+            raise ValueError(f"delay must not be negative, got {delay}")
+        fences = [fence(job) for job in jobs]
+        policy = self.policy
 
         def operation(index: QueueIndex) -> None:
-            index.requeue(job_id, lease)
+            now = utc_now()
+            for job_id, lease in fences:
+                record = index.records.get(job_id)
+                wait = delay if delay is not None else policy.retry_delay(record.attempts if record else 1)
+                retry_at = None if not wait else to_micros(now + wait)
+                index.nack(job_id, lease, to_micros(now), retry_at, error, policy.max_attempts)
 
         await self._execute(operation)
 
@@ -214,7 +308,7 @@ class QueueOperations(ABC):
 
         Fenced when given the claimed ``Job``: a lost lease raises ``LeaseLostError``.
         """
-        job_id, lease = _fence(job)
+        job_id, lease = fence(job)
 
         def operation(index: QueueIndex) -> None:
             index.beat(job_id, to_micros(utc_now()), lease)

@@ -17,10 +17,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
+from typing import TypeVar
 
 from jqueue.core import codec
 from jqueue.core.retry import RetryPolicy
-from jqueue.domain.effects import Effect, Payload
+from jqueue.domain.effects import Added, Effect, Payload
 from jqueue.domain.errors import CASConflictError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import QueueState
@@ -28,6 +29,7 @@ from jqueue.domain.records import job_from
 from jqueue.ports.storage import ObjectStoragePort
 
 Transition = Callable[[QueueIndex], None]
+T = TypeVar("T")
 
 
 def describe(storage: ObjectStoragePort) -> str:
@@ -98,14 +100,20 @@ class CommitStore(ABC):
     async def close(self) -> None:  # noqa: B027  (most layouts have nothing to close)
         """Finish background work; the default has none."""
 
-    async def read_state(self) -> QueueState:
-        """Catch up with storage and return the whole state."""
+    async def view(self, look: Callable[[QueueIndex], T]) -> T:
+        """Catch up with storage and return what ``look`` finds in the state (it must not change it)."""
         async with self._turn:
             await self.refresh()
             self._loaded = True
-            records = self.index.in_order()
-            version = self.index.version
-            snapshots = [record.as_added() for record in records]
+            return look(self.index)
+
+    async def read_state(self) -> QueueState:
+        """Catch up with storage and return the whole state."""
+
+        def snapshot(index: QueueIndex) -> tuple[int, list[Added]]:
+            return index.version, [record.as_added() for record in index.in_order()]
+
+        version, snapshots = await self.view(snapshot)
         payloads = await self.payloads([snapshot.payload for snapshot in snapshots])
         jobs = tuple(job_from(s, p) for s, p in zip(snapshots, payloads, strict=True))
         return QueueState(jobs=jobs, version=version)
@@ -180,7 +188,7 @@ class SingleObjectStore(CommitStore):
         """Read and decode the whole object (or use the copy a lost write just read back)."""
         content, etag = self._read_back or await self.storage.read()
         self._read_back = None
-        self.index = QueueIndex.from_state(codec.decode(content, self.location))
+        self.index = codec.decode_index(content, self.location)
         self._etag = etag
 
     async def _commit(self, effects: Sequence[Effect]) -> None:

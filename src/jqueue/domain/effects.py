@@ -75,6 +75,14 @@ class Added:
     attempts: int = 0
     lease: str | None = None
     expires: int | None = None
+    max_attempts: int | None = None
+    not_before: int | None = None
+    deadline: int | None = None
+    dedup_key: str | None = None
+    last_error: str | None = None
+    dead_reason: str | None = None
+    dead_at: int | None = None
+    claims: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,16 +97,61 @@ class Claimed:
 
 @dataclass(frozen=True, slots=True)
 class Requeued:
-    """A job went back to the queue."""
+    """A job went back to the queue, claimable from ``not_before`` (at once if None).
+
+    ``error`` becomes the job's last error when given; ``reset`` starts its attempts
+    and claim times afresh (a dead letter redriven).
+    """
 
     job_id: str
+    not_before: int | None = None
+    error: str | None = None
+    reset: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Removed:
-    """A job left the queue (acked)."""
+    """A job left the queue: acked at ``at`` (leaving a history record), or purged (``at`` None)."""
 
     job_id: str
+    at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Died:
+    """A job became a dead letter at ``at`` for ``reason``, with its last ``error``."""
+
+    job_id: str
+    at: int
+    reason: str
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Forgotten:
+    """The ``count`` oldest history records were dropped (retention)."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PauseSet:
+    """Claims and/or enqueues of ``scope`` (an entrypoint, or None for the whole queue) were
+    paused (True) or resumed (False)."""
+
+    scope: str | None
+    claims: bool
+    enqueues: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleSet:
+    """Claims of ``scope`` (an entrypoint, or None for the whole queue) are limited to ``limit``
+    per ``window`` microseconds; a ``limit`` of None lifts the throttle."""
+
+    scope: str | None
+    limit: int | None
+    window: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,4 +162,4 @@ class Beat:
     at: int
 
 
-Effect = Added | Claimed | Requeued | Removed | Beat
+Effect = Added | Claimed | Requeued | Removed | Beat | Died | Forgotten | PauseSet | ThrottleSet

@@ -119,3 +119,17 @@ class InvalidURLError(JQueueError, ValueError):
 
 class QueueClosedError(JQueueError):
     """An operation was submitted to a queue that is not running."""
+
+
+class QueuePausedError(JQueueError):
+    """An enqueue was refused because enqueues of its entrypoint (or the whole queue) are paused.
+
+    Attributes
+    ----------
+    entrypoint : str
+        The entrypoint of the refused job.
+    """
+
+    def __init__(self, entrypoint: str) -> None:
+        self.entrypoint = entrypoint
+        super().__init__(f"enqueues of {entrypoint!r} are paused")

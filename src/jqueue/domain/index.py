@@ -1,9 +1,12 @@
 """``QueueIndex``: the queue state kept in structures whose cost does not grow with depth.
 
-A dict finds a job by id; one heap per entrypoint orders the queued jobs by
-(priority, created, insertion order), exactly the order of ``QueueState``; one heap
-orders the claimed jobs by heartbeat for the stale sweep. Heaps are cleaned
-lazily: an entry counts only while it still matches its job's record.
+A dict finds a job by id; one heap per entrypoint orders the claimable jobs by
+(priority, created, insertion order), exactly the order of ``QueueState``; a heap of
+scheduled jobs (delays, backoffs) releases them into those heaps when they are due;
+heaps of claimed jobs by heartbeat and by lease expiry drive the sweeps. Heaps are
+cleaned lazily: an entry counts only while its record still carries the entry's
+stamp (or, for claimed jobs, its time). Finished jobs leave history records; pauses
+and throttles live in ``controls``.
 
 Every change is an ``Effect`` applied through ``apply``. Inside ``begin`` ...
 ``commit``/``rollback`` each change is journalled, so a batch that lost its commit
@@ -13,27 +16,37 @@ race is undone in O(batch) and re-applied on top of the newer state.
 from __future__ import annotations
 
 import heapq
-import operator
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from itertools import compress, repeat
+from itertools import compress
 from typing import Any, TypeVar
 
+from jqueue.domain.controls import Controls
 from jqueue.domain.effects import (
     Added,
     Beat,
     Claimed,
+    Died,
     Effect,
-    Payload,
+    Forgotten,
+    PauseSet,
     Removed,
     Requeued,
+    ThrottleSet,
     columns_from_refs,
     payload_place,
 )
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
-from jqueue.domain.models import UNLEASED_CLAIM_TIMEOUT, JobStatus, QueueState
-from jqueue.domain.records import ClaimState, IndexSnapshot, JobRecord, added_from
+from jqueue.domain.models import LEASE_EXPIRED, UNLEASED_CLAIM_TIMEOUT, JobStatus, QueueState
+from jqueue.domain.records import (
+    RECORD_COLUMNS,
+    ClaimState,
+    HistoryRecord,
+    IndexSnapshot,
+    JobRecord,
+    added_from,
+)
 
 _NO_HEARTBEAT = -(2**63)
 _UNLEASED_MICROS = UNLEASED_CLAIM_TIMEOUT // timedelta(microseconds=1)
@@ -45,14 +58,20 @@ def _expiry_key(record: JobRecord) -> int:
         return record.expires
     return _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat + _UNLEASED_MICROS
 
-QueuedEntry = tuple[int, int, int, str]
-ClaimedEntry = tuple[int, str]
-LeasedEntry = tuple[int, str]
-E = TypeVar("E", Added, Claimed, Requeued, Removed, Beat)
+
+def _column_defaults(rows: int) -> dict[str, Any]:
+    defaults: dict[str, Any] = {name: [None] * rows for name in RECORD_COLUMNS}
+    return defaults | {"attempts": [0] * rows, "claims": [()] * rows}
+
+
+ReadyEntry = tuple[int, int, int, int, str]
+TimedEntry = tuple[int, str]
+ScheduledEntry = tuple[int, int, str]
+E = TypeVar("E", Added, Claimed, Requeued, Removed, Beat, Died, Forgotten)
 
 
 class QueueIndex:
-    """The live queue: jobs by id, queued jobs by priority, claimed jobs by heartbeat.
+    """The live queue: jobs by id, claimable jobs by priority, claimed jobs by time.
 
     Attributes
     ----------
@@ -60,16 +79,25 @@ class QueueIndex:
         The commit this index reflects.
     segment_refs : Counter
         Live jobs per payload segment (for payloads stored as references).
+    history : deque of HistoryRecord
+        Finished jobs, oldest first.
+    controls : Controls
+        Pauses and throttles.
     """
 
     def __init__(self) -> None:
         self.version = 0
         self.records: dict[str, JobRecord] = {}
         self.segment_refs: Counter[int] = Counter()
+        self.history: deque[HistoryRecord] = deque()
+        self.controls = Controls()
+        self._dedup: dict[str, str] = {}
+        self._acked_keys: Counter[str] = Counter()
         self._next_order = 0
-        self._queued: dict[str, list[QueuedEntry]] = {}
-        self._claimed: list[ClaimedEntry] = []
-        self._leased: list[LeasedEntry] = []
+        self._ready: dict[str, list[ReadyEntry]] = {}
+        self._scheduled: list[ScheduledEntry] = []
+        self._claimed: list[TimedEntry] = []
+        self._leased: list[TimedEntry] = []
         self._journal: list[Callable[[], None]] | None = None
         self.pending_effects: list[Effect] = []
         self._frozen: dict[str, ClaimState] | None = None
@@ -89,57 +117,66 @@ class QueueIndex:
     def from_columns(
         cls,
         version: int,
-        ids: list[str],
-        entrypoints: list[str],
-        priorities: list[int],
-        created: list[int],
-        statuses: list[JobStatus],
-        heartbeats: list[int | None],
-        payloads: Sequence[Payload],
-        orders: list[int],
-        attempts: list[int],
-        leases: list[str | None],
-        expiries: list[int | None],
+        columns: Mapping[str, Sequence[Any]],
+        history: Iterable[HistoryRecord] = (),
+        controls: Controls | None = None,
     ) -> QueueIndex:
-        """Build an index from one column per field, one row per job (a checkpoint).
+        """Build an index from one column per record field, one row per job (a checkpoint).
+
+        Columns missing from ``columns`` (beyond ``id`` ... ``payload`` and ``order``)
+        take their defaults.
 
         Raises
         ------
         ValueError
             If two rows share an id or the columns differ in length.
         """
-        columns: tuple[Sequence[Any], ...] = (ids, entrypoints, priorities, created, statuses, heartbeats)
-        columns += (payloads, orders, attempts, leases, expiries)
-        if len({len(column) for column in columns}) > 1:
+        ids = list(columns["id"])
+        full = _column_defaults(len(ids)) | dict(columns)
+        if len({len(full[name]) for name in RECORD_COLUMNS}) > 1:
             raise ValueError("the columns differ in length")
         index = cls()
-        records = list(map(JobRecord, *columns))
+        head = [
+            full[name]
+            for name in ("id", "entrypoint", "priority", "created", "status", "heartbeat", "payload")
+        ]
+        tail = [full[name] for name in RECORD_COLUMNS[7:-1]]
+        records = list(map(JobRecord, *head, full["order"], *tail))
         index.records = dict(zip(ids, records, strict=True))
         if len(index.records) != len(ids):
             raise ValueError("two jobs share an id")
-        stored = [p for p in payloads if isinstance(p, int)]
+        stored = [p for p in full["payload"] if isinstance(p, int)]
         index.segment_refs = Counter(columns_from_refs(stored)[0])
-        queued = list(map(operator.is_, statuses, repeat(JobStatus.QUEUED)))
-        entries = compress(zip(priorities, created, orders, ids, strict=True), queued)
-        if len(set(entrypoints)) == 1:
-            index._queued[entrypoints[0]] = list(entries)
-        else:
-            for entrypoint, entry in zip(compress(entrypoints, queued), entries, strict=True):
-                index._queued.setdefault(entrypoint, []).append(entry)
-        index._queued = {name: heap for name, heap in index._queued.items() if heap}
-        claimed = list(map(operator.is_, statuses, repeat(JobStatus.IN_PROGRESS)))
-        index._claimed = [
-            (_NO_HEARTBEAT if beat is None else beat, job_id)
-            for beat, job_id in compress(zip(heartbeats, ids, strict=True), claimed)
-        ]
-        index._leased = [(_expiry_key(r), r.id) for r in compress(records, claimed)]
-        for heap in index._queued.values():
+        for record in records:
+            if record.dedup_key is not None:
+                index._dedup[record.dedup_key] = record.id
+        statuses = full["status"]
+        queued = [status is JobStatus.QUEUED for status in statuses]
+        for record in compress(records, queued):
+            if record.not_before is None:
+                entry = (record.priority, record.created, record.order, 0, record.id)
+                index._ready.setdefault(record.entrypoint, []).append(entry)
+            else:
+                index._scheduled.append((record.not_before, 0, record.id))
+        claimed = [status is JobStatus.IN_PROGRESS for status in statuses]
+        for record in compress(records, claimed):
+            index._claimed.append(
+                (_NO_HEARTBEAT if record.heartbeat is None else record.heartbeat, record.id)
+            )
+            index._leased.append((_expiry_key(record), record.id))
+        heaps: list[list[Any]] = [*index._ready.values(), index._scheduled, index._claimed, index._leased]
+        for heap in heaps:
             heapq.heapify(heap)
-        heapq.heapify(index._claimed)
-        heapq.heapify(index._leased)
-        index._next_order = max(orders, default=-1) + 1
+        index.restore(history, controls or Controls())
+        index._next_order = max(full["order"], default=-1) + 1
         index.version = version
         return index
+
+    def restore(self, history: Iterable[HistoryRecord], controls: Controls) -> None:
+        """Set the history (oldest first) and the controls of a freshly built index."""
+        for finished in history:
+            self._remember(finished)
+        self.controls = controls
 
     def move_payload(self, job_id: str, ref: int) -> None:
         """Record that a job's payload is now kept in storage at ``ref`` (not journalled)."""
@@ -156,19 +193,52 @@ class QueueIndex:
         """Return every record in insertion order (the order of ``QueueState.jobs``)."""
         return sorted(self.records.values(), key=lambda record: record.order)
 
+    def select(
+        self,
+        statuses: Collection[JobStatus] | None = None,
+        entrypoints: Collection[str] | None = None,
+        created_before: int | None = None,
+    ) -> Iterator[JobRecord]:
+        """Yield the records with one of ``statuses``, of one of ``entrypoints``, created before
+        ``created_before`` (each filter only when given), in insertion order."""
+        for record in self.in_order():
+            if statuses is not None and record.status not in statuses:
+                continue
+            if entrypoints is not None and record.entrypoint not in entrypoints:
+                continue
+            if created_before is not None and record.created >= created_before:
+                continue
+            yield record
+
+    def dedup_match(self, key: str) -> JobRecord | HistoryRecord | None:
+        """Return the live job enqueued with ``key``, else the newest acked one still in history."""
+        job_id = self._dedup.get(key)
+        if job_id is not None:
+            return self.records[job_id]
+        if self._acked_keys[key] > 0:
+            return next(
+                h for h in reversed(self.history) if h.dedup_key == key and h.outcome is JobStatus.ACKED
+            )
+        return None
+
     # --- consistent snapshots while commits go on -------------------------------------
 
     def freeze(self) -> IndexSnapshot:
-        """Take a snapshot of the live jobs in O(1) Python steps; ``thaw`` ends it.
+        """Take a snapshot of the live jobs, history and controls; ``thaw`` ends it.
 
-        Until then every record change first saves the record's previous status and
-        heartbeat, so ``IndexSnapshot.rows`` (which may run in another thread) sees
-        the state as it was now.
+        It costs O(1) Python steps for the jobs (until ``thaw`` every record change
+        first saves the record's previous values, so ``IndexSnapshot.columns``, which
+        may run in another thread, sees the jobs as they were now) and a copy of the
+        history.
         """
         if self._frozen is not None:
             raise RuntimeError("a snapshot is already being taken")
         self._frozen = {}
-        return IndexSnapshot(self.version, list(self.records.values()), set(self.segment_refs), self._frozen)
+        records = list(self.records.values())
+        history = list(self.history)
+        return IndexSnapshot(
+            self.version, records, set(self.segment_refs), self._frozen, history, self.controls.to_dict()
+        )
 
     def thaw(self) -> None:
         """End the snapshot started by ``freeze``."""
@@ -215,32 +285,87 @@ class QueueIndex:
 
     def claim(
         self,
-        entrypoint: str | None,
+        entrypoints: Collection[str] | None,
         batch_size: int,
         now: int,
         expires: int | None = None,
         leases: Callable[[], str] | None = None,
     ) -> list[Claimed]:
-        """Claim up to ``batch_size`` queued jobs in priority order (of ``entrypoint`` if given),
-        each under a new lease from ``leases`` that runs out at ``expires``."""
+        """Claim up to ``batch_size`` claimable jobs in priority order (of ``entrypoints`` if
+        given), each under a new lease from ``leases`` that runs out at ``expires``.
+
+        Jobs not yet due wait; paused entrypoints and throttles that are used up hand
+        out nothing; a job past its deadline dies (``ttl``) instead of being claimed.
+        """
+        self._release_due(now)
         claimed: list[Claimed] = []
         while len(claimed) < batch_size:
-            heap = self._best_heap(entrypoint)
+            heap = self._best_heap(entrypoints, now)
             if heap is None:
                 break
-            job_id = heapq.heappop(heap)[3]
-            claimed.append(self._applied(Claimed(job_id, now, leases() if leases else None, expires)))
+            record = self.records[heapq.heappop(heap)[4]]
+            if record.deadline is not None and record.deadline <= now:
+                self.apply(Died(record.id, now, "ttl", record.last_error))
+                continue
+            claimed.append(self._applied(Claimed(record.id, now, leases() if leases else None, expires)))
         return claimed
 
-    def remove(self, job_id: str, lease: str | None = None) -> Removed:
-        """Remove a job (an ack): in any status, or fenced by the ``lease`` that must hold it."""
-        self._holding(job_id, lease)
-        return self._applied(Removed(job_id))
+    def peek(self, entrypoints: Collection[str] | None, limit: int, now: int) -> list[JobRecord]:
+        """Return the (up to ``limit``) jobs ``claim`` would take now, in order, taking none."""
+        self._release_due(now)
+        popped: list[tuple[str, ReadyEntry]] = []
+        found: list[JobRecord] = []
+        while len(found) < limit:
+            heap = self._best_heap(entrypoints, now)
+            if heap is None:
+                break
+            record = self.records[heap[0][4]]
+            popped.append((record.entrypoint, heapq.heappop(heap)))
+            if record.deadline is None or record.deadline > now:
+                found.append(record)
+        for entrypoint, entry in popped:
+            heapq.heappush(self._ready.setdefault(entrypoint, []), entry)
+        return found
 
-    def requeue(self, job_id: str, lease: str | None = None) -> Requeued:
-        """Put a job back in the queue (a nack), fenced by ``lease`` if given."""
+    def remove(self, job_id: str, lease: str | None = None, at: int | None = None) -> Removed:
+        """Remove a job: an ack at ``at`` (fenced by ``lease`` if given), or with ``at`` None a
+        purge that leaves no history."""
         self._holding(job_id, lease)
-        return self._applied(Requeued(job_id))
+        return self._applied(Removed(job_id, at))
+
+    def nack(
+        self,
+        job_id: str,
+        lease: str | None,
+        now: int,
+        retry_at: int | None = None,
+        error: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Requeued | Died:
+        """Return a job to the queue, claimable from ``retry_at`` (fenced by ``lease`` if given);
+        a claimed job that used its last attempt dies instead.
+
+        ``max_attempts`` is the queue's default for jobs that have none of their own.
+        """
+        record = self._holding(job_id, lease)
+        limit = record.max_attempts if record.max_attempts is not None else max_attempts
+        if record.status is JobStatus.IN_PROGRESS and limit is not None and record.attempts >= limit:
+            return self._applied(Died(job_id, now, "max_attempts", error))
+        return self._applied(Requeued(job_id, retry_at, error))
+
+    def revive(self, job_ids: Iterable[str] | None = None) -> list[Requeued]:
+        """Requeue dead jobs (those of ``job_ids``, or all) with their attempts reset.
+
+        Raises
+        ------
+        JobNotFoundError
+            If one of ``job_ids`` is not in the queue.
+        """
+        if job_ids is None:
+            dead = [r.id for r in self.select({JobStatus.DEAD})]
+        else:
+            dead = [job_id for job_id in job_ids if self._require(job_id).status is JobStatus.DEAD]
+        return [self._applied(Requeued(job_id, reset=True)) for job_id in dict.fromkeys(dead)]
 
     def beat(self, job_id: str, now: int, lease: str | None = None) -> list[Beat]:
         """Move a claimed job's heartbeat to ``now`` and extend its lease; unfenced, nothing for
@@ -249,27 +374,41 @@ class QueueIndex:
             return []
         return [self._applied(Beat(job_id, now))]
 
-    def requeue_expired(self, now: int) -> list[Requeued]:
-        """Requeue the claimed jobs whose lease ran out before ``now``."""
-        return self._requeue_before(self._leased, self._leased_entry_live, now)
+    def requeue_expired(self, now: int, max_attempts: int | None = None) -> list[Requeued | Died]:
+        """Return the claimed jobs whose lease ran out before ``now`` to the queue; one that used
+        its last attempt (its own ``max_attempts``, else the one given) dies instead."""
+        done: list[Requeued | Died] = []
+        heap = self._leased
+        while heap:
+            if not self._leased_entry_live(heap[0]):
+                heapq.heappop(heap)
+            elif heap[0][0] < now:
+                done.append(self.nack(heapq.heappop(heap)[1], None, now, None, LEASE_EXPIRED, max_attempts))
+            else:
+                break
+        return done
 
     def requeue_stale(self, cutoff: int) -> list[Requeued]:
         """Requeue the claimed jobs whose heartbeat is older than ``cutoff`` (or missing)."""
-        return self._requeue_before(self._claimed, self._claimed_entry_live, cutoff)
-
-    def _requeue_before(
-        self, heap: list[tuple[int, str]], live: Callable[[tuple[int, str]], bool], cutoff: int
-    ) -> list[Requeued]:
-        """Requeue the jobs of a (time, id) heap whose live entry is before ``cutoff``."""
         requeued: list[Requeued] = []
+        heap = self._claimed
         while heap:
-            if not live(heap[0]):
+            if not self._claimed_entry_live(heap[0]):
                 heapq.heappop(heap)
             elif heap[0][0] < cutoff:
                 requeued.append(self._applied(Requeued(heapq.heappop(heap)[1])))
             else:
                 break
         return requeued
+
+    def forget(self, finished_before: int, keep: int) -> list[Forgotten]:
+        """Drop the oldest history records: those finished before ``finished_before`` and any
+        beyond the newest ``keep``."""
+        history = self.history
+        count = max(0, len(history) - keep)
+        while count < len(history) and history[count].finished < finished_before:
+            count += 1
+        return [self._applied(Forgotten(count))] if count else []
 
     # --- replay ---------------------------------------------------------------------
 
@@ -290,18 +429,39 @@ class QueueIndex:
                 record = self._existing(job_id, effect)
                 if record.status is not JobStatus.QUEUED:
                     raise ValueError(f"{effect} claims a job that is {record.status}")
-                self._update(record, (JobStatus.IN_PROGRESS, at, record.attempts + 1, lease, expires))
-            case Requeued(job_id):
-                record = self._existing(job_id, effect)
-                self._update(record, (JobStatus.QUEUED, None, record.attempts, None, None))
+                claimed = dict(
+                    status=JobStatus.IN_PROGRESS, heartbeat=at, lease=lease, expires=expires, not_before=None
+                )
+                attempts, claims = record.attempts + 1, (*record.claims, at)
+                self._update(record, record.changed(**claimed, attempts=attempts, claims=claims))
+                self._record_undo(self.controls.count_claim(record.entrypoint, at))
+            case Requeued(job_id, not_before, error, reset):
+                self._requeue(self._existing(job_id, effect), not_before, error, reset)
             case Beat(job_id, at):
                 record = self._existing(job_id, effect)
                 expires = record.expires
                 if expires is not None and record.heartbeat is not None:
                     expires = at + (expires - record.heartbeat)
-                self._update(record, (record.status, at, record.attempts, record.lease, expires))
-            case Removed(job_id):
-                self._remove(self._existing(job_id, effect))
+                self._update(record, record.changed(heartbeat=at, expires=expires))
+            case Died(job_id, at, reason, error):
+                record = self._existing(job_id, effect)
+                last_error = record.last_error if error is None else error
+                dead = dict(status=JobStatus.DEAD, heartbeat=None, lease=None, expires=None, not_before=None)
+                self._update(
+                    record, record.changed(**dead, last_error=last_error, dead_reason=reason, dead_at=at)
+                )
+                self._remember(HistoryRecord.of(record, at, JobStatus.DEAD), journal=True)
+            case Removed(job_id, at):
+                record = self._existing(job_id, effect)
+                self._remove(record)
+                if at is not None:
+                    self._remember(HistoryRecord.of(record, at, JobStatus.ACKED), journal=True)
+            case Forgotten(count):
+                self._forget(count)
+            case PauseSet():
+                self._record_undo(self.controls.set_pause(effect))
+            case ThrottleSet():
+                self._record_undo(self.controls.set_throttle(effect))
 
     def apply_all(self, effects: Iterable[Effect]) -> None:
         """Apply effects in order."""
@@ -334,27 +494,53 @@ class QueueIndex:
             raise ValueError(f"{effect} refers to a job that is not in the queue")
         return record
 
-    def _record_undo(self, undo: Callable[[], None]) -> None:
-        if self._journal is not None:
+    def _record_undo(self, undo: Callable[[], None] | None) -> None:
+        if self._journal is not None and undo is not None:
             self._journal.append(undo)
+
+    def _requeue(self, record: JobRecord, not_before: int | None, error: str | None, reset: bool) -> None:
+        queued: dict[str, Any] = dict(status=JobStatus.QUEUED, heartbeat=None, lease=None, expires=None)
+        queued |= dict(not_before=not_before, last_error=record.last_error if error is None else error)
+        if reset:
+            queued |= dict(attempts=0, dead_reason=None, dead_at=None, claims=())
+        self._update(record, record.changed(**queued))
+
+    def _remember(self, finished: HistoryRecord, journal: bool = False) -> None:
+        self.history.append(finished)
+        key = finished.dedup_key if finished.outcome is JobStatus.ACKED else None
+        if key is not None:
+            self._acked_keys[key] += 1
+
+        def undo() -> None:
+            self.history.pop()
+            if key is not None:
+                self._acked_keys[key] -= 1
+
+        if journal:
+            self._record_undo(undo)
+
+    def _forget(self, count: int) -> None:
+        if not 0 < count <= len(self.history):
+            raise ValueError(f"cannot forget {count} of {len(self.history)} history records")
+        dropped = [self.history.popleft() for _ in range(count)]
+        for finished in dropped:
+            if finished.dedup_key is not None and finished.outcome is JobStatus.ACKED:
+                self._acked_keys[finished.dedup_key] -= 1
+
+        def undo() -> None:
+            for finished in reversed(dropped):
+                self.history.appendleft(finished)
+                if finished.dedup_key is not None and finished.outcome is JobStatus.ACKED:
+                    self._acked_keys[finished.dedup_key] += 1
+
+        self._record_undo(undo)
 
     def _add(self, added: Added) -> None:
         if added.job_id in self.records:
             raise ValueError(f"{added.job_id} is added twice")
-        a = added
-        record = JobRecord(
-            a.job_id,
-            a.entrypoint,
-            a.priority,
-            a.created,
-            a.status,
-            a.heartbeat,
-            a.payload,
-            self._next_order,
-            a.attempts,
-            a.lease,
-            a.expires,
-        )
+        if added.dedup_key is not None and added.dedup_key in self._dedup:
+            raise ValueError(f"{added.job_id} reuses the dedup key of {self._dedup[added.dedup_key]}")
+        record = JobRecord.from_added(added, self._next_order)
         self._next_order += 1
         self._insert(record)
 
@@ -382,12 +568,16 @@ class QueueIndex:
 
     def _insert(self, record: JobRecord) -> None:
         self.records[record.id] = record
+        if record.dedup_key is not None:
+            self._dedup[record.dedup_key] = record.id
         if isinstance(record.payload, int):
             self.segment_refs[payload_place(record.payload)[0]] += 1
         self._push(record)
 
     def _delete(self, record: JobRecord) -> None:
         del self.records[record.id]
+        if record.dedup_key is not None:
+            del self._dedup[record.dedup_key]
         if isinstance(record.payload, int):
             segment = payload_place(record.payload)[0]
             self.segment_refs[segment] -= 1
@@ -395,44 +585,61 @@ class QueueIndex:
                 del self.segment_refs[segment]
 
     def _push(self, record: JobRecord) -> None:
+        record.stamp += 1
         if record.status is JobStatus.QUEUED:
-            entry = (record.priority, record.created, record.order, record.id)
-            heapq.heappush(self._queued.setdefault(record.entrypoint, []), entry)
+            if record.not_before is None:
+                self._push_ready(record)
+            else:
+                heapq.heappush(self._scheduled, (record.not_before, record.stamp, record.id))
         elif record.status is JobStatus.IN_PROGRESS:
             key = _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat
             heapq.heappush(self._claimed, (key, record.id))
             heapq.heappush(self._leased, (_expiry_key(record), record.id))
 
-    def _queued_entry_live(self, entry: QueuedEntry) -> bool:
-        record = self.records.get(entry[3])
-        return record is not None and record.status is JobStatus.QUEUED and record.order == entry[2]
+    def _push_ready(self, record: JobRecord) -> None:
+        entry = (record.priority, record.created, record.order, record.stamp, record.id)
+        heapq.heappush(self._ready.setdefault(record.entrypoint, []), entry)
 
-    def _claimed_entry_live(self, entry: ClaimedEntry) -> bool:
+    def _release_due(self, now: int) -> None:
+        """Move the scheduled jobs due at ``now`` to the claimable heaps (no state changes)."""
+        heap = self._scheduled
+        while heap and heap[0][0] <= now:
+            _, stamp, job_id = heapq.heappop(heap)
+            record = self.records.get(job_id)
+            if record is not None and record.status is JobStatus.QUEUED and record.stamp == stamp:
+                self._push_ready(record)
+
+    def _ready_entry_live(self, entry: ReadyEntry) -> bool:
+        record = self.records.get(entry[4])
+        return record is not None and record.status is JobStatus.QUEUED and record.stamp == entry[3]
+
+    def _claimed_entry_live(self, entry: TimedEntry) -> bool:
         record = self.records.get(entry[1])
         if record is None or record.status is not JobStatus.IN_PROGRESS:
             return False
         return entry[0] == (_NO_HEARTBEAT if record.heartbeat is None else record.heartbeat)
 
-    def _leased_entry_live(self, entry: LeasedEntry) -> bool:
+    def _leased_entry_live(self, entry: TimedEntry) -> bool:
         record = self.records.get(entry[1])
         if record is None or record.status is not JobStatus.IN_PROGRESS:
             return False
         return _expiry_key(record) == entry[0]
 
-    def _clean_top(self, entrypoint: str) -> list[QueuedEntry] | None:
-        heap = self._queued.get(entrypoint)
-        while heap and not self._queued_entry_live(heap[0]):
+    def _clean_top(self, entrypoint: str) -> list[ReadyEntry] | None:
+        heap = self._ready.get(entrypoint)
+        while heap and not self._ready_entry_live(heap[0]):
             heapq.heappop(heap)
         if not heap:
-            self._queued.pop(entrypoint, None)
+            self._ready.pop(entrypoint, None)
             return None
         return heap
 
-    def _best_heap(self, entrypoint: str | None) -> list[QueuedEntry] | None:
-        if entrypoint is not None:
-            return self._clean_top(entrypoint)
-        best: list[QueuedEntry] | None = None
-        for name in list(self._queued):
+    def _best_heap(self, entrypoints: Collection[str] | None, now: int) -> list[ReadyEntry] | None:
+        controls = self.controls
+        best: list[ReadyEntry] | None = None
+        for name in list(self._ready) if entrypoints is None else entrypoints:
+            if controls.claims_paused(name) or controls.remaining(name, now) == 0:
+                continue
             heap = self._clean_top(name)
             if heap is not None and (best is None or heap[0] < best[0]):
                 best = heap

@@ -26,6 +26,9 @@ UNLEASED_CLAIM_TIMEOUT = timedelta(minutes=5)
 """How long a claim without a lease expiry holds its job after its last heartbeat
 (the documented jqueue's default stale timeout)."""
 
+LEASE_EXPIRED = "lease expired"
+"""The error recorded on a job whose lease ran out."""
+
 
 def utc_now() -> datetime:
     """Return the current time as an aware UTC datetime."""
@@ -33,11 +36,13 @@ def utc_now() -> datetime:
 
 
 class JobStatus(StrEnum):
-    """Where a job is in its life."""
+    """Where a job is in its life: ``QUEUED``, ``IN_PROGRESS``, ``DEAD`` (a dead letter), ``ACKED``."""
 
     QUEUED = "queued"
     IN_PROGRESS = "in_progress"
     DEAD = "dead"
+    ACKED = "acked"
+    """Finished: seen in history records and in the job a deduplicated enqueue returns."""
 
 
 class Job(BaseModel):
@@ -67,6 +72,24 @@ class Job(BaseModel):
     lease_expires_at : datetime or None
         When the current claim runs out and the job returns to the queue, unless a
         heartbeat extends it.
+    max_attempts : int or None
+        Claims allowed before a failure makes the job dead; None for the queue's default.
+    not_before : datetime or None
+        The job is not claimable before this time (a delay, or a retry's backoff).
+    deadline : datetime or None
+        Past this time (its enqueue time plus its ``ttl``) the job dies instead of
+        being claimed.
+    dedup_key : str or None
+        While a job with this key is in the queue (or was acked within the history's
+        retention), enqueueing the key again returns that job.
+    last_error : str or None
+        The error of the last failed attempt.
+    dead_reason : str or None
+        Why a ``DEAD`` job died: ``max_attempts`` or ``ttl``.
+    dead_at : datetime or None
+        When a ``DEAD`` job died.
+    claimed_at : tuple of datetime
+        When the job was claimed, each time.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -81,6 +104,14 @@ class Job(BaseModel):
     attempts: int = 0
     lease: str | None = None
     lease_expires_at: AwareDatetime | None = None
+    max_attempts: int | None = None
+    not_before: AwareDatetime | None = None
+    deadline: AwareDatetime | None = None
+    dedup_key: str | None = None
+    last_error: str | None = None
+    dead_reason: str | None = None
+    dead_at: AwareDatetime | None = None
+    claimed_at: tuple[AwareDatetime, ...] = ()
 
     @field_validator("payload", mode="before")
     @classmethod
@@ -116,15 +147,18 @@ class Job(BaseModel):
                 "status": JobStatus.IN_PROGRESS,
                 "heartbeat_at": now,
                 "attempts": self.attempts + 1,
+                "claimed_at": (*self.claimed_at, now),
+                "not_before": None,
                 "lease": lease,
                 "lease_expires_at": expires_at,
             }
         )
 
-    def requeued(self) -> Job:
-        """Return a copy back in the queued state, without a lease."""
+    def requeued(self, error: str | None = None) -> Job:
+        """Return a copy back in the queued state, without a lease, with ``error`` as its last
+        error if given."""
         update = {"status": JobStatus.QUEUED, "heartbeat_at": None, "lease": None, "lease_expires_at": None}
-        return self.model_copy(update=update)
+        return self.model_copy(update=update | ({} if error is None else {"last_error": error}))
 
     def beaten(self, now: datetime) -> Job:
         """Return a copy with its heartbeat at ``now`` and its lease as long again from ``now``."""
@@ -282,7 +316,7 @@ class QueueState(BaseModel):
         """Requeue in-progress jobs whose lease ran out before ``now``; ``self`` if none did."""
         if not any(j.is_expired(now) for j in self.jobs):
             return self
-        return self._with_jobs(j.requeued() if j.is_expired(now) else j for j in self.jobs)
+        return self._with_jobs(j.requeued(LEASE_EXPIRED) if j.is_expired(now) else j for j in self.jobs)
 
     def _holding(self, job_id: str, lease: str | None) -> Job:
         """Return the job; with a ``lease``, only if that lease still holds it.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
 from typing import Any
@@ -9,26 +10,56 @@ from typing import Any
 from jqueue.domain.effects import Added, Payload, from_micros, to_micros
 from jqueue.domain.models import Job, JobStatus
 
-ClaimState = tuple[JobStatus, int | None, int, str | None, int | None]
-"""The fields a claim changes: status, heartbeat, attempts, lease, lease expiry."""
+ADDED_FIELDS = (
+    "id",
+    "entrypoint",
+    "priority",
+    "created",
+    "status",
+    "heartbeat",
+    "payload",
+    "attempts",
+    "lease",
+    "expires",
+    "max_attempts",
+    "not_before",
+    "deadline",
+    "dedup_key",
+    "last_error",
+    "dead_reason",
+    "dead_at",
+    "claims",
+)
+"""A record's fields in the order of ``Added`` (whose first field is ``job_id``)."""
+
+CHANGING_FIELDS = (
+    "status",
+    "heartbeat",
+    "attempts",
+    "lease",
+    "expires",
+    "not_before",
+    "last_error",
+    "dead_reason",
+    "dead_at",
+    "claims",
+)
+"""The fields that change after a job is added (by claims, heartbeats, requeues, deaths)."""
+
+ClaimState = tuple[Any, ...]
+"""The values of ``CHANGING_FIELDS`` of one record."""
+
+_changing = attrgetter(*CHANGING_FIELDS)
 
 
 class JobRecord:
-    """One job's mutable metadata inside an index; times in epoch microseconds."""
+    """One job's mutable metadata inside an index; times in epoch microseconds.
 
-    __slots__ = (
-        "attempts",
-        "created",
-        "entrypoint",
-        "expires",
-        "heartbeat",
-        "id",
-        "lease",
-        "order",
-        "payload",
-        "priority",
-        "status",
-    )
+    ``order`` is the job's insertion number; ``stamp`` counts the record's moves
+    between the index's heaps, so that only its newest heap entry counts.
+    """
+
+    __slots__ = (*ADDED_FIELDS, "order", "stamp")
 
     def __init__(
         self,
@@ -43,6 +74,14 @@ class JobRecord:
         attempts: int = 0,
         lease: str | None = None,
         expires: int | None = None,
+        max_attempts: int | None = None,
+        not_before: int | None = None,
+        deadline: int | None = None,
+        dedup_key: str | None = None,
+        last_error: str | None = None,
+        dead_reason: str | None = None,
+        dead_at: int | None = None,
+        claims: tuple[int, ...] = (),
     ) -> None:
         self.id = job_id
         self.entrypoint = entrypoint
@@ -55,90 +94,219 @@ class JobRecord:
         self.attempts = attempts
         self.lease = lease
         self.expires = expires
+        self.max_attempts = max_attempts
+        self.not_before = not_before
+        self.deadline = deadline
+        self.dedup_key = dedup_key
+        self.last_error = last_error
+        self.dead_reason = dead_reason
+        self.dead_at = dead_at
+        self.claims = claims
+        self.stamp = 0
+
+    @classmethod
+    def from_added(cls, added: Added, order: int) -> JobRecord:
+        """Return the record of an added job, inserted as number ``order``."""
+        a = added
+        head = (a.job_id, a.entrypoint, a.priority, a.created, a.status, a.heartbeat, a.payload, order)
+        return cls(
+            *head,
+            a.attempts,
+            a.lease,
+            a.expires,
+            a.max_attempts,
+            a.not_before,
+            a.deadline,
+            a.dedup_key,
+            a.last_error,
+            a.dead_reason,
+            a.dead_at,
+            a.claims,
+        )
 
     def claim_state(self) -> ClaimState:
-        """Return the fields a claim, a heartbeat or a requeue change."""
-        return self.status, self.heartbeat, self.attempts, self.lease, self.expires
+        """Return the values of ``CHANGING_FIELDS``."""
+        values: ClaimState = _changing(self)
+        return values
+
+    def changed(self, **values: Any) -> ClaimState:
+        """Return the values of ``CHANGING_FIELDS`` with some replaced."""
+        state = dict(zip(CHANGING_FIELDS, _changing(self), strict=True)) | values
+        return tuple(map(state.__getitem__, CHANGING_FIELDS))
 
     def set_claim_state(self, state: ClaimState) -> None:
-        """Set the fields a claim, a heartbeat or a requeue change."""
-        self.status, self.heartbeat, self.attempts, self.lease, self.expires = state
+        """Set the values of ``CHANGING_FIELDS``."""
+        for name, value in zip(CHANGING_FIELDS, state, strict=True):
+            setattr(self, name, value)
 
     def as_added(self) -> Added:
         """Return an immutable snapshot of this job as it is now (the effect that would add it)."""
-        return Added(
-            self.id,
-            self.entrypoint,
-            self.priority,
-            self.created,
-            self.status,
-            self.heartbeat,
-            self.payload,
-            self.attempts,
-            self.lease,
-            self.expires,
+        return Added(*attrgetter(*ADDED_FIELDS)(self))
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRecord:
+    """What is kept of a finished job: times in epoch microseconds (see the ``*_at`` properties).
+
+    Attributes
+    ----------
+    job_id, entrypoint : str
+        The job.
+    created : int
+        When it was enqueued.
+    claims : tuple of int
+        When it was claimed, each time.
+    finished : int
+        When it was acked or died.
+    attempts : int
+        Claims it took.
+    outcome : JobStatus
+        ``acked`` or ``dead``.
+    error, reason : str or None
+        Its last error and, for a dead job, why it died.
+    dedup_key : str or None
+        The key it was enqueued with.
+    """
+
+    job_id: str
+    entrypoint: str
+    created: int
+    claims: tuple[int, ...]
+    finished: int
+    attempts: int
+    outcome: JobStatus
+    error: str | None = None
+    reason: str | None = None
+    dedup_key: str | None = None
+
+    @property
+    def created_at(self) -> datetime:
+        """When the job was enqueued."""
+        return from_micros(self.created)
+
+    @property
+    def claimed_at(self) -> tuple[datetime, ...]:
+        """When the job was claimed, each time."""
+        return tuple(map(from_micros, self.claims))
+
+    @property
+    def finished_at(self) -> datetime:
+        """When the job was acked or died."""
+        return from_micros(self.finished)
+
+    @classmethod
+    def of(cls, record: JobRecord, finished: int, outcome: JobStatus) -> HistoryRecord:
+        """Return the history record of ``record`` finishing at ``finished`` (acked or dead)."""
+        r = record
+        fields = (r.id, r.entrypoint, r.created, r.claims, finished, r.attempts, outcome)
+        return cls(*fields, r.last_error, r.dead_reason, r.dedup_key)
+
+    def as_job(self) -> Job:
+        """Return the finished job as a ``Job`` (its payload is not kept: empty)."""
+        return Job.model_construct(
+            id=self.job_id,
+            entrypoint=self.entrypoint,
+            payload=b"",
+            status=self.outcome,
+            created_at=self.created_at,
+            attempts=self.attempts,
+            dedup_key=self.dedup_key,
+            last_error=self.error,
+            dead_reason=self.reason,
+            claimed_at=self.claimed_at,
         )
+
+
+def _datetime(micros: int | None) -> datetime | None:
+    return None if micros is None else from_micros(micros)
+
+
+def _micros(moment: datetime | None) -> int | None:
+    return None if moment is None else to_micros(moment)
 
 
 def job_from(snapshot: Added, payload: bytes) -> Job:
     """Return the public ``Job`` for a record snapshot, with its payload bytes."""
+    s = snapshot
     return Job.model_construct(
-        id=snapshot.job_id,
-        entrypoint=snapshot.entrypoint,
+        id=s.job_id,
+        entrypoint=s.entrypoint,
         payload=payload,
-        status=snapshot.status,
-        priority=snapshot.priority,
-        created_at=from_micros(snapshot.created),
-        heartbeat_at=None if snapshot.heartbeat is None else from_micros(snapshot.heartbeat),
-        attempts=snapshot.attempts,
-        lease=snapshot.lease,
-        lease_expires_at=None if snapshot.expires is None else from_micros(snapshot.expires),
+        status=s.status,
+        priority=s.priority,
+        created_at=from_micros(s.created),
+        heartbeat_at=_datetime(s.heartbeat),
+        attempts=s.attempts,
+        lease=s.lease,
+        lease_expires_at=_datetime(s.expires),
+        max_attempts=s.max_attempts,
+        not_before=_datetime(s.not_before),
+        deadline=_datetime(s.deadline),
+        dedup_key=s.dedup_key,
+        last_error=s.last_error,
+        dead_reason=s.dead_reason,
+        dead_at=_datetime(s.dead_at),
+        claimed_at=tuple(map(from_micros, s.claims)),
     )
 
 
 def added_from(job: Job) -> Added:
     """Return the effect that adds ``job`` exactly as it is (payload in memory)."""
-
-    def micros(moment: datetime | None) -> int | None:
-        return None if moment is None else to_micros(moment)
-
     return Added(
         job.id,
         job.entrypoint,
         job.priority,
         to_micros(job.created_at),
         job.status,
-        micros(job.heartbeat_at),
+        _micros(job.heartbeat_at),
         job.payload,
         job.attempts,
         job.lease,
-        micros(job.lease_expires_at),
+        _micros(job.lease_expires_at),
+        job.max_attempts,
+        _micros(job.not_before),
+        _micros(job.deadline),
+        job.dedup_key,
+        job.last_error,
+        job.dead_reason,
+        _micros(job.dead_at),
+        tuple(map(to_micros, job.claimed_at)),
     )
 
 
-_CLAIM_FIELDS = ("status", "heartbeat", "attempts", "lease", "expires")
+RECORD_COLUMNS = (*ADDED_FIELDS, "order")
+"""The columns of a snapshot and of a checkpoint."""
 
 
 class IndexSnapshot:
-    """The live jobs of an index at one version, read lazily (see ``QueueIndex.freeze``)."""
+    """The live jobs, history and controls of an index at one version, read lazily
+    (see ``QueueIndex.freeze``)."""
 
     def __init__(
-        self, version: int, records: list[JobRecord], segments: set[int], saved: dict[str, ClaimState]
+        self,
+        version: int,
+        records: list[JobRecord],
+        segments: set[int],
+        saved: dict[str, ClaimState],
+        history: list[HistoryRecord],
+        controls: dict[str, Any],
     ) -> None:
         self.version = version
         self.segments = segments
+        self.history = history
+        self.controls = controls
         self._records = records
         self._saved = saved
 
     def columns(self) -> dict[str, list[Any]]:
-        """Return one list per record field (``id``, ``entrypoint``, ... ``payload``, ``order``) as of
-        the snapshot, built with C-level loops so that the event loop is held up only briefly."""
+        """Return one list per record column (``id``, ``entrypoint``, ... ``order``) as of the
+        snapshot, built with C-level loops so that the event loop is held up only briefly."""
         records = self._records
-        columns = {name: list(map(attrgetter(name), records)) for name in JobRecord.__slots__}
+        columns = {name: list(map(attrgetter(name), records)) for name in RECORD_COLUMNS}
         # Read after the columns: a change made meanwhile saved the old values first.
         saved = dict(self._saved)
         if saved:
-            changed = [columns[name] for name in _CLAIM_FIELDS]
+            changed = [columns[name] for name in CHANGING_FIELDS]
             for row, job_id in enumerate(columns["id"]):
                 before = saved.get(job_id)
                 if before is not None:

@@ -1,0 +1,155 @@
+"""Looking at and steering a queue: browsing, counts, dead letters, purges, pauses, throttles, history."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from datetime import datetime, timedelta
+
+from jqueue.core.operations import QueueOperations, entrypoint_set
+from jqueue.domain.effects import PauseSet, ThrottleSet, to_micros
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.models import Job, JobStatus, utc_now
+from jqueue.domain.records import HistoryRecord, JobRecord
+from jqueue.domain.stats import QueueStats, stats_of
+
+
+def _micros_before(age: timedelta | None) -> int | None:
+    """Return the epoch microseconds ``age`` ago, or None."""
+    return None if age is None else to_micros(utc_now() - age)
+
+
+class ManagementOperations(QueueOperations):
+    """The calls that look at a queue without claiming, and those that steer it."""
+
+    def _selected(
+        self,
+        index: QueueIndex,
+        status: JobStatus | None,
+        entrypoint: str | None,
+        older_than: timedelta | None,
+    ) -> list[JobRecord]:
+        statuses = None if status is None else {status}
+        return list(index.select(statuses, entrypoint_set(entrypoint), _micros_before(older_than)))
+
+    async def jobs(
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+        limit: int | None = 100,
+    ) -> list[Job]:
+        """Return jobs without claiming them, oldest enqueue first: those with ``status``, of
+        ``entrypoint``, enqueued more than ``older_than`` ago (each filter when given), at most
+        ``limit`` (None for all)."""
+
+        def look(index: QueueIndex) -> list[JobRecord]:
+            return self._selected(index, status, entrypoint, older_than)[:limit]
+
+        return await self._jobs([record.as_added() for record in await self._view(look)])
+
+    async def count(
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+    ) -> int:
+        """Return how many jobs ``jobs`` would list without a limit."""
+        return await self._view(lambda index: len(self._selected(index, status, entrypoint, older_than)))
+
+    async def peek(self, entrypoint: str | Collection[str] | None = None, limit: int = 1) -> list[Job]:
+        """Return the jobs a ``dequeue`` would claim now, in order, without claiming them."""
+        entrypoints = entrypoint_set(entrypoint)
+
+        def look(index: QueueIndex) -> list[JobRecord]:
+            return index.peek(entrypoints, limit, to_micros(utc_now()))
+
+        return await self._jobs([record.as_added() for record in await self._view(look)])
+
+    async def stats(self) -> QueueStats:
+        """Return counts per entrypoint and status, the oldest waiting job, pauses and throttles."""
+        return await self._view(lambda index: stats_of(index, to_micros(utc_now())))
+
+    async def dead_letters(self, entrypoint: str | None = None, limit: int | None = 100) -> list[Job]:
+        """Return dead jobs (with their ``dead_reason`` and ``last_error``), oldest enqueue first."""
+        return await self.jobs(JobStatus.DEAD, entrypoint, limit=limit)
+
+    async def requeue_dead(self, ids: Iterable[str] | None = None) -> int:
+        """Return dead jobs (those of ``ids``, or all) to the queue with their attempts reset;
+        returns how many. Ids of jobs that are not dead are left alone.
+
+        Raises
+        ------
+        JobNotFoundError
+            If one of ``ids`` is not in the queue; then nothing changes.
+        """
+        chosen = None if ids is None else list(ids)
+        return await self._execute(lambda index: len(index.revive(chosen)))
+
+    async def purge(
+        self,
+        status: JobStatus | None = JobStatus.DEAD,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+    ) -> int:
+        """Delete jobs with ``status`` (dead letters by default; None for every status), of
+        ``entrypoint``, enqueued more than ``older_than`` ago; returns how many. Purged
+        jobs leave no history record."""
+
+        def operation(index: QueueIndex) -> int:
+            chosen = self._selected(index, status, entrypoint, older_than)
+            for record in chosen:
+                index.remove(record.id)
+            return len(chosen)
+
+        return await self._execute(operation)
+
+    async def pause(self, entrypoint: str | None = None, *, enqueues: bool = False) -> None:
+        """Stop handing out jobs of ``entrypoint`` (None: of the whole queue) to every process;
+        with ``enqueues``, refuse new jobs too (``QueuePausedError``)."""
+
+        def operation(index: QueueIndex) -> None:
+            enqueues_paused = enqueues or entrypoint in index.controls.paused_enqueues
+            index.apply(PauseSet(entrypoint, True, enqueues_paused))
+
+        await self._execute(operation)
+
+    async def resume(self, entrypoint: str | None = None) -> None:
+        """Undo ``pause`` of ``entrypoint`` (None: of the whole queue): claims and enqueues."""
+        await self._execute(lambda index: index.apply(PauseSet(entrypoint, False, False)))
+
+    async def throttle(self, limit: int | None, per: timedelta, entrypoint: str | None = None) -> None:
+        """Allow at most ``limit`` claims per window of ``per`` of ``entrypoint`` (None: of the
+        whole queue), shared by every process; ``limit=None`` lifts the throttle.
+
+        Windows are fixed (counted from the epoch), so a burst may straddle two.
+        """
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        window = per // timedelta(microseconds=1)
+        if window < 1:
+            raise ValueError(f"per must be positive, got {per}")
+        await self._execute(lambda index: index.apply(ThrottleSet(entrypoint, limit, window)))
+
+    async def history(
+        self,
+        entrypoint: str | None = None,
+        outcome: JobStatus | None = None,
+        since: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[HistoryRecord]:
+        """Return records of finished jobs, oldest first: of ``entrypoint``, with ``outcome``
+        (``ACKED`` or ``DEAD``), finished at or after ``since`` (each filter when given); the
+        newest ``limit`` if given."""
+        after = None if since is None else to_micros(since)
+
+        def look(index: QueueIndex) -> list[HistoryRecord]:
+            chosen = [
+                h
+                for h in index.history
+                if (entrypoint is None or h.entrypoint == entrypoint)
+                and (outcome is None or h.outcome is outcome)
+                and (after is None or h.finished >= after)
+            ]
+            return chosen if limit is None else chosen[len(chosen) - limit :] if limit else []
+
+        return await self._view(look)

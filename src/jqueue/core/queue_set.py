@@ -1,0 +1,62 @@
+"""``QueueSet``: claim from several queues at once, merged in priority and enqueue order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Collection, Sequence
+from datetime import timedelta
+
+from jqueue.core.management import ManagementOperations
+from jqueue.domain.models import Job
+
+
+class QueueSet:
+    """Several queues (on any storages) claimed from as one.
+
+    ``dequeue`` looks at what each queue would hand out, picks the best
+    ``batch_size`` jobs across them by (priority, enqueue time), and claims that
+    many from each queue. Each job comes back with the queue it belongs to: ack,
+    nack and heartbeat it there.
+
+    Parameters
+    ----------
+    queues : sequence of queues
+        ``DirectQueue`` or ``BrokerQueue`` instances, opened by the caller.
+    """
+
+    def __init__(self, queues: Sequence[ManagementOperations]) -> None:
+        if not queues:
+            raise ValueError("a queue set needs at least one queue")
+        self.queues = list(queues)
+
+    async def dequeue(
+        self,
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> list[tuple[ManagementOperations, Job]]:
+        """Claim up to ``batch_size`` jobs across the queues, best (priority, created_at) first.
+
+        Returns ``(queue, job)`` pairs in that order. Other processes may claim
+        between the look and the claim; each queue then hands out its next best.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        looks = await asyncio.gather(*(q.peek(entrypoint, batch_size) for q in self.queues))
+        candidates = sorted(
+            ((job.priority, job.created_at, position) for position, jobs in enumerate(looks) for job in jobs),
+        )[:batch_size]
+        wanted = Counter(position for _, _, position in candidates)
+        positions = sorted(wanted)
+        claims = await asyncio.gather(
+            *(
+                self.queues[p].dequeue(
+                    entrypoint, batch_size=wanted[p], visibility_timeout=visibility_timeout
+                )
+                for p in positions
+            )
+        )
+        pairs = [(self.queues[p], job) for p, jobs in zip(positions, claims, strict=True) for job in jobs]
+        return sorted(pairs, key=lambda pair: (pair[1].priority, pair[1].created_at))

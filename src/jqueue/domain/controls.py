@@ -1,0 +1,119 @@
+"""Flow control kept in the queue state: pauses and claim throttles, obeyed by every process.
+
+A scope is an entrypoint, or None for the whole queue. A throttle allows ``limit``
+claims per fixed window of ``window`` microseconds (windows are counted from the
+epoch); the claims of the current window are counted as claims are applied, so
+replaying the log gives every reader the same counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from copy import deepcopy
+from typing import Any
+
+from jqueue.domain.effects import PauseSet, ThrottleSet
+
+Scope = str | None
+
+
+class Controls:
+    """Pauses, throttles and the throttles' current usage."""
+
+    def __init__(self) -> None:
+        self.paused_claims: set[Scope] = set()
+        self.paused_enqueues: set[Scope] = set()
+        self.throttles: dict[Scope, tuple[int, int]] = {}
+        self.usage: dict[Scope, tuple[int, int]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the controls as plain lists (for the wire formats and snapshots)."""
+        return {
+            "paused_claims": sorted(self.paused_claims, key=str),
+            "paused_enqueues": sorted(self.paused_enqueues, key=str),
+            "throttles": [[scope, limit, window] for scope, (limit, window) in self.throttles.items()],
+            "usage": [[scope, window, count] for scope, (window, count) in self.usage.items()],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Controls:
+        """Return the controls of ``to_dict``'s output."""
+        controls = cls()
+        controls.paused_claims = set(data.get("paused_claims", ()))
+        controls.paused_enqueues = set(data.get("paused_enqueues", ()))
+        controls.throttles = {scope: (limit, window) for scope, limit, window in data.get("throttles", ())}
+        controls.usage = {scope: (window, count) for scope, window, count in data.get("usage", ())}
+        return controls
+
+    def as_effects(self) -> list[PauseSet | ThrottleSet]:
+        """Return the effects that set these pauses and throttles on an empty queue."""
+        scopes = sorted(self.paused_claims | self.paused_enqueues, key=str)
+        pauses = [PauseSet(s, s in self.paused_claims, s in self.paused_enqueues) for s in scopes]
+        throttles = [ThrottleSet(scope, limit, window) for scope, (limit, window) in self.throttles.items()]
+        return [*pauses, *throttles]
+
+    def _restorer(self) -> Callable[[], None]:
+        saved = deepcopy(self.__dict__)
+
+        def restore() -> None:
+            self.__dict__.update(saved)
+
+        return restore
+
+    def set_pause(self, effect: PauseSet) -> Callable[[], None]:
+        """Apply a pause or resume; returns its undo."""
+        undo = self._restorer()
+        for paused, on in ((self.paused_claims, effect.claims), (self.paused_enqueues, effect.enqueues)):
+            if on:
+                paused.add(effect.scope)
+            else:
+                paused.discard(effect.scope)
+        return undo
+
+    def set_throttle(self, effect: ThrottleSet) -> Callable[[], None]:
+        """Apply a throttle or lift one; returns its undo."""
+        undo = self._restorer()
+        self.usage.pop(effect.scope, None)
+        if effect.limit is None:
+            self.throttles.pop(effect.scope, None)
+        else:
+            self.throttles[effect.scope] = (effect.limit, effect.window)
+        return undo
+
+    def count_claim(self, entrypoint: str, at: int) -> Callable[[], None] | None:
+        """Count a claim at ``at`` against the throttles it falls under; returns the undo, if any."""
+        scopes = [scope for scope in (None, entrypoint) if scope in self.throttles]
+        if not scopes:
+            return None
+        undo = self._restorer()
+        for scope in scopes:
+            window = at // self.throttles[scope][1]
+            used = self.usage.get(scope)
+            if used is not None and used[0] >= window:
+                self.usage[scope] = (used[0], used[1] + 1)
+            else:
+                self.usage[scope] = (window, 1)
+        return undo
+
+    def claims_paused(self, entrypoint: str) -> bool:
+        """Whether claims of ``entrypoint`` are paused (by itself or the whole queue)."""
+        return bool(self.paused_claims) and (None in self.paused_claims or entrypoint in self.paused_claims)
+
+    def enqueues_paused(self, entrypoint: str) -> bool:
+        """Whether enqueues of ``entrypoint`` are paused (by itself or the whole queue)."""
+        paused = self.paused_enqueues
+        return bool(paused) and (None in paused or entrypoint in paused)
+
+    def remaining(self, entrypoint: str, now: int) -> int | None:
+        """How many more claims of ``entrypoint`` the throttles allow at ``now``; None for no limit."""
+        allowed: int | None = None
+        for scope in (None, entrypoint):
+            throttle = self.throttles.get(scope)
+            if throttle is None:
+                continue
+            limit, window = throttle
+            used = self.usage.get(scope)
+            count = used[1] if used is not None and used[0] >= now // window else 0
+            left = max(0, limit - count)
+            allowed = left if allowed is None else min(allowed, left)
+        return allowed

@@ -1,0 +1,70 @@
+"""``JobSpec``: a job to enqueue, with its options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from jqueue.domain.models import Job
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job for ``enqueue_many``, with the options ``enqueue`` takes.
+
+    Attributes
+    ----------
+    entrypoint : str
+        Routes the job to its handler.
+    payload : bytes
+        Opaque bytes.
+    priority : int
+        Lower runs first.
+    delay : timedelta or None
+        Not claimable until this long after enqueue.
+    not_before : datetime or None
+        Not claimable before this (aware) time; not together with ``delay``.
+    dedup_key : str or None
+        Enqueue nothing if a job with this key is in the queue or was acked within the
+        history's retention.
+    max_attempts : int or None
+        Claims allowed before a failure makes the job dead (else the queue's default).
+    ttl : timedelta or None
+        The job dies instead of being claimed once this old (else the queue's default).
+    """
+
+    entrypoint: str
+    payload: bytes
+    priority: int = 0
+    delay: timedelta | None = None
+    not_before: datetime | None = None
+    dedup_key: str | None = None
+    max_attempts: int | None = None
+    ttl: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.delay is not None and self.not_before is not None:
+            raise ValueError("give delay or not_before, not both")
+        if self.delay is not None and self.delay < timedelta(0):
+            raise ValueError(f"delay must not be negative, got {self.delay}")
+        if self.not_before is not None and self.not_before.tzinfo is None:
+            raise ValueError("not_before must be an aware datetime")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        if self.ttl is not None and self.ttl <= timedelta(0):
+            raise ValueError(f"ttl must be positive, got {self.ttl}")
+
+    def build(self, now: datetime, default_ttl: timedelta | None = None) -> Job:
+        """Return the queued job this spec describes, enqueued at ``now``."""
+        not_before = self.not_before if self.delay is None else now + self.delay
+        ttl = self.ttl if self.ttl is not None else default_ttl
+        return Job(
+            entrypoint=self.entrypoint,
+            payload=self.payload,
+            priority=self.priority,
+            created_at=now,
+            not_before=not_before,
+            deadline=None if ttl is None else now + ttl,
+            dedup_key=self.dedup_key,
+            max_attempts=self.max_attempts,
+        )
