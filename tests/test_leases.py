@@ -77,9 +77,7 @@ async def test_heartbeats_keep_the_lease_and_its_end_frees_the_job(
         assert (again.id, again.attempts) == (job.id, 2)
 
 
-async def test_a_heartbeat_manager_stops_when_its_lease_is_lost(
-    file_or_s3: Backend, layout: Layout
-) -> None:
+async def test_a_heartbeat_manager_stops_when_its_lease_is_lost(file_or_s3: Backend, layout: Layout) -> None:
     storage, _ = file_or_s3.new()
     async with DirectQueue(storage, layout=layout) as q:
         await q.enqueue("work", b"x")

@@ -69,6 +69,7 @@ class DirectQueue(ManagementOperations):
         def transition(index: QueueIndex) -> None:
             self._sweep(index)
             answers[:] = [operation(index)]
+            self._trim(index)
 
         async with self._turn:
             store = await self._opened_store()

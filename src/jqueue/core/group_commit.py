@@ -140,6 +140,7 @@ class GroupCommitLoop(ManagementOperations):
                     outcomes.append((False, exc))
                 else:
                     outcomes.append((True, answer))
+            self._trim(index)
 
         try:
             store = await self._opened_store()

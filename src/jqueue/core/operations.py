@@ -84,10 +84,14 @@ class QueueOperations(ABC):
         """Apply ``operation`` to the newest state (after ``_sweep``), commit it, return its answer."""
 
     def _sweep(self, index: QueueIndex) -> None:
-        """The housekeeping every commit does first: expired leases, old history records."""
-        now = utc_now()
-        index.requeue_expired(to_micros(now), self.policy.max_attempts)
-        index.forget(to_micros(now - self.policy.history_retention), self.policy.history_limit)
+        """The housekeeping every commit does before its operations: return expired leases."""
+        index.requeue_expired(to_micros(utc_now()), self.policy.max_attempts)
+
+    def _trim(self, index: QueueIndex) -> None:
+        """The housekeeping a commit that writes does after its operations: drop old history."""
+        if index.pending_effects:
+            now = utc_now()
+            index.forget(to_micros(now - self.policy.history_retention), self.policy.history_limit)
 
     async def _opened_store(self) -> CommitStore:
         return await self._opener.store()
@@ -179,14 +183,17 @@ class QueueOperations(ABC):
         if not new:
             return []
 
+        retention = self.policy.history_retention
+
         def operation(index: QueueIndex) -> list[Found]:
+            acked_since = to_micros(utc_now() - retention)
             found: list[Found] = []
             keyed: dict[str, Job] = {}
             for job in new:
                 if index.controls.enqueues_paused(job.entrypoint):
                     raise QueuePausedError(job.entrypoint)
                 key = job.dedup_key
-                match = None if key is None else keyed.get(key) or index.dedup_match(key)
+                match = None if key is None else keyed.get(key) or index.dedup_match(key, acked_since)
                 if isinstance(match, JobRecord):
                     found.append(match.as_added())
                 elif match is not None:

@@ -210,15 +210,15 @@ class QueueIndex:
                 continue
             yield record
 
-    def dedup_match(self, key: str) -> JobRecord | HistoryRecord | None:
-        """Return the live job enqueued with ``key``, else the newest acked one still in history."""
+    def dedup_match(self, key: str, acked_since: int) -> JobRecord | HistoryRecord | None:
+        """Return the live job enqueued with ``key``, else the newest one acked at or after
+        ``acked_since`` that history still holds."""
         job_id = self._dedup.get(key)
         if job_id is not None:
             return self.records[job_id]
         if self._acked_keys[key] > 0:
-            return next(
-                h for h in reversed(self.history) if h.dedup_key == key and h.outcome is JobStatus.ACKED
-            )
+            acked = next(h for h in reversed(self.history) if h.dedup_key == key and h.outcome is JobStatus.ACKED)
+            return acked if acked.finished >= acked_since else None
         return None
 
     # --- consistent snapshots while commits go on -------------------------------------

@@ -1,0 +1,278 @@
+"""The job lifecycle as a state machine: invariants under random interleavings and clock jumps.
+
+Workers claim, ack, nack and heartbeat under leases; producers enqueue with delays,
+time limits, attempt limits and dedup keys; an operator pauses, throttles, revives
+and purges; the clock jumps forwards and backwards. Every committed change is also
+encoded as a log entry, decoded and replayed on a second index, which must agree.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from jqueue.core.log_codec import decode_entry, encode_entry
+from jqueue.domain.effects import Added, PauseSet, ThrottleSet
+from jqueue.domain.errors import JobNotFoundError, LeaseLostError
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.models import JobStatus
+from jqueue.domain.records import ADDED_FIELDS
+
+SECOND = 1_000_000
+T0 = 1_800_000_000 * SECOND
+ENTRYPOINTS = ("a", "b")
+WORKERS = st.integers(0, 2)
+MAX_ATTEMPTS = 3
+
+
+def view(index: QueueIndex) -> list[tuple[Any, ...]]:
+    """Every job's fields except its payload (a replica holds references instead)."""
+    fields = [name for name in ADDED_FIELDS if name != "payload"]
+    return [tuple(getattr(record, name) for name in fields) for record in index.in_order()]
+
+
+class Lifecycle(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = QueueIndex()
+        self.replica = QueueIndex()
+        self.clock = T0
+        self.enqueued: set[str] = set()
+        self.acked: set[str] = set()
+        self.purged: set[str] = set()
+        self.held: list[tuple[int, str, str]] = []  # (worker, job id, lease) of every claim
+        self.attempts: dict[str, int] = {}
+        self.finished = 0  # acks and deaths, each leaving a history record
+        self.forgotten = 0
+
+    def commit(self, decide: Callable[[QueueIndex], object]) -> object:
+        """Run one decision in a transaction, keep it, and replay it on the replica via the wire."""
+        self.index.begin()
+        try:
+            answer = decide(self.index)
+        except Exception:
+            self.index.rollback()
+            raise
+        effects = list(self.index.pending_effects)
+        self.index.commit()
+        if effects:
+            self.index.version += 1
+            entry = decode_entry(
+                encode_entry(self.index.version, "c", self.clock, effects), self.index.version, "t"
+            )
+            self.replica.apply_all(entry.effects)
+            self.replica.version = self.index.version
+        self.finished += sum(
+            type(e).__name__ in ("Removed", "Died") and getattr(e, "at", 0) is not None for e in effects
+        )
+        self.forgotten += sum(getattr(e, "count", 0) for e in effects if type(e).__name__ == "Forgotten")
+        return answer
+
+    @rule(
+        entrypoint=st.sampled_from(ENTRYPOINTS),
+        priority=st.integers(0, 2),
+        delay=st.sampled_from([None, 0, 2, 10]),
+        ttl=st.sampled_from([None, 5, 30]),
+        max_attempts=st.sampled_from([None, 1, 2]),
+        key=st.sampled_from([None, None, "k1", "k2"]),
+    )
+    def enqueue(
+        self,
+        entrypoint: str,
+        priority: int,
+        delay: int | None,
+        ttl: int | None,
+        max_attempts: int | None,
+        key: str | None,
+    ) -> None:
+        job_id = str(uuid.uuid4())
+        now = self.clock
+
+        def decide(index: QueueIndex) -> bool:
+            if key is not None and index.dedup_match(key, now - 60 * SECOND) is not None:
+                return False
+            not_before = None if delay is None else now + delay * SECOND
+            deadline = None if ttl is None else now + ttl * SECOND
+            fields = (job_id, entrypoint, priority, now, JobStatus.QUEUED, None, b"p")
+            index.apply(Added(*fields, 0, None, None, max_attempts, not_before, deadline, key))
+            return True
+
+        if self.commit(decide):
+            self.enqueued.add(job_id)
+            self.attempts[job_id] = 0
+
+    @rule(
+        worker=WORKERS,
+        entrypoints=st.sampled_from([None, ("a",), ("b",), ENTRYPOINTS]),
+        batch=st.integers(1, 3),
+        lease_seconds=st.integers(1, 20),
+    )
+    def claim(self, worker: int, entrypoints: tuple[str, ...] | None, batch: int, lease_seconds: int) -> None:
+        now = self.clock
+        peeked = [r.id for r in self.index.peek(entrypoints, batch, now)]
+        due = {r.id: r.not_before for r in self.index.records.values()}
+
+        def decide(index: QueueIndex) -> list[tuple[str, str | None]]:
+            claims = index.claim(
+                entrypoints, batch, now, now + lease_seconds * SECOND, lambda: uuid.uuid4().hex
+            )
+            return [(c.job_id, c.lease) for c in claims]
+
+        claimed = self.commit(decide)
+        assert isinstance(claimed, list)
+        assert [job_id for job_id, _ in claimed] == peeked[: len(claimed)]
+        for job_id, lease in claimed:
+            record = self.index.records[job_id]
+            assert record.status is JobStatus.IN_PROGRESS
+            assert record.entrypoint in (entrypoints or ENTRYPOINTS)
+            assert record.not_before is None
+            assert due[job_id] is None or due[job_id] <= now
+            assert record.deadline is None or record.deadline > now
+            assert lease is not None
+            self.held.append((worker, job_id, lease))
+
+    @precondition(lambda self: bool(self.held))
+    @rule(
+        data=st.data(), action=st.sampled_from(["ack", "nack", "heartbeat"]), delay=st.sampled_from([None, 3])
+    )
+    def finish(self, data: st.DataObject, action: str, delay: int | None) -> None:
+        _, job_id, lease = data.draw(st.sampled_from(self.held))
+        now = self.clock
+        holder = self.index.records.get(job_id)
+        holds = holder is not None and holder.status is JobStatus.IN_PROGRESS and holder.lease == lease
+        decisions: dict[str, Callable[[QueueIndex], object]] = {
+            "ack": lambda index: index.remove(job_id, lease, now),
+            "nack": lambda index: index.nack(
+                job_id, lease, now, None if delay is None else now + delay * SECOND, "err", MAX_ATTEMPTS
+            ),
+            "heartbeat": lambda index: index.beat(job_id, now, lease),
+        }
+        if not holds:
+            before = view(self.index)
+            with pytest.raises(LeaseLostError):
+                self.commit(decisions[action])
+            assert view(self.index) == before
+            return
+        self.commit(decisions[action])
+        if action == "ack":
+            self.acked.add(job_id)
+
+    @rule(jump=st.sampled_from([-30, -1, 0, 1, 3, 15, 60]))
+    def clock_jumps_and_leases_run_out(self, jump: int) -> None:
+        self.clock += jump * SECOND
+        now = self.clock
+        expired = {
+            r.id
+            for r in self.index.records.values()
+            if r.status is JobStatus.IN_PROGRESS and (r.expires or 0) < now
+        }
+        swept = self.commit(lambda index: index.requeue_expired(now, MAX_ATTEMPTS))
+        assert isinstance(swept, list)
+        assert {effect.job_id for effect in swept} == expired
+
+    @rule(ids=st.booleans())
+    def revive_dead(self, ids: bool) -> None:
+        dead = [r.id for r in self.index.records.values() if r.status is JobStatus.DEAD]
+        self.commit(lambda index: index.revive(dead[:1] if ids else None))
+        for job_id in dead[:1] if ids else dead:
+            self.attempts[job_id] = 0
+
+    @rule()
+    def purge_dead(self) -> None:
+        dead = [r.id for r in self.index.records.values() if r.status is JobStatus.DEAD]
+        self.commit(lambda index: [index.remove(job_id) for job_id in dead])
+        self.purged.update(dead)
+
+    @rule(
+        scope=st.sampled_from([None, "a"]),
+        claims=st.booleans(),
+        limit=st.sampled_from([None, 0, 1, 2]),
+        throttle=st.booleans(),
+    )
+    def steer(self, scope: str | None, claims: bool, limit: int | None, throttle: bool) -> None:
+        effect = ThrottleSet(scope, limit, 10 * SECOND) if throttle else PauseSet(scope, claims, False)
+        self.commit(lambda index: index.apply(effect))
+
+    @rule(keep=st.integers(0, 4), age=st.integers(0, 60))
+    def forget_history(self, keep: int, age: int) -> None:
+        self.commit(lambda index: index.forget(self.clock - age * SECOND, keep))
+
+    @rule(job_id=st.uuids().map(str))
+    def unknown_jobs_are_reported(self, job_id: str) -> None:
+        with pytest.raises(JobNotFoundError):
+            self.commit(lambda index: index.nack(job_id, None, self.clock))
+
+    @rule(data=st.data())
+    def a_lost_transaction_changes_nothing(self, data: st.DataObject) -> None:
+        before = view(self.index), list(self.index.history), self.index.controls.to_dict()
+        self.index.begin()
+        now = self.clock + data.draw(st.integers(0, 30)) * SECOND
+        self.index.requeue_expired(now, 1)
+        self.index.claim(None, data.draw(st.integers(1, 4)), now, now + SECOND, lambda: "lost")
+        for record in list(self.index.records.values())[:2]:
+            self.index.remove(record.id, None, now)
+        self.index.rollback()
+        assert (view(self.index), list(self.index.history), self.index.controls.to_dict()) == before
+
+    @invariant()
+    def each_job_is_in_exactly_one_state_and_nothing_is_lost(self) -> None:
+        live = set(self.index.records)
+        assert live | self.acked | self.purged == self.enqueued
+        assert not live & self.acked
+        assert not live & self.purged
+        assert not self.acked & self.purged
+        for record in self.index.records.values():
+            assert record.status in (JobStatus.QUEUED, JobStatus.IN_PROGRESS, JobStatus.DEAD)
+            leased = record.status is JobStatus.IN_PROGRESS
+            assert (record.lease is not None) == leased
+            assert (
+                (record.dead_reason is not None)
+                == (record.dead_at is not None)
+                == (record.status is JobStatus.DEAD)
+            )
+            assert len(record.claims) == record.attempts
+
+    @invariant()
+    def a_lease_is_held_by_at_most_one_claimant(self) -> None:
+        for record in self.index.records.values():
+            holders = [
+                worker for worker, job_id, lease in self.held if job_id == record.id and lease == record.lease
+            ]
+            assert len(holders) == (1 if record.status is JobStatus.IN_PROGRESS else 0)
+
+    @invariant()
+    def attempts_never_decrease_except_when_a_dead_job_is_revived(self) -> None:
+        for job_id, record in self.index.records.items():
+            assert record.attempts >= self.attempts[job_id]
+            self.attempts[job_id] = record.attempts
+
+    @invariant()
+    def dead_jobs_used_their_attempts_or_their_time(self) -> None:
+        for record in self.index.records.values():
+            if record.dead_reason == "max_attempts":
+                limit = record.max_attempts or MAX_ATTEMPTS
+                assert record.attempts >= limit
+            elif record.dead_reason == "ttl":
+                assert record.deadline is not None
+                assert record.dead_at is not None
+                assert record.deadline <= record.dead_at
+
+    @invariant()
+    def history_holds_every_finished_job_not_forgotten(self) -> None:
+        assert len(self.index.history) == self.finished - self.forgotten
+
+    @invariant()
+    def the_replayed_log_agrees(self) -> None:
+        assert view(self.replica) == view(self.index)
+        assert list(self.replica.history) == list(self.index.history)
+        assert self.replica.controls.to_dict() == self.index.controls.to_dict()
+
+
+TestLifecycle = Lifecycle.TestCase
+TestLifecycle.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
