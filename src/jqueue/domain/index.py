@@ -304,6 +304,9 @@ class QueueIndex:
             if heap is None:
                 break
             record = self.records[heapq.heappop(heap)[4]]
+            if record.not_before is not None and record.not_before > now:  # released on a clock that ran ahead
+                heapq.heappush(self._scheduled, (record.not_before, record.stamp, record.id))
+                continue
             if record.deadline is not None and record.deadline <= now:
                 self.apply(Died(record.id, now, "ttl", record.last_error))
                 continue
@@ -321,7 +324,8 @@ class QueueIndex:
                 break
             record = self.records[heap[0][4]]
             popped.append((record.entrypoint, heapq.heappop(heap)))
-            if record.deadline is None or record.deadline > now:
+            due = record.not_before is None or record.not_before <= now
+            if due and (record.deadline is None or record.deadline > now):
                 found.append(record)
         for entrypoint, entry in popped:
             heapq.heappush(self._ready.setdefault(entrypoint, []), entry)
