@@ -29,6 +29,7 @@ T0 = 1_800_000_000 * SECOND
 ENTRYPOINTS = ("a", "b")
 WORKERS = st.integers(0, 2)
 MAX_ATTEMPTS = 3
+WINDOW = 10 * SECOND
 
 
 def view(index: QueueIndex) -> list[tuple[Any, ...]]:
@@ -50,6 +51,27 @@ class Lifecycle(RuleBasedStateMachine):
         self.attempts: dict[str, int] = {}
         self.finished = 0  # acks and deaths, each leaving a history record
         self.forgotten = 0
+        self.throttles: dict[str | None, int] = {}  # claims allowed per window, by scope
+        self.throttle_use: dict[str | None, tuple[int, int]] = {}  # (window, claims) by scope
+        self.paused: set[str | None] = set()
+
+    def claims_left(self, entrypoint: str, now: int) -> int | None:
+        """The model of the throttles: claims still allowed now (None: unlimited)."""
+        left: int | None = None
+        for scope in (None, entrypoint):
+            if scope in self.throttles:
+                window, used = self.throttle_use.get(scope, (now // WINDOW, 0))
+                current = used if window >= now // WINDOW else 0
+                left = min(left if left is not None else 10**9, self.throttles[scope] - current)
+        return left
+
+    def count_claim(self, entrypoint: str, now: int) -> None:
+        for scope in (None, entrypoint):
+            if scope in self.throttles:
+                window, used = self.throttle_use.get(scope, (now // WINDOW, 0))
+                self.throttle_use[scope] = (
+                    (window, used + 1) if window >= now // WINDOW else (now // WINDOW, 1)
+                )
 
     def commit(self, decide: Callable[[QueueIndex], object]) -> object:
         """Run one decision in a transaction, keep it, and replay it on the replica via the wire."""
@@ -132,10 +154,25 @@ class Lifecycle(RuleBasedStateMachine):
             assert record.status is JobStatus.IN_PROGRESS
             assert record.entrypoint in (entrypoints or ENTRYPOINTS)
             assert record.not_before is None
-            assert due[job_id] is None or due[job_id] <= now
+            assert (due[job_id] or 0) <= now
             assert record.deadline is None or record.deadline > now
             assert lease is not None
+            assert record.entrypoint not in self.paused
+            assert None not in self.paused
+            left = self.claims_left(record.entrypoint, now)
+            assert left is None or left > 0
+            self.count_claim(record.entrypoint, now)
             self.held.append((worker, job_id, lease))
+        if len(claimed) < batch:  # nothing else was claimable
+            for record in self.index.records.values():
+                claimable = record.status is JobStatus.QUEUED and record.entrypoint in (
+                    entrypoints or ENTRYPOINTS
+                )
+                claimable = (
+                    claimable and (record.not_before or 0) <= now and (record.deadline or now + 1) > now
+                )
+                if claimable and record.entrypoint not in self.paused and None not in self.paused:
+                    assert self.claims_left(record.entrypoint, now) == 0
 
     @precondition(lambda self: bool(self.held))
     @rule(
@@ -196,8 +233,17 @@ class Lifecycle(RuleBasedStateMachine):
         throttle=st.booleans(),
     )
     def steer(self, scope: str | None, claims: bool, limit: int | None, throttle: bool) -> None:
-        effect = ThrottleSet(scope, limit, 10 * SECOND) if throttle else PauseSet(scope, claims, False)
+        effect = ThrottleSet(scope, limit, WINDOW) if throttle else PauseSet(scope, claims, False)
         self.commit(lambda index: index.apply(effect))
+        if throttle:
+            self.throttle_use.pop(scope, None)
+            self.throttles.pop(scope, None)
+            if limit is not None:
+                self.throttles[scope] = limit
+        elif claims:
+            self.paused.add(scope)
+        else:
+            self.paused.discard(scope)
 
     @rule(keep=st.integers(0, 4), age=st.integers(0, 60))
     def forget_history(self, keep: int, age: int) -> None:
@@ -215,8 +261,14 @@ class Lifecycle(RuleBasedStateMachine):
         now = self.clock + data.draw(st.integers(0, 30)) * SECOND
         self.index.requeue_expired(now, 1)
         self.index.claim(None, data.draw(st.integers(1, 4)), now, now + SECOND, lambda: "lost")
-        for record in list(self.index.records.values())[:2]:
+        records = list(self.index.records.values())
+        for record in records[:2]:
             self.index.remove(record.id, None, now)
+        for record in records[2:5]:
+            self.index.nack(record.id, None, now, now + SECOND, "lost", 1)
+        self.index.revive()
+        self.index.forget(now, 0)
+        self.index.apply(ThrottleSet(None, 1, WINDOW))
         self.index.rollback()
         assert (view(self.index), list(self.index.history), self.index.controls.to_dict()) == before
 
@@ -251,6 +303,11 @@ class Lifecycle(RuleBasedStateMachine):
         for job_id, record in self.index.records.items():
             assert record.attempts >= self.attempts[job_id]
             self.attempts[job_id] = record.attempts
+
+    @invariant()
+    def no_job_is_claimed_more_often_than_allowed(self) -> None:
+        for record in self.index.records.values():
+            assert record.attempts <= (record.max_attempts or MAX_ATTEMPTS)
 
     @invariant()
     def dead_jobs_used_their_attempts_or_their_time(self) -> None:

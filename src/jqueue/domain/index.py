@@ -314,22 +314,18 @@ class QueueIndex:
         return claimed
 
     def peek(self, entrypoints: Collection[str] | None, limit: int, now: int) -> list[JobRecord]:
-        """Return the (up to ``limit``) jobs ``claim`` would take now, in order, taking none."""
-        self._release_due(now)
-        popped: list[tuple[str, ReadyEntry]] = []
-        found: list[JobRecord] = []
-        while len(found) < limit:
-            heap = self._best_heap(entrypoints, now)
-            if heap is None:
-                break
-            record = self.records[heap[0][4]]
-            popped.append((record.entrypoint, heapq.heappop(heap)))
-            due = record.not_before is None or record.not_before <= now
-            if due and (record.deadline is None or record.deadline > now):
-                found.append(record)
-        for entrypoint, entry in popped:
-            heapq.heappush(self._ready.setdefault(entrypoint, []), entry)
-        return found
+        """Return the (up to ``limit``) jobs ``claim`` would take now, in order, taking none:
+        the claim is made and undone."""
+        opened = self._journal is None
+        if opened:
+            self.begin()
+        mark = self.savepoint()
+        try:
+            return [self.records[claim.job_id] for claim in self.claim(entrypoints, limit, now)]
+        finally:
+            self.rollback_to(mark)
+            if opened:
+                self.rollback()
 
     def remove(self, job_id: str, lease: str | None = None, at: int | None = None) -> Removed:
         """Remove a job: an ack at ``at`` (fenced by ``lease`` if given), or with ``at`` None a
