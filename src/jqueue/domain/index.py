@@ -217,8 +217,9 @@ class QueueIndex:
         if job_id is not None:
             return self.records[job_id]
         if self._acked_keys[key] > 0:
-            acked = next(h for h in reversed(self.history) if h.dedup_key == key and h.outcome is JobStatus.ACKED)
-            return acked if acked.finished >= acked_since else None
+            acked = (h for h in reversed(self.history) if h.dedup_key == key and h.outcome is JobStatus.ACKED)
+            newest = next(acked)
+            return newest if newest.finished >= acked_since else None
         return None
 
     # --- consistent snapshots while commits go on -------------------------------------
@@ -304,7 +305,7 @@ class QueueIndex:
             if heap is None:
                 break
             record = self.records[heapq.heappop(heap)[4]]
-            if record.not_before is not None and record.not_before > now:  # released on a clock that ran ahead
+            if record.not_before is not None and record.not_before > now:  # released by a clock ahead of now
                 heapq.heappush(self._scheduled, (record.not_before, record.stamp, record.id))
                 continue
             if record.deadline is not None and record.deadline <= now:
