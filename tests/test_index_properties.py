@@ -188,7 +188,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
     def read_the_snapshot_and_thaw(self) -> None:
         assert self.frozen is not None
         snapshot, then = self.frozen
-        c = snapshot.columns()
+        c = {name: snapshot.column(name) for name in ("order", "id", "status", "heartbeat")}
         rows = sorted(zip(c["order"], c["id"], c["status"], c["heartbeat"], strict=True))
         expected = [
             (j.id, j.status, None if j.heartbeat_at is None else to_micros(j.heartbeat_at)) for j in then.jobs

@@ -103,3 +103,18 @@ async def test_expired_leases_return_with_normal_traffic(file_or_s3: Backend, la
         await q.enqueue("other", b"any commit sweeps")
         [returned] = [j for j in (await q.read_state()).jobs if j.id == job.id]
         assert (returned.status, returned.lease, returned.attempts) == (JobStatus.QUEUED, None, 1)
+
+
+async def test_an_explicit_sweep_returns_expired_leases_and_counts_them(
+    file_or_s3: Backend, layout: Layout, queue_kind: str
+) -> None:
+    storage, _ = file_or_s3.new()
+    async with open_queue(queue_kind, storage, layout=layout) as q:
+        await q.enqueue_many("work", [b"a", b"b", b"c"])
+        await q.dequeue(batch_size=2, visibility_timeout=SHORT)
+        await q.dequeue(visibility_timeout=timedelta(hours=1))
+        assert await q.sweep() == 0
+        await asyncio.sleep(SHORT.total_seconds() + 0.1)
+        assert await q.sweep() == 2
+        assert await q.sweep() == 0
+        assert await q.count(JobStatus.QUEUED) == 2

@@ -350,19 +350,22 @@ def _sparse(name: str, column: list[Any]) -> list[Any] | None:
 def encode_checkpoint(snapshot: IndexSnapshot, at: int) -> bytes:
     """Serialise every live job of a snapshot in columns, with the history and the controls
     (meant for a worker thread). A column whose values are all defaults is left out."""
-    c = snapshot.columns()
-    refs = c["payload"]
+    refs = snapshot.column("payload")
     if set(map(type, refs)) - {int}:
         raise ValueError("a payload is not stored yet")
-    names = {name: code for code, name in enumerate(dict.fromkeys(c["entrypoint"]))}
-    optional: dict[str, Any] = {name: _sparse(name, c[name]) for name in _OPTIONAL_COLUMNS}
+    entrypoints = snapshot.column("entrypoint")
+    names = {name: code for code, name in enumerate(dict.fromkeys(entrypoints))}
+    optional: dict[str, Any] = {name: _sparse(name, snapshot.column(name)) for name in _OPTIONAL_COLUMNS}
+    c = {
+        name: snapshot.column(name) for name in ("id", "priority", "created", "status", "heartbeat", "order")
+    }
     wire = _Checkpoint(
         LAYOUT,
         snapshot.version,
         at,
         list(names),
         c["id"],
-        list(map(names.__getitem__, c["entrypoint"])),
+        list(map(names.__getitem__, entrypoints)),
         c["priority"],
         c["created"],
         c["status"],

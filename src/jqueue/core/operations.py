@@ -76,6 +76,7 @@ class QueueOperations(ABC):
         self.max_payload_bytes = max_payload_bytes
         self.visibility_timeout = visibility_timeout
         self.policy = policy or QueuePolicy()
+        self._swept = 0
         self._opener = StoreOpener(storage, retry, layout, log or LogSettings())
         self._storage_use = StorageUse(storage)
 
@@ -85,7 +86,7 @@ class QueueOperations(ABC):
 
     def _sweep(self, index: QueueIndex) -> None:
         """The housekeeping every commit does before its operations: return expired leases."""
-        index.requeue_expired(to_micros(utc_now()), self.policy.max_attempts)
+        self._swept = len(index.requeue_expired(to_micros(utc_now()), self.policy.max_attempts))
 
     def _trim(self, index: QueueIndex) -> None:
         """The housekeeping a commit that writes does after its operations: drop old history."""
@@ -321,6 +322,11 @@ class QueueOperations(ABC):
             index.beat(job_id, to_micros(utc_now()), lease)
 
         await self._execute(operation)
+
+    async def sweep(self) -> int:
+        """Return to the queue (or, past their last attempt, to the dead letters) the claimed jobs
+        whose lease ran out, now; returns how many. Every commit does this anyway."""
+        return await self._execute(lambda index: self._swept)
 
     async def requeue_stale(self, timeout: timedelta) -> int:  # noqa: ASYNC109  (documented name)
         """Requeue in-progress jobs with no heartbeat for ``timeout``; returns how many."""

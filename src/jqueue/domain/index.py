@@ -19,7 +19,7 @@ import heapq
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from itertools import compress
+from itertools import compress, repeat
 from typing import Any, TypeVar
 
 from jqueue.domain.controls import Controls
@@ -59,9 +59,8 @@ def _expiry_key(record: JobRecord) -> int:
     return _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat + _UNLEASED_MICROS
 
 
-def _column_defaults(rows: int) -> dict[str, Any]:
-    defaults: dict[str, Any] = {name: [None] * rows for name in RECORD_COLUMNS}
-    return defaults | {"attempts": [0] * rows, "claims": [()] * rows}
+_REQUIRED_COLUMNS = ("id", "entrypoint", "priority", "created", "status", "heartbeat", "payload", "order")
+_COLUMN_DEFAULTS: dict[str, Any] = {"attempts": 0, "claims": ()}
 
 
 ReadyEntry = tuple[int, int, int, int, str]
@@ -132,25 +131,29 @@ class QueueIndex:
             If two rows share an id or the columns differ in length.
         """
         ids = list(columns["id"])
-        full = _column_defaults(len(ids)) | dict(columns)
-        if len({len(full[name]) for name in RECORD_COLUMNS}) > 1:
+        if len({len(column) for column in columns.values()} | {len(ids)}) > 1:
             raise ValueError("the columns differ in length")
+        # A column left out is its default in every row: repeated, not built.
+        full: dict[str, Iterable[Any]] = {name: repeat(_COLUMN_DEFAULTS.get(name)) for name in RECORD_COLUMNS}
+        full |= {name: columns[name] for name in _REQUIRED_COLUMNS}
+        full |= columns
         index = cls()
-        head = [
-            full[name]
-            for name in ("id", "entrypoint", "priority", "created", "status", "heartbeat", "payload")
-        ]
-        tail = [full[name] for name in RECORD_COLUMNS[7:-1]]
-        records = list(map(JobRecord, *head, full["order"], *tail))
+        records = list(
+            map(
+                JobRecord,
+                *(full[name] for name in _REQUIRED_COLUMNS),
+                *(full[n] for n in RECORD_COLUMNS[7:-1]),
+            )
+        )
         index.records = dict(zip(ids, records, strict=True))
         if len(index.records) != len(ids):
             raise ValueError("two jobs share an id")
-        stored = [p for p in full["payload"] if isinstance(p, int)]
+        stored = [p for p in columns["payload"] if isinstance(p, int)]
         index.segment_refs = Counter(columns_from_refs(stored)[0])
         for record in records:
             if record.dedup_key is not None:
                 index._dedup[record.dedup_key] = record.id
-        statuses = full["status"]
+        statuses = columns["status"]
         queued = [status is JobStatus.QUEUED for status in statuses]
         for record in compress(records, queued):
             if record.not_before is None:
@@ -168,7 +171,7 @@ class QueueIndex:
         for heap in heaps:
             heapq.heapify(heap)
         index.restore(history, controls or Controls())
-        index._next_order = max(full["order"], default=-1) + 1
+        index._next_order = max(columns["order"], default=-1) + 1
         index.version = version
         return index
 

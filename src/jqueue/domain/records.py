@@ -297,19 +297,28 @@ class IndexSnapshot:
         self.controls = controls
         self._records = records
         self._saved = saved
+        self._searched: set[str] = set()
+        self._rows: dict[str, int] = {}
 
-    def columns(self) -> dict[str, list[Any]]:
-        """Return one list per record column (``id``, ``entrypoint``, ... ``order``) as of the
-        snapshot, built with C-level loops so that the event loop is held up only briefly."""
-        records = self._records
-        columns = {name: list(map(attrgetter(name), records)) for name in RECORD_COLUMNS}
-        # Read after the columns: a change made meanwhile saved the old values first.
+    def column(self, name: str) -> list[Any]:
+        """Return one record column (``id``, ``entrypoint``, ... ``order``) as of the snapshot,
+        built with a C-level loop so that the event loop is held up only briefly."""
+        values = list(map(attrgetter(name), self._records))
+        if name in CHANGING_FIELDS:
+            position = CHANGING_FIELDS.index(name)
+            for row, before in self._patches():
+                values[row] = before[position]
+        return values
+
+    def _patches(self) -> list[tuple[int, ClaimState]]:
+        """Return (row, values at the snapshot) of each record changed since; called after a
+        column is read, so a change made meanwhile has saved its old values already."""
         saved = dict(self._saved)
-        if saved:
-            changed = [columns[name] for name in CHANGING_FIELDS]
-            for row, job_id in enumerate(columns["id"]):
-                before = saved.get(job_id)
-                if before is not None:
-                    for column, value in zip(changed, before, strict=True):
-                        column[row] = value
-        return columns
+        unseen = saved.keys() - self._searched
+        if unseen:
+            self._searched |= unseen
+            for row, record in enumerate(self._records):
+                if record.id in unseen:
+                    self._rows[record.id] = row
+        rows = self._rows
+        return [(rows[job_id], before) for job_id, before in saved.items() if job_id in rows]
