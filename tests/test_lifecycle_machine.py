@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -139,6 +140,14 @@ class Lifecycle(RuleBasedStateMachine):
         now = self.clock
         peeked = [r.id for r in self.index.peek(entrypoints, batch, now)]
         due = {r.id: r.not_before for r in self.index.records.values()}
+        best = sorted(
+            (r.priority, r.created, r.order, r.id)
+            for r in self.index.records.values()
+            if r.status is JobStatus.QUEUED
+            and r.entrypoint in (entrypoints or ENTRYPOINTS)
+            and (r.not_before or 0) <= now
+            and (r.deadline or now + 1) > now
+        )
 
         def decide(index: QueueIndex) -> list[tuple[str, str | None]]:
             claims = index.claim(
@@ -163,6 +172,8 @@ class Lifecycle(RuleBasedStateMachine):
             assert left is None or left > 0
             self.count_claim(record.entrypoint, now)
             self.held.append((worker, job_id, lease))
+        if not self.throttles and not self.paused:
+            assert [job_id for job_id, _ in claimed] == [row[3] for row in best[:batch]]
         if len(claimed) < batch:  # nothing else was claimable
             for record in self.index.records.values():
                 claimable = record.status is JobStatus.QUEUED and record.entrypoint in (
@@ -269,8 +280,17 @@ class Lifecycle(RuleBasedStateMachine):
         self.index.revive()
         self.index.forget(now, 0)
         self.index.apply(ThrottleSet(None, 1, WINDOW))
+        retried = str(uuid.uuid4())  # a commit that lost its race is applied again, same job
+        self.index.apply(Added(retried, "a", 0, now, JobStatus.QUEUED, None, b"p"))
         self.index.rollback()
         assert (view(self.index), list(self.index.history), self.index.controls.to_dict()) == before
+        rival = str(uuid.uuid4())  # committed first by another writer, with the same priority and time
+        for job_id in (rival, retried):
+            self.commit(
+                partial(QueueIndex.apply, effect=Added(job_id, "a", 0, now, JobStatus.QUEUED, None, b"p"))
+            )
+            self.enqueued.add(job_id)
+            self.attempts[job_id] = 0
 
     @invariant()
     def each_job_is_in_exactly_one_state_and_nothing_is_lost(self) -> None:

@@ -22,6 +22,7 @@ from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.layout import Layout
 from jqueue.core.queue_set import QueueSet
 from jqueue.core.settings import Backoff, LogSettings, QueuePolicy
+from jqueue.core.worker import JobResult, Outcome, Worker, WorkerStats
 from jqueue.domain.errors import (
     CASConflictError,
     CorruptStateError,
@@ -76,6 +77,7 @@ __all__ = [
     "JQueueError",
     "Job",
     "JobNotFoundError",
+    "JobResult",
     "JobSpec",
     "JobStatus",
     "KeyedStoragePort",
@@ -84,6 +86,7 @@ __all__ = [
     "LocalFileSystemStorage",
     "LogSettings",
     "ObjectStoragePort",
+    "Outcome",
     "PayloadTooLargeError",
     "QueueClosedError",
     "QueuePausedError",
@@ -93,6 +96,8 @@ __all__ = [
     "QueueStats",
     "S3Storage",
     "StorageError",
+    "Worker",
+    "WorkerStats",
     "__version__",
     "storage_from_url",
 ]

@@ -85,6 +85,28 @@ class ManagementOperations(QueueOperations):
         chosen = None if ids is None else list(ids)
         return await self._execute(lambda index: len(index.revive(chosen)))
 
+    async def requeue(self, ids: Iterable[str]) -> int:
+        """Make jobs claimable at once whatever their state (dead ones with attempts reset,
+        claimed ones released, waiting ones due now); returns how many changed.
+
+        Raises
+        ------
+        JobNotFoundError
+            If one of ``ids`` is not in the queue; then nothing changes.
+        """
+        chosen = list(ids)
+        return await self._execute(lambda index: len(index.requeue_now(chosen)))
+
+    async def find(self, job_id: str) -> Job | None:
+        """Return one job as it is now, or None if it is not in the queue."""
+
+        def look(index: QueueIndex) -> list[JobRecord]:
+            record = index.records.get(job_id)
+            return [] if record is None else [record]
+
+        found = await self._jobs([record.as_added() for record in await self._view(look)])
+        return found[0] if found else None
+
     async def purge(
         self,
         status: JobStatus | None = JobStatus.DEAD,

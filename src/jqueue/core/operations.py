@@ -311,6 +311,12 @@ class QueueOperations(ABC):
 
         await self._execute(operation)
 
+    async def release(self, job: Job | str) -> None:
+        """Return a claimed job to the queue at once, not as a failure (a worker shutting down);
+        fenced when given the claimed ``Job``."""
+        job_id, lease = fence(job)
+        await self._execute(lambda index: index.release(job_id, lease))
+
     async def heartbeat(self, job: Job | str) -> None:
         """Record that the worker on a job is alive, extending its lease by its visibility timeout.
 

@@ -93,6 +93,7 @@ class QueueIndex:
         self._dedup: dict[str, str] = {}
         self._acked_keys: Counter[str] = Counter()
         self._next_order = 0
+        self._last_stamp = 0
         self._ready: dict[str, list[ReadyEntry]] = {}
         self._scheduled: list[ScheduledEntry] = []
         self._claimed: list[TimedEntry] = []
@@ -357,6 +358,30 @@ class QueueIndex:
             return self._applied(Died(job_id, now, "max_attempts", error))
         return self._applied(Requeued(job_id, retry_at, error))
 
+    def release(self, job_id: str, lease: str | None = None) -> list[Requeued]:
+        """Return a claimed job to the queue at once, not as a failure (fenced by ``lease`` if
+        given); unfenced, nothing for a job in another status."""
+        if self._holding(job_id, lease).status is not JobStatus.IN_PROGRESS:
+            return []
+        return [self._applied(Requeued(job_id))]
+
+    def requeue_now(self, job_ids: Iterable[str]) -> list[Requeued]:
+        """Make jobs claimable at once whatever their state: a dead one with its attempts reset,
+        a claimed one released, a waiting one due now; a job already claimable is left alone.
+
+        Raises
+        ------
+        JobNotFoundError
+            If one of ``job_ids`` is not in the queue.
+        """
+        done: list[Requeued] = []
+        for job_id in dict.fromkeys(job_ids):
+            record = self._require(job_id)
+            if record.status is JobStatus.QUEUED and record.not_before is None:
+                continue
+            done.append(self._applied(Requeued(job_id, reset=record.status is JobStatus.DEAD)))
+        return done
+
     def revive(self, job_ids: Iterable[str] | None = None) -> list[Requeued]:
         """Requeue dead jobs (those of ``job_ids``, or all) with their attempts reset.
 
@@ -589,7 +614,8 @@ class QueueIndex:
                 del self.segment_refs[segment]
 
     def _push(self, record: JobRecord) -> None:
-        record.stamp += 1
+        self._last_stamp += 1  # unique in this index: an entry left by an undone change never matches
+        record.stamp = self._last_stamp
         if record.status is JobStatus.QUEUED:
             if record.not_before is None:
                 self._push_ready(record)

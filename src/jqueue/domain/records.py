@@ -55,8 +55,8 @@ _changing = attrgetter(*CHANGING_FIELDS)
 class JobRecord:
     """One job's mutable metadata inside an index; times in epoch microseconds.
 
-    ``order`` is the job's insertion number; ``stamp`` counts the record's moves
-    between the index's heaps, so that only its newest heap entry counts.
+    ``order`` is the job's insertion number; ``stamp`` marks the record's newest heap
+    entry (set by the index on every move), so that older entries do not count.
     """
 
     __slots__ = (*ADDED_FIELDS, "order", "stamp")

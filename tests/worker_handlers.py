@@ -1,0 +1,15 @@
+"""Module-level handlers for worker tests (a process pool imports them by name)."""
+
+from __future__ import annotations
+
+import os
+
+from jqueue import Job
+
+
+def square_in_process(job: Job) -> None:
+    """Fail unless run in another process; write nothing."""
+    if int(job.payload) < 0:
+        raise ValueError("negative")
+    if os.environ.get("JQUEUE_TEST_PARENT_PID") == str(os.getpid()):
+        raise RuntimeError("ran in the parent process")
