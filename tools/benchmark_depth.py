@@ -190,7 +190,7 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
     """Start moto's S3 server in its own process with the benchmark bucket; returns it and its URL."""
     import boto3  # type: ignore[import-untyped, unused-ignore]
 
-    from benchmark_storage import S3_BUCKET, S3_REGION
+    from jqueue.adapters.benchmark import S3_BUCKET, S3_REGION
 
     port = _free_port()
     os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
@@ -213,7 +213,7 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
 
 async def run_s3_latency(endpoint: str, callers: int, calls: int, prefill: int) -> dict[str, Any]:
     """BrokerQueue throughput with ``callers`` callers on S3 at ``endpoint`` (60 ms per GET, 100 per PUT)."""
-    from benchmark_storage import S3_BUCKET, S3_REGION, InstrumentedStorage
+    from jqueue.adapters.benchmark import S3_BUCKET, S3_REGION, InstrumentedStorage
     from jqueue.adapters.storage.s3 import S3Storage
 
     key = f"latency-{uuid.uuid4().hex[:8]}.json"

@@ -1,0 +1,137 @@
+"""Worker processes stopped by signals and killed at random: nothing is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import BUCKET, s3_env
+from jqueue import DirectQueue, JobStatus, storage_from_url
+from servers import S3Endpoint
+
+HERE = Path(__file__).parent
+
+pytestmark = pytest.mark.slow
+
+
+def start_worker(url: str, out: Path, env: dict[str, str] | None, *options: object) -> subprocess.Popen[str]:
+    """Start worker_proc.py (SLEEP_MS CONCURRENCY GRACE_S VISIBILITY_S) and wait until it is ready."""
+    command = [sys.executable, str(HERE / "worker_proc.py"), url, str(out), *map(str, options)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+def completions(paths: list[Path]) -> Counter[str]:
+    return Counter(line for path in paths if path.exists() for line in path.read_text().split())
+
+
+async def test_sigterm_lets_running_jobs_finish_and_loses_nothing(tmp_path: Path) -> None:
+    url = (tmp_path / "q.json").as_uri()
+    async with DirectQueue(storage_from_url(url)) as q:
+        jobs = await q.enqueue_many("work", [b"%d" % i for i in range(40)])
+        worker = start_worker(url, tmp_path / "done.txt", None, 400, 4, 10, 60)
+        while await q.count(JobStatus.IN_PROGRESS) < 4:
+            await asyncio.sleep(0.05)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+        done = completions([tmp_path / "done.txt"])
+        assert 4 <= len(done) < 40
+        assert max(done.values()) == 1
+        assert await q.count(JobStatus.IN_PROGRESS) == 0
+        queued = {job.id for job in await q.jobs(JobStatus.QUEUED, limit=None)}
+        assert queued | set(done) == {job.id for job in jobs}
+        assert not queued & set(done)
+
+
+async def test_a_second_signal_returns_running_jobs_to_the_queue_at_once(tmp_path: Path) -> None:
+    url = (tmp_path / "q.json").as_uri()
+    async with DirectQueue(storage_from_url(url)) as q:
+        await q.enqueue_many("work", [b"%d" % i for i in range(6)])
+        worker = start_worker(url, tmp_path / "done.txt", None, 60_000, 3, 60, 60)
+        while await q.count(JobStatus.IN_PROGRESS) < 3:
+            await asyncio.sleep(0.05)
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        assert worker.poll() is None  # still in its grace period
+        stopped = time.monotonic()
+        worker.send_signal(signal.SIGINT)
+        assert worker.wait(timeout=30) == 0
+        assert time.monotonic() - stopped < 10
+        assert await q.count(JobStatus.IN_PROGRESS) == 0
+        released = [job for job in await q.jobs(JobStatus.QUEUED) if job.attempts == 1]
+        assert len(released) == 3
+        assert all(job.dead_reason is None for job in released)
+
+
+JOBS = 20_000
+WORKERS = 4
+CONCURRENCY = 16
+
+
+async def crash_run(url: str, tmp_path: Path, env: dict[str, str] | None, lease_seconds: float) -> None:
+    """Drain JOBS jobs with WORKERS processes, one killed (SIGKILL) and restarted every 2 s.
+
+    The lease must outlast the slowest commit of a claim and its ack, or a job runs twice
+    without a kill (at-least-once, but not what this test counts).
+    """
+    outputs: list[Path] = []
+
+    def spawn() -> subprocess.Popen[str]:
+        out = tmp_path / f"done-{len(outputs)}.txt"
+        outputs.append(out)
+        return start_worker(url, out, env, 1, CONCURRENCY, 5, lease_seconds)
+
+    async with DirectQueue(storage_from_url(url)) as q:
+        jobs = []
+        for start in range(0, JOBS, 5000):
+            jobs += await q.enqueue_many("work", [b"%d" % i for i in range(start, start + 5000)])
+        workers = [spawn() for _ in range(WORKERS)]
+        kills = 0
+        try:
+            deadline = time.monotonic() + 600
+            while (await q.stats()).total(JobStatus.QUEUED) + await q.count(JobStatus.IN_PROGRESS) > 0:
+                assert time.monotonic() < deadline, "the workers did not drain the queue"
+                await asyncio.sleep(2)
+                victim = kills % WORKERS
+                workers[victim].kill()
+                workers[victim].wait()
+                kills += 1
+                workers[victim] = spawn()
+        finally:
+            for worker in workers:
+                worker.send_signal(signal.SIGTERM)
+            for worker in workers:
+                worker.wait(timeout=60)
+        done = completions(outputs)
+        assert set(done) == {job.id for job in jobs}, "a job was lost"
+        duplicates = sum(count - 1 for count in done.values())
+        assert duplicates <= kills * CONCURRENCY, "more jobs ran twice than were in flight at the kills"
+        assert kills >= 2
+        assert await q.dead_letters() == []
+        assert await q.count() == 0
+
+
+async def test_killed_workers_lose_no_job_on_a_file_queue(tmp_path: Path) -> None:
+    await crash_run((tmp_path / "q.json").as_uri(), tmp_path, None, 3)
+
+
+async def test_killed_workers_lose_no_job_on_an_s3_queue(
+    tmp_path: Path, moto: S3Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"s3://{BUCKET}/crash-{uuid.uuid4().hex}.json?endpoint_url={moto.url}&region={moto.region}"
+    env = s3_env(moto)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(name, env[name])
+    await crash_run(
+        url, tmp_path, env, 10
+    )  # four processes racing on one S3 object: commits can take seconds
