@@ -79,12 +79,24 @@ def test_a_missing_extra_names_what_to_install() -> None:
 def test_the_demo_runs_end_to_end(tmp_path: Path) -> None:
     url = (tmp_path / "demo.json").as_uri()
     done = subprocess.run(
-        [sys.executable, "-m", "jqueue", "--url", url, "--jobs", "40", "--workers", "3"],
+        [
+            sys.executable,
+            "-m",
+            "jqueue",
+            "--storage",
+            url,
+            "demo",
+            "--jobs",
+            "40",
+            "--workers",
+            "3",
+            "--json",
+        ],
         capture_output=True,
         check=True,
         text=True,
     )
     summary = json.loads(done.stdout)
-    assert summary["processed"] == summary["enqueued"] == 40
-    assert summary["sum_of_squares"] == sum(n * n for n in range(40))
+    assert summary["acked"] + summary["dead_letters"] == summary["enqueued"] == 40
+    assert summary["every_job_accounted_for"] is True
     assert summary["left_in_queue"] == 0

@@ -1,5 +1,5 @@
-"""``python -m jqueue``: run the demonstration on a local file queue."""
+"""``python -m jqueue``: the ``jqueue`` command."""
 
-from jqueue.adapters.demo import main
+from jqueue.adapters.cli import main
 
 main()

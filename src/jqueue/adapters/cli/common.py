@@ -1,0 +1,114 @@
+"""What every command shares: the queue from ``--storage``, one-line errors, JSON output."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from jqueue.adapters.storage.url import storage_from_url
+from jqueue.core.broker import BrokerQueue
+from jqueue.core.direct import DirectQueue
+from jqueue.domain.errors import JQueueError
+from jqueue.domain.models import Job, utc_now
+
+T = TypeVar("T")
+console = Console()
+errors = Console(stderr=True)
+STORAGE_HELP = "Storage URL of the queue (file://, s3://, gs://, memory://); or set JQUEUE_STORAGE."
+
+
+@dataclass
+class Options:
+    """The global options, kept in typer's context."""
+
+    storage: str | None
+
+
+def storage_url(ctx: typer.Context) -> str:
+    """Return the queue's storage URL, or stop with an error if none was given."""
+    options: Options = ctx.obj
+    if not options.storage:
+        fail("no queue given: pass --storage URL or set JQUEUE_STORAGE")
+    assert options.storage is not None
+    return options.storage
+
+
+def fail(message: str) -> None:
+    """Print one error line and exit with status 1."""
+    errors.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; a user's mistake or an unreachable storage is one error line."""
+    try:
+        return asyncio.run(coroutine)
+    except (JQueueError, ValueError, OSError) as exc:
+        fail(str(exc) or type(exc).__name__)
+    raise AssertionError("unreachable")
+
+
+@contextlib.asynccontextmanager
+async def direct_queue(ctx: typer.Context) -> AsyncIterator[DirectQueue]:
+    """Open the queue for a command that commits a few calls."""
+    async with DirectQueue(storage_from_url(storage_url(ctx))) as queue:
+        yield queue
+
+
+@contextlib.asynccontextmanager
+async def broker_queue(ctx: typer.Context, **options: Any) -> AsyncIterator[BrokerQueue]:
+    """Open the queue for a command that makes many concurrent calls."""
+    async with BrokerQueue(storage_from_url(storage_url(ctx)), **options) as queue:
+        yield queue
+
+
+def seconds(value: float | None) -> timedelta | None:
+    """Return a number of seconds as a timedelta (None stays None)."""
+    return None if value is None else timedelta(seconds=value)
+
+
+def print_json(data: Any) -> None:
+    """Print ``data`` as JSON on stdout (datetimes in ISO 8601)."""
+    sys.stdout.write(json.dumps(data, default=_json_default, indent=2) + "\n")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    """Return a job as JSON data (payload in base64)."""
+    return job.model_dump(mode="json")
+
+
+def preview(payload: bytes, width: int = 40) -> str:
+    """Return the start of a payload as text (or its size, if it is not text)."""
+    try:
+        text = payload.decode()
+    except UnicodeDecodeError:
+        return f"<{len(payload)} bytes>"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def age(moment: datetime | None) -> str:
+    """Return how long ago ``moment`` was, in a short human form."""
+    if moment is None:
+        return "-"
+    total = max(0.0, (utc_now() - moment).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if total >= size:
+            return f"{total / size:.1f}{unit}"
+    return f"{total:.1f}s"

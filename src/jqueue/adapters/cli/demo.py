@@ -1,0 +1,125 @@
+"""``jqueue demo``: producers and workers on one queue, with failures, retries and dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from jqueue.adapters.cli.common import Options, console, print_json, run
+from jqueue.adapters.storage.url import storage_from_url
+from jqueue.core.broker import BrokerQueue
+from jqueue.core.settings import Backoff, QueuePolicy
+from jqueue.core.worker import JobResult, Outcome, Worker
+from jqueue.domain.models import Job, JobStatus
+
+DEFAULT_PATH = Path(".jqueue") / "demo.json"
+ENTRYPOINT = "demo-square"
+POLICY = QueuePolicy(
+    max_attempts=3,
+    backoff=Backoff(initial=timedelta(milliseconds=20), maximum=timedelta(milliseconds=200)),
+)
+
+
+def _fails(job: Job, failure_rate: float) -> bool:
+    """Whether this attempt of this job fails: random, but the same on every run."""
+    return random.Random(f"{job.payload!r}:{job.attempts}").random() < failure_rate
+
+
+async def run_demo(
+    url: str, jobs: int, workers: int, concurrency: int, failure_rate: float, live: bool
+) -> dict[str, object]:
+    """Enqueue ``jobs`` jobs and drain them with ``workers`` workers; return the summary."""
+    squares: dict[int, int] = {}
+    outcomes = dict.fromkeys(Outcome, 0)
+
+    async def square(job: Job) -> None:
+        await asyncio.sleep(random.uniform(0.0005, 0.003))
+        if _fails(job, failure_rate):
+            raise RuntimeError("simulated failure")
+        n = json.loads(job.payload)["n"]
+        squares[n] = n * n
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not live,
+    )
+    async with BrokerQueue(storage_from_url(url), policy=POLICY) as queue:
+        await queue.purge(status=None, entrypoint=ENTRYPOINT)  # a clean run, also after an interrupted one
+        started = time.perf_counter()
+        with progress:
+            enqueueing = progress.add_task("enqueue", total=jobs)
+            for start in range(0, jobs, 500):
+                payloads = [json.dumps({"n": n}).encode() for n in range(start, min(jobs, start + 500))]
+                await queue.enqueue_many(ENTRYPOINT, payloads)
+                progress.update(enqueueing, advance=len(payloads))
+            finishing = progress.add_task("process", total=jobs)
+
+            def count(result: JobResult) -> None:
+                outcomes[result.outcome] += 1
+                if result.outcome in (Outcome.ACKED, Outcome.DEAD):
+                    progress.update(finishing, advance=1)
+                retried, dead = outcomes[Outcome.RETRIED], outcomes[Outcome.DEAD]
+                progress.update(finishing, description=f"process (retries {retried}, dead {dead})")
+
+            pool = [Worker(queue, {ENTRYPOINT: square}, concurrency=concurrency) for _ in range(workers)]
+            for worker in pool:
+                worker.on("after_job")(count)
+            await asyncio.gather(*(worker.run(until_empty=True, install_signals=False) for worker in pool))
+        seconds = time.perf_counter() - started
+        left = await queue.count(entrypoint=ENTRYPOINT, status=JobStatus.QUEUED)
+        dead = await queue.count(entrypoint=ENTRYPOINT, status=JobStatus.DEAD)
+    return {
+        "url": url,
+        "enqueued": jobs,
+        "acked": outcomes[Outcome.ACKED],
+        "retries": outcomes[Outcome.RETRIED],
+        "dead_letters": dead,
+        "left_in_queue": left,
+        "every_job_accounted_for": len(squares) + dead == jobs and left == 0,
+        "sum_of_squares": sum(squares.values()),
+        "seconds": round(seconds, 3),
+        "jobs_per_second": round(jobs / seconds, 1),
+    }
+
+
+def demo(
+    ctx: typer.Context,
+    jobs: Annotated[int, typer.Option(help="Jobs to enqueue.")] = 3000,
+    workers: Annotated[int, typer.Option(help="Workers sharing the queue.")] = 4,
+    concurrency: Annotated[int, typer.Option(help="Jobs each worker runs at once.")] = 8,
+    failure_rate: Annotated[float, typer.Option(help="Chance that an attempt fails.")] = 0.1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON, no live view.")] = False,
+) -> None:
+    """Enqueue a few thousand jobs and run workers with failures and retries, showing live progress.
+
+    The queue is --storage if given, else a local file, ./.jqueue/demo.json.
+    """
+    if jobs < 1 or workers < 1 or concurrency < 1 or not 0 <= failure_rate < 1:
+        raise typer.BadParameter("jobs, workers and concurrency must be positive, 0 <= failure-rate < 1")
+    options: Options = ctx.obj
+    if options.storage:
+        url = options.storage
+    else:
+        DEFAULT_PATH.parent.mkdir(parents=True, exist_ok=True)
+        url = DEFAULT_PATH.absolute().as_uri()
+    summary = run(run_demo(url, jobs, workers, concurrency, failure_rate, live=not as_json))
+    if as_json:
+        print_json(summary)
+        return
+    table = Table("", "", title="jqueue demo", show_header=False)
+    for name, value in summary.items():
+        table.add_row(name.replace("_", " "), str(value))
+    console.print(table)

@@ -1,0 +1,161 @@
+"""Commands that run jobs or measure: worker, exec, bench."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import logging
+import os
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from jqueue.adapters.cli.common import broker_queue, console, fail, print_json, run, seconds, storage_url
+from jqueue.core.settings import Backoff, QueuePolicy
+from jqueue.core.worker import Worker, WorkerStats
+from jqueue.domain.models import Job
+
+BurstFlag = Annotated[bool, typer.Option("--burst", help="Stop when nothing is left to claim.")]
+ConcurrencyOption = Annotated[int, typer.Option(help="Jobs run at once.")]
+
+
+def _log_jobs() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+
+
+def _summary(stats: WorkerStats, as_json: bool) -> None:
+    counts = {str(outcome): count for outcome, count in stats.outcomes.items()}
+    if as_json:
+        print_json(
+            {"claimed": stats.claimed, **counts, "timed_out": stats.timed_out, "seconds": stats.seconds}
+        )
+    else:
+        done = ", ".join(f"{count} {name}" for name, count in counts.items() if count)
+        console.print(f"claimed {stats.claimed} jobs in {stats.seconds:.1f} s: {done or 'nothing'}")
+
+
+def _load(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        fail(f"{target!r} is not module:attribute")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        fail(f"cannot import {module_name!r}: {exc}")
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        fail(f"module {module_name!r} has no attribute {attribute!r}")
+
+
+def worker(
+    ctx: typer.Context,
+    target: Annotated[str, typer.Argument(help="module:attribute: a Worker, or a function given the queue.")],
+    burst: BurstFlag = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Run a Worker defined in your module until stopped (SIGTERM/SIGINT), or with --burst until idle.
+
+    The attribute is a ``Worker`` (its queues are opened here), or a function that takes
+    the queue opened from --storage and returns a Worker.
+    """
+    found = _load(target)
+
+    async def go() -> WorkerStats:
+        _log_jobs()
+        async with contextlib.AsyncExitStack() as stack:
+            if isinstance(found, Worker):
+                chosen = found
+                for queue in chosen.queues:
+                    await stack.enter_async_context(queue)  # type: ignore[arg-type]
+            elif callable(found):
+                queue = await stack.enter_async_context(broker_queue(ctx))
+                made = found(queue)
+                chosen = await made if inspect.isawaitable(made) else made
+                if not isinstance(chosen, Worker):
+                    fail(f"{target} returned {type(chosen).__name__}, not a Worker")
+            else:
+                fail(f"{target} is a {type(found).__name__}, not a Worker or a function")
+            return await chosen.run(until_empty=burst)
+
+    _summary(run(go()), as_json)
+
+
+class CommandFailedError(Exception):
+    """A job's command exited with a non-zero status."""
+
+
+def execute(
+    ctx: typer.Context,
+    entrypoint: str,
+    command: Annotated[list[str], typer.Argument(help="The command and its arguments, after --.")],
+    concurrency: ConcurrencyOption = 4,
+    timeout: Annotated[float | None, typer.Option(help="Seconds before a command is killed.")] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="Attempts before a job is dead.")] = None,
+    retry_delay: Annotated[float, typer.Option(help="Seconds before the first retry (doubling).")] = 1.0,
+    burst: BurstFlag = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Run a command per job with the payload on its standard input.
+
+    Exit status 0 acks the job; any other status fails it, with the end of standard
+    error recorded as its error (retried with back-off, dead after --max-attempts).
+    The job's id, entrypoint and attempt are in JQUEUE_JOB_ID, JQUEUE_ENTRYPOINT and
+    JQUEUE_ATTEMPT.
+    """
+    if not command:
+        fail("give the command after --, e.g. jqueue exec resize -- convert - out.png")
+
+    async def run_command(job: Job) -> None:
+        env = os.environ | {"JQUEUE_JOB_ID": job.id, "JQUEUE_ENTRYPOINT": job.entrypoint}
+        env["JQUEUE_ATTEMPT"] = str(job.attempts)
+        process = await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+        )
+        try:
+            _, stderr = await process.communicate(job.payload)
+        except asyncio.CancelledError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            raise
+        if process.returncode != 0:
+            detail = stderr.decode(errors="replace").strip()[-2000:]
+            raise CommandFailedError(f"exit status {process.returncode}" + (f": {detail}" if detail else ""))
+
+    backoff = Backoff(initial=seconds(retry_delay) or Backoff().initial, maximum=Backoff().maximum)
+    policy = QueuePolicy(max_attempts=max_attempts, backoff=backoff)
+
+    async def go() -> WorkerStats:
+        _log_jobs()
+        async with broker_queue(ctx, policy=policy) as queue:
+            runner = Worker(
+                queue, {entrypoint: run_command}, concurrency=concurrency, timeout=seconds(timeout)
+            )
+            return await runner.run(until_empty=burst)
+
+    _summary(run(go()), as_json)
+
+
+def bench(
+    ctx: typer.Context,
+    options: Annotated[list[str] | None, typer.Argument(help="Options of the benchmark, after --.")] = None,
+) -> None:
+    """Run the storage benchmark's scenarios against fresh queues beside --storage.
+
+    Options after -- go to the benchmark, e.g. ``jqueue bench -- --ops 200 --scenarios mixed-c50``.
+    """
+    from jqueue.adapters.benchmark import main as benchmark
+
+    raise typer.Exit(benchmark(["--url", storage_url(ctx), *(options or [])]))
+
+
+def register(app: typer.Typer) -> None:
+    """Add these commands to ``app``."""
+    app.command()(worker)
+    app.command("exec")(execute)
+    app.command()(bench)

@@ -1,0 +1,179 @@
+"""The ``jqueue`` command, each subcommand run as a subprocess against a file queue."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+
+
+class Cli:
+    """Runs ``python -m jqueue`` with JQUEUE_STORAGE set to one file queue."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.cwd = tmp_path
+        self.env = os.environ | {"JQUEUE_STORAGE": (tmp_path / "q.json").as_uri(), "COLUMNS": "200"}
+
+    def __call__(
+        self, *args: str, stdin: str | None = None, ok: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "jqueue", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=self.cwd,
+            timeout=120,
+        )
+        if ok:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    def json(self, *args: str, stdin: str | None = None) -> Any:
+        return json.loads(self(*args, "--json", stdin=stdin).stdout)
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    return Cli(tmp_path)
+
+
+def test_enqueue_ls_show_and_stats(cli: Cli, tmp_path: Path) -> None:
+    [job] = cli.json("enqueue", "email", "hello", "--priority", "2")
+    (tmp_path / "p.bin").write_bytes(b"\x00\x01binary")
+    [from_file] = cli.json("enqueue", "email", "--file", str(tmp_path / "p.bin"), "--delay", "3600")
+    assert from_file["not_before"] is not None
+    added = cli.json("enqueue", "sms", "--stdin", "--batch", "2", stdin="a\nb\nc\n")
+    assert [j["entrypoint"] for j in added] == ["sms"] * 3
+    assert (
+        cli("enqueue", "sms", "one", "--dedup-key", "k").stdout.strip()
+        == cli("enqueue", "sms", "two", "--dedup-key", "k").stdout.strip()
+    )
+
+    listed = cli.json("ls", "--entrypoint", "sms")
+    assert [j["payload"] for j in listed] == ["YQ==", "Yg==", "Yw==", "b25l"]
+    shown = cli.json("show", job["id"])
+    assert (shown["id"], shown["priority"], shown["status"]) == (job["id"], 2, "queued")
+    assert "hello" in cli("show", job["id"]).stdout
+
+    stats = cli.json("stats")
+    assert stats["entrypoints"]["email"] | {"oldest_queued_at": None} == {
+        "queued": 1,
+        "scheduled": 1,
+        "in_progress": 0,
+        "dead": 0,
+        "oldest_queued_at": None,
+    }
+    assert stats["entrypoints"]["sms"]["queued"] == 4
+    assert "email" in cli("stats").stdout
+
+
+def test_exec_runs_a_shell_command_per_job_and_dead_letters_can_be_redriven(cli: Cli) -> None:
+    cli("enqueue", "shell", "good")
+    cli("enqueue", "shell", "bad")
+    script = (
+        'read line; if [ "$line" = bad ]; then echo "cannot: $line" >&2; exit 3; fi; echo "$line" >> done.txt'
+    )
+    options = ("--burst", "--max-attempts", "2", "--retry-delay", "0.05", "--json")
+    summary = json.loads(cli("exec", "shell", *options, "--", "sh", "-c", script).stdout)
+    assert (summary["acked"], summary["retried"], summary["dead"]) == (1, 1, 1)
+    assert (cli.cwd / "done.txt").read_text() == "good\n"
+    [dead] = cli.json("dead", "ls")
+    assert (dead["dead_reason"], dead["last_error"]) == (
+        "max_attempts",
+        "CommandFailedError: exit status 3: cannot: bad",
+    )
+    history = cli.json("history")
+    assert [(h["outcome"], h["attempts"]) for h in history] == [("acked", 1), ("dead", 2)]
+
+    assert cli.json("dead", "requeue", "--all") == {"requeued": 1}
+    [again] = cli.json("ls")
+    assert (again["status"], again["attempts"]) == ("queued", 0)
+    assert cli.json("purge", "--status", "queued", "--yes") == {"purged": 1}
+    assert cli.json("ls") == []
+
+
+def test_exec_kills_a_command_past_its_timeout(cli: Cli) -> None:
+    cli("enqueue", "slow", "x")
+    options = ("--burst", "--timeout", "0.3", "--max-attempts", "1", "--json")
+    summary = json.loads(cli("exec", "slow", *options, "--", "sleep", "30").stdout)
+    assert (summary["dead"], summary["timed_out"]) == (1, 1)
+    [dead] = cli.json("dead", "ls")
+    assert dead["last_error"] == "timed out after 0.3 s"
+
+
+def test_pause_resume_requeue_and_throttle(cli: Cli) -> None:
+    [job] = cli.json("enqueue", "work", "x")
+    cli("pause", "work", "--enqueues")
+    refused = cli("enqueue", "work", "y", ok=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == "error: enqueues of 'work' are paused"
+    stats = cli.json("stats")
+    assert stats["paused"] == {"claims": ["work"], "enqueues": ["work"]}
+    cli("resume", "work")
+    cli("throttle", "5", "--per", "60", "--entrypoint", "work")
+    assert cli.json("stats")["throttles"] == [{"entrypoint": "work", "limit": 5, "per_seconds": 60.0}]
+    cli("throttle", "--off", "--entrypoint", "work")
+    assert cli.json("requeue", job["id"]) == {"requeued": 0}  # already claimable
+
+
+def test_worker_runs_a_worker_from_a_module(cli: Cli) -> None:
+    (cli.cwd / "myjobs.py").write_text(
+        "from pathlib import Path\n"
+        "from jqueue import Worker\n"
+        "def make(queue):\n"
+        "    worker = Worker(queue)\n"
+        "    @worker.handler('greet')\n"
+        "    async def greet(job):\n"
+        "        Path('greeted.txt').open('a').write(job.payload.decode() + '\\n')\n"
+        "    return worker\n"
+    )
+    cli("enqueue", "greet", "--stdin", stdin="ann\nbob\n")
+    summary = cli.json("worker", "myjobs:make", "--burst")
+    assert summary["acked"] == 2
+    assert sorted((cli.cwd / "greeted.txt").read_text().split()) == ["ann", "bob"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--storage", "ftp://x/q", "stats"), "error: invalid storage URL 'ftp://x/q'"),
+        (("show", "no-such-job"), "error: job 'no-such-job' is not in the queue"),
+        (("dead", "requeue", "no-such-job"), "error: job 'no-such-job' is not in the queue"),
+        (("worker", "nomodule:attr"), "error: cannot import 'nomodule'"),
+        (("enqueue", "work"), "error: give exactly one of PAYLOAD, --file or --stdin"),
+    ],
+)
+def test_user_mistakes_print_one_line_and_fail(cli: Cli, args: tuple[str, ...], message: str) -> None:
+    done = cli(*args, ok=False)
+    assert done.returncode == 1
+    assert done.stderr.startswith(message)
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_corrupt_queue_is_reported_not_overwritten(cli: Cli) -> None:
+    (cli.cwd / "q.json").write_text("not a queue")
+    done = cli("stats", ok=False)
+    assert done.returncode == 1
+    assert "q.json" in done.stderr
+    assert (cli.cwd / "q.json").read_text() == "not a queue"
+
+
+def test_no_storage_is_an_error_except_for_the_demo(cli: Cli) -> None:
+    cli.env.pop("JQUEUE_STORAGE")
+    done = cli("ls", ok=False)
+    assert done.stderr.strip() == "error: no queue given: pass --storage URL or set JQUEUE_STORAGE"
+    summary = cli.json("demo", "--jobs", "300", "--workers", "2")
+    assert summary["url"] == (cli.cwd / ".jqueue" / "demo.json").as_uri()
+    assert summary["acked"] + summary["dead_letters"] == 300
+    assert summary["every_job_accounted_for"] is True
+    assert summary["left_in_queue"] == 0
