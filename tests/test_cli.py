@@ -177,3 +177,32 @@ def test_no_storage_is_an_error_except_for_the_demo(cli: Cli) -> None:
     assert summary["acked"] + summary["dead_letters"] == 300
     assert summary["every_job_accounted_for"] is True
     assert summary["left_in_queue"] == 0
+
+
+def test_bench_runs_the_benchmark_against_the_given_storage(cli: Cli, tmp_path: Path) -> None:
+    results = tmp_path / "bench.json"
+    options = (
+        "--ops",
+        "20",
+        "--queues",
+        "direct",
+        "--scenarios",
+        "enqueue-seq,mixed-c50",
+        "--json",
+        str(results),
+    )
+    done = cli("bench", "--", *options)
+    assert "enqueue-seq" in done.stdout
+    rows = json.loads(results.read_text())["rows"]
+    assert [(row["scenario"], row["verified"]) for row in rows] == [
+        ("enqueue-seq", True),
+        ("mixed-c50", True),
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("direct-")) == []
+
+
+def test_an_unreachable_storage_is_one_error_line(cli: Cli) -> None:
+    done = cli("--storage", "s3://bucket/q.json?endpoint_url=http://127.0.0.1:9", "stats", ok=False)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: ")
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -214,3 +214,59 @@ async def test_a_paused_entrypoint_is_left_alone_until_resumed(tmp_path: Path) -
             await asyncio.sleep(0.02)
         worker.stop()
         assert (await running).acked == 2
+
+
+class CountingWrites:
+    """A real file storage that counts the writes and creates reaching it."""
+
+    def __init__(self, inner: LocalFileSystemStorage) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.writes = 0
+
+    async def read(self) -> tuple[bytes, str | None]:
+        return await self.inner.read()
+
+    async def write(self, content: bytes, if_match: str | None = None) -> str:
+        self.writes += 1
+        return await self.inner.write(content, if_match)
+
+    async def get(self, name: str) -> bytes | None:
+        return await self.inner.get(name)
+
+    async def create(self, name: str, content: bytes) -> None:
+        self.writes += 1
+        await self.inner.create(name, content)
+
+    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
+        return await self.inner.list_names(prefix, start_after)
+
+    async def delete(self, name: str) -> None:
+        await self.inner.delete(name)
+
+
+async def test_an_idle_worker_polls_with_back_off_and_never_writes(tmp_path: Path) -> None:
+    storage = CountingWrites(LocalFileSystemStorage(tmp_path / "q.json"))
+    async with DirectQueue(storage) as q:
+        await q.enqueue("other", b"not for this worker")
+        writes = storage.writes
+        polls = 0
+
+        async def handle(job: Job) -> None:
+            raise AssertionError("nothing to run")
+
+        worker = Worker(q, {"work": handle}, poll_interval=timedelta(milliseconds=10))
+        real_dequeue = q.dequeue
+
+        async def counted(*args: object, **kwargs: object) -> list[Job]:
+            nonlocal polls
+            polls += 1
+            return await real_dequeue(*args, **kwargs)  # type: ignore[arg-type]
+
+        q.dequeue = counted  # type: ignore[method-assign]
+        running = asyncio.create_task(worker.run(install_signals=False))
+        await asyncio.sleep(1.0)
+        worker.stop()
+        await running
+        assert storage.writes == writes
+        assert 3 <= polls <= 12  # 10, 20, 40 ... ms apart, not every 10 ms (100 polls)
