@@ -108,18 +108,21 @@ async def test_sync_handlers_can_run_in_processes(tmp_path: Path, monkeypatch: p
 
 
 class GatedStorage:
-    """A real file storage whose writes can be held back (a worker cut off from storage)."""
+    """A real file storage whose writes are counted and can be held back (a worker cut off
+    from its storage)."""
 
     def __init__(self, inner: LocalFileSystemStorage) -> None:
         self.inner = inner
         self.url = inner.url
         self.open = asyncio.Event()
         self.open.set()
+        self.writes = 0
 
     async def read(self) -> tuple[bytes, str | None]:
         return await self.inner.read()
 
     async def write(self, content: bytes, if_match: str | None = None) -> str:
+        self.writes += 1
         await self.open.wait()
         return await self.inner.write(content, if_match)
 
@@ -127,6 +130,7 @@ class GatedStorage:
         return await self.inner.get(name)
 
     async def create(self, name: str, content: bytes) -> None:
+        self.writes += 1
         await self.open.wait()
         await self.inner.create(name, content)
 
@@ -216,37 +220,8 @@ async def test_a_paused_entrypoint_is_left_alone_until_resumed(tmp_path: Path) -
         assert (await running).acked == 2
 
 
-class CountingWrites:
-    """A real file storage that counts the writes and creates reaching it."""
-
-    def __init__(self, inner: LocalFileSystemStorage) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.writes = 0
-
-    async def read(self) -> tuple[bytes, str | None]:
-        return await self.inner.read()
-
-    async def write(self, content: bytes, if_match: str | None = None) -> str:
-        self.writes += 1
-        return await self.inner.write(content, if_match)
-
-    async def get(self, name: str) -> bytes | None:
-        return await self.inner.get(name)
-
-    async def create(self, name: str, content: bytes) -> None:
-        self.writes += 1
-        await self.inner.create(name, content)
-
-    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
-        return await self.inner.list_names(prefix, start_after)
-
-    async def delete(self, name: str) -> None:
-        await self.inner.delete(name)
-
-
 async def test_an_idle_worker_polls_with_back_off_and_never_writes(tmp_path: Path) -> None:
-    storage = CountingWrites(LocalFileSystemStorage(tmp_path / "q.json"))
+    storage = GatedStorage(LocalFileSystemStorage(tmp_path / "q.json"))
     async with DirectQueue(storage) as q:
         await q.enqueue("other", b"not for this worker")
         writes = storage.writes
