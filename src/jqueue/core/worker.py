@@ -357,8 +357,10 @@ class Worker:
             elif outcome is Outcome.RELEASED:
                 await queue.release(job)
             else:
-                await queue.nack(job, error=error)
-                await self._note_retry(queue, job, outcome)
+                delay = queue.policy.retry_delay(job.attempts)  # chosen here, so until_empty knows when
+                await queue.nack(job, delay=delay, error=error)
+                if outcome is Outcome.RETRIED and delay:
+                    self._retry_due = max(self._retry_due, time.monotonic() + delay.total_seconds())
         except (LeaseLostError, JobNotFoundError):
             outcome = Outcome.LOST
         result = JobResult(job, outcome, error, waited, time.monotonic() - started)
@@ -379,12 +381,3 @@ class Worker:
             },
         )
         await _call_hooks(self.hooks["after_job"], result)
-
-    async def _note_retry(self, queue: Queue, job: Job, outcome: Outcome) -> None:
-        """Remember when a retry of this worker is due, so ``until_empty`` waits for it."""
-        if outcome is not Outcome.RETRIED:
-            return
-        found = await queue.find(job.id)
-        if found is not None and found.not_before is not None:
-            due = time.monotonic() + (found.not_before - utc_now()).total_seconds()
-            self._retry_due = max(self._retry_due, due)

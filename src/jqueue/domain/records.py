@@ -50,6 +50,7 @@ ClaimState = tuple[Any, ...]
 """The values of ``CHANGING_FIELDS`` of one record."""
 
 _changing = attrgetter(*CHANGING_FIELDS)
+_POSITIONS = {name: position for position, name in enumerate(CHANGING_FIELDS)}
 
 
 class JobRecord:
@@ -131,8 +132,10 @@ class JobRecord:
 
     def changed(self, **values: Any) -> ClaimState:
         """Return the values of ``CHANGING_FIELDS`` with some replaced."""
-        state = dict(zip(CHANGING_FIELDS, _changing(self), strict=True)) | values
-        return tuple(map(state.__getitem__, CHANGING_FIELDS))
+        state = list(_changing(self))
+        for name, value in values.items():
+            state[_POSITIONS[name]] = value
+        return tuple(state)
 
     def set_claim_state(self, state: ClaimState) -> None:
         """Set the values of ``CHANGING_FIELDS``."""
