@@ -224,6 +224,33 @@ class Lifecycle(RuleBasedStateMachine):
         assert isinstance(swept, list)
         assert {effect.job_id for effect in swept} == expired
 
+    @rule(
+        batch=st.sampled_from(["w1", "w2"]), entrypoint=st.sampled_from(ENTRYPOINTS), size=st.integers(1, 3)
+    )
+    def stage(self, batch: str, entrypoint: str, size: int) -> None:
+        ids = [str(uuid.uuid4()) for _ in range(size)]
+        fields = [(job_id, entrypoint, 0, self.clock, JobStatus.STAGED, None, b"p") for job_id in ids]
+        staged = [
+            Added(*f, 0, None, None, None, None, None, None, None, None, None, (), batch) for f in fields
+        ]
+        self.commit(lambda index: index.apply_all(staged))
+        self.enqueued.update(ids)
+        self.attempts.update(dict.fromkeys(ids, 0))
+
+    @rule(batch=st.sampled_from(["w1", "w2"]), keep=st.booleans())
+    def publish_or_discard(self, batch: str, keep: bool) -> None:
+        staged = {
+            r.id for r in self.index.records.values() if r.status is JobStatus.STAGED and r.batch == batch
+        }
+        self.commit(lambda index: index.publish(batch) if keep else index.discard(batch))
+        for job_id in staged:
+            if keep:
+                assert self.index.records[job_id].status is JobStatus.QUEUED
+            else:
+                assert job_id not in self.index.records
+                self.purged.add(job_id)
+        assert batch not in self.index.staged_batches()
+
     @rule(ids=st.booleans())
     def revive_dead(self, ids: bool) -> None:
         dead = [r.id for r in self.index.records.values() if r.status is JobStatus.DEAD]
@@ -300,7 +327,13 @@ class Lifecycle(RuleBasedStateMachine):
         assert not live & self.purged
         assert not self.acked & self.purged
         for record in self.index.records.values():
-            assert record.status in (JobStatus.QUEUED, JobStatus.IN_PROGRESS, JobStatus.DEAD)
+            assert record.status in (
+                JobStatus.QUEUED,
+                JobStatus.IN_PROGRESS,
+                JobStatus.DEAD,
+                JobStatus.STAGED,
+            )
+            assert (record.status is JobStatus.STAGED) == (record.id in self.staged_ids())
             leased = record.status is JobStatus.IN_PROGRESS
             assert (record.lease is not None) == leased
             assert (
@@ -309,6 +342,12 @@ class Lifecycle(RuleBasedStateMachine):
                 == (record.status is JobStatus.DEAD)
             )
             assert len(record.claims) == record.attempts
+
+    def staged_ids(self) -> set[str]:
+        staged = self.index.staged_batches()
+        return {
+            r.id for r in self.index.records.values() if r.batch in staged and r.status is JobStatus.STAGED
+        }
 
     @invariant()
     def a_lease_is_held_by_at_most_one_claimant(self) -> None:

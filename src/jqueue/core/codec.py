@@ -56,6 +56,7 @@ class _WireJob(msgspec.Struct):
     dead_reason: str | None = None
     dead_at: _AwareDatetime | None = None
     claimed_at: tuple[_AwareDatetime, ...] = ()
+    batch: str | None = None
 
 
 _JOB_FIELDS = _WireJob.__struct_fields__
@@ -106,7 +107,7 @@ def encode_index(index: QueueIndex, version: int, commit_id: str) -> bytes:
         times = (_datetime(r.not_before), _datetime(r.deadline))
         wire = _WireJob(*head, r.attempts, r.lease, _datetime(r.expires), r.max_attempts, *times, r.dedup_key)
         wire.last_error, wire.dead_reason, wire.dead_at = r.last_error, r.dead_reason, _datetime(r.dead_at)
-        wire.claimed_at = tuple(map(from_micros, r.claims))
+        wire.claimed_at, wire.batch = tuple(map(from_micros, r.claims)), r.batch
         jobs.append(wire)
     controls = index.controls.to_dict()
     state = _WireState(

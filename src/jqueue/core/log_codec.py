@@ -28,9 +28,11 @@ from jqueue.domain.effects import (
     Beat,
     Claimed,
     Died,
+    Discarded,
     Effect,
     Forgotten,
     PauseSet,
+    Published,
     Removed,
     Requeued,
     ThrottleSet,
@@ -115,6 +117,7 @@ class _Add(msgspec.Struct, tag="add", array_like=True, omit_defaults=True):
     dead_reason: str | None = None
     dead_at: int | None = None
     claims: tuple[int, ...] = ()
+    batch: str | None = None
 
 
 class _Claim(msgspec.Struct, tag="claim", array_like=True):
@@ -148,6 +151,14 @@ class _Die(msgspec.Struct, tag="die", array_like=True):
     error: str | None = None
 
 
+class _Publish(msgspec.Struct, tag="publish", array_like=True):
+    batch: str
+
+
+class _Discard(msgspec.Struct, tag="discard", array_like=True):
+    batch: str
+
+
 class _Forget(msgspec.Struct, tag="forget", array_like=True):
     count: int
 
@@ -164,7 +175,9 @@ class _Throttle(msgspec.Struct, tag="throttle", array_like=True):
     window: int
 
 
-_WireEffect = _Add | _Claim | _Requeue | _Remove | _Beat | _Die | _Forget | _Pause | _Throttle
+_WireEffect = (
+    _Add | _Claim | _Requeue | _Remove | _Beat | _Die | _Forget | _Pause | _Throttle | _Publish | _Discard
+)
 
 
 class WireHistory(msgspec.Struct, array_like=True):
@@ -248,6 +261,10 @@ def _wire_effect(effect: Effect) -> _WireEffect:
             return _Pause(scope, claims, enqueues)
         case ThrottleSet(scope, limit, window):
             return _Throttle(scope, limit, window)
+        case Published(batch):
+            return _Publish(batch)
+        case Discarded(batch):
+            return _Discard(batch)
 
 
 def encode_entry(seq: int, commit_id: str, at: int, effects: Sequence[Effect]) -> bytes:
@@ -295,6 +312,10 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
                 effects.append(PauseSet(scope, claims, enqueues))
             case _Throttle(scope, limit, window):
                 effects.append(ThrottleSet(scope, limit, window))
+            case _Publish(batch):
+                effects.append(Published(batch))
+            case _Discard(batch):
+                effects.append(Discarded(batch))
     return Entry(wire.seq, wire.commit, effects, payloads)
 
 
@@ -331,6 +352,7 @@ class _Checkpoint(msgspec.Struct):
     dead_reason: list[str | None] | None = None
     dead_at: list[int | None] | None = None
     claims: list[tuple[int, ...]] | None = None
+    batch: list[str | None] | None = None
     history: list[WireHistory] = []
     controls: WireControls | None = None
 

@@ -177,8 +177,41 @@ class QueueOperations(ABC):
         """
         if isinstance(jobs, str):
             jobs = [JobSpec(jobs, payload, priority) for payload in payloads]
+        return await self._add(jobs, None)
+
+    async def stage_many(self, jobs: Iterable[JobSpec], batch: str) -> list[Job]:
+        """Add jobs as part of bulk write ``batch``, staged: stored, but not claimable until
+        ``publish(batch)`` makes every job of the batch claimable in one commit (or
+        ``discard(batch)`` drops them). A bulk write too large for one commit stages its jobs
+        in several calls; dedup keys work as in ``enqueue_many``."""
+        if not batch:
+            raise ValueError("a bulk write needs a name")
+        return await self._add(jobs, batch)
+
+    async def publish(self, batch: str) -> int:
+        """Make every staged job of bulk write ``batch`` claimable, in one commit; returns how many
+        (0 if the batch was published already or has no jobs)."""
+
+        def operation(index: QueueIndex) -> int:
+            count = index.staged_batches().get(batch, 0)
+            index.publish(batch)
+            return count
+
+        return await self._execute(operation)
+
+    async def discard(self, batch: str) -> int:
+        """Drop every staged job of bulk write ``batch`` (an aborted write); returns how many."""
+
+        def operation(index: QueueIndex) -> int:
+            count = index.staged_batches().get(batch, 0)
+            index.discard(batch)
+            return count
+
+        return await self._execute(operation)
+
+    async def _add(self, jobs: Iterable[JobSpec], batch: str | None) -> list[Job]:
         now = utc_now()
-        new = [spec.build(now, self.policy.ttl) for spec in jobs]
+        new = [spec.build(now, self.policy.ttl, batch) for spec in jobs]
         for job in new:
             self._checked(job.payload)
         if not new:

@@ -83,6 +83,7 @@ class Added:
     dead_reason: str | None = None
     dead_at: int | None = None
     claims: tuple[int, ...] = ()
+    batch: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,20 @@ class Died:
 
 
 @dataclass(frozen=True, slots=True)
+class Published:
+    """The staged jobs of bulk write ``batch`` became claimable, all at once."""
+
+    batch: str
+
+
+@dataclass(frozen=True, slots=True)
+class Discarded:
+    """The staged jobs of bulk write ``batch`` were dropped (an aborted write)."""
+
+    batch: str
+
+
+@dataclass(frozen=True, slots=True)
 class Forgotten:
     """The ``count`` oldest history records were dropped (retention)."""
 
@@ -162,4 +177,16 @@ class Beat:
     at: int
 
 
-Effect = Added | Claimed | Requeued | Removed | Beat | Died | Forgotten | PauseSet | ThrottleSet
+Effect = (
+    Added
+    | Claimed
+    | Requeued
+    | Removed
+    | Beat
+    | Died
+    | Forgotten
+    | PauseSet
+    | ThrottleSet
+    | Published
+    | Discarded
+)

@@ -28,9 +28,11 @@ from jqueue.domain.effects import (
     Beat,
     Claimed,
     Died,
+    Discarded,
     Effect,
     Forgotten,
     PauseSet,
+    Published,
     Removed,
     Requeued,
     ThrottleSet,
@@ -66,7 +68,7 @@ _COLUMN_DEFAULTS: dict[str, Any] = {"attempts": 0, "claims": ()}
 ReadyEntry = tuple[int, int, int, int, str]
 TimedEntry = tuple[int, str]
 ScheduledEntry = tuple[int, int, str]
-E = TypeVar("E", Added, Claimed, Requeued, Removed, Beat, Died, Forgotten)
+E = TypeVar("E", Added, Claimed, Requeued, Removed, Beat, Died, Forgotten, Published, Discarded)
 
 
 class QueueIndex:
@@ -91,6 +93,7 @@ class QueueIndex:
         self.history: deque[HistoryRecord] = deque()
         self.controls = Controls()
         self._dedup: dict[str, str] = {}
+        self._staged: dict[str, set[str]] = {}
         self._acked_keys: Counter[str] = Counter()
         self._next_order = 0
         self._last_stamp = 0
@@ -154,6 +157,8 @@ class QueueIndex:
         for record in records:
             if record.dedup_key is not None:
                 index._dedup[record.dedup_key] = record.id
+            if record.status is JobStatus.STAGED:
+                index._stage(record)
         statuses = columns["status"]
         queued = [status is JobStatus.QUEUED for status in statuses]
         for record in compress(records, queued):
@@ -430,6 +435,18 @@ class QueueIndex:
                 break
         return requeued
 
+    def staged_batches(self) -> dict[str, int]:
+        """Return the bulk writes not yet published, with their job counts."""
+        return {batch: len(ids) for batch, ids in self._staged.items()}
+
+    def publish(self, batch: str) -> list[Published]:
+        """Make the staged jobs of ``batch`` claimable; nothing if it has none (published already)."""
+        return [self._applied(Published(batch))] if batch in self._staged else []
+
+    def discard(self, batch: str) -> list[Discarded]:
+        """Drop the staged jobs of ``batch``; nothing if it has none."""
+        return [self._applied(Discarded(batch))] if batch in self._staged else []
+
     def forget(self, finished_before: int, keep: int) -> list[Forgotten]:
         """Drop the oldest history records: those finished before ``finished_before`` and any
         beyond the newest ``keep``."""
@@ -487,6 +504,13 @@ class QueueIndex:
                     self._remember(HistoryRecord.of(record, at, JobStatus.ACKED), journal=True)
             case Forgotten(count):
                 self._forget(count)
+            case Published(batch):
+                for job_id in sorted(self._staged_ids(batch, effect), key=lambda i: self.records[i].order):
+                    record = self.records[job_id]
+                    self._update(record, record.changed(status=JobStatus.QUEUED))
+            case Discarded(batch):
+                for job_id in list(self._staged_ids(batch, effect)):
+                    self._remove(self.records[job_id])
             case PauseSet():
                 self._record_undo(self.controls.set_pause(effect))
             case ThrottleSet():
@@ -522,6 +546,22 @@ class QueueIndex:
         if record is None:
             raise ValueError(f"{effect} refers to a job that is not in the queue")
         return record
+
+    def _staged_ids(self, batch: str, effect: Effect) -> set[str]:
+        ids = self._staged.get(batch)
+        if not ids:
+            raise ValueError(f"{effect} names a bulk write with no staged jobs")
+        return ids
+
+    def _stage(self, record: JobRecord) -> None:
+        self._staged.setdefault(record.batch or "", set()).add(record.id)
+
+    def _unstage(self, record: JobRecord) -> None:
+        ids = self._staged.get(record.batch or "")
+        if ids is not None:
+            ids.discard(record.id)
+            if not ids:
+                del self._staged[record.batch or ""]
 
     def _record_undo(self, undo: Callable[[], None] | None) -> None:
         if self._journal is not None and undo is not None:
@@ -592,13 +632,19 @@ class QueueIndex:
         frozen = self._frozen
         if frozen is not None and record.id not in frozen:
             frozen[record.id] = record.claim_state()
+        if record.status is JobStatus.STAGED:
+            self._unstage(record)
         record.set_claim_state(state)
+        if record.status is JobStatus.STAGED:
+            self._stage(record)
         self._push(record)
 
     def _insert(self, record: JobRecord) -> None:
         self.records[record.id] = record
         if record.dedup_key is not None:
             self._dedup[record.dedup_key] = record.id
+        if record.status is JobStatus.STAGED:
+            self._stage(record)
         if isinstance(record.payload, int):
             self.segment_refs[payload_place(record.payload)[0]] += 1
         self._push(record)
@@ -607,6 +653,8 @@ class QueueIndex:
         del self.records[record.id]
         if record.dedup_key is not None:
             del self._dedup[record.dedup_key]
+        if record.status is JobStatus.STAGED:
+            self._unstage(record)
         if isinstance(record.payload, int):
             segment = payload_place(record.payload)[0]
             self.segment_refs[segment] -= 1

@@ -42,6 +42,8 @@ class JobStatus(StrEnum):
     IN_PROGRESS = "in_progress"
     DEAD = "dead"
     ACKED = "acked"
+    STAGED = "staged"
+    """Written by a bulk write that is not published yet: invisible to claims."""
     """Finished: seen in history records and in the job a deduplicated enqueue returns."""
 
 
@@ -90,6 +92,8 @@ class Job(BaseModel):
         When a ``DEAD`` job died.
     claimed_at : tuple of datetime
         When the job was claimed, each time.
+    batch : str or None
+        The bulk write that added the job (see ``stage_many``), if one did.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -112,6 +116,7 @@ class Job(BaseModel):
     dead_reason: str | None = None
     dead_at: AwareDatetime | None = None
     claimed_at: tuple[AwareDatetime, ...] = ()
+    batch: str | None = None
 
     @field_validator("payload", mode="before")
     @classmethod

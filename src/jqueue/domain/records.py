@@ -29,6 +29,7 @@ ADDED_FIELDS = (
     "dead_reason",
     "dead_at",
     "claims",
+    "batch",
 )
 """A record's fields in the order of ``Added`` (whose first field is ``job_id``)."""
 
@@ -83,6 +84,7 @@ class JobRecord:
         dead_reason: str | None = None,
         dead_at: int | None = None,
         claims: tuple[int, ...] = (),
+        batch: str | None = None,
     ) -> None:
         self.id = job_id
         self.entrypoint = entrypoint
@@ -103,6 +105,7 @@ class JobRecord:
         self.dead_reason = dead_reason
         self.dead_at = dead_at
         self.claims = claims
+        self.batch = batch
         self.stamp = 0
 
     @classmethod
@@ -123,6 +126,7 @@ class JobRecord:
             a.dead_reason,
             a.dead_at,
             a.claims,
+            a.batch,
         )
 
     def claim_state(self) -> ClaimState:
@@ -250,6 +254,7 @@ def job_from(snapshot: Added, payload: bytes) -> Job:
         dead_reason=s.dead_reason,
         dead_at=_datetime(s.dead_at),
         claimed_at=tuple(map(from_micros, s.claims)),
+        batch=s.batch,
     )
 
 
@@ -274,6 +279,7 @@ def added_from(job: Job) -> Added:
         job.dead_reason,
         _micros(job.dead_at),
         tuple(map(to_micros, job.claimed_at)),
+        job.batch,
     )
 
 

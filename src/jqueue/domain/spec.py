@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from jqueue.domain.models import Job
+from jqueue.domain.models import Job, JobStatus
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,9 @@ class JobSpec:
         if self.ttl is not None and self.ttl <= timedelta(0):
             raise ValueError(f"ttl must be positive, got {self.ttl}")
 
-    def build(self, now: datetime, default_ttl: timedelta | None = None) -> Job:
-        """Return the queued job this spec describes, enqueued at ``now``."""
+    def build(self, now: datetime, default_ttl: timedelta | None = None, batch: str | None = None) -> Job:
+        """Return the queued job this spec describes, enqueued at ``now``; staged (unclaimable
+        until published) as part of bulk write ``batch``, if given."""
         not_before = self.not_before if self.delay is None else now + self.delay
         ttl = self.ttl if self.ttl is not None else default_ttl
         return Job(
@@ -67,4 +68,6 @@ class JobSpec:
             deadline=None if ttl is None else now + ttl,
             dedup_key=self.dedup_key,
             max_attempts=self.max_attempts,
+            status=JobStatus.QUEUED if batch is None else JobStatus.STAGED,
+            batch=batch,
         )

@@ -16,8 +16,9 @@ class EntrypointStats:
 
     Attributes
     ----------
-    queued, scheduled, in_progress, dead : int
-        Jobs claimable now, queued but not due yet, claimed, and dead letters.
+    queued, scheduled, in_progress, dead, staged : int
+        Jobs claimable now, queued but not due yet, claimed, dead letters, and staged by
+        a bulk write not yet published.
     oldest_queued_at : datetime or None
         Enqueue time of the oldest claimable job.
     """
@@ -26,6 +27,7 @@ class EntrypointStats:
     scheduled: int = 0
     in_progress: int = 0
     dead: int = 0
+    staged: int = 0
     oldest_queued_at: datetime | None = None
 
 
@@ -63,6 +65,8 @@ class QueueStats:
             return sum(s.in_progress for s in counts)
         if status is JobStatus.DEAD:
             return sum(s.dead for s in counts)
+        if status is JobStatus.STAGED:
+            return sum(s.staged for s in counts)
         return 0
 
 
@@ -85,6 +89,8 @@ def stats_of(index: QueueIndex, now: int) -> QueueStats:
             stats.in_progress += 1
         elif record.status is JobStatus.DEAD:
             stats.dead += 1
+        elif record.status is JobStatus.STAGED:
+            stats.staged += 1
     for name, created in oldest.items():
         per[name].oldest_queued_at = from_micros(created)
     controls = index.controls
