@@ -37,13 +37,18 @@ class ManagementOperations(QueueOperations):
         entrypoint: str | None = None,
         older_than: timedelta | None = None,
         limit: int | None = 100,
+        part: tuple[int, int] | None = None,
     ) -> list[Job]:
         """Return jobs without claiming them, oldest enqueue first: those with ``status``, of
         ``entrypoint``, enqueued more than ``older_than`` ago (each filter when given), at most
-        ``limit`` (None for all)."""
+        ``limit`` (None for all). ``part=(i, n)`` keeps the i-th of n disjoint parts (by
+        insertion order), for readers that split a large queue."""
 
         def look(index: QueueIndex) -> list[JobRecord]:
-            return self._selected(index, status, entrypoint, older_than)[:limit]
+            chosen = self._selected(index, status, entrypoint, older_than)
+            if part is not None:
+                chosen = [record for record in chosen if record.order % part[1] == part[0]]
+            return chosen[:limit]
 
         return await self._jobs([record.as_added() for record in await self._view(look)])
 

@@ -1,0 +1,104 @@
+"""``spark.read.format("jqueue")``: the current jobs or the history of finished ones.
+
+``.option("table", "jobs")`` (the default) or ``"history"``; ``.option("partitions", N)``
+splits the read into N tasks (default 4), each of which opens the queue through the
+project's own storage adapters and reads its share (jobs by insertion order, history
+records by position), so payloads of a large queue are fetched in parallel. Each task
+reads the newest state; commits made while the read runs may show in some parts only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from jqueue.adapters.storage.url import storage_from_url
+from jqueue.core.direct import DirectQueue
+from jqueue.domain.records import HistoryRecord
+
+JOBS_SCHEMA = (
+    "id string, entrypoint string, status string, priority int, attempts int, created_at timestamp, "
+    "not_before timestamp, heartbeat_at timestamp, dead_at timestamp, last_error string, dead_reason string, "
+    "dedup_key string, payload binary"
+)
+HISTORY_SCHEMA = (
+    "job_id string, entrypoint string, outcome string, attempts int, created_at timestamp, "
+    "first_claimed_at timestamp, last_claimed_at timestamp, finished_at timestamp, "
+    "wait_seconds double, run_seconds double, error string, reason string, dedup_key string"
+)
+TABLES = {"jobs": JOBS_SCHEMA, "history": HISTORY_SCHEMA}
+
+
+@dataclass
+class Part(InputPartition):
+    """The i-th of n parts of a read."""
+
+    index: int
+    count: int
+
+
+def history_row(record: HistoryRecord) -> tuple[Any, ...]:
+    """Return a history record as a row of ``HISTORY_SCHEMA``."""
+    claims = record.claimed_at
+    first: datetime | None = claims[0] if claims else None
+    last: datetime | None = claims[-1] if claims else None
+    wait = None if first is None else (first - record.created_at).total_seconds()
+    run = None if last is None else (record.finished_at - last).total_seconds()
+    outcome = str(record.outcome)
+    head = (record.job_id, record.entrypoint, outcome, record.attempts, record.created_at, first, last)
+    return (*head, record.finished_at, wait, run, record.error, record.reason, record.dedup_key)
+
+
+class JQueueReader(DataSourceReader):
+    """Reads one table of a queue; see the module docstring."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.url = options.get("path") or ""
+        if not self.url:
+            raise ValueError("give the queue's storage URL: .load(url)")
+        self.table = options.get("table", "jobs")
+        if self.table not in TABLES:
+            raise ValueError(f"table must be one of {sorted(TABLES)}, not {self.table!r}")
+        self.count = int(options.get("partitions", "4"))
+        if self.count < 1:
+            raise ValueError("partitions must be at least 1")
+
+    def partitions(self) -> list[Part]:
+        """Split the read into ``partitions`` parts."""
+        return [Part(index, self.count) for index in range(self.count)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        """Read one part (on an executor)."""
+        if not isinstance(partition, Part):
+            raise TypeError(f"not a part of this read: {partition!r}")
+        return iter(asyncio.run(self._read(partition)))
+
+    async def _read(self, partition: Part) -> list[tuple[Any, ...]]:
+        async with DirectQueue(storage_from_url(self.url)) as queue:
+            if self.table == "history":
+                records = await queue.history()
+                return [history_row(r) for r in records[partition.index :: partition.count]]
+            jobs = await queue.jobs(limit=None, part=(partition.index, partition.count))
+        return [
+            (
+                j.id,
+                j.entrypoint,
+                str(j.status),
+                j.priority,
+                j.attempts,
+                j.created_at,
+                j.not_before,
+                j.heartbeat_at,
+                j.dead_at,
+                j.last_error,
+                j.dead_reason,
+                j.dedup_key,
+                j.payload,
+            )
+            for j in jobs
+        ]

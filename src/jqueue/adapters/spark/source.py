@@ -1,0 +1,41 @@
+"""The ``jqueue`` Spark data source: ``format("jqueue")`` for reads and writes."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from jqueue.adapters.spark.reader import TABLES, JQueueReader
+from jqueue.adapters.spark.writer import JQueueWriter
+
+
+class JQueueDataSource(DataSource):
+    """A queue as a Spark data source: write rows as jobs, read jobs or history.
+
+    Writing takes ``entrypoint``, ``payloadColumn`` (default ``payload``; binary or
+    string) and optionally ``priorityColumn``, ``dedupKeyColumn`` and ``delayColumn``
+    (seconds); reading takes ``table`` (``jobs`` or ``history``) and ``partitions``.
+    The path given to ``save``/``load`` is the queue's storage URL.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "jqueue"
+
+    def schema(self) -> str:
+        """The schema of the table being read."""
+        table = self.options.get("table", "jobs")
+        if table not in TABLES:
+            raise ValueError(f"table must be one of {sorted(TABLES)}, not {table!r}")
+        return TABLES[table]
+
+    def reader(self, schema: StructType) -> JQueueReader:
+        """Return the reader."""
+        return JQueueReader(self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> JQueueWriter:
+        """Return the writer (appends; there is no overwrite of a queue)."""
+        if overwrite:
+            raise ValueError("a queue takes appends only: use mode('append')")
+        return JQueueWriter(self.options, schema)

@@ -1,0 +1,170 @@
+"""The Spark pipeline on a local[2] session started here: exactly-once writes, reads, workers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import BUCKET, s3_env
+from jqueue import DirectQueue, Job, JobStatus, storage_from_url
+from jqueue.adapters.spark import register, run_workers
+from servers import S3Endpoint
+
+pyspark = pytest.importorskip("pyspark", reason="the spark extra is part of the dev install")
+from pyspark import TaskContext  # noqa: E402
+from pyspark.sql import SparkSession, functions  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spark(moto: S3Endpoint) -> Iterator[SparkSession]:
+    """A local session with two cores that retries a failed task up to three times."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    here = str(Path(__file__).parent)  # the executors import this module's functions by name
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    os.environ.update({k: v for k, v in s3_env(moto).items() if k.startswith("AWS_")})
+    session = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("jqueue-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+    register(session)
+    yield session
+    session.stop()
+
+
+async def staged_objects(url: str) -> list[str]:
+    storage = storage_from_url(url)
+    return await storage.list_names("stage/")  # type: ignore[attr-defined, no-any-return]
+
+
+def fails_on_first_attempt(value: str) -> str:
+    context = TaskContext.get()
+    if context is not None and context.partitionId() == 1 and context.attemptNumber() == 0:
+        raise RuntimeError("the first attempt of partition 1 fails")
+    return value
+
+
+def always_fails_in_partition_2(value: str) -> str:
+    context = TaskContext.get()
+    if context is not None and context.partitionId() == 2:
+        raise RuntimeError("partition 2 always fails")
+    return value
+
+
+def test_a_write_with_a_retried_task_enqueues_every_row_exactly_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    url = (tmp_path / "q.json").as_uri()
+    flaky = functions.udf(fails_on_first_attempt, "string")
+    rows = spark.range(100_000, numPartitions=4).select(
+        flaky(functions.concat(functions.lit("job-"), functions.col("id").cast("string"))).alias("payload"),
+        (functions.col("id") % 3).cast("int").alias("priority"),
+    )
+    rows.write.format("jqueue").option("entrypoint", "bulk").option("priorityColumn", "priority").mode(
+        "append"
+    ).save(url)
+
+    async def check() -> None:
+        async with DirectQueue(storage_from_url(url)) as q:
+            jobs = await q.jobs(limit=None)
+            assert len(jobs) == 100_000
+            assert {j.payload for j in jobs} == {b"job-%d" % i for i in range(100_000)}
+            assert {j.status for j in jobs} == {JobStatus.QUEUED}
+            assert {j.priority for j in jobs} == {0, 1, 2}
+        assert await staged_objects(url) == []
+
+    asyncio.run(check())
+
+
+def test_an_aborted_write_leaves_nothing_visible_or_staged(spark: SparkSession, tmp_path: Path) -> None:
+    url = (tmp_path / "q.json").as_uri()
+    asyncio.run(_enqueue(url, 1))
+    broken = functions.udf(always_fails_in_partition_2, "string")
+    rows = spark.range(1000, numPartitions=4).select(
+        broken(functions.col("id").cast("string")).alias("payload")
+    )
+    with pytest.raises(Exception, match="partition 2 always fails"):
+        rows.write.format("jqueue").option("entrypoint", "bulk").mode("append").save(url)
+
+    async def check() -> None:
+        async with DirectQueue(storage_from_url(url)) as q:
+            assert [j.entrypoint for j in await q.jobs(limit=None)] == ["before"]
+        assert await staged_objects(url) == []
+
+    asyncio.run(check())
+
+
+async def _enqueue(url: str, count: int) -> list[Job]:
+    async with DirectQueue(storage_from_url(url)) as q:
+        return await q.enqueue_many("before", [b"%d" % i for i in range(count)])
+
+
+def test_reading_jobs_and_history_in_parallel_parts(spark: SparkSession, tmp_path: Path) -> None:
+    url = (tmp_path / "q.json").as_uri()
+
+    async def prepare() -> list[Job]:
+        async with DirectQueue(storage_from_url(url)) as q:
+            jobs = await q.enqueue_many("work", [b"%d" % i for i in range(500)], priority=1)
+            for claimed in await q.dequeue(batch_size=200):
+                await q.ack(claimed)
+            [failed] = await q.dequeue()
+            await q.nack(failed, error="boom")
+            return jobs
+
+    jobs = asyncio.run(prepare())
+    read = spark.read.format("jqueue").option("partitions", "3").load(url)
+    assert read.rdd.getNumPartitions() == 3
+    rows = read.collect()
+    assert len(rows) == 300
+    assert {r.id for r in rows} == {j.id for j in jobs[200:]}
+    assert {bytes(r.payload) for r in rows} == {b"%d" % i for i in range(200, 500)}
+    [retried] = [r for r in rows if r.attempts == 1]
+    assert (retried.status, retried.last_error) == ("queued", "boom")
+
+    history = spark.read.format("jqueue").option("table", "history").option("partitions", "2").load(url)
+    acked = history.where("outcome = 'acked'")
+    assert acked.count() == 200
+    assert {r.job_id for r in acked.collect()} == {j.id for j in jobs[:200]}
+    assert history.where("wait_seconds < 0 or run_seconds < 0").count() == 0
+
+
+def test_reads_and_writes_reach_s3_through_the_projects_adapters(
+    spark: SparkSession, moto: S3Endpoint
+) -> None:
+    url = f"s3://{BUCKET}/spark-{os.getpid()}-{id(spark)}.json?endpoint_url={moto.url}&region={moto.region}"
+    rows = spark.createDataFrame([(b"a", "k1"), (b"b", "k2"), (b"c", "k1")], "payload binary, key string")
+    rows.write.format("jqueue").option("entrypoint", "s3").option("dedupKeyColumn", "key").mode(
+        "append"
+    ).save(url)
+    read = spark.read.format("jqueue").load(url).collect()
+    assert sorted(r.dedup_key for r in read) == ["k1", "k2"]  # the second k1 found the first
+
+
+def test_run_workers_drains_the_queue_and_acks_every_job_once(spark: SparkSession, tmp_path: Path) -> None:
+    url = (tmp_path / "q.json").as_uri()
+    asyncio.run(_enqueue(url, 10_000))
+
+    async def handle(job: Job) -> None:
+        await asyncio.sleep(0)
+
+    stats = run_workers(spark, url, {"before": handle}, parallelism=2, concurrency=16).collect()
+    assert len(stats) == 2
+    assert sum(r.acked for r in stats) == 10_000
+    assert sum(r.lost + r.retried + r.dead for r in stats) == 0
+
+    async def check() -> None:
+        async with DirectQueue(storage_from_url(url)) as q:
+            assert await q.count() == 0
+            acked = [h.job_id for h in await q.history(outcome=JobStatus.ACKED)]
+            assert len(acked) == len(set(acked)) == 10_000
+
+    asyncio.run(check())
