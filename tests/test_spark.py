@@ -168,3 +168,73 @@ def test_run_workers_drains_the_queue_and_acks_every_job_once(spark: SparkSessio
             assert len(acked) == len(set(acked)) == 10_000
 
     asyncio.run(check())
+
+
+def test_the_report_matches_a_history_with_known_timings(spark: SparkSession, tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from jqueue.adapters.spark.reader import HISTORY_SCHEMA
+    from jqueue.adapters.spark.report import compute, write
+
+    def record(
+        entrypoint: str, wait: float, run: float, attempts: int, outcome: str, finished: str
+    ) -> tuple[object, ...]:
+        end = datetime.fromisoformat(f"2026-01-01T{finished}").replace(tzinfo=UTC)
+        claimed = end - timedelta(seconds=run)
+        created = claimed - timedelta(seconds=wait)
+        times = (created, claimed, claimed, end, float(wait), float(run))
+        return ("id", entrypoint, outcome, attempts, *times, None, None, None)
+
+    rows = [
+        record("a", 1, 10, 1, "acked", "12:00:10"),
+        record("a", 2, 20, 1, "acked", "12:00:50"),
+        record("a", 3, 30, 2, "acked", "12:01:30"),
+        record("a", 4, 40, 3, "dead", "12:02:05"),
+        record("b", 5, 1, 1, "acked", "12:01:00"),
+    ]
+    report = compute(spark.createDataFrame(rows, HISTORY_SCHEMA))
+    assert report.per_minute == [("2026-01-01 12:00", 2), ("2026-01-01 12:01", 2), ("2026-01-01 12:02", 1)]
+    a, b = report.entrypoints
+    assert (a.entrypoint, a.finished, a.retry_rate, a.dead_rate) == ("a", 4, 0.5, 0.25)
+    assert a.wait == pytest.approx((2.5, 3.85, 3.97))
+    assert a.run == pytest.approx((25.0, 38.5, 39.7))
+    assert (b.finished, b.wait, b.run, b.retry_rate, b.dead_rate) == (
+        1,
+        (5.0, 5.0, 5.0),
+        (1.0, 1.0, 1.0),
+        0.0,
+        0.0,
+    )
+
+    markdown, throughput, times = write(report, tmp_path / "out")
+    assert (
+        "| a | 4 | 2.500 / 3.850 / 3.970 | 25.000 / 38.500 / 39.700 | 50.0% | 25.0% |" in markdown.read_text()
+    )
+    assert throughput.read_bytes().startswith(b"\x89PNG")
+    assert times.read_bytes().startswith(b"\x89PNG")
+
+
+def test_jqueue_report_runs_on_a_real_queue(tmp_path: Path) -> None:
+    import subprocess
+
+    url = (tmp_path / "q.json").as_uri()
+
+    async def prepare() -> None:
+        async with DirectQueue(storage_from_url(url)) as q:
+            await q.enqueue_many("work", [b"1", b"2", b"3"])
+            for job in await q.dequeue(batch_size=3):
+                await q.ack(job)
+
+    asyncio.run(prepare())
+    out = tmp_path / "report"
+    env = os.environ | {"PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, "-m", "jqueue", "--storage", url, "report", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| work | 3 |" in (out / "report.md").read_text()
+    assert (out / "throughput.png").stat().st_size > 0

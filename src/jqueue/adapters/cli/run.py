@@ -154,8 +154,21 @@ def bench(
     raise typer.Exit(benchmark(["--url", storage_url(ctx), *(options or [])]))
 
 
+def report(
+    ctx: typer.Context,
+    out: Annotated[str, typer.Option(help="Directory for report.md and the charts.")] = "queue-report",
+) -> None:
+    """Report on the history of --storage with Spark: throughput, wait and run times, retries."""
+    try:
+        from jqueue.adapters.spark.report import main as report_main
+    except ImportError:
+        fail("the report needs the 'spark' extra: pip install 'jqueue[spark]'")
+    raise typer.Exit(report_main([storage_url(ctx), "--out", out]))
+
+
 def register(app: typer.Typer) -> None:
     """Add these commands to ``app``."""
     app.command()(worker)
     app.command("exec")(execute)
     app.command()(bench)
+    app.command()(report)
