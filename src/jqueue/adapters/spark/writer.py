@@ -2,8 +2,9 @@
 
 Each task attempt stages its rows as one immutable object and reports its name; only
 the successful attempt of each partition reaches the driver's ``commit``, which
-stages those parts' jobs in the queue (unclaimable, in commits of ``CHUNK`` jobs) and
-then publishes the whole write in one commit. ``abort`` discards whatever was staged.
+stages those parts' jobs in the queue (unclaimable, in commits of at most
+``CHUNK_BYTES`` of payload, so that each log entry stays small enough for the payload
+cache) and then publishes the whole write in one commit. ``abort`` discards whatever was staged.
 Both end by deleting every staged object of the write, those of failed attempts too.
 """
 
@@ -22,8 +23,9 @@ from pyspark.sql.types import StructType
 from jqueue.adapters.spark.staging import StagedJob, decode_part, encode_part, keyed_storage, part_prefix
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.direct import DirectQueue
+from jqueue.domain.spec import JobSpec
 
-CHUNK = 50_000
+CHUNK_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
@@ -89,15 +91,18 @@ class JQueueWriter(DataSourceWriter):
         storage = keyed_storage(self.url)
         try:
             async with DirectQueue(storage_from_url(self.url)) as queue:
-                pending = []
+                pending: list[JobSpec] = []
+                size = 0
                 for name in parts:
                     data = await storage.get(name)
                     if data is None:
                         raise FileNotFoundError(f"staged part {name} is missing")
-                    pending += decode_part(data)
-                    while len(pending) >= CHUNK:
-                        await queue.stage_many(pending[:CHUNK], self.write_id)
-                        del pending[:CHUNK]
+                    for spec in decode_part(data):
+                        pending.append(spec)
+                        size += len(spec.payload)
+                        if size >= CHUNK_BYTES:
+                            await queue.stage_many(pending, self.write_id)
+                            pending, size = [], 0
                 if pending:
                     await queue.stage_many(pending, self.write_id)
                 await queue.publish(self.write_id)

@@ -1,0 +1,103 @@
+"""Measure a bulk write through Spark, and the queue's cost per operation afterwards.
+
+Writes ROWS rows of PAYLOAD bytes with ``df.write.format("jqueue")`` (a local Spark
+session, ``--cores`` cores) into a fresh file queue, then times sequential enqueues and
+dequeue+ack pairs on it and on an empty queue beside it, and prints JSON::
+
+    .venv/bin/python tools/benchmark_spark_write.py --rows 1000000 --payload-bytes 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from jqueue import DirectQueue, storage_from_url
+from jqueue.adapters.spark import register
+
+ENTRYPOINT = "bulk"
+
+
+async def _per_call(url: str, ops: int, payload: bytes) -> dict[str, float]:
+    async with DirectQueue(storage_from_url(url), max_payload_bytes=None) as queue:
+        opened = time.perf_counter()
+        await queue.dequeue("nothing")
+        reopen = time.perf_counter() - opened
+        enqueue, dequeue_ack = [], []
+        for _ in range(ops):
+            start = time.perf_counter()
+            await queue.enqueue(ENTRYPOINT, payload)
+            enqueue.append((time.perf_counter() - start) * 1000)
+        for _ in range(ops):
+            start = time.perf_counter()
+            [job] = await queue.dequeue(ENTRYPOINT)
+            await queue.ack(job)
+            dequeue_ack.append((time.perf_counter() - start) * 1000)
+        return {
+            "reopen_s": round(reopen, 3),
+            "enqueue_mean_ms": round(statistics.fmean(enqueue), 3),
+            "dequeue_ack_mean_ms": round(statistics.fmean(dequeue_ack), 3),
+            "jobs_after": await queue.count(),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the measurement; prints JSON."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--payload-bytes", type=int, default=1024)
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--ops", type=int, default=500, help="sequential calls per measurement afterwards")
+    parser.add_argument("--dir", type=Path, default=None, help="where the queues go (default: a temp dir)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as f
+
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="jqueue-spark-"))
+    url, empty_url = (directory / "bulk.json").as_uri(), (directory / "empty.json").as_uri()
+    spark = (
+        SparkSession.builder.master(f"local[{args.cores}]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
+    try:
+        register(spark)
+        padding = max(0, args.payload_bytes - 12)
+        rows = spark.range(args.rows, numPartitions=args.cores * 4).select(
+            f.concat(f.lpad(f.col("id").cast("string"), 12, "0"), f.lit("x" * padding)).alias("payload")
+        )
+        start = time.perf_counter()
+        rows.write.format("jqueue").option("entrypoint", ENTRYPOINT).mode("append").save(url)
+        seconds = time.perf_counter() - start
+    finally:
+        spark.stop()
+    payload = b"y" * args.payload_bytes
+    result: dict[str, Any] = {
+        "rows": args.rows,
+        "payload_bytes": args.payload_bytes,
+        "cores": args.cores,
+        "write_s": round(seconds, 1),
+        "rows_per_s": round(args.rows / seconds),
+        "driver_python_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "after_write": asyncio.run(_per_call(url, args.ops, payload)),
+        "empty_queue": asyncio.run(_per_call(empty_url, args.ops, payload)),
+    }
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
