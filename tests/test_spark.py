@@ -9,15 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark import TaskContext
+from pyspark.sql import SparkSession, functions
 
 from conftest import BUCKET, s3_env
 from jqueue import DirectQueue, Job, JobStatus, storage_from_url
-from jqueue.adapters.spark import register, run_workers
+from jqueue.spark import register, run_workers
 from servers import S3Endpoint
-
-pyspark = pytest.importorskip("pyspark", reason="the spark extra is part of the dev install")
-from pyspark import TaskContext  # noqa: E402
-from pyspark.sql import SparkSession, functions  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
