@@ -2,7 +2,8 @@
 
 Writes ROWS rows of PAYLOAD bytes with ``df.write.format("jqueue")`` (a local Spark
 session, ``--cores`` cores) into a fresh file queue, then times sequential enqueues and
-dequeue+ack pairs on it and on an empty queue beside it, and prints JSON::
+dequeue+ack pairs on it and on an empty queue beside it, each in a fresh process (not
+the Spark driver's), and prints JSON::
 
     .venv/bin/python tools/benchmark_spark_write.py --rows 1000000 --payload-bytes 1024
 """
@@ -15,6 +16,7 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--ops", type=int, default=500, help="sequential calls per measurement afterwards")
     parser.add_argument("--dir", type=Path, default=None, help="where the queues go (default: a temp dir)")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.measure:
+        print(json.dumps(asyncio.run(_per_call(args.measure, args.ops, b"y" * args.payload_bytes))))
+        return 0
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as f
@@ -84,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.perf_counter() - start
     finally:
         spark.stop()
-    payload = b"y" * args.payload_bytes
     result: dict[str, Any] = {
         "rows": args.rows,
         "payload_bytes": args.payload_bytes,
@@ -92,9 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         "write_s": round(seconds, 1),
         "rows_per_s": round(args.rows / seconds),
         "driver_python_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "after_write": asyncio.run(_per_call(url, args.ops, payload)),
-        "empty_queue": asyncio.run(_per_call(empty_url, args.ops, payload)),
     }
+    os.sync()  # each call fsyncs: let the gigabytes just written reach the disk first
+    for name, queue_url in (("empty_queue", empty_url), ("after_write", url)):
+        command = [sys.executable, __file__, "--measure", queue_url, "--ops", str(args.ops)]
+        command += ["--payload-bytes", str(args.payload_bytes)]
+        result[name] = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
     print(json.dumps(result, indent=2))
     return 0
 

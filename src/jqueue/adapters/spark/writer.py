@@ -4,8 +4,9 @@ Each task attempt stages its rows as one immutable object and reports its name; 
 the successful attempt of each partition reaches the driver's ``commit``, which
 stages those parts' jobs in the queue (unclaimable, in commits of at most
 ``CHUNK_BYTES`` of payload, so that each log entry stays small enough for the payload
-cache) and then publishes the whole write in one commit. ``abort`` discards whatever was staged.
-Both end by deleting every staged object of the write, those of failed attempts too.
+cache), then publishes the whole write in one commit and checkpoints the queue. ``abort``
+discards whatever was staged. Both end by deleting every staged object of the write,
+those of failed attempts too.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class JQueueWriter(DataSourceWriter):
                 if pending:
                     await queue.stage_many(pending, self.write_id)
                 await queue.publish(self.write_id)
+                await queue.checkpoint()  # readers that open the queue next start from here
         except BaseException:
             await self._discard()
             raise
