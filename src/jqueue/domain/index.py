@@ -411,29 +411,24 @@ class QueueIndex:
     def requeue_expired(self, now: int, max_attempts: int | None = None) -> list[Requeued | Died]:
         """Return the claimed jobs whose lease ran out before ``now`` to the queue; one that used
         its last attempt (its own ``max_attempts``, else the one given) dies instead."""
-        done: list[Requeued | Died] = []
-        heap = self._leased
-        while heap:
-            if not self._leased_entry_live(heap[0]):
-                heapq.heappop(heap)
-            elif heap[0][0] < now:
-                done.append(self.nack(heapq.heappop(heap)[1], None, now, None, LEASE_EXPIRED, max_attempts))
-            else:
-                break
-        return done
+        expired = self._pop_before(self._leased, self._leased_entry_live, now)
+        return [self.nack(job_id, None, now, None, LEASE_EXPIRED, max_attempts) for job_id in expired]
 
     def requeue_stale(self, cutoff: int) -> list[Requeued]:
         """Requeue the claimed jobs whose heartbeat is older than ``cutoff`` (or missing)."""
-        requeued: list[Requeued] = []
-        heap = self._claimed
+        stale = self._pop_before(self._claimed, self._claimed_entry_live, cutoff)
+        return [self._applied(Requeued(job_id)) for job_id in stale]
+
+    @staticmethod
+    def _pop_before(heap: list[TimedEntry], live: Callable[[TimedEntry], bool], cutoff: int) -> Iterator[str]:
+        """Pop and yield the jobs of a (time, id) heap whose live entry is before ``cutoff``."""
         while heap:
-            if not self._claimed_entry_live(heap[0]):
+            if not live(heap[0]):
                 heapq.heappop(heap)
             elif heap[0][0] < cutoff:
-                requeued.append(self._applied(Requeued(heapq.heappop(heap)[1])))
+                yield heapq.heappop(heap)[1]
             else:
-                break
-        return requeued
+                return
 
     def staged_batches(self) -> dict[str, int]:
         """Return the bulk writes not yet published, with their job counts."""
