@@ -83,22 +83,28 @@ async def test_a_jobs_own_max_attempts_wins_and_an_expired_lease_counts_as_a_fai
 
 async def test_nack_waits_for_the_delay_or_the_back_off(file_or_s3: Backend, layout: Layout) -> None:
     storage, _ = file_or_s3.new()
-    backoff = Backoff(initial=WAIT, multiplier=2, maximum=timedelta(seconds=10), jitter=0)
+    hour = timedelta(hours=1)
+    backoff = Backoff(initial=hour, multiplier=2, maximum=10 * hour, jitter=0)
     async with DirectQueue(storage, layout=layout, policy=QueuePolicy(backoff=backoff)) as q:
         await q.enqueue("work", b"x")
         [claimed] = await q.dequeue()
         before = utc_now()
         await q.nack(claimed)
+        after = utc_now()
         [waiting] = await q.jobs()
         assert waiting.not_before is not None
-        assert WAIT * 0.9 <= waiting.not_before - before <= WAIT * 2
+        assert before + hour <= waiting.not_before <= after + hour
         assert await q.dequeue() == []
         assert (await q.stats()).entrypoints["work"].scheduled == 1
-        await asyncio.sleep((waiting.not_before - utc_now()).total_seconds() + 0.05)
+        assert await q.requeue([waiting.id]) == 1
         [second] = await q.dequeue()
         await q.nack(second, delay=timedelta(0))  # an explicit delay beats the back-off
         [third] = await q.dequeue()
         assert third.attempts == 3
+        await q.nack(third)  # the third failure waits twice as long
+        [again] = await q.jobs()
+        assert again.not_before is not None
+        assert again.not_before - utc_now() > 3 * hour
 
 
 async def test_delayed_jobs_wait_and_then_take_their_place_by_priority(
@@ -140,7 +146,7 @@ async def test_a_dedup_key_enqueues_once_while_the_job_lives_or_was_acked_recent
     file_or_s3: Backend, layout: Layout
 ) -> None:
     storage, name = file_or_s3.new()
-    policy = QueuePolicy(history_retention=timedelta(seconds=1))
+    policy = QueuePolicy(history_retention=timedelta(seconds=2))
     async with (
         DirectQueue(storage, layout=layout, policy=policy) as q,
         DirectQueue(file_or_s3.handle(name), layout=layout, policy=policy) as other,
@@ -160,7 +166,7 @@ async def test_a_dedup_key_enqueues_once_while_the_job_lives_or_was_acked_recent
         assert (acked.id, acked.status, acked.payload) == (first.id, JobStatus.ACKED, b"")
         assert await other.count() == 1
 
-        await asyncio.sleep(1.1)
+        await asyncio.sleep(2.1)
         fresh = await other.enqueue("hook", b"6", dedup_key="event-7")
         assert fresh.id != first.id
         assert await q.count() == 2
