@@ -113,13 +113,13 @@ def test_exec_kills_a_command_past_its_timeout(cli: Cli) -> None:
 
 def test_pause_resume_requeue_and_throttle(cli: Cli) -> None:
     [job] = cli.json("enqueue", "work", "x")
-    cli("pause", "work", "--enqueues")
+    assert cli.json("pause", "work", "--enqueues") == {"paused": "work", "enqueues": True}
     refused = cli("enqueue", "work", "y", ok=False)
     assert refused.returncode == 1
     assert refused.stderr.strip() == "error: enqueues of 'work' are paused"
     stats = cli.json("stats")
     assert stats["paused"] == {"claims": ["work"], "enqueues": ["work"]}
-    cli("resume", "work")
+    assert cli.json("resume", "work") == {"resumed": "work"}
     cli("throttle", "5", "--per", "60", "--entrypoint", "work")
     assert cli.json("stats")["throttles"] == [{"entrypoint": "work", "limit": 5, "per_seconds": 60.0}]
     cli("throttle", "--off", "--entrypoint", "work")

@@ -31,6 +31,7 @@ from jqueue.domain.stats import QueueStats
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 StatusOption = Annotated[JobStatus | None, typer.Option("--status", help="Only jobs in this status.")]
+ScopeArgument = Annotated[str | None, typer.Argument(help="The entrypoint (default: the whole queue).")]
 EntrypointOption = Annotated[str | None, typer.Option("--entrypoint", "-e", help="Only this entrypoint.")]
 OlderOption = Annotated[
     float | None, typer.Option("--older-than", help="Only jobs enqueued this many seconds ago.")
@@ -266,10 +267,9 @@ def _status(name: str) -> JobStatus:
 
 def pause(
     ctx: typer.Context,
-    entrypoint: Annotated[
-        str | None, typer.Argument(help="The entrypoint (default: the whole queue).")
-    ] = None,
+    entrypoint: ScopeArgument = None,
     enqueues: Annotated[bool, typer.Option("--enqueues", help="Refuse new jobs too.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Stop every worker from claiming jobs of an entrypoint or of the whole queue."""
 
@@ -278,14 +278,13 @@ def pause(
             await queue.pause(entrypoint, enqueues=enqueues)
 
     run(act())
-    console.print(f"paused {entrypoint or 'the whole queue'}")
+    _done({"paused": entrypoint, "enqueues": enqueues}, f"paused {entrypoint or 'the whole queue'}", as_json)
 
 
 def resume(
     ctx: typer.Context,
-    entrypoint: Annotated[
-        str | None, typer.Argument(help="The entrypoint (default: the whole queue).")
-    ] = None,
+    entrypoint: ScopeArgument = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Undo a pause."""
 
@@ -294,7 +293,7 @@ def resume(
             await queue.resume(entrypoint)
 
     run(act())
-    console.print(f"resumed {entrypoint or 'the whole queue'}")
+    _done({"resumed": entrypoint}, f"resumed {entrypoint or 'the whole queue'}", as_json)
 
 
 def throttle(
@@ -303,6 +302,7 @@ def throttle(
     per: Annotated[float, typer.Option(help="Window length in seconds.")] = 1.0,
     entrypoint: EntrypointOption = None,
     off: Annotated[bool, typer.Option("--off", help="Lift the throttle.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Limit claims per time window, for all workers."""
     if (limit is None) != off:
@@ -313,6 +313,9 @@ def throttle(
             await queue.throttle(limit, timedelta(seconds=per), entrypoint)
 
     run(act())
+    scope = entrypoint or "the whole queue"
+    message = f"lifted the throttle of {scope}" if off else f"{scope}: {limit} claims per {per:g} s"
+    _done({"entrypoint": entrypoint, "limit": limit, "per_seconds": per}, message, as_json)
 
 
 def history(
@@ -359,6 +362,13 @@ def _history_json(record: HistoryRecord) -> dict[str, object]:
         "reason": record.reason,
         "dedup_key": record.dedup_key,
     }
+
+
+def _done(data: dict[str, object], message: str, as_json: bool) -> None:
+    if as_json:
+        print_json(data)
+    else:
+        console.print(message)
 
 
 def _report(count: int, verb: str, as_json: bool) -> None:
