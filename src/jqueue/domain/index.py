@@ -16,7 +16,7 @@ race is undone in O(batch) and re-applied on top of the newer state.
 from __future__ import annotations
 
 import heapq
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from itertools import compress, repeat
@@ -40,6 +40,7 @@ from jqueue.domain.effects import (
     payload_place,
 )
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
+from jqueue.domain.history import History
 from jqueue.domain.models import LEASE_EXPIRED, UNLEASED_CLAIM_TIMEOUT, JobStatus, QueueState
 from jqueue.domain.records import (
     RECORD_COLUMNS,
@@ -80,7 +81,7 @@ class QueueIndex:
         The commit this index reflects.
     segment_refs : Counter
         Live jobs per payload segment (for payloads stored as references).
-    history : deque of HistoryRecord
+    history : History
         Finished jobs, oldest first.
     controls : Controls
         Pauses and throttles.
@@ -90,11 +91,10 @@ class QueueIndex:
         self.version = 0
         self.records: dict[str, JobRecord] = {}
         self.segment_refs: Counter[int] = Counter()
-        self.history: deque[HistoryRecord] = deque()
+        self.history = History()
         self.controls = Controls()
         self._dedup: dict[str, str] = {}
         self._staged: dict[str, set[str]] = {}
-        self._acked_keys: Counter[str] = Counter()
         self._next_order = 0
         self._last_stamp = 0
         self._ready: dict[str, list[ReadyEntry]] = {}
@@ -184,7 +184,7 @@ class QueueIndex:
     def restore(self, history: Iterable[HistoryRecord], controls: Controls) -> None:
         """Set the history (oldest first) and the controls of a freshly built index."""
         for finished in history:
-            self._remember(finished)
+            self.history.add(finished)
         self.controls = controls
 
     def move_payload(self, job_id: str, ref: int) -> None:
@@ -225,11 +225,7 @@ class QueueIndex:
         job_id = self._dedup.get(key)
         if job_id is not None:
             return self.records[job_id]
-        if self._acked_keys[key] > 0:
-            acked = (h for h in reversed(self.history) if h.dedup_key == key and h.outcome is JobStatus.ACKED)
-            newest = next(acked)
-            return newest if newest.finished >= acked_since else None
-        return None
+        return self.history.acked(key, acked_since)
 
     # --- consistent snapshots while commits go on -------------------------------------
 
@@ -445,10 +441,7 @@ class QueueIndex:
     def forget(self, finished_before: int, keep: int) -> list[Forgotten]:
         """Drop the oldest history records: those finished before ``finished_before`` and any
         beyond the newest ``keep``."""
-        history = self.history
-        count = max(0, len(history) - keep)
-        while count < len(history) and history[count].finished < finished_before:
-            count += 1
+        count = self.history.expired(finished_before, keep)
         return [self._applied(Forgotten(count))] if count else []
 
     # --- replay ---------------------------------------------------------------------
@@ -491,14 +484,14 @@ class QueueIndex:
                 self._update(
                     record, record.changed(**dead, last_error=last_error, dead_reason=reason, dead_at=at)
                 )
-                self._remember(HistoryRecord.of(record, at, JobStatus.DEAD), journal=True)
+                self._record_undo(self.history.add(HistoryRecord.of(record, at, JobStatus.DEAD)))
             case Removed(job_id, at):
                 record = self._existing(job_id, effect)
                 self._remove(record)
                 if at is not None:
-                    self._remember(HistoryRecord.of(record, at, JobStatus.ACKED), journal=True)
+                    self._record_undo(self.history.add(HistoryRecord.of(record, at, JobStatus.ACKED)))
             case Forgotten(count):
-                self._forget(count)
+                self._record_undo(self.history.drop_oldest(count))
             case Published(batch):
                 for job_id in sorted(self._staged_ids(batch, effect), key=lambda i: self.records[i].order):
                     record = self.records[job_id]
@@ -568,36 +561,6 @@ class QueueIndex:
         if reset:
             queued |= dict(attempts=0, dead_reason=None, dead_at=None, claims=())
         self._update(record, record.changed(**queued))
-
-    def _remember(self, finished: HistoryRecord, journal: bool = False) -> None:
-        self.history.append(finished)
-        key = finished.dedup_key if finished.outcome is JobStatus.ACKED else None
-        if key is not None:
-            self._acked_keys[key] += 1
-
-        def undo() -> None:
-            self.history.pop()
-            if key is not None:
-                self._acked_keys[key] -= 1
-
-        if journal:
-            self._record_undo(undo)
-
-    def _forget(self, count: int) -> None:
-        if not 0 < count <= len(self.history):
-            raise ValueError(f"cannot forget {count} of {len(self.history)} history records")
-        dropped = [self.history.popleft() for _ in range(count)]
-        for finished in dropped:
-            if finished.dedup_key is not None and finished.outcome is JobStatus.ACKED:
-                self._acked_keys[finished.dedup_key] -= 1
-
-        def undo() -> None:
-            for finished in reversed(dropped):
-                self.history.appendleft(finished)
-                if finished.dedup_key is not None and finished.outcome is JobStatus.ACKED:
-                    self._acked_keys[finished.dedup_key] += 1
-
-        self._record_undo(undo)
 
     def _add(self, added: Added) -> None:
         if added.job_id in self.records:

@@ -1,0 +1,82 @@
+"""The records of finished jobs that a queue keeps, oldest first, and the dedup keys of acked ones."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+
+from jqueue.domain.models import JobStatus
+from jqueue.domain.records import HistoryRecord
+
+
+def _acked_key(record: HistoryRecord) -> str | None:
+    return record.dedup_key if record.outcome is JobStatus.ACKED else None
+
+
+class History:
+    """Finished jobs in finish order; each change returns its undo (for an index's journal)."""
+
+    def __init__(self) -> None:
+        self._records: deque[HistoryRecord] = deque()
+        self._acked_keys: Counter[str] = Counter()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[HistoryRecord]:
+        return iter(self._records)
+
+    def add(self, record: HistoryRecord) -> Callable[[], None]:
+        """Append a finished job; returns the undo."""
+        self._records.append(record)
+        key = _acked_key(record)
+        if key is not None:
+            self._acked_keys[key] += 1
+
+        def undo() -> None:
+            self._records.pop()
+            if key is not None:
+                self._acked_keys[key] -= 1
+
+        return undo
+
+    def drop_oldest(self, count: int) -> Callable[[], None]:
+        """Drop the ``count`` oldest records; returns the undo.
+
+        Raises
+        ------
+        ValueError
+            If there are not that many (a log that does not replay).
+        """
+        if not 0 < count <= len(self._records):
+            raise ValueError(f"cannot forget {count} of {len(self._records)} history records")
+        dropped = [self._records.popleft() for _ in range(count)]
+        self._count_keys(dropped, -1)
+
+        def undo() -> None:
+            self._records.extendleft(reversed(dropped))
+            self._count_keys(dropped, 1)
+
+        return undo
+
+    def _count_keys(self, records: list[HistoryRecord], step: int) -> None:
+        for record in records:
+            key = _acked_key(record)
+            if key is not None:
+                self._acked_keys[key] += step
+
+    def expired(self, finished_before: int, keep: int) -> int:
+        """How many of the oldest records to drop: those finished before ``finished_before`` and
+        any beyond the newest ``keep``."""
+        records = self._records
+        count = max(0, len(records) - keep)
+        while count < len(records) and records[count].finished < finished_before:
+            count += 1
+        return count
+
+    def acked(self, key: str, since: int) -> HistoryRecord | None:
+        """Return the newest job acked with dedup key ``key`` at or after ``since``, if any."""
+        if self._acked_keys[key] <= 0:
+            return None
+        newest = next(r for r in reversed(self._records) if _acked_key(r) == key)
+        return newest if newest.finished >= since else None
