@@ -12,7 +12,7 @@ import pytest
 
 import jqueue
 from jqueue import InMemoryStorage, InvalidURLError, LocalFileSystemStorage, storage_from_url
-from jqueue.adapters.storage.optional import require
+from jqueue.adapters.optional import require
 
 
 def test_urls_build_their_backends() -> None:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import sys
 
-_CLI_PACKAGES = {"typer", "rich", "click"}
+from jqueue.adapters.optional import require
 
 
 def main() -> None:
     """Run the ``jqueue`` command."""
     try:
-        from jqueue.adapters.cli.app import build_app
+        for module in ("typer", "rich"):
+            require(module, extra="cli")
     except ImportError as exc:
-        if exc.name in _CLI_PACKAGES:
-            sys.exit("error: the jqueue command needs the 'cli' extra: pip install 'jqueue[cli]'")
-        raise
+        sys.exit(f"error: {exc}")
+    from jqueue.adapters.cli.app import build_app
+
     build_app()()

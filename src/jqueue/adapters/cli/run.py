@@ -161,8 +161,8 @@ def report(
     """Report on the history of --storage with Spark: throughput, wait and run times, retries."""
     try:
         from jqueue.adapters.spark.report import main as report_main
-    except ImportError:
-        fail("the report needs the 'spark' extra: pip install 'jqueue[spark]'")
+    except ImportError as exc:
+        fail(str(exc))
     raise typer.Exit(report_main([storage_url(ctx), "--out", out]))
 
 

@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from jqueue.adapters.optional import require
 from jqueue.adapters.storage.names import checked_name, checked_prefix
-from jqueue.adapters.storage.optional import require
 from jqueue.domain.errors import CASConflictError, StorageError
 
 require("google.cloud.storage", extra="gcs")

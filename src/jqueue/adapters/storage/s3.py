@@ -10,8 +10,8 @@ import asyncio
 from types import TracebackType
 from typing import Any
 
+from jqueue.adapters.optional import require
 from jqueue.adapters.storage.names import checked_name, checked_prefix
-from jqueue.adapters.storage.optional import require
 from jqueue.domain.errors import CASConflictError, StorageError
 
 aioboto3 = require("aioboto3", extra="s3")
