@@ -21,6 +21,7 @@ from typing import Annotated
 import msgspec
 
 from jqueue.core.log_codec import (
+    UNDECODABLE,
     WireControls,
     WireHistory,
     controls_from_wire,
@@ -123,7 +124,7 @@ def encode_index(index: QueueIndex, version: int, commit_id: str) -> bytes:
 def _decode_wire(data: bytes, location: str) -> _WireState:
     try:
         wire = _decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except UNDECODABLE as exc:
         if decode_marker(data)[0]:
             raise CorruptStateError(
                 location, "this queue uses the log-structured layout; open it with layout 'auto' or 'log'"

@@ -74,14 +74,14 @@ class StoreOpener:
             if self.layout == "log":
                 raise TypeError(f"{location}: the log layout needs get, create, list_names and delete")
             return SingleObjectStore(storage, self.retry)
-        while True:
+        for attempt in range(self.retry.max_retries + 1):
             content, etag = await storage.read()
-            if etag is None and self.layout != "single":
-                try:
-                    await storage.write(encode_marker(), if_match=None)
-                except CASConflictError:
-                    continue  # another process created the queue first: look again
-                return LogStore(storage, self.retry, self.settings, None)
+            if etag is None:  # no queue yet: its first commit creates it, reads create nothing
+                if self.layout == "single":
+                    return SingleObjectStore(storage, self.retry)
+                return LogStore(storage, self.retry, self.settings, created=False)
+            if not content:
+                raise CorruptStateError(location, "the object is empty (0 bytes)")
             is_log, base = decode_marker(content)
             if is_log:
                 if self.layout == "single":
@@ -90,10 +90,11 @@ class StoreOpener:
             state = codec.decode_index(content, location)
             if self.layout != "log":
                 return SingleObjectStore(storage, self.retry)
-            assert etag is not None
             migrated_base = await _migrate(storage, state, etag)
             if migrated_base is not None:
                 return LogStore(storage, self.retry, self.settings, migrated_base)
+            await self.retry.wait(attempt + 1)  # another writer changed the queue meanwhile
+        raise CASConflictError(f"{location}: the migration to the log layout lost every race")
 
 
 async def _migrate(storage: KeyedStoragePort, state: QueueIndex, etag: str) -> str | None:

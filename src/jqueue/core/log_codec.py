@@ -49,7 +49,13 @@ LAYOUT = "jqueue-log/1"
 ENTRY_PREFIX = "log/"
 CHECKPOINT_PREFIX = "checkpoint/"
 BASE_PREFIX = "base/"
+GENESIS = "genesis"
+"""The object a new log-structured queue creates before its marker and never deletes: a
+marker whose namespace lacks it (and holds no entry or checkpoint) lost its log."""
 _SEQ_DIGITS = 20
+
+UNDECODABLE = (msgspec.DecodeError, UnicodeDecodeError)
+"""What msgspec raises for bytes that are not the expected JSON (invalid UTF-8 included)."""
 
 
 def entry_name(seq: int) -> str:
@@ -89,11 +95,16 @@ def encode_marker(base: str | None = None) -> bytes:
     return msgspec.json.encode(_Marker(LAYOUT, base))
 
 
+def encode_genesis(at: int) -> bytes:
+    """Return the content of the ``GENESIS`` object of a queue created at ``at``."""
+    return msgspec.json.encode({"layout": LAYOUT, "created": at})
+
+
 def decode_marker(data: bytes) -> tuple[bool, str | None]:
     """Return whether ``data`` is a log-structured queue's marker, and its base object."""
     try:
         marker = msgspec.json.decode(data, type=_Marker)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except UNDECODABLE:
         return False, None
     return marker.layout == LAYOUT, marker.base
 
@@ -282,7 +293,7 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
     """
     try:
         wire = _entry_decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except UNDECODABLE as exc:
         raise CorruptStateError(location, str(exc)) from exc
     if wire.seq != seq:
         raise CorruptStateError(location, f"holds entry {wire.seq}, expected {seq}")
@@ -323,7 +334,7 @@ def entry_commit_id(data: bytes) -> str | None:
     """Return the commit id of an encoded entry, or None if it is not one."""
     try:
         return _entry_decoder.decode(data).commit
-    except msgspec.DecodeError:
+    except UNDECODABLE:
         return None
 
 
@@ -411,7 +422,7 @@ def decode_checkpoint(data: bytes, location: str) -> QueueIndex:
     """
     try:
         wire = _checkpoint_decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except UNDECODABLE as exc:
         raise CorruptStateError(location, str(exc)) from exc
     paused = gc.isenabled()
     gc.disable()  # a million new objects would set off full collections that find nothing to free

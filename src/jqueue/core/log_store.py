@@ -28,13 +28,17 @@ from collections.abc import Sequence
 from jqueue.core.log_codec import (
     CHECKPOINT_PREFIX,
     ENTRY_PREFIX,
+    GENESIS,
     Entry,
     checkpoint_key,
     checkpoint_name,
     decode_checkpoint,
     decode_entry,
+    decode_marker,
     encode_checkpoint,
     encode_entry,
+    encode_genesis,
+    encode_marker,
     entry_commit_id,
     entry_name,
     entry_seq,
@@ -44,7 +48,7 @@ from jqueue.core.segment_cache import SegmentCache
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore
 from jqueue.domain.effects import Added, Effect, Payload, payload_place, payload_ref, to_micros
-from jqueue.domain.errors import CASConflictError, CorruptStateError
+from jqueue.domain.errors import CASConflictError, CorruptStateError, StorageError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import utc_now
 from jqueue.domain.records import IndexSnapshot
@@ -63,32 +67,44 @@ class LogStore(CommitStore):
     storage : KeyedStoragePort
         The backend; its main object holds the layout marker.
     retry : RetryPolicy
-        How often and how patiently to retry a conflicting commit.
+        How often and how patiently to retry a conflicting commit or a failed read.
     settings : LogSettings
         Checkpoint interval, retention and payload cache size.
     base : str or None
         The object holding the jobs a migrated queue started with (segment 0).
+    created : bool
+        Whether the queue exists; if not, it reads as empty and its first commit creates
+        it (``GENESIS``, then the marker), so that reading never creates anything.
     """
 
     def __init__(
-        self, storage: KeyedStoragePort, retry: RetryPolicy, settings: LogSettings, base: str | None = None
+        self,
+        storage: KeyedStoragePort,
+        retry: RetryPolicy,
+        settings: LogSettings,
+        base: str | None = None,
+        *,
+        created: bool = True,
     ) -> None:
         super().__init__(storage, retry)
         self.keyed = storage
         self.settings = settings
         self.base = base
+        self.created = created
         self._cache = SegmentCache(settings.payload_cache_bytes)
         self._confirmed_at = -math.inf
         self._read_back: dict[int, bytes] = {}
         self._changes_since_checkpoint = 0
         self._background: asyncio.Task[None] | None = None
+        self._explicit = asyncio.Lock()
+        self._checkpoint_segments: dict[str, set[int]] = {}
         self._compacted_through = -1
         self._kept_segments: set[int] = set()
         self._base_applied = False
         self._loading: dict[int, asyncio.Future[list[bytes]]] = {}
 
     def where(self, name: str) -> str:
-        """Return the location of a named object, for messages."""
+        """Return the location of a named object (or with "" of the namespace), for messages."""
         return f"{self.location}.d/{name}"
 
     def _segment_name(self, segment: int) -> str:
@@ -102,6 +118,8 @@ class LogStore(CommitStore):
 
     async def refresh(self) -> None:
         """Apply every entry committed since this store's version."""
+        if not self.created and not await self._marker_found():
+            return
         if self._view_is_old():
             await self._load_newest_checkpoint()
         while True:
@@ -114,54 +132,97 @@ class LogStore(CommitStore):
                 return
             self._apply_entry(decode_entry(data, seq, self.where(entry_name(seq))))
 
+    async def _marker_found(self) -> bool:
+        """Look whether the queue was created since (it reads as empty until then)."""
+        asked_at = time.monotonic()
+        content, etag = await self.keyed.read()
+        if etag is None:
+            self._confirmed_at = asked_at
+            return False
+        if not content:
+            raise CorruptStateError(self.location, "the object is empty (0 bytes)")
+        is_log, base = decode_marker(content)
+        if not is_log:
+            raise CorruptStateError(
+                self.location, "another process created this queue in the single-object layout; reopen it"
+            )
+        self.base, self.created, self._confirmed_at = base, True, -math.inf
+        return True
+
     def _view_is_old(self) -> bool:
         return time.monotonic() - self._confirmed_at > self.settings.retention.total_seconds() / 2
 
     async def _load_newest_checkpoint(self) -> None:
         """Start from the newest checkpoint if it is ahead of us, then fetch the entries after it."""
         asked_at = time.monotonic()
-        while True:
+        loaded = False
+        for attempt in range(self.retry.max_retries + 1):
             keys = sorted(filter(None, map(checkpoint_key, await self.keyed.list_names(CHECKPOINT_PREFIX))))
             if not keys or keys[-1][0] <= self.index.version:
                 break
             name = checkpoint_name(*keys[-1])
-            data = await self.keyed.get(name)
-            if data is None:
-                continue  # compacted while we looked; list again
-            self.index = decode_checkpoint(data, self.where(name))
-            self._base_applied = True  # the checkpoint covers it
-            self._changes_since_checkpoint = 0
-            break
+            data = await self._get(name)
+            if data is not None:
+                self.index = decode_checkpoint(data, self.where(name))
+                self._checkpoint_segments[name] = set(self.index.segment_refs)
+                self._base_applied = loaded = True  # the checkpoint covers the base
+                self._changes_since_checkpoint = 0
+                break
+            await self.retry.wait(attempt + 1)  # compacted while we looked: list again
+        else:
+            raise CorruptStateError(self.where(CHECKPOINT_PREFIX), "the newest checkpoint keeps vanishing")
         if self.base is not None and not self._base_applied:
             await self._load_base()
         await self._fetch_listed_entries()
+        if self.index.version == 0 and self.base is None and not loaded and await self._get(GENESIS) is None:
+            raise CorruptStateError(
+                self.where(""), "the queue's log is missing or empty (was its directory or prefix deleted?)"
+            )
         self._confirmed_at = asked_at
+
+    async def _get(self, name: str) -> bytes | None:
+        """Read a named object, retrying failed reads as the retry policy allows."""
+        for attempt in range(self.retry.max_retries + 1):
+            try:
+                return await self.keyed.get(name)
+            except StorageError:
+                if attempt == self.retry.max_retries:
+                    raise
+                await self.retry.wait(attempt + 1)
+        raise AssertionError("unreachable")
 
     async def _load_base(self) -> None:
         assert self.base is not None
-        data = await self.keyed.get(self.base)
+        data = await self._get(self.base)
         if data is None:
             raise CorruptStateError(self.where(self.base), "the migrated queue's base object is missing")
         self._apply_entry(decode_entry(data, 0, self.where(self.base)))
         self._base_applied = True
 
     async def _fetch_listed_entries(self) -> None:
-        """Fetch the entries after our version in parallel (a fresh open), and apply them in order."""
+        """Fetch the entries after our version in parallel (a fresh open) and apply them in order;
+        a missing entry before a present one is a hole in the log, never its end."""
         names = await self.keyed.list_names(ENTRY_PREFIX, start_after=entry_name(self.index.version))
         seqs = [s for s in map(entry_seq, names) if s is not None]
         expected = self.index.version + 1
-        seqs = seqs[: next((i for i, s in enumerate(seqs) if s != expected + i), len(seqs))]
+        for offset, seq in enumerate(seqs):
+            if seq != expected + offset:
+                hole = entry_name(expected + offset)
+                raise CorruptStateError(self.where(hole), f"this entry is missing but entry {seq} exists")
         gate = asyncio.Semaphore(_FETCH_CONCURRENCY)
 
         async def fetch(seq: int) -> bytes | None:
             async with gate:
-                return await self.keyed.get(entry_name(seq))
+                return await self._get(entry_name(seq))
 
         for start in range(0, len(seqs), 256):
             chunk = seqs[start : start + 256]
-            for seq, data in zip(chunk, await asyncio.gather(*(fetch(s) for s in chunk)), strict=True):
+            fetched = await asyncio.gather(*(fetch(s) for s in chunk), return_exceptions=True)
+            for seq, data in zip(chunk, fetched, strict=True):
+                if isinstance(data, BaseException):
+                    raise data  # what came before it is applied and kept
                 if data is None:
-                    return
+                    raise CorruptStateError(self.where(entry_name(seq)), "listed, then missing")
                 self._apply_entry(decode_entry(data, seq, self.where(entry_name(seq))))
 
     def _apply_entry(self, entry: Entry) -> None:
@@ -182,9 +243,21 @@ class LogStore(CommitStore):
         """Refresh before committing when our view of the log may predate a compaction."""
         return super().needs_refresh() or self._view_is_old()
 
+    async def _create_queue(self) -> None:
+        """Create the queue: ``GENESIS`` first, then the marker (only if absent).
+
+        Raises ``CASConflictError`` if another process created the main object first.
+        """
+        with contextlib.suppress(CASConflictError):  # a creator that lost the marker race wrote it
+            await self.keyed.create(GENESIS, encode_genesis(to_micros(utc_now())))
+        await self.keyed.write(encode_marker(), if_match=None)
+        self.created = True
+
     async def _commit(self, effects: Sequence[Effect]) -> None:
         if self._view_is_old():  # the transition took long: refresh (outside it) and retry
             raise CASConflictError(f"{self.location}: the view of the log is too old to commit on")
+        if not self.created:
+            await self._create_queue()
         seq = self.index.version + 1
         commit_id = uuid.uuid4().hex
         content = encode_entry(seq, commit_id, to_micros(utc_now()), effects)
@@ -201,8 +274,11 @@ class LogStore(CommitStore):
                 raise
             # The entry is this very commit: a retried request whose first attempt landed.
         self.index.version = seq
-        self._changes_since_checkpoint += len(effects)
         self._confirmed_at = asked_at
+
+    def _landed(self, effects: Sequence[Effect]) -> None:
+        seq = self.index.version
+        self._changes_since_checkpoint += len(effects)
         added = [e for e in effects if isinstance(e, Added)]
         for position, effect in enumerate(added):
             self.index.move_payload(effect.job_id, payload_ref(seq, position))
@@ -246,7 +322,8 @@ class LogStore(CommitStore):
 
     def _maybe_checkpoint(self) -> None:
         due = self._changes_since_checkpoint >= self.settings.interval(len(self.index))
-        if due and (self._background is None or self._background.done()):
+        idle = self._background is None or self._background.done()
+        if due and idle and not self._explicit.locked() and not self.index.frozen:
             snapshot = self._freeze()
             self._background = asyncio.create_task(self._checkpoint_and_compact(snapshot))
 
@@ -256,9 +333,9 @@ class LogStore(CommitStore):
 
     async def _checkpoint_and_compact(self, frozen: tuple[QueueIndex, IndexSnapshot, int]) -> None:
         try:
-            segments = await self._write_checkpoint(frozen)
+            await self._write_checkpoint(frozen)
             retention = int(self.settings.retention.total_seconds() * 1_000_000)
-            await self.compact(segments, to_micros(utc_now()) - retention)
+            await self.compact(to_micros(utc_now()) - retention)
         except Exception as exc:
             logger.warning("checkpoint or compaction of %s failed: %r", self.location, exc)
 
@@ -269,37 +346,45 @@ class LogStore(CommitStore):
             content = await asyncio.to_thread(encode_checkpoint, snapshot, at)
         finally:
             index.thaw()
+        name = checkpoint_name(snapshot.version, at)
         with contextlib.suppress(CASConflictError):  # another process wrote the same checkpoint
-            await self.keyed.create(checkpoint_name(snapshot.version, at), content)
+            await self.keyed.create(name, content)
+        self._checkpoint_segments[name] = snapshot.segments
         return snapshot.segments
 
     async def checkpoint(self) -> set[int]:
         """Write a checkpoint of the newest state; returns the live payload segments."""
-        if self._background is not None:
-            await self._background
-        async with self._turn:
-            await self.refresh()
-            self._loaded = True
-            frozen = self._freeze()
-        return await self._write_checkpoint(frozen)
+        async with self._explicit:  # no background checkpoint starts meanwhile
+            if self._background is not None:
+                await self._background
+            async with self._turn:
+                await self.refresh()
+                self._loaded = True
+                frozen = self._freeze()
+            return await self._write_checkpoint(frozen)
 
-    async def compact(self, referenced: set[int], cutoff: int) -> None:
-        """Delete what the newest checkpoint taken before ``cutoff`` covers, except live payloads.
+    async def compact(self, cutoff: int) -> None:
+        """Delete what the newest checkpoint taken before ``cutoff`` (epoch microseconds: now minus
+        the retention, normally) covers, except the payloads that checkpoint references.
 
-        ``referenced`` are the payload segments of live jobs at that checkpoint or later;
-        ``cutoff`` is in epoch microseconds (now minus the retention, normally).
+        Only a checkpoint whose payload references this store knows (it wrote or loaded it) is
+        used: every job live at it keeps its payload entry, and a job removed before it was
+        removed longer than the retention ago.
         """
         keys = sorted(filter(None, map(checkpoint_key, await self.keyed.list_names(CHECKPOINT_PREFIX))))
-        old = [seq for seq, at in keys if at <= cutoff]
-        if not old:
+        mine = self._checkpoint_segments
+        known = [key for key in keys if key[1] <= cutoff and checkpoint_name(*key) in mine]
+        if not known:
             return
-        keep = max(old)
-        doomed = [checkpoint_name(seq, at) for seq, at in keys if seq < keep]
+        keep = max(known)
+        referenced = mine[checkpoint_name(*keep)]
+        doomed = [checkpoint_name(seq, at) for seq, at in keys if seq < keep[0]]
         listed = await self.keyed.list_names(ENTRY_PREFIX, start_after=entry_name(self._compacted_through))
-        candidates = {s for s in map(entry_seq, listed) if s is not None and s <= keep} | self._kept_segments
+        candidates = {s for s in map(entry_seq, listed) if s is not None and s <= keep[0]}
+        candidates |= self._kept_segments
         if self.base is not None and self._compacted_through < 0:
             candidates.add(0)
-        self._kept_segments = {s for s in candidates if s in referenced}
+        self._kept_segments = candidates & referenced
         doomed += [self._segment_name(s) for s in sorted(candidates - self._kept_segments)]
         gate = asyncio.Semaphore(_FETCH_CONCURRENCY)
 
@@ -308,7 +393,9 @@ class LogStore(CommitStore):
                 await self.keyed.delete(name)
 
         await asyncio.gather(*(delete(name) for name in doomed))
-        self._compacted_through = keep
+        self._compacted_through = max(self._compacted_through, keep[0])
+        for name in [n for n in self._checkpoint_segments if (checkpoint_key(n) or keep) < keep]:
+            del self._checkpoint_segments[name]
 
     async def close(self) -> None:
         """Wait for a checkpoint or compaction in progress."""

@@ -12,6 +12,7 @@ since a stale state could make that answer wrong. A layout supplies ``refresh``,
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from typing import TypeVar
 from jqueue.core import codec
 from jqueue.core.retry import RetryPolicy
 from jqueue.domain.effects import Added, Effect, Payload
-from jqueue.domain.errors import CASConflictError
+from jqueue.domain.errors import CASConflictError, CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import QueueState
 from jqueue.domain.records import job_from
@@ -30,6 +31,7 @@ from jqueue.ports.storage import ObjectStoragePort
 
 Transition = Callable[[QueueIndex], None]
 T = TypeVar("T")
+logger = logging.getLogger("jqueue")
 
 
 def describe(storage: ObjectStoragePort) -> str:
@@ -86,8 +88,12 @@ class CommitStore(ABC):
     async def _commit(self, effects: Sequence[Effect]) -> None:
         """Durably commit ``effects``, already applied to ``index`` on top of its version.
 
-        Raises ``CASConflictError`` when another writer committed first.
+        Raises ``CASConflictError`` when another writer committed first. Once the commit
+        has landed it must not raise: what follows belongs in ``_landed``.
         """
+
+    def _landed(self, effects: Sequence[Effect]) -> None:  # noqa: B027  (most layouts have none)
+        """Bookkeeping after a commit landed (the default has none); it must not raise."""
 
     def needs_refresh(self) -> bool:
         """Whether the state in memory must be refreshed before the next commit."""
@@ -173,6 +179,10 @@ class CommitStore(ABC):
                 index.rollback()
                 raise
             index.commit()
+            try:
+                self._landed(effects)
+            except Exception:  # a landed commit is never undone; bookkeeping may be retried later
+                logger.exception("after a commit to %s", self.location)
             return
 
 
@@ -188,6 +198,8 @@ class SingleObjectStore(CommitStore):
         """Read and decode the whole object (or use the copy a lost write just read back)."""
         content, etag = self._read_back or await self.storage.read()
         self._read_back = None
+        if etag is not None and not content:
+            raise CorruptStateError(self.location, "the object is empty (0 bytes)")
         self.index = codec.decode_index(content, self.location)
         self._etag = etag
 

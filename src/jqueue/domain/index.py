@@ -250,6 +250,11 @@ class QueueIndex:
         """End the snapshot started by ``freeze``."""
         self._frozen = None
 
+    @property
+    def frozen(self) -> bool:
+        """Whether a snapshot started by ``freeze`` is still being taken."""
+        return self._frozen is not None
+
     # --- transactions ---------------------------------------------------------------
 
     def begin(self) -> None:
