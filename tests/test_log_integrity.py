@@ -102,7 +102,10 @@ async def test_a_marker_whose_log_was_deleted_is_reported_not_restarted(backend:
         assert not storage.namespace.exists()
 
 
-@pytest.mark.parametrize("content", [b"", b"hello", b'{"a": 1}', b"[]", b"\xff\xfe", b'{"layout": "jqueue-log/9"}'])
+FOREIGN = [b"", b"hello", b'{"a": 1}', b"[]", b"\xff\xfe", b'{"layout": "jqueue-log/9"}']
+
+
+@pytest.mark.parametrize("content", FOREIGN)
 @pytest.mark.parametrize("layout", ["auto", "single", "log"])
 async def test_an_empty_or_foreign_main_object_is_reported_and_kept(
     tmp_path: Path, content: bytes, layout: Layout
@@ -127,9 +130,9 @@ async def test_reads_of_a_queue_that_does_not_exist_create_nothing(backend: Back
         async with kind(storage) as q:
             assert (await q.read_state()).jobs == ()
             assert (await q.stats()).entrypoints == {}
-            assert await q.jobs() == [] and await q.count() == 0 and await q.peek() == []
-            assert await q.find("nope") is None and await q.dead_letters() == [] and await q.history() == []
-            assert await q.dequeue() == [] and await q.dequeue("work", batch_size=5) == []
+            assert (await q.jobs(), await q.count(), await q.peek()) == ([], 0, [])
+            assert (await q.find("nope"), await q.dead_letters(), await q.history()) == (None, [], [])
+            assert (await q.dequeue(), await q.dequeue("work", batch_size=5)) == ([], [])
             assert await q.sweep() == 0
     assert await storage.read() == (b"", None)
     assert await _namespace(storage) == []

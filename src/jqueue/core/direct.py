@@ -71,7 +71,7 @@ class DirectQueue(ManagementOperations):
             answers[:] = [operation(index)]
             self._trim(index)
 
-        async with self._turn:
+        async with self._turn, self._storage_use:  # without 'async with', held for this call only
             store = await self._opened_store()
             await store.apply(transition)
         return answers[0]

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from datetime import timedelta
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 from jqueue.domain.errors import JobNotFoundError, JQueueError, LeaseLostError
 from jqueue.domain.models import Job
@@ -15,9 +15,9 @@ logger = logging.getLogger("jqueue")
 
 
 class SupportsHeartbeat(Protocol):
-    """Anything with ``async heartbeat(job)``: every jqueue queue."""
+    """Anything with ``async heartbeat(job_id)``: every jqueue queue, or a test double."""
 
-    async def heartbeat(self, job: Job | str) -> None:
+    async def heartbeat(self, job_id: Any, /) -> None:
         """Record that the worker on a job is alive."""
         ...
 
@@ -27,26 +27,28 @@ class HeartbeatManager:
 
     A job that is gone (acked or removed elsewhere) or, for a claimed ``Job``, whose
     lease was lost stops the beats quietly; a transient failure (a storage error, a
-    lost race) skips one beat and the next one is tried on time. The task is cancelled when the block exits.
+    lost race) skips one beat and the next one is tried on time. The task is cancelled
+    when the block exits.
 
     Parameters
     ----------
     queue : SupportsHeartbeat
-        The queue the job was claimed from.
-    job : Job or str
-        The claimed job (its lease fences every beat), or its id (unfenced).
+        The queue the job was claimed from (anything with ``async heartbeat(job_id)``).
+    job_id : Job or str
+        The claimed job (its lease fences every beat), or its id (unfenced), as in
+        ``HeartbeatManager(q, job.id)``.
     interval : timedelta
         Time between beats.
     """
 
     def __init__(
-        self, queue: SupportsHeartbeat, job: Job | str, interval: timedelta = timedelta(seconds=60)
+        self, queue: SupportsHeartbeat, job_id: Job | str, interval: timedelta = timedelta(seconds=60)
     ) -> None:
         if interval <= timedelta(0):
             raise ValueError(f"interval must be positive, got {interval}")
         self.queue = queue
-        self.job = job
-        self.job_id = job if isinstance(job, str) else job.id
+        self.job = job_id
+        self.job_id = job_id if isinstance(job_id, str) else job_id.id
         self.interval = interval
         self._task: asyncio.Task[None] | None = None
 

@@ -282,7 +282,7 @@ class QueueOperations(ABC):
         claimed = await self._execute(operation)
         return await self._jobs(claimed) if claimed else []
 
-    async def ack(self, job: Job | str) -> None:
+    async def ack(self, job_id: Job | str) -> None:
         """Remove a finished job, leaving a history record.
 
         Pass the claimed ``Job`` to fence the call with its lease, or a job id to
@@ -296,7 +296,7 @@ class QueueOperations(ABC):
         JobNotFoundError
             Unfenced, if the job is not in the queue (for example, acked already).
         """
-        await self.ack_many([job])
+        await self.ack_many([job_id])
 
     async def ack_many(self, jobs: Iterable[Job | str]) -> None:
         """Remove finished jobs, all in one commit, each fenced as in ``ack``.
@@ -313,14 +313,16 @@ class QueueOperations(ABC):
 
         await self._execute(operation)
 
-    async def nack(self, job: Job | str, delay: timedelta | None = None, error: str | None = None) -> None:
+    async def nack(
+        self, job_id: Job | str, delay: timedelta | None = None, error: str | None = None
+    ) -> None:
         """Return a claimed job to the queue after a wait: ``delay``, else the queue's back-off
         (none by default); a job that used its last attempt dies instead.
 
         ``error`` is recorded as the job's last error. Fenced when given the claimed
         ``Job``, as in ``ack``.
         """
-        await self.nack_many([job], delay, error)
+        await self.nack_many([job_id], delay, error)
 
     async def nack_many(
         self, jobs: Iterable[Job | str], delay: timedelta | None = None, error: str | None = None
@@ -344,21 +346,21 @@ class QueueOperations(ABC):
 
         await self._execute(operation)
 
-    async def release(self, job: Job | str) -> None:
+    async def release(self, job_id: Job | str) -> None:
         """Return a claimed job to the queue at once, not as a failure (a worker shutting down);
         fenced when given the claimed ``Job``."""
-        job_id, lease = fence(job)
-        await self._execute(lambda index: index.release(job_id, lease))
+        plain_id, lease = fence(job_id)
+        await self._execute(lambda index: index.release(plain_id, lease))
 
-    async def heartbeat(self, job: Job | str) -> None:
+    async def heartbeat(self, job_id: Job | str) -> None:
         """Record that the worker on a job is alive, extending its lease by its visibility timeout.
 
         Fenced when given the claimed ``Job``: a lost lease raises ``LeaseLostError``.
         """
-        job_id, lease = fence(job)
+        plain_id, lease = fence(job_id)
 
         def operation(index: QueueIndex) -> None:
-            index.beat(job_id, to_micros(utc_now()), lease)
+            index.beat(plain_id, to_micros(utc_now()), lease)
 
         await self._execute(operation)
 

@@ -19,18 +19,18 @@ _ORPHAN_AGE_SECONDS = 3600.0
 
 
 def _etag(content: bytes) -> str:
-    return hashlib.blake2b(content, digest_size=16).hexdigest()
+    return hashlib.sha256(content).hexdigest()
 
 
 class LocalFileSystemStorage:
     """A file on a local POSIX filesystem with compare-and-swap writes.
 
-    A write takes an exclusive ``flock`` on ``<file>.lock``, checks the etag (a
-    BLAKE2 hash of the content), writes the new content to a temporary file in the
-    same directory, fsyncs it, renames it over the old file and fsyncs the
-    directory. The file is never truncated in place, so a process killed at any
-    moment leaves the old or the new state, whole; readers need no lock. Not for
-    network filesystems.
+    A write takes an exclusive ``flock`` on ``<file>.lock``, checks the etag, writes
+    the new content to a temporary file in the same directory, fsyncs it, renames it
+    over the old file and fsyncs the directory. The file is never truncated in place,
+    so a process killed at any moment leaves the old or the new state, whole; readers
+    need no lock. Not for network filesystems. The etag is the SHA-256 hex digest of
+    the content.
 
     Named objects (the log-structured layout) live in the directory ``<file>.d``;
     each is created whole with a hard link from a fsynced temporary file, which

@@ -9,41 +9,41 @@ from jqueue.domain.errors import CASConflictError
 
 
 class InMemoryStorage:
-    """An in-process object with compare-and-swap writes; etags are a counter.
+    """An in-process object with compare-and-swap writes; the etag is a counter.
 
     Safe across coroutines and threads of one process; nothing survives the process.
 
     Parameters
     ----------
-    initial_content : bytes or None
-        Content the object starts with; None starts with no object.
+    initial_content : bytes
+        Content the object starts with (etag ``"0"``); empty starts with no object.
+        Each write's etag is the count of writes so far (``"1"``, ``"2"``...).
     name : str
         A label for messages and the ``memory://`` URL.
     """
 
-    def __init__(self, initial_content: bytes | None = None, *, name: str = "") -> None:
+    def __init__(self, initial_content: bytes = b"", *, name: str = "") -> None:
+        self.initial_content = initial_content
         self.url = f"memory://{name}"
         self._lock = threading.Lock()
-        self._content = initial_content
-        self._generation = 0 if initial_content is None else 1
+        self._content = bytes(initial_content)
+        self._etag: str | None = "0" if initial_content else None
+        self._writes = 0
         self._named: dict[str, bytes] = {}
 
     async def read(self) -> tuple[bytes, str | None]:
-        """Return the content and etag, or ``(b"", None)`` before the first write."""
+        """Return the content and etag, or ``(b"", None)`` while there is no object."""
         with self._lock:
-            if self._content is None:
-                return b"", None
-            return self._content, str(self._generation)
+            return self._content, self._etag
 
     async def write(self, content: bytes, if_match: str | None = None) -> str:
         """Replace the content if the etag still matches; None creates it only if absent."""
         with self._lock:
-            current = None if self._content is None else str(self._generation)
-            if current != if_match:
-                raise CASConflictError(f"{self.url}: expected etag {if_match!r}, found {current!r}")
-            self._content = bytes(content)
-            self._generation += 1
-            return str(self._generation)
+            if if_match != self._etag:
+                raise CASConflictError(f"{self.url}: expected etag {if_match!r}, found {self._etag!r}")
+            self._writes += 1
+            self._content, self._etag = bytes(content), str(self._writes)
+            return self._etag
 
     async def get(self, name: str) -> bytes | None:
         """Return the named object's content, or None."""

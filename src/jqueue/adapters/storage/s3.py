@@ -7,6 +7,8 @@ Works with AWS S3 and S3-compatible servers that honour ``If-Match`` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
 
@@ -33,10 +35,12 @@ class S3Storage:
 
     The first write sends ``If-None-Match: *`` so two processes creating the same
     queue cannot both win; later writes send ``If-Match``. Both 412 and 409
-    (``ConditionalRequestConflict``) are reported as ``CASConflictError``. One
-    client is opened on first use and kept until ``aclose()`` (or the end of an
-    ``async with`` block, or of the queue that holds this storage). Named objects
-    (the log-structured layout) are the keys under ``<key>.d/``.
+    (``ConditionalRequestConflict``) are reported as ``CASConflictError``. While the
+    storage is held (an ``async with`` block, or a queue entered with ``async with``)
+    one client serves every call, closed when the last holder leaves; a call made
+    while nobody holds it opens and closes a client of its own, so that no connection
+    outlives its use. Named objects (the log-structured layout) are the keys under
+    ``<key>.d/``.
 
     Parameters
     ----------
@@ -103,6 +107,17 @@ class S3Storage:
             opening = self._opening = asyncio.get_running_loop().create_task(self._open())
         return (await asyncio.shield(opening))[1]
 
+    @contextlib.asynccontextmanager
+    async def _connected(self) -> AsyncIterator[Any]:
+        """Yield the shared client while the storage is held, else a client for this call only."""
+        if self._holders > 0:
+            yield await self._client()
+            return
+        async with self.session.client(
+            "s3", endpoint_url=self.endpoint_url, region_name=self.region_name
+        ) as client:
+            yield client
+
     async def _open(self) -> tuple[Any, Any]:
         context = self.session.client("s3", endpoint_url=self.endpoint_url, region_name=self.region_name)
         return context, await context.__aenter__()
@@ -127,32 +142,33 @@ class S3Storage:
 
     async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
         """Return the names under ``prefix`` after ``start_after``, sorted."""
-        client = await self._client()
         arguments = {"Bucket": self.bucket, "Prefix": self.namespace + checked_prefix(prefix)}
         if start_after:
             arguments["StartAfter"] = self.namespace + start_after
         names: list[str] = []
         try:
-            async for page in client.get_paginator("list_objects_v2").paginate(**arguments):
-                names.extend(item["Key"][len(self.namespace) :] for item in page.get("Contents", ()))
+            async with self._connected() as client:
+                async for page in client.get_paginator("list_objects_v2").paginate(**arguments):
+                    names.extend(item["Key"][len(self.namespace) :] for item in page.get("Contents", ()))
         except Exception as exc:
             raise StorageError(f"cannot list {self.url}.d/{prefix}", exc) from exc
         return names
 
     async def delete(self, name: str) -> None:
         """Remove the named object if it exists."""
-        client = await self._client()
+        key = self.namespace + checked_name(name)
         try:
-            await client.delete_object(Bucket=self.bucket, Key=self.namespace + checked_name(name))
+            async with self._connected() as client:
+                await client.delete_object(Bucket=self.bucket, Key=key)
         except Exception as exc:
             raise StorageError(f"cannot delete {self.url}.d/{name}", exc) from exc
 
     async def _get(self, key: str) -> tuple[bytes, str] | None:
-        client = await self._client()
         try:
-            response = await client.get_object(Bucket=self.bucket, Key=key)
-            async with response["Body"] as body:
-                content: bytes = await body.read()
+            async with self._connected() as client:
+                response = await client.get_object(Bucket=self.bucket, Key=key)
+                async with response["Body"] as body:
+                    content: bytes = await body.read()
         except ClientError as exc:
             if _error_code(exc)[0] in _MISSING_CODES:
                 return None
@@ -162,12 +178,12 @@ class S3Storage:
         return content, str(response["ETag"])
 
     async def _put(self, key: str, content: bytes, if_match: str | None) -> str:
-        client = await self._client()
         condition = {"IfNoneMatch": "*"} if if_match is None else {"IfMatch": if_match}
         try:
-            response = await client.put_object(
-                Bucket=self.bucket, Key=key, Body=content, ContentType="application/json", **condition
-            )
+            async with self._connected() as client:
+                response = await client.put_object(
+                    Bucket=self.bucket, Key=key, Body=content, ContentType="application/json", **condition
+                )
         except ClientError as exc:
             code, status = _error_code(exc)
             gone = if_match is not None and code in _MISSING_CODES
