@@ -1,4 +1,5 @@
-"""What the group-commit loop adds: batching, isolation, retries on conflict, draining."""
+"""What the group-commit loop adds: batching, isolation, retries on conflict, draining, closing;
+on both layouts."""
 
 from __future__ import annotations
 
@@ -6,56 +7,111 @@ import asyncio
 
 import pytest
 
-from conftest import Backend, CountingStorage
+from conftest import Backend
 from jqueue import (
     BrokerQueue,
     DirectQueue,
     GroupCommitLoop,
     InMemoryStorage,
     JobNotFoundError,
+    JobStatus,
+    Layout,
     QueueClosedError,
 )
+from jqueue.domain.effects import PauseSet
+from jqueue.domain.index import QueueIndex
 
 
-class SlowStorage(CountingStorage):
-    """A real in-memory object whose writes take a while, so that callers pile up."""
+class Storage:
+    """A real in-memory object (with keyed calls for the log layout, without for the single one)
+    that counts commits and reads, and whose commits take ``delay`` seconds."""
+
+    def __init__(self, layout: Layout, delay: float = 0.0) -> None:
+        self.inner = InMemoryStorage(name=f"group-commit-{layout}")
+        self.url = self.inner.url
+        self.delay = delay
+        self.commits = 0
+        self.reads = 0
+        if layout == "log":
+            self.get, self.create = self._get, self._create
+            self.list_names, self.delete = self.inner.list_names, self.inner.delete
+
+    async def read(self) -> tuple[bytes, str | None]:
+        self.reads += 1
+        return await self.inner.read()
 
     async def write(self, content: bytes, if_match: str | None = None) -> str:
-        await asyncio.sleep(0.02)
-        return await super().write(content, if_match)
+        await asyncio.sleep(self.delay)
+        self.commits += 1
+        return await self.inner.write(content, if_match)
+
+    async def _get(self, name: str) -> bytes | None:
+        self.reads += 1
+        return await self.inner.get(name)
+
+    async def _create(self, name: str, content: bytes) -> None:
+        await asyncio.sleep(self.delay)
+        self.commits += name.startswith("log/")
+        await self.inner.create(name, content)
 
 
-async def test_concurrent_calls_share_commits() -> None:
-    storage = SlowStorage(InMemoryStorage())
+async def test_concurrent_calls_share_commits(layout: Layout) -> None:
+    storage = Storage(layout, delay=0.02)
     async with BrokerQueue(storage) as q:
         jobs = await asyncio.gather(*(q.enqueue("work", str(i).encode()) for i in range(100)))
         state = await q.read_state()
     assert {j.id for j in state.jobs} == {j.id for j in jobs}
-    assert storage.writes <= 5
+    assert storage.commits <= 5
 
 
-async def test_one_bad_operation_fails_only_its_caller() -> None:
-    async with BrokerQueue(InMemoryStorage()) as q:
+async def test_one_bad_operation_fails_only_its_caller_and_leaves_nothing(layout: Layout) -> None:
+    storage = Storage(layout)
+    async with BrokerQueue(storage) as q:
+        kept = await q.enqueue("work", b"kept")
         results = await asyncio.gather(
-            q.enqueue("work", b"a"), q.ack("no-such-job"), q.enqueue("work", b"b"), return_exceptions=True
+            q.enqueue("work", b"a"),
+            q.ack_many([kept.id, "no-such-job"]),  # removes `kept`, then fails: undone
+            q.enqueue("work", b"b"),
+            return_exceptions=True,
         )
         assert isinstance(results[1], JobNotFoundError)
         assert results[1].job_id == "no-such-job"
         state = await q.read_state()
-    assert sorted(j.payload for j in state.jobs) == [b"a", b"b"]
+    assert sorted(j.payload for j in state.jobs) == [b"a", b"b", b"kept"]
 
 
-async def test_sequential_operations_read_storage_once() -> None:
-    storage = CountingStorage(InMemoryStorage())
+async def test_a_call_whose_effects_cannot_be_stored_fails_alone(layout: Layout) -> None:
+    storage = Storage(layout, delay=0.01)
+
+    def poison(index: QueueIndex) -> None:  # an effect the encoder refuses (a lone surrogate)
+        index.apply(PauseSet("\udc80", True, False))
+
+    async with BrokerQueue(storage) as q:
+        calls = [q.enqueue("work", b"%d" % n) for n in range(39)]
+        results = await asyncio.gather(*calls[:20], q._execute(poison), *calls[20:], return_exceptions=True)
+        assert [type(r) for r in results if isinstance(r, BaseException)] == [UnicodeEncodeError]
+        assert len((await q.read_state()).jobs) == 39
+        with pytest.raises(ValueError, match="not valid Unicode"):
+            await q.enqueue("\udc80", b"x")
+        [job] = await q.dequeue("work")
+        await q.nack(job, error="cannot open '\udcff.txt'")
+        nacked = await q.find(job.id)
+        assert nacked is not None
+        assert (nacked.status, nacked.last_error) == (JobStatus.QUEUED, "cannot open '\\udcff.txt'")
+
+
+async def test_sequential_operations_do_not_read_again(layout: Layout) -> None:
+    storage = Storage(layout)
     for queue in (DirectQueue(storage), BrokerQueue(storage)):
-        storage.reads = storage.writes = 0
         async with queue as q:
+            await q.enqueue("setup", b"")  # the queue exists and this process is up to date
+            storage.reads = storage.commits = 0
             for i in range(20):
                 job = await q.enqueue("work", str(i).encode())
-                await q.dequeue()
+                await q.dequeue("work")
                 await q.ack(job.id)
-        assert storage.writes == 60
-        assert storage.reads <= 1
+        assert storage.commits == 60
+        assert storage.reads == 0
 
 
 async def test_racing_brokers_reapply_their_batches(backend: Backend) -> None:
@@ -73,14 +129,36 @@ async def test_racing_brokers_reapply_their_batches(backend: Backend) -> None:
     assert sorted(j.payload for j in state.jobs) == expected
 
 
-async def test_exit_drains_pending_operations() -> None:
-    storage = SlowStorage(InMemoryStorage())
+async def test_exit_drains_pending_operations(layout: Layout) -> None:
+    storage = Storage(layout, delay=0.02)
     async with BrokerQueue(storage) as q:
         tasks = [asyncio.create_task(q.enqueue("work", str(i).encode())) for i in range(30)]
         await asyncio.sleep(0)
     assert all(t.done() and t.exception() is None for t in tasks)
     async with BrokerQueue(storage) as q:
         assert len((await q.read_state()).jobs) == 30
+
+
+async def test_closing_under_a_deadline_ends_every_pending_call(layout: Layout) -> None:
+    storage = Storage(layout, delay=0.05)
+    q = BrokerQueue(storage)
+    await q.start()
+    tasks = [asyncio.create_task(q.enqueue("work", b"%d" % n)) for n in range(2000)]
+    await asyncio.sleep(0.01)
+    more = [asyncio.create_task(q.enqueue("late", b"%d" % n)) for n in range(100)]
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.02):
+            await q.stop()
+    done, waiting = await asyncio.wait([*tasks, *more], timeout=10)
+    assert not waiting, f"{len(waiting)} callers still wait"
+    failures = [t.exception() for t in done if t.exception() is not None]
+    assert failures
+    assert all(isinstance(exc, QueueClosedError) for exc in failures)
+    with pytest.raises(QueueClosedError):
+        await q.enqueue("work", b"after")
+    committed = {t.result().id for t in done if t.exception() is None}
+    async with BrokerQueue(storage) as fresh:
+        assert committed <= {job.id for job in (await fresh.read_state()).jobs}
 
 
 async def test_calls_outside_the_running_loop_are_refused() -> None:

@@ -16,6 +16,7 @@ from jqueue.core.operations import (
 )
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings, QueuePolicy
+from jqueue.core.timed import DEFAULT_STORAGE_TIMEOUT
 from jqueue.domain.index import QueueIndex
 from jqueue.ports.storage import ObjectStoragePort
 
@@ -45,6 +46,9 @@ class DirectQueue(ManagementOperations):
         How long a claim holds a job without a heartbeat before the job returns to
         the queue (``dequeue`` can override it per call). Every commit returns the
         jobs whose lease ran out.
+    storage_timeout : timedelta or None
+        The longest a storage call may take before it fails with ``StorageError``; None
+        waits forever.
     """
 
     def __init__(
@@ -57,9 +61,11 @@ class DirectQueue(ManagementOperations):
         log: LogSettings | None = None,
         visibility_timeout: timedelta = DEFAULT_VISIBILITY_TIMEOUT,
         policy: QueuePolicy | None = None,
+        storage_timeout: timedelta | None = DEFAULT_STORAGE_TIMEOUT,
     ) -> None:
         retry = RetryPolicy(max_retries=max_retries)
-        super().__init__(storage, retry, layout, max_payload_bytes, log, visibility_timeout, policy)
+        options = (log, visibility_timeout, policy, storage_timeout)
+        super().__init__(storage, retry, layout, max_payload_bytes, *options)
         self.max_retries = max_retries
         self._turn = asyncio.Lock()
 

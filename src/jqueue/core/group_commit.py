@@ -14,7 +14,8 @@ from jqueue.core.management import ManagementOperations
 from jqueue.core.operations import DEFAULT_MAX_PAYLOAD_BYTES, Operation, T
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings, QueuePolicy
-from jqueue.domain.errors import QueueClosedError
+from jqueue.core.timed import DEFAULT_STORAGE_TIMEOUT
+from jqueue.domain.errors import JQueueError, QueueClosedError
 from jqueue.domain.index import QueueIndex
 from jqueue.ports.storage import ObjectStoragePort
 
@@ -54,6 +55,9 @@ class GroupCommitLoop(ManagementOperations):
         Checkpoint, retention and cache settings of the log layout.
     policy : QueuePolicy or None
         Defaults for retries, back-off, time to live and history.
+    storage_timeout : timedelta or None
+        The longest a storage call may take before it fails with ``StorageError``; None
+        waits forever.
     """
 
     def __init__(
@@ -66,9 +70,11 @@ class GroupCommitLoop(ManagementOperations):
         layout: Layout = "auto",
         log: LogSettings | None = None,
         policy: QueuePolicy | None = None,
+        storage_timeout: timedelta | None = DEFAULT_STORAGE_TIMEOUT,
     ) -> None:
         retry = RetryPolicy(max_retries=max_retries)
-        super().__init__(storage, retry, layout, max_payload_bytes, log, stale_timeout, policy)
+        options = (log, stale_timeout, policy, storage_timeout)
+        super().__init__(storage, retry, layout, max_payload_bytes, *options)
         self.stale_timeout = stale_timeout
         self._pending: list[_Pending] = []
         self._wakeup = asyncio.Event()
@@ -107,7 +113,7 @@ class GroupCommitLoop(ManagementOperations):
         await self.stop()
 
     async def _execute(self, operation: Operation[T]) -> T:
-        if self._task is None or self._stopping:
+        if self._task is None or self._stopping or self._task.done():
             raise QueueClosedError("the queue is not running; use 'async with' or call start() first")
         pending = _Pending(operation)
         self._pending.append(pending)
@@ -116,14 +122,19 @@ class GroupCommitLoop(ManagementOperations):
         return result
 
     async def _write_rounds(self) -> None:
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            while self._pending:
-                batch, self._pending = self._pending, []
-                await self._commit_batch(batch)
-            if self._stopping:
-                return
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while self._pending:
+                    batch, self._pending = self._pending, []
+                    await self._commit_batch(batch)
+                if self._stopping:
+                    return
+        finally:  # stopped, cancelled (a deadline on stop()) or broken: no caller waits forever
+            self._stopping = True
+            unsent, self._pending = self._pending, []
+            _fail(unsent, QueueClosedError("the queue stopped before this call was committed"))
 
     async def _commit_batch(self, batch: list[_Pending]) -> None:
         outcomes: list[tuple[bool, Any]] = []
@@ -145,9 +156,20 @@ class GroupCommitLoop(ManagementOperations):
         try:
             store = await self._opened_store()
             await store.apply(transition)
-        except Exception as exc:
+        except asyncio.CancelledError:
+            closed = "the queue stopped while this call's commit was in flight; it may have landed"
+            _fail(batch, QueueClosedError(closed))
+            raise
+        except JQueueError as exc:  # the storage's answer: every call of the round shares it
             logger.warning("group commit of %d operations failed: %r", len(batch), exc)
             outcomes[:] = [(False, exc)] * len(batch)
+        except Exception as exc:
+            if len(batch) > 1:  # one call's effects broke the commit (say, a value the encoder refuses)
+                logger.warning("a group commit failed, committing its %d calls alone: %r", len(batch), exc)
+                for pending in batch:
+                    await self._commit_batch([pending])
+                return
+            outcomes[:] = [(False, exc)]
         for pending, (ok, value) in zip(batch, outcomes, strict=True):
             if pending.future.done():
                 continue
@@ -155,3 +177,9 @@ class GroupCommitLoop(ManagementOperations):
                 pending.future.set_result(value)
             else:
                 pending.future.set_exception(value)
+
+
+def _fail(calls: list[_Pending], error: Exception) -> None:
+    for pending in calls:
+        if not pending.future.done():
+            pending.future.set_exception(error)

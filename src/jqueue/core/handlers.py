@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import multiprocessing
-from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
 from jqueue.domain.models import Job
@@ -18,6 +23,11 @@ Handler = Callable[[Job], Awaitable[object]] | Callable[[Job], object]
 pool; whatever it returns is ignored, an exception is a failure."""
 
 RunIn = Literal["loop", "thread", "process"]
+
+# What a terminal or a service manager sends to all of a worker's processes: the worker
+# alone acts on them, and stops its handler processes itself.
+_GROUP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_KILL_WAIT = 5.0  # seconds for killed handler processes to exit
 
 
 class HandlerTimeoutError(Exception):
@@ -55,23 +65,79 @@ class HandlerSpec:
         return cls(function, timeout, "process" if in_process else "thread")
 
 
+def _ignore_group_signals() -> None:
+    """Initialize a handler process: ignore the signals meant for its worker.
+
+    The process starts with them blocked (see ``_group_signals_blocked``); once ignored,
+    a signal that came meanwhile is dropped.
+    """
+    for sig in _GROUP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _GROUP_SIGNALS)
+
+
+@contextlib.contextmanager
+def _group_signals_blocked() -> Iterator[None]:
+    """Block the group's signals in this thread while it starts a handler process, which
+    inherits the mask: a signal before the process's initializer runs cannot kill it."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _join(processes: list[BaseProcess], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+
+
+class _HandlerProcess:
+    """A pool of one spawned process, so that one handler can be killed without the others."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")  # no fork of a process running threads
+        self.pool = ProcessPoolExecutor(1, mp_context=context, initializer=_ignore_group_signals)
+
+    def submit(self, function: Callable[[Job], object], job: Job) -> Future[object]:
+        """Run ``function(job)`` in the process (started by the first call)."""
+        with _group_signals_blocked():
+            return self.pool.submit(function, job)
+
+    def shut_down(self, kill: bool) -> list[BaseProcess]:
+        """Shut the pool down, waiting for its handler unless ``kill``: then kill its process
+        (it ignores SIGTERM) and return it, to be joined."""
+        processes: list[BaseProcess] = list((self.pool._processes or {}).values())  # no public way
+        if not kill:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            return []
+        for process in processes:
+            process.kill()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        return processes
+
+
 class HandlerPools:
-    """The thread and process pools of one worker run, created on first use."""
+    """The thread pool and the handler processes of one worker run, created on first use.
+
+    Each process runs one handler at a time (at most ``size`` at once), so a handler past
+    its time limit, or one its worker stopped waiting for, is killed alone. The processes
+    ignore SIGINT and SIGTERM: a terminal's Ctrl-C or a service manager's SIGTERM to the
+    whole process group leaves them to their worker.
+    """
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._threads: ThreadPoolExecutor | None = None
-        self._processes: ProcessPoolExecutor | None = None
+        self._process_slots = asyncio.Semaphore(size)
+        self._idle: list[_HandlerProcess] = []
+        self._busy: set[_HandlerProcess] = set()
 
-    def _pool(self, run_in: RunIn) -> Executor:
-        if run_in == "thread":
-            if self._threads is None:
-                self._threads = ThreadPoolExecutor(self.size, thread_name_prefix="jqueue-handler")
-            return self._threads
-        if self._processes is None:
-            context = multiprocessing.get_context("spawn")  # no fork of a process running threads
-            self._processes = ProcessPoolExecutor(self.size, mp_context=context)
-        return self._processes
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.size, thread_name_prefix="jqueue-handler")
+        return self._threads
 
     async def call(self, spec: HandlerSpec, job: Job) -> None:
         """Run the handler on ``job`` within its time limit.
@@ -79,8 +145,8 @@ class HandlerPools:
         Raises
         ------
         HandlerTimeoutError
-            If it ran past its time limit (an async handler is cancelled; a thread or a
-            process cannot be, so its result is dropped).
+            If it ran past its time limit: an async handler is cancelled and a process
+            killed; a thread cannot be stopped, so its result is dropped.
         """
         seconds = None if spec.timeout is None else spec.timeout.total_seconds()
         async with asyncio.timeout(seconds) as limit:
@@ -88,17 +154,43 @@ class HandlerPools:
                 if spec.run_in == "loop":
                     result: Any = spec.function(job)
                     await result
-                else:
+                elif spec.run_in == "thread":
                     loop = asyncio.get_running_loop()
-                    await loop.run_in_executor(self._pool(spec.run_in), spec.function, job)
+                    await loop.run_in_executor(self._thread_pool(), spec.function, job)
+                else:
+                    await self._in_process(spec.function, job)
             except asyncio.CancelledError:
                 if limit.expired():
                     raise HandlerTimeoutError(f"timed out after {seconds:g} s") from None
                 raise
 
+    async def _in_process(self, function: Callable[[Job], object], job: Job) -> None:
+        async with self._process_slots:
+            handler = self._idle.pop() if self._idle else _HandlerProcess()
+            self._busy.add(handler)
+            try:
+                await asyncio.wrap_future(handler.submit(function, job))
+            except BaseException as exc:
+                # Cancelled (time limit, worker stopping) or broken: the process goes.
+                reusable = isinstance(exc, Exception) and not isinstance(exc, BrokenProcessPool)
+                await self._put_back(handler, reusable)
+                raise
+            await self._put_back(handler, reusable=True)
+
+    async def _put_back(self, handler: _HandlerProcess, reusable: bool) -> None:
+        if handler not in self._busy:
+            return  # closed meanwhile
+        self._busy.discard(handler)
+        if reusable:
+            self._idle.append(handler)
+        else:
+            await asyncio.to_thread(_join, handler.shut_down(kill=True), _KILL_WAIT)
+
     def close(self, wait: bool) -> None:
-        """Shut the pools down, waiting for running handlers if ``wait``."""
-        for pool in (self._threads, self._processes):
-            if pool is not None:
-                pool.shutdown(wait=wait, cancel_futures=True)
-        self._threads = self._processes = None
+        """Shut the pools down: wait for running handlers if ``wait``, else leave the threads
+        to finish alone and kill the processes."""
+        if self._threads is not None:
+            self._threads.shutdown(wait=wait, cancel_futures=True)
+        handlers = [*self._idle, *self._busy]
+        self._threads, self._idle, self._busy = None, [], set()
+        _join([process for handler in handlers for process in handler.shut_down(kill=not wait)], _KILL_WAIT)

@@ -11,6 +11,12 @@ from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, JobStatus, utc_now
 from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.stats import QueueStats, stats_of
+from jqueue.domain.values import checked_int64, checked_text
+
+
+def _scope(entrypoint: str | None) -> None:
+    if entrypoint is not None:
+        checked_text("entrypoint", entrypoint)
 
 
 def _micros_before(age: timedelta | None) -> int | None:
@@ -133,6 +139,7 @@ class ManagementOperations(QueueOperations):
     async def pause(self, entrypoint: str | None = None, *, enqueues: bool = False) -> None:
         """Stop handing out jobs of ``entrypoint`` (None: of the whole queue) to every process;
         with ``enqueues``, refuse new jobs too (``QueuePausedError``)."""
+        _scope(entrypoint)
 
         def operation(index: QueueIndex) -> None:
             enqueues_paused = enqueues or entrypoint in index.controls.paused_enqueues
@@ -142,6 +149,7 @@ class ManagementOperations(QueueOperations):
 
     async def resume(self, entrypoint: str | None = None) -> None:
         """Undo ``pause`` of ``entrypoint`` (None: of the whole queue): claims and enqueues."""
+        _scope(entrypoint)
         await self._execute(lambda index: index.apply(PauseSet(entrypoint, False, False)))
 
     async def throttle(self, limit: int | None, per: timedelta, entrypoint: str | None = None) -> None:
@@ -150,7 +158,8 @@ class ManagementOperations(QueueOperations):
 
         Windows are fixed (counted from the epoch), so a burst may straddle two.
         """
-        if limit is not None and limit < 0:
+        _scope(entrypoint)
+        if limit is not None and checked_int64("limit", limit) < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
         window = per // timedelta(microseconds=1)
         if window < 1:

@@ -8,6 +8,7 @@ call, or many folded into one.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -19,12 +20,14 @@ from jqueue.core.log_store import LogStore
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings, QueuePolicy
 from jqueue.core.store import CommitStore, StorageUse
+from jqueue.core.timed import timed
 from jqueue.domain.effects import Added, to_micros
 from jqueue.domain.errors import PayloadTooLargeError, QueuePausedError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState, utc_now
 from jqueue.domain.records import HistoryRecord, JobRecord, added_from, job_from
-from jqueue.domain.spec import JobSpec
+from jqueue.domain.spec import LONGEST_SPAN, JobSpec
+from jqueue.domain.values import checked_int64, checked_text, storable_text
 from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")
@@ -32,6 +35,10 @@ Operation = Callable[[QueueIndex], T]
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 DEFAULT_VISIBILITY_TIMEOUT = timedelta(minutes=5)
+CLOCK_SAFE_VISIBILITY = timedelta(seconds=30)
+"""Below this visibility timeout a queue warns: a claimer whose clock runs ahead by more than
+a lease sweeps leases that are still valid for their holders."""
+logger = logging.getLogger("jqueue")
 
 
 def new_lease() -> str:
@@ -69,15 +76,23 @@ class QueueOperations(ABC):
         log: LogSettings | None,
         visibility_timeout: timedelta,
         policy: QueuePolicy | None,
+        storage_timeout: timedelta | None,
     ) -> None:
         if visibility_timeout <= timedelta(0):
             raise ValueError(f"visibility_timeout must be positive, got {visibility_timeout}")
+        if visibility_timeout < CLOCK_SAFE_VISIBILITY:
+            logger.warning(
+                "a visibility timeout of %s is short: leases assume that the clocks of all processes "
+                "agree to well within it (see the README's guarantees)",
+                visibility_timeout,
+            )
         self.storage = storage
         self.max_payload_bytes = max_payload_bytes
         self.visibility_timeout = visibility_timeout
+        self.storage_timeout = storage_timeout
         self.policy = policy or QueuePolicy()
         self._swept = 0
-        self._opener = StoreOpener(storage, retry, layout, log or LogSettings())
+        self._opener = StoreOpener(timed(storage, storage_timeout), retry, layout, log or LogSettings())
         self._storage_use = StorageUse(storage)
 
     @abstractmethod
@@ -184,7 +199,7 @@ class QueueOperations(ABC):
         ``publish(batch)`` makes every job of the batch claimable in one commit (or
         ``discard(batch)`` drops them). A bulk write too large for one commit stages its jobs
         in several calls; dedup keys work as in ``enqueue_many``."""
-        if not batch:
+        if not checked_text("batch", batch):
             raise ValueError("a bulk write needs a name")
         return await self._add(jobs, batch)
 
@@ -314,27 +329,42 @@ class QueueOperations(ABC):
         await self._execute(operation)
 
     async def nack(
-        self, job_id: Job | str, delay: timedelta | None = None, error: str | None = None
+        self,
+        job_id: Job | str,
+        delay: timedelta | None = None,
+        error: str | None = None,
+        *,
+        max_attempts: int | None = None,
     ) -> None:
         """Return a claimed job to the queue after a wait: ``delay``, else the queue's back-off
         (none by default); a job that used its last attempt dies instead.
 
-        ``error`` is recorded as the job's last error. Fenced when given the claimed
-        ``Job``, as in ``ack``.
+        ``error`` is recorded as the job's last error (what UTF-8 cannot store is escaped).
+        ``max_attempts`` is the limit for a job without one of its own (by default the
+        queue policy's). Fenced when given the claimed ``Job``, as in ``ack``.
         """
-        await self.nack_many([job_id], delay, error)
+        await self.nack_many([job_id], delay, error, max_attempts=max_attempts)
 
     async def nack_many(
-        self, jobs: Iterable[Job | str], delay: timedelta | None = None, error: str | None = None
+        self,
+        jobs: Iterable[Job | str],
+        delay: timedelta | None = None,
+        error: str | None = None,
+        *,
+        max_attempts: int | None = None,
     ) -> None:
         """Return claimed jobs to the queue as ``nack`` does, all in one commit.
 
         If one of them cannot be, the error is raised and none is.
         """
-        if delay is not None and delay < timedelta(0):
-            raise ValueError(f"delay must not be negative, got {delay}")
+        if delay is not None and not timedelta(0) <= delay <= LONGEST_SPAN:
+            raise ValueError(f"delay must be between 0 and {LONGEST_SPAN.days} days, got {delay}")
+        if max_attempts is not None and checked_int64("max_attempts", max_attempts) < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         fences = [fence(job) for job in jobs]
         policy = self.policy
+        limit = policy.max_attempts if max_attempts is None else max_attempts
+        text = None if error is None else storable_text(str(error))
 
         def operation(index: QueueIndex) -> None:
             now = utc_now()
@@ -342,7 +372,7 @@ class QueueOperations(ABC):
                 record = index.records.get(job_id)
                 wait = delay if delay is not None else policy.retry_delay(record.attempts if record else 1)
                 retry_at = None if not wait else to_micros(now + wait)
-                index.nack(job_id, lease, to_micros(now), retry_at, error, policy.max_attempts)
+                index.nack(job_id, lease, to_micros(now), retry_at, text, limit)
 
         await self._execute(operation)
 

@@ -6,6 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jqueue.domain.models import Job, JobStatus
+from jqueue.domain.values import checked_int64, checked_text
+
+LONGEST_SPAN = timedelta(days=365 * 1000)
+"""The longest ``delay`` or ``ttl`` a job takes (a time past it would not fit a datetime)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,17 @@ class JobSpec:
     ttl: timedelta | None = None
 
     def __post_init__(self) -> None:
+        checked_text("entrypoint", self.entrypoint)
+        if not isinstance(self.payload, bytes | bytearray):
+            raise ValueError(f"payload must be bytes, got {type(self.payload).__name__}")
+        checked_int64("priority", self.priority)
+        if self.dedup_key is not None:
+            checked_text("dedup_key", self.dedup_key)
+        if self.max_attempts is not None:
+            checked_int64("max_attempts", self.max_attempts)
+        for name, span in (("delay", self.delay), ("ttl", self.ttl)):
+            if span is not None and span > LONGEST_SPAN:
+                raise ValueError(f"{name} must be at most {LONGEST_SPAN.days} days, got {span}")
         if self.delay is not None and self.not_before is not None:
             raise ValueError("give delay or not_before, not both")
         if self.delay is not None and self.delay < timedelta(0):

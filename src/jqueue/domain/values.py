@@ -1,0 +1,39 @@
+"""Checks on the values a caller hands to a queue, made before anything is committed.
+
+Names (entrypoints, dedup keys, bulk write names) must be text that every wire format can
+store, so one bad name fails its own call and never the commit it would share; error text
+is recorded whatever it holds, with what cannot be stored replaced.
+"""
+
+from __future__ import annotations
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def checked_text(name: str, value: object) -> str:
+    """Return ``value`` if it is a string that UTF-8 can encode, else raise ``ValueError``."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} {value!r} is not valid Unicode text ({exc.reason})") from None
+    return value
+
+
+def checked_int64(name: str, value: object) -> int:
+    """Return ``value`` if it is an int that fits in 64 bits (signed), else raise ``ValueError``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"{name} {value} does not fit in 64 bits")
+    return value
+
+
+def storable_text(text: str) -> str:
+    """Return ``text`` with what UTF-8 cannot encode (lone surrogates) written as escapes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

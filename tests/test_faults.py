@@ -1,0 +1,128 @@
+"""Nothing hangs: every public operation against a storage that always conflicts, always fails,
+never answers or answers slowly ends within a deadline, with an answer or a jqueue error."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from faulty import FaultyStorage
+from jqueue import (
+    BrokerQueue,
+    CASConflictError,
+    DirectQueue,
+    InMemoryStorage,
+    JobSpec,
+    JQueueError,
+    Layout,
+    StorageError,
+)
+from jqueue.core.operations import QueueOperations
+
+JOB_ID = "job-that-was-seeded"
+Call = Callable[[Any], Awaitable[object]]
+
+OPERATIONS: dict[str, Call] = {
+    "enqueue": lambda q: q.enqueue("work", b"x"),
+    "enqueue_many": lambda q: q.enqueue_many("work", [b"a", b"b"]),
+    "stage_many": lambda q: q.stage_many([JobSpec("work", b"s")], "bulk"),
+    "publish": lambda q: q.publish("bulk"),
+    "discard": lambda q: q.discard("bulk"),
+    "dequeue": lambda q: q.dequeue(batch_size=2),
+    "ack": lambda q: q.ack(JOB_ID),
+    "nack": lambda q: q.nack(JOB_ID, error="boom"),
+    "heartbeat": lambda q: q.heartbeat(JOB_ID),
+    "release": lambda q: q.release(JOB_ID),
+    "requeue": lambda q: q.requeue([JOB_ID]),
+    "requeue_dead": lambda q: q.requeue_dead(),
+    "purge": lambda q: q.purge(),
+    "pause": lambda q: q.pause("work"),
+    "resume": lambda q: q.resume("work"),
+    "throttle": lambda q: q.throttle(5, per=timedelta(seconds=1)),
+    "sweep": lambda q: q.sweep(),
+    "requeue_stale": lambda q: q.requeue_stale(timedelta(seconds=1)),
+    "read_state": lambda q: q.read_state(),
+    "jobs": lambda q: q.jobs(),
+    "count": lambda q: q.count(),
+    "peek": lambda q: q.peek(),
+    "stats": lambda q: q.stats(),
+    "find": lambda q: q.find(JOB_ID),
+    "dead_letters": lambda q: q.dead_letters(),
+    "history": lambda q: q.history(),
+    "checkpoint": lambda q: q.checkpoint(),
+}
+FAULTS = {
+    "conflicts": {"conflict": True},
+    "fails": {"fail_rate": 1.0},
+    "hangs": {"hang": True},
+    "slow": {"delay": 0.1},
+}
+DEADLINE = 20.0
+
+
+async def _seeded(layout: Layout) -> InMemoryStorage:
+    storage = InMemoryStorage(name=f"faults-{layout}")
+    async with DirectQueue(storage, layout=layout) as q:
+        job = await q.enqueue("work", b"seed")
+        await q._execute(lambda index: None)  # the queue exists
+    return _renamed(storage, job.id)
+
+
+def _renamed(storage: InMemoryStorage, job_id: str) -> InMemoryStorage:
+    """The seeded object with its job's id replaced by ``JOB_ID``, so calls can name it."""
+    old, new = job_id.encode(), JOB_ID.encode()
+    storage._content = storage._content.replace(old, new)
+    storage._named = {name: data.replace(old, new) for name, data in storage._named.items()}
+    return storage
+
+
+async def _outcome(make: Callable[[], QueueOperations], call: Call) -> object:
+    queue = make()
+    try:
+        if isinstance(queue, BrokerQueue):
+            async with queue:
+                return await call(queue)
+        return await call(queue)
+    except JQueueError as exc:
+        return exc
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+@pytest.mark.parametrize("kind", ["direct", "broker"])
+@pytest.mark.parametrize("layout", ["single", "log"])
+async def test_every_operation_ends_in_bounded_time(fault: str, kind: str, layout: Layout) -> None:
+    storage = FaultyStorage(await _seeded(layout), **FAULTS[fault])  # type: ignore[arg-type]
+    options: dict[str, Any] = {"layout": layout, "storage_timeout": timedelta(seconds=0.5), "max_retries": 3}
+
+    def make() -> QueueOperations:
+        return DirectQueue(storage, **options) if kind == "direct" else BrokerQueue(storage, **options)
+
+    async with asyncio.timeout(DEADLINE):
+        outcomes = await asyncio.gather(*(_outcome(make, call) for call in OPERATIONS.values()))
+    results = dict(zip(OPERATIONS, outcomes, strict=True))
+    errors = {name: type(r).__name__ for name, r in results.items() if isinstance(r, BaseException)}
+    if fault == "slow":  # 27 queues racing on one object may still lose races: no call may time out
+        assert all(not isinstance(r, StorageError) for r in results.values()), errors
+        assert not isinstance(results["read_state"], BaseException), errors
+    elif fault == "conflicts":
+        assert isinstance(results["enqueue"], CASConflictError), errors
+        assert not isinstance(results["read_state"], BaseException), errors
+    else:
+        assert isinstance(results["enqueue"], StorageError), errors
+        assert isinstance(results["read_state"], StorageError), errors
+
+
+async def test_opening_a_new_queue_on_a_storage_that_always_conflicts_ends() -> None:
+    storage = FaultyStorage(InMemoryStorage(name="never-created"), conflict=True)
+    async with asyncio.timeout(DEADLINE):
+        for queue in (DirectQueue(storage), DirectQueue(storage, layout="log")):
+            with pytest.raises(CASConflictError):
+                await queue.enqueue("work", b"x")
+    seeded = FaultyStorage(await _seeded("single"), conflict=True)
+    async with asyncio.timeout(DEADLINE):  # a migration that keeps losing its race
+        with pytest.raises(CASConflictError):
+            await DirectQueue(seeded, layout="log").read_state()
