@@ -154,6 +154,7 @@ def test_worker_runs_a_worker_from_a_module(cli: Cli) -> None:
     ],
 )
 def test_user_mistakes_print_one_line_and_fail(cli: Cli, args: tuple[str, ...], message: str) -> None:
+    cli("pause", "nothing")  # the queue exists
     done = cli(*args, ok=False)
     assert done.returncode == 1
     assert done.stderr.startswith(message)
@@ -207,3 +208,23 @@ def test_an_unreachable_storage_is_one_error_line(cli: Cli) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("error: ")
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+READS = [("stats",), ("ls",), ("show", "x"), ("history",), ("dead", "ls"), ("purge", "--yes")]
+
+
+@pytest.mark.parametrize("args", READS)
+def test_reading_a_missing_queue_says_so_and_creates_nothing(cli: Cli, args: tuple[str, ...]) -> None:
+    done = cli(*args, ok=False)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"error: no queue at {(cli.cwd / 'q.json').as_uri()}")
+    assert sorted(path.name for path in cli.cwd.iterdir()) == []
+
+
+def test_exec_gives_up_on_a_command_that_always_fails_by_default(cli: Cli) -> None:
+    cli("enqueue", "doomed", "x")
+    options = ("--burst", "--retry-delay", "0", "--json")
+    summary = json.loads(cli("exec", "doomed", *options, "--", "false").stdout)
+    assert (summary["retried"], summary["dead"]) == (4, 1)
+    [dead] = cli.json("dead", "ls")
+    assert (dead["attempts"], dead["dead_reason"]) == (5, "max_attempts")

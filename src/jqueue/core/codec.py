@@ -22,6 +22,8 @@ import msgspec
 
 from jqueue.core.log_codec import (
     UNDECODABLE,
+    Count,
+    Int64,
     WireControls,
     WireHistory,
     controls_from_wire,
@@ -29,7 +31,7 @@ from jqueue.core.log_codec import (
     history_from_wire,
     wire_history,
 )
-from jqueue.domain.effects import from_micros
+from jqueue.domain.effects import MAX_MICROS, MIN_MICROS, Added, from_micros
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, JobStatus, QueueState
@@ -43,13 +45,13 @@ class _WireJob(msgspec.Struct):
     entrypoint: str
     payload: bytes
     status: JobStatus
-    priority: int
+    priority: Int64
     created_at: _AwareDatetime
     heartbeat_at: _AwareDatetime | None = None
-    attempts: int = 0
+    attempts: Count = 0
     lease: str | None = None
     lease_expires_at: _AwareDatetime | None = None
-    max_attempts: int | None = None
+    max_attempts: Count | None = None
     not_before: _AwareDatetime | None = None
     deadline: _AwareDatetime | None = None
     dedup_key: str | None = None
@@ -64,7 +66,7 @@ _JOB_FIELDS = _WireJob.__struct_fields__
 
 
 class _WireState(msgspec.Struct, omit_defaults=True):
-    version: int
+    version: Count
     jobs: list[_WireJob]
     commit: str | None = None
     history: list[WireHistory] = []
@@ -153,6 +155,15 @@ def decode(data: bytes, location: str = "<bytes>") -> QueueState:
     return QueueState.model_construct(jobs=_jobs(wire), version=wire.version)
 
 
+def _in_range(added: Added) -> Added:
+    """Return ``added`` if each of its times fits a datetime (as UTC), else raise ValueError."""
+    a = added
+    times = (a.created, a.heartbeat, a.expires, a.not_before, a.deadline, a.dead_at, *a.claims)
+    if any(t is not None and not MIN_MICROS <= t <= MAX_MICROS for t in times):
+        raise ValueError(f"job {a.job_id} has a time outside the years 1 to 9999")
+    return added
+
+
 def decode_index(data: bytes, location: str = "<bytes>") -> QueueIndex:
     """Deserialise JSON bytes to an index with the jobs, history and controls they hold.
 
@@ -166,7 +177,7 @@ def decode_index(data: bytes, location: str = "<bytes>") -> QueueIndex:
     wire = _decode_wire(data, location)
     index = QueueIndex()
     try:
-        index.apply_all(added_from(job) for job in _jobs(wire))
+        index.apply_all(map(_in_range, map(added_from, _jobs(wire))))
     except ValueError as exc:
         raise CorruptStateError(location, str(exc)) from exc
     index.restore(history_from_wire(wire.history), controls_from_wire(wire.controls))

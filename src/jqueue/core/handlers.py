@@ -123,8 +123,8 @@ class HandlerPools:
 
     Each process runs one handler at a time (at most ``size`` at once), so a handler past
     its time limit, or one its worker stopped waiting for, is killed alone. The processes
-    ignore SIGINT and SIGTERM: a terminal's Ctrl-C or a service manager's SIGTERM to the
-    whole process group leaves them to their worker.
+    ignore SIGINT and SIGTERM: a terminal's Ctrl-C, or a service manager's SIGTERM to all
+    of the worker's processes, leaves them to their worker.
     """
 
     def __init__(self, size: int) -> None:

@@ -18,12 +18,14 @@ from __future__ import annotations
 import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
 from jqueue.domain.controls import Controls
 from jqueue.domain.effects import (
+    MAX_MICROS,
+    MIN_MICROS,
     Added,
     Beat,
     Claimed,
@@ -44,6 +46,7 @@ from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import ADDED_FIELDS, HistoryRecord, IndexSnapshot
+from jqueue.domain.values import INT64_MAX, INT64_MIN
 
 LAYOUT = "jqueue-log/1"
 ENTRY_PREFIX = "log/"
@@ -53,6 +56,12 @@ GENESIS = "genesis"
 """The object a new log-structured queue creates before its marker and never deletes: a
 marker whose namespace lacks it (and holds no entry or checkpoint) lost its log."""
 _SEQ_DIGITS = 20
+
+Micros = Annotated[int, msgspec.Meta(ge=MIN_MICROS, le=MAX_MICROS)]
+"""A time on the wire: microseconds since the epoch, within the years 1 to 9999."""
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+Window = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
 
 UNDECODABLE = (msgspec.DecodeError, UnicodeDecodeError)
 """What msgspec raises for bytes that are not the expected JSON (invalid UTF-8 included)."""
@@ -112,52 +121,52 @@ def decode_marker(data: bytes) -> tuple[bool, str | None]:
 class _Add(msgspec.Struct, tag="add", array_like=True, omit_defaults=True):
     id: str
     entrypoint: str
-    priority: int
-    created: int
+    priority: Int64
+    created: Micros
     status: JobStatus
-    heartbeat: int | None
+    heartbeat: Micros | None
     payload: bytes
-    attempts: int = 0
+    attempts: Count = 0
     lease: str | None = None
-    expires: int | None = None
-    max_attempts: int | None = None
-    not_before: int | None = None
-    deadline: int | None = None
+    expires: Micros | None = None
+    max_attempts: Count | None = None
+    not_before: Micros | None = None
+    deadline: Micros | None = None
     dedup_key: str | None = None
     last_error: str | None = None
     dead_reason: str | None = None
-    dead_at: int | None = None
-    claims: tuple[int, ...] = ()
+    dead_at: Micros | None = None
+    claims: tuple[Micros, ...] = ()
     batch: str | None = None
 
 
 class _Claim(msgspec.Struct, tag="claim", array_like=True):
     id: str
-    at: int
+    at: Micros
     lease: str | None = None
-    expires: int | None = None
+    expires: Micros | None = None
 
 
 class _Requeue(msgspec.Struct, tag="requeue", array_like=True, omit_defaults=True):
     id: str
-    not_before: int | None = None
+    not_before: Micros | None = None
     error: str | None = None
     reset: bool = False
 
 
 class _Remove(msgspec.Struct, tag="remove", array_like=True, omit_defaults=True):
     id: str
-    at: int | None = None
+    at: Micros | None = None
 
 
 class _Beat(msgspec.Struct, tag="beat", array_like=True):
     id: str
-    at: int
+    at: Micros
 
 
 class _Die(msgspec.Struct, tag="die", array_like=True):
     id: str
-    at: int
+    at: Micros
     reason: str
     error: str | None = None
 
@@ -171,7 +180,7 @@ class _Discard(msgspec.Struct, tag="discard", array_like=True):
 
 
 class _Forget(msgspec.Struct, tag="forget", array_like=True):
-    count: int
+    count: Count
 
 
 class _Pause(msgspec.Struct, tag="pause", array_like=True):
@@ -182,8 +191,8 @@ class _Pause(msgspec.Struct, tag="pause", array_like=True):
 
 class _Throttle(msgspec.Struct, tag="throttle", array_like=True):
     scope: str | None
-    limit: int | None
-    window: int
+    limit: Count | None
+    window: Window
 
 
 _WireEffect = (
@@ -196,10 +205,10 @@ class WireHistory(msgspec.Struct, array_like=True):
 
     job_id: str
     entrypoint: str
-    created: int
-    claims: tuple[int, ...]
-    finished: int
-    attempts: int
+    created: Micros
+    claims: tuple[Micros, ...]
+    finished: Micros
+    attempts: Count
     outcome: JobStatus
     error: str | None = None
     reason: str | None = None
@@ -211,8 +220,8 @@ class WireControls(msgspec.Struct):
 
     paused_claims: list[str | None] = []
     paused_enqueues: list[str | None] = []
-    throttles: list[tuple[str | None, int, int]] = []
-    usage: list[tuple[str | None, int, int]] = []
+    throttles: list[tuple[str | None, Count, Window]] = []
+    usage: list[tuple[str | None, Count, Count]] = []
 
 
 def wire_history(history: list[HistoryRecord]) -> list[WireHistory]:
@@ -231,9 +240,9 @@ def controls_from_wire(wire: WireControls | None) -> Controls:
 
 
 class _Entry(msgspec.Struct):
-    seq: int
+    seq: Count
     commit: str
-    at: int
+    at: Micros
     effects: list[_WireEffect]
 
 
@@ -340,29 +349,29 @@ def entry_commit_id(data: bytes) -> str | None:
 
 class _Checkpoint(msgspec.Struct):
     layout: str
-    seq: int
-    at: int
+    seq: Count
+    at: Micros
     entrypoints: list[str]
     ids: list[str]
-    entrypoint: list[int]
-    priority: list[int]
-    created: list[int]
+    entrypoint: list[Count]
+    priority: list[Int64]
+    created: list[Micros]
     status: list[JobStatus]
-    heartbeat: list[int | None]
-    order: list[int]
-    segment: list[int]
-    position: list[int]
-    attempts: list[int] | None = None
+    heartbeat: list[Micros | None]
+    order: list[Count]
+    segment: list[Count]
+    position: list[Count]
+    attempts: list[Count] | None = None
     lease: list[str | None] | None = None
-    expires: list[int | None] | None = None
-    max_attempts: list[int | None] | None = None
-    not_before: list[int | None] | None = None
-    deadline: list[int | None] | None = None
+    expires: list[Micros | None] | None = None
+    max_attempts: list[Count | None] | None = None
+    not_before: list[Micros | None] | None = None
+    deadline: list[Micros | None] | None = None
     dedup_key: list[str | None] | None = None
     last_error: list[str | None] | None = None
     dead_reason: list[str | None] | None = None
-    dead_at: list[int | None] | None = None
-    claims: list[tuple[int, ...]] | None = None
+    dead_at: list[Micros | None] | None = None
+    claims: list[tuple[Micros, ...]] | None = None
     batch: list[str | None] | None = None
     history: list[WireHistory] = []
     controls: WireControls | None = None
@@ -445,8 +454,8 @@ def decode_checkpoint(data: bytes, location: str) -> QueueIndex:
                 columns[name] = column
         history = history_from_wire(wire.history)
         return QueueIndex.from_columns(wire.seq, columns, history, controls_from_wire(wire.controls))
-    except (IndexError, ValueError, TypeError) as exc:
-        raise CorruptStateError(location, f"not a jqueue checkpoint: {exc}") from exc
+    except Exception as exc:  # columns that do not fit together
+        raise CorruptStateError(location, f"not a jqueue checkpoint: {exc!r}") from exc
     finally:
         if paused:
             gc.enable()

@@ -228,7 +228,7 @@ class LogStore(CommitStore):
     def _apply_entry(self, entry: Entry) -> None:
         try:
             self.index.apply_all(entry.effects)
-        except ValueError as exc:
+        except Exception as exc:  # any effect that does not fit the state before it
             location = self.where(self._segment_name(entry.seq))
             self.index, self._confirmed_at = QueueIndex(), -math.inf  # start over next time
             self._base_applied = False

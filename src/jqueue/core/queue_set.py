@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Collection, Sequence
 from datetime import timedelta
 
 from jqueue.core.management import ManagementOperations
 from jqueue.domain.models import Job
+
+logger = logging.getLogger("jqueue")
 
 
 class QueueSet:
@@ -40,13 +43,21 @@ class QueueSet:
         """Claim up to ``batch_size`` jobs across the queues, best (priority, created_at) first.
 
         Returns ``(queue, job)`` pairs in that order. Other processes may claim
-        between the look and the claim; each queue then hands out its next best.
+        between the look and the claim; each queue then hands out its next best. A queue
+        that fails is skipped (and logged), so jobs claimed from the others are never
+        lost; only when every queue fails is its error raised.
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        looks = await asyncio.gather(*(q.peek(entrypoint, batch_size) for q in self.queues))
+        looks = await asyncio.gather(
+            *(q.peek(entrypoint, batch_size) for q in self.queues), return_exceptions=True
+        )
+        _raise_if_all_failed(looks)
         candidates = sorted(
-            ((job.priority, job.created_at, position) for position, jobs in enumerate(looks) for job in jobs),
+            (job.priority, job.created_at, position)
+            for position, jobs in enumerate(looks)
+            if not isinstance(jobs, BaseException)
+            for job in jobs
         )[:batch_size]
         wanted = Counter(position for _, _, position in candidates)
         positions = sorted(wanted)
@@ -56,7 +67,27 @@ class QueueSet:
                     entrypoint, batch_size=wanted[p], visibility_timeout=visibility_timeout
                 )
                 for p in positions
-            )
+            ),
+            return_exceptions=True,
         )
-        pairs = [(self.queues[p], job) for p, jobs in zip(positions, claims, strict=True) for job in jobs]
+        pairs = [
+            (self.queues[p], job)
+            for p, jobs in zip(positions, claims, strict=True)
+            if not isinstance(jobs, BaseException)
+            for job in jobs
+        ]
+        if not pairs:
+            _raise_if_all_failed(claims)
+        for failed in [exc for exc in [*looks, *claims] if isinstance(exc, BaseException)]:
+            logger.warning("a queue of the set failed; the others' jobs are returned: %r", failed)
         return sorted(pairs, key=lambda pair: (pair[1].priority, pair[1].created_at))
+
+
+def _raise_if_all_failed(results: Sequence[object]) -> None:
+    """Raise the first failure if every queue failed (a cancellation at once)."""
+    failures = [r for r in results if isinstance(r, BaseException)]
+    for failure in failures:
+        if not isinstance(failure, Exception):
+            raise failure
+    if failures and len(failures) == len(results):
+        raise failures[0]

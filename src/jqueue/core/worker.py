@@ -18,12 +18,23 @@ from jqueue.core.handlers import Handler, HandlerPools, HandlerSpec, HandlerTime
 from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.management import ManagementOperations
 from jqueue.core.queue_set import QueueSet
-from jqueue.domain.errors import JobNotFoundError, LeaseLostError
+from jqueue.core.settings import Backoff
+from jqueue.domain.errors import (
+    CASConflictError,
+    JobNotFoundError,
+    JQueueError,
+    LeaseLostError,
+    StorageError,
+)
 from jqueue.domain.models import Job, utc_now
 
 logger = logging.getLogger("jqueue.worker")
 
 Queue = ManagementOperations
+TRANSIENT = (StorageError, CASConflictError)
+"""Failures a worker outlives (up to ``max_outage``): the storage failed or stayed contended."""
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_BACKOFF = Backoff()
 
 
 class Outcome(StrEnum):
@@ -118,6 +129,14 @@ class Worker:
     grace_period : timedelta
         How long a stopping worker lets running jobs finish before it returns them to
         the queue.
+    max_attempts : int or None
+        Attempts a job gets when neither the job nor the queue's policy sets a limit;
+        then it is dead. None: no limit (a job that always fails is retried forever).
+    backoff : Backoff or None
+        The wait before a retry when the queue's policy has no back-off; None: none.
+    max_outage : timedelta
+        How long the storage may keep failing (claims, acks) before the worker stops
+        with the last error; shorter outages are retried with back-off.
     """
 
     def __init__(
@@ -131,11 +150,16 @@ class Worker:
         poll_interval: timedelta = timedelta(milliseconds=50),
         max_poll_interval: timedelta = timedelta(seconds=2),
         grace_period: timedelta = timedelta(seconds=30),
+        max_attempts: int | None = DEFAULT_MAX_ATTEMPTS,
+        backoff: Backoff | None = DEFAULT_BACKOFF,
+        max_outage: timedelta = timedelta(minutes=5),
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if not timedelta(0) < poll_interval <= max_poll_interval:
             raise ValueError("poll intervals need 0 < poll_interval <= max_poll_interval")
+        if max_attempts is not None and max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         self.queues = [queues] if isinstance(queues, ManagementOperations) else list(queues)
         if not self.queues:
             raise ValueError("a worker needs a queue")
@@ -145,6 +169,11 @@ class Worker:
         self.poll_interval = poll_interval
         self.max_poll_interval = max_poll_interval
         self.grace_period = grace_period
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.max_outage = max_outage
+        self._outage_since: float | None = None
+        self._fatal: JQueueError | None = None
         self.handlers: dict[str, HandlerSpec] = {}
         self.hooks: dict[str, list[Hook]] = {"start": [], "stop": [], "before_job": [], "after_job": []}
         self.stats = WorkerStats()
@@ -239,6 +268,7 @@ class Worker:
             raise ValueError("register a handler first")
         self.stats = WorkerStats()
         self._stopping, self._abort = asyncio.Event(), asyncio.Event()
+        self._outage_since, self._fatal = None, None
         pools = HandlerPools(self.concurrency)
         running: set[asyncio.Task[None]] = set()
         started = time.monotonic()
@@ -247,10 +277,12 @@ class Worker:
             try:
                 await self._claim_loop(running, pools, until_empty)
             finally:
-                await self._drain(running)
-                pools.close(wait=not self._abort.is_set())
+                finished = await self._drain(running)
+                pools.close(wait=finished and not self._abort.is_set())
                 self.stats.seconds = time.monotonic() - started
                 await _call_hooks(self.hooks["stop"], self, self.stats)
+        if self._fatal is not None:
+            raise self._fatal
         return self.stats
 
     async def _claim_loop(
@@ -260,7 +292,12 @@ class Worker:
         while not self._stopping.is_set():
             free = self.concurrency - len(running)
             if free > 0:
-                claimed = await self._claim(free)
+                try:
+                    claimed = await self._claim(free)
+                except TRANSIENT as exc:
+                    if not self._outage(exc, "claiming"):
+                        return
+                    claimed = []
                 if claimed:
                     idle = self.poll_interval.total_seconds()
                     for queue, job in claimed:
@@ -271,7 +308,7 @@ class Worker:
                         task.add_done_callback(running.discard)
                     continue
                 retry_in = self._retry_due - time.monotonic()
-                if until_empty and not running and retry_in <= 0:
+                if until_empty and not running and retry_in <= 0 and self._outage_since is None:
                     return
                 wait = min(idle, retry_in) if retry_in > 0 else idle
                 idle = min(self.max_poll_interval.total_seconds(), idle * 2)
@@ -286,6 +323,23 @@ class Worker:
         finally:
             stopping.cancel()
 
+    def _outage(self, exc: JQueueError, doing: str) -> bool:
+        """Note a transient storage failure; False (and the worker stopping) once the storage has
+        kept failing for longer than ``max_outage``."""
+        now = time.monotonic()
+        if self._outage_since is None:
+            self._outage_since = now
+        lasted = now - self._outage_since
+        if lasted <= self.max_outage.total_seconds():
+            logger.warning("the storage failed while %s (for %.1f s), retrying: %s", doing, lasted, exc)
+            return True
+        if self._fatal is None:
+            message = f"the storage kept failing for {lasted:.0f} s (max_outage); the worker stops"
+            self._fatal = StorageError(message, exc)
+            logger.error("%s", self._fatal)
+        self.stop()
+        return False
+
     async def _claim(self, count: int) -> list[tuple[Queue, Job]]:
         entrypoints = list(self.handlers)
         visibility = self.visibility_timeout
@@ -298,12 +352,14 @@ class Worker:
                 entrypoints, batch_size=count, visibility_timeout=visibility
             )
         self.stats.claimed += len(claimed)
+        self._outage_since = None
         return claimed
 
-    async def _drain(self, running: set[asyncio.Task[None]]) -> None:
-        """Let running jobs finish within the grace period (unless aborted), then release the rest."""
+    async def _drain(self, running: set[asyncio.Task[None]]) -> bool:
+        """Let running jobs finish within the grace period (unless aborted), then release the rest;
+        True if every job finished on its own."""
         if not running:
-            return
+            return True
         if not self._abort.is_set():
             abort = asyncio.create_task(self._abort.wait())
             grace = self.grace_period.total_seconds()
@@ -317,12 +373,14 @@ class Worker:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        return not pending
 
     # --- one job ----------------------------------------------------------------------
 
     async def _process(self, queue: Queue, job: Job, pools: HandlerPools) -> None:
         spec = self.handlers[job.entrypoint]
-        waited = (utc_now() - (job.not_before or job.created_at)).total_seconds()
+        claimed_at = job.claimed_at[-1] if job.claimed_at else utc_now()
+        waited = (claimed_at - (job.not_before or job.created_at)).total_seconds()
         visibility = (
             job.lease_expires_at - job.heartbeat_at if job.lease_expires_at and job.heartbeat_at else None
         )
@@ -330,39 +388,70 @@ class Worker:
         await _call_hooks(self.hooks["before_job"], job)
         started = time.monotonic()
         error: str | None = None
-        try:
-            async with HeartbeatManager(queue, job, interval=interval):
+        async with HeartbeatManager(queue, job, interval=interval):  # the lease holds until settled
+            try:
                 await pools.call(spec, job)
-        except asyncio.CancelledError:
-            await self._finish(queue, job, Outcome.RELEASED, "worker stopped", waited, started)
-            raise
-        except HandlerTimeoutError as exc:
-            self.stats.timed_out += 1
-            error = str(exc)
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        if error is None:
-            await self._finish(queue, job, Outcome.ACKED, None, waited, started)
-        else:
-            limit = job.max_attempts or queue.policy.max_attempts
-            outcome = Outcome.DEAD if limit is not None and job.attempts >= limit else Outcome.RETRIED
-            await self._finish(queue, job, outcome, error, waited, started)
+            except asyncio.CancelledError:
+                await self._finish(queue, job, Outcome.RELEASED, "worker stopped", waited, started)
+                raise
+            except HandlerTimeoutError as exc:
+                self.stats.timed_out += 1
+                error = str(exc)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            if error is None:
+                await self._finish(queue, job, Outcome.ACKED, None, waited, started)
+            else:
+                limit = self._attempts_limit(queue, job)
+                outcome = Outcome.DEAD if limit is not None and job.attempts >= limit else Outcome.RETRIED
+                await self._finish(queue, job, outcome, error, waited, started)
+
+    def _attempts_limit(self, queue: Queue, job: Job) -> int | None:
+        """The job's own limit, else the queue policy's, else this worker's."""
+        for limit in (job.max_attempts, queue.policy.max_attempts):
+            if limit is not None:
+                return limit
+        return self.max_attempts
+
+    def _retry_delay(self, queue: Queue, attempts: int) -> timedelta | None:
+        """The queue policy's back-off, else this worker's."""
+        if queue.policy.backoff is not None:
+            return queue.policy.retry_delay(attempts)
+        return None if self.backoff is None else self.backoff.delay(attempts)
+
+    async def _settle(self, queue: Queue, job: Job, outcome: Outcome, error: str | None) -> None:
+        """Ack, nack or release the job, retrying transient storage failures within ``max_outage``."""
+        pause = self.poll_interval.total_seconds()
+        while True:
+            try:
+                if outcome is Outcome.ACKED:
+                    await queue.ack(job)
+                elif outcome is Outcome.RELEASED:
+                    await queue.release(job)
+                else:
+                    delay = self._retry_delay(queue, job.attempts)  # chosen here, so until_empty knows when
+                    limit = self._attempts_limit(queue, job)
+                    await queue.nack(job, delay=delay, error=error, max_attempts=limit)
+                    if outcome is Outcome.RETRIED and delay:
+                        self._retry_due = max(self._retry_due, time.monotonic() + delay.total_seconds())
+            except TRANSIENT as exc:
+                if not self._outage(exc, f"settling job {job.id}"):
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(self.max_poll_interval.total_seconds(), pause * 2)
+                continue
+            self._outage_since = None
+            return
 
     async def _finish(
         self, queue: Queue, job: Job, outcome: Outcome, error: str | None, waited: float, started: float
     ) -> None:
         try:
-            if outcome is Outcome.ACKED:
-                await queue.ack(job)
-            elif outcome is Outcome.RELEASED:
-                await queue.release(job)
-            else:
-                delay = queue.policy.retry_delay(job.attempts)  # chosen here, so until_empty knows when
-                await queue.nack(job, delay=delay, error=error)
-                if outcome is Outcome.RETRIED and delay:
-                    self._retry_due = max(self._retry_due, time.monotonic() + delay.total_seconds())
+            await asyncio.shield(self._settle(queue, job, outcome, error))
         except (LeaseLostError, JobNotFoundError):
             outcome = Outcome.LOST
+        except TRANSIENT:
+            outcome = Outcome.LOST  # the storage is gone for good: the lease runs out and the job returns
         result = JobResult(job, outcome, error, waited, time.monotonic() - started)
         self.stats.outcomes[outcome] += 1
         logger.info(

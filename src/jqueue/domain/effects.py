@@ -16,6 +16,9 @@ from jqueue.domain.models import JobStatus
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+MIN_MICROS = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
+MAX_MICROS = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
+"""The range of times a ``datetime`` can hold, in microseconds since the epoch."""
 _POSITION_BITS = 24
 POSITIONS_PER_SEGMENT = 1 << _POSITION_BITS
 

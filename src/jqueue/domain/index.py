@@ -156,6 +156,8 @@ class QueueIndex:
         index.segment_refs = Counter(columns_from_refs(stored)[0])
         for record in records:
             if record.dedup_key is not None:
+                if record.dedup_key in index._dedup:
+                    raise ValueError(f"two jobs share the dedup key {record.dedup_key!r}")
                 index._dedup[record.dedup_key] = record.id
             if record.status is JobStatus.STAGED:
                 index._stage(record)
@@ -468,9 +470,7 @@ class QueueIndex:
                 record = self._existing(job_id, effect)
                 if record.status is not JobStatus.QUEUED:
                     raise ValueError(f"{effect} claims a job that is {record.status}")
-                claimed = dict(
-                    status=JobStatus.IN_PROGRESS, heartbeat=at, lease=lease, expires=expires, not_before=None
-                )
+                claimed = dict(status=JobStatus.IN_PROGRESS, heartbeat=at, lease=lease, expires=expires)
                 attempts, claims = record.attempts + 1, (*record.claims, at)
                 self._update(record, record.changed(**claimed, attempts=attempts, claims=claims))
                 self._record_undo(self.controls.count_claim(record.entrypoint, at))

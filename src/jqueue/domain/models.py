@@ -77,7 +77,8 @@ class Job(BaseModel):
     max_attempts : int or None
         Claims allowed before a failure makes the job dead; None for the queue's default.
     not_before : datetime or None
-        The job is not claimable before this time (a delay, or a retry's backoff).
+        The job is not claimable before this time (a delay, or a retry's backoff); a
+        claim keeps it, so a running job shows when it became due.
     deadline : datetime or None
         Past this time (its enqueue time plus its ``ttl``) the job dies instead of
         being claimed.
@@ -153,7 +154,6 @@ class Job(BaseModel):
                 "heartbeat_at": now,
                 "attempts": self.attempts + 1,
                 "claimed_at": (*self.claimed_at, now),
-                "not_before": None,
                 "lease": lease,
                 "lease_expires_at": expires_at,
             }

@@ -65,6 +65,16 @@ async def direct_queue(ctx: typer.Context) -> AsyncIterator[DirectQueue]:
 
 
 @contextlib.asynccontextmanager
+async def existing_queue(ctx: typer.Context) -> AsyncIterator[DirectQueue]:
+    """Open the queue for a command that only makes sense on a queue that exists (reading, redriving,
+    purging): one that does not is an error, and nothing is created."""
+    async with direct_queue(ctx) as queue:
+        if (await queue.storage.read())[1] is None:
+            fail(f"no queue at {storage_url(ctx)}: nothing was ever enqueued there (is the path right?)")
+        yield queue
+
+
+@contextlib.asynccontextmanager
 async def broker_queue(ctx: typer.Context, **options: Any) -> AsyncIterator[BrokerQueue]:
     """Open the queue for a command that makes many concurrent calls."""
     async with BrokerQueue(storage_from_url(storage_url(ctx)), **options) as queue:

@@ -17,6 +17,7 @@ from jqueue.adapters.cli.common import (
     broker_queue,
     console,
     direct_queue,
+    existing_queue,
     fail,
     job_json,
     preview,
@@ -111,7 +112,7 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Counts by entrypoint and status, the oldest waiting job, pauses and throttles."""
 
     async def look() -> QueueStats:
-        async with direct_queue(ctx) as queue:
+        async with existing_queue(ctx) as queue:
             return await queue.stats()
 
     result = run(look())
@@ -151,7 +152,7 @@ def ls(
     """List jobs without claiming them, oldest first."""
 
     async def look() -> list[Job]:
-        async with direct_queue(ctx) as queue:
+        async with existing_queue(ctx) as queue:
             return await queue.jobs(status, entrypoint, seconds(older_than), limit or None)
 
     jobs = run(look())
@@ -165,7 +166,7 @@ def show(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
     """Show one job in full."""
 
     async def look() -> Job | None:
-        async with direct_queue(ctx) as queue:
+        async with existing_queue(ctx) as queue:
             return await queue.find(job_id)
 
     job = run(look())
@@ -190,7 +191,7 @@ def requeue(
     """Make jobs claimable now, whatever their state (dead ones get their attempts reset)."""
 
     async def act() -> int:
-        async with direct_queue(ctx) as queue:
+        async with existing_queue(ctx) as queue:
             return await queue.requeue(job_ids)
 
     _report(run(act()), "requeued", as_json)
@@ -205,7 +206,7 @@ def dead_ls(
     """List dead letters with their reason and last error."""
 
     async def look() -> list[Job]:
-        async with direct_queue(ctx) as queue:
+        async with existing_queue(ctx) as queue:
             return await queue.dead_letters(entrypoint, limit or None)
 
     jobs = run(look())
@@ -231,7 +232,7 @@ def dead_requeue(
         fail("give job ids or --all")
 
     async def act() -> int:
-        async with direct_queue(ctx) as queue:
+        async with existing_queue(ctx) as queue:
             return await queue.requeue_dead(None if everything else job_ids)
 
     _report(run(act()), "requeued", as_json)
@@ -251,7 +252,7 @@ def purge(
         raise typer.Exit(1)
 
     async def act() -> int:
-        async with direct_queue(ctx) as queue:
+        async with existing_queue(ctx) as queue:
             return await queue.purge(chosen, entrypoint, seconds(older_than))
 
     _report(run(act()), "purged", as_json)
@@ -329,7 +330,7 @@ def history(
     chosen = None if outcome is None else _status(outcome)
 
     async def look() -> list[HistoryRecord]:
-        async with direct_queue(ctx) as queue:
+        async with existing_queue(ctx) as queue:
             return await queue.history(entrypoint, chosen, limit=limit or None)
 
     records = run(look())

@@ -8,17 +8,29 @@ import importlib
 import inspect
 import logging
 import os
+import signal
 import sys
+import time
+from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from jqueue.adapters.cli.common import broker_queue, console, fail, print_json, run, seconds, storage_url
-from jqueue.core.settings import Backoff, QueuePolicy
-from jqueue.core.worker import Worker, WorkerStats
+from jqueue.core.settings import Backoff
+from jqueue.core.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker, WorkerStats
 from jqueue.domain.models import Job
 
 BurstFlag = Annotated[bool, typer.Option("--burst", help="Stop when nothing is left to claim.")]
+MaxAttemptsOption = Annotated[
+    int | None,
+    typer.Option(min=1, help=f"Attempts before a failing job is dead ({DEFAULT_MAX_ATTEMPTS} by default)."),
+]
+RetryDelayOption = Annotated[
+    float | None,
+    typer.Option(min=0, help="Seconds before the first retry (1 by default), doubling; 0: retry at once."),
+]
 ConcurrencyOption = Annotated[int, typer.Option(help="Jobs run at once.")]
 
 
@@ -52,16 +64,28 @@ def _load(target: str) -> Any:
         fail(f"module {module_name!r} has no attribute {attribute!r}")
 
 
+def _backoff(retry_delay: float) -> Backoff | None:
+    """The back-off that waits ``retry_delay`` seconds before the first retry (0: none)."""
+    if retry_delay == 0:
+        return None
+    initial = timedelta(seconds=retry_delay)
+    return Backoff(initial=initial, maximum=max(initial, DEFAULT_BACKOFF.maximum))
+
+
 def worker(
     ctx: typer.Context,
     target: Annotated[str, typer.Argument(help="module:attribute: a Worker, or a function given the queue.")],
     burst: BurstFlag = False,
+    max_attempts: MaxAttemptsOption = None,
+    retry_delay: RetryDelayOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run a Worker defined in your module until stopped (SIGTERM/SIGINT), or with --burst until idle.
 
     The attribute is a ``Worker`` (its queues are opened here), or a function that takes
-    the queue opened from --storage and returns a Worker.
+    the queue opened from --storage and returns a Worker. --max-attempts and
+    --retry-delay replace the Worker's own settings; a job's own limit and the queue's
+    policy still come first.
     """
     found = _load(target)
 
@@ -80,6 +104,10 @@ def worker(
                     fail(f"{target} returned {type(chosen).__name__}, not a Worker")
             else:
                 fail(f"{target} is a {type(found).__name__}, not a Worker or a function")
+            if max_attempts is not None:
+                chosen.max_attempts = max_attempts
+            if retry_delay is not None:
+                chosen.backoff = _backoff(retry_delay)
             return await chosen.run(until_empty=burst)
 
     _summary(run(go()), as_json)
@@ -89,14 +117,65 @@ class CommandFailedError(Exception):
     """A job's command exited with a non-zero status."""
 
 
+_TERM_GRACE = 2.0  # seconds a stopped command's process group has between SIGTERM and SIGKILL
+_GROUP_EXIT_WAIT = 5.0  # seconds for the rest of the group to exit after the SIGKILL
+
+
+def _signal_group(group: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, sig)
+
+
+def _group_running(group: int) -> bool:
+    """Whether a process of ``group`` still runs; zombies do not count where /proc tells."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()  # after the command's name
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            return True
+    return False
+
+
+async def _stop_command(process: asyncio.subprocess.Process) -> None:
+    """Stop a command started in a session of its own, with everything it started.
+
+    Its process group gets SIGTERM, then SIGKILL after ``_TERM_GRACE`` seconds (at once if
+    this task is cancelled meanwhile); the command is reaped, and then the rest of the
+    group is waited for up to ``_GROUP_EXIT_WAIT`` seconds.
+    """
+    group = process.pid
+    _signal_group(group, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), _TERM_GRACE)
+    except TimeoutError:
+        pass
+    finally:
+        _signal_group(group, signal.SIGKILL)
+    await process.wait()
+    deadline = time.monotonic() + _GROUP_EXIT_WAIT
+    while _group_running(group) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
 def execute(
     ctx: typer.Context,
     entrypoint: str,
     command: Annotated[list[str], typer.Argument(help="The command and its arguments, after --.")],
     concurrency: ConcurrencyOption = 4,
     timeout: Annotated[float | None, typer.Option(help="Seconds before a command is killed.")] = None,
-    max_attempts: Annotated[int | None, typer.Option(help="Attempts before a job is dead.")] = None,
-    retry_delay: Annotated[float, typer.Option(help="Seconds before the first retry (doubling).")] = 1.0,
+    max_attempts: MaxAttemptsOption = None,
+    retry_delay: RetryDelayOption = None,
     burst: BurstFlag = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -106,6 +185,11 @@ def execute(
     error recorded as its error (retried with back-off, dead after --max-attempts).
     The job's id, entrypoint and attempt are in JQUEUE_JOB_ID, JQUEUE_ENTRYPOINT and
     JQUEUE_ATTEMPT.
+
+    Each command runs in a session of its own, so Ctrl-C or a SIGTERM to the process
+    group stops only the worker, which lets running commands finish within its grace
+    period; a command past --timeout, or still running when the worker stops for good,
+    is killed with every process it started.
     """
     if not command:
         fail("give the command after --, e.g. jqueue exec resize -- convert - out.png")
@@ -114,27 +198,31 @@ def execute(
         env = os.environ | {"JQUEUE_JOB_ID": job.id, "JQUEUE_ENTRYPOINT": job.entrypoint}
         env["JQUEUE_ATTEMPT"] = str(job.attempts)
         process = await asyncio.create_subprocess_exec(
-            *command, stdin=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+            *command,
+            stdin=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
         )
         try:
             _, stderr = await process.communicate(job.payload)
         except asyncio.CancelledError:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+            await _stop_command(process)
             raise
         if process.returncode != 0:
             detail = stderr.decode(errors="replace").strip()[-2000:]
             raise CommandFailedError(f"exit status {process.returncode}" + (f": {detail}" if detail else ""))
 
-    backoff = Backoff(initial=seconds(retry_delay) or Backoff().initial, maximum=Backoff().maximum)
-    policy = QueuePolicy(max_attempts=max_attempts, backoff=backoff)
-
     async def go() -> WorkerStats:
         _log_jobs()
-        async with broker_queue(ctx, policy=policy) as queue:
+        async with broker_queue(ctx) as queue:
             runner = Worker(
-                queue, {entrypoint: run_command}, concurrency=concurrency, timeout=seconds(timeout)
+                queue,
+                {entrypoint: run_command},
+                concurrency=concurrency,
+                timeout=seconds(timeout),
+                max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS,
+                backoff=DEFAULT_BACKOFF if retry_delay is None else _backoff(retry_delay),
             )
             return await runner.run(until_empty=burst)
 
