@@ -162,7 +162,7 @@ class Lifecycle(RuleBasedStateMachine):
             record = self.index.records[job_id]
             assert record.status is JobStatus.IN_PROGRESS
             assert record.entrypoint in (entrypoints or ENTRYPOINTS)
-            assert record.not_before is None
+            assert record.not_before == due[job_id]  # a claim keeps when the job became due
             assert (due[job_id] or 0) <= now
             assert record.deadline is None or record.deadline > now
             assert lease is not None

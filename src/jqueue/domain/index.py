@@ -62,6 +62,10 @@ def _expiry_key(record: JobRecord) -> int:
     return _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat + _UNLEASED_MICROS
 
 
+HEAP_SLACK = 4
+HEAP_FLOOR = 1024
+"""The heaps are rebuilt once they hold more than ``HEAP_SLACK`` entries per live job plus this."""
+
 _REQUIRED_COLUMNS = ("id", "entrypoint", "priority", "created", "status", "heartbeat", "payload", "order")
 _COLUMN_DEFAULTS: dict[str, Any] = {"attempts": 0, "claims": ()}
 
@@ -263,6 +267,7 @@ class QueueIndex:
         """Start journalling changes so that ``rollback`` can undo them."""
         if self._journal is not None:
             raise RuntimeError("a transaction is already open")
+        self._prune_heaps()
         self._journal = []
         self.pending_effects = []
 
@@ -513,6 +518,37 @@ class QueueIndex:
         """Apply effects in order."""
         for effect in effects:
             self.apply(effect)
+        if self._journal is None:
+            self._prune_heaps()
+
+    def heap_entries(self) -> int:
+        """How many entries the heaps hold, live or outdated (outdated ones are skipped lazily)."""
+        ready = sum(map(len, self._ready.values()))
+        return ready + len(self._scheduled) + len(self._claimed) + len(self._leased)
+
+    def _prune_heaps(self) -> None:
+        """Rebuild the heaps from the live records once outdated entries outnumber them (every claim
+        and heartbeat leaves one behind): amortised O(1) per change, memory O(live jobs)."""
+        if self.heap_entries() <= HEAP_SLACK * len(self.records) + HEAP_FLOOR:
+            return
+        ready: dict[str, list[ReadyEntry]] = {}
+        scheduled: list[ScheduledEntry] = []
+        claimed: list[TimedEntry] = []
+        leased: list[TimedEntry] = []
+        for record in self.records.values():
+            if record.status is JobStatus.QUEUED:
+                if record.not_before is None:
+                    entry = (record.priority, record.created, record.order, record.stamp, record.id)
+                    ready.setdefault(record.entrypoint, []).append(entry)
+                else:
+                    scheduled.append((record.not_before, record.stamp, record.id))
+            elif record.status is JobStatus.IN_PROGRESS:
+                claimed.append((_NO_HEARTBEAT if record.heartbeat is None else record.heartbeat, record.id))
+                leased.append((_expiry_key(record), record.id))
+        heaps: list[list[Any]] = [*ready.values(), scheduled, claimed, leased]
+        for heap in heaps:
+            heapq.heapify(heap)
+        self._ready, self._scheduled, self._claimed, self._leased = ready, scheduled, claimed, leased
 
     # --- internals ------------------------------------------------------------------
 

@@ -1,0 +1,48 @@
+"""The index's heaps stay proportional to the live jobs however many claims and heartbeats pass."""
+
+from __future__ import annotations
+
+from jqueue.domain.effects import Added, Beat, Claimed, Removed
+from jqueue.domain.index import HEAP_FLOOR, HEAP_SLACK, QueueIndex
+from jqueue.domain.models import JobStatus
+
+
+def test_claims_and_heartbeats_leave_no_unbounded_trail() -> None:
+    index = QueueIndex()
+    now = 1_000_000
+    for n in range(40_000):  # 200,000 operations: add, claim, three beats, then an ack
+        job_id = f"job-{n}"
+        index.apply(Added(job_id, "work", 0, now, JobStatus.QUEUED, None, b""))
+        index.begin()
+        [claim] = index.claim(None, 1, now, now + 300_000_000, lambda: "lease")
+        index.commit()
+        assert claim.job_id == job_id
+        index.apply_all([Beat(job_id, now + beat) for beat in (1, 2, 3)])
+        if n % 100:
+            index.apply(Removed(job_id, now + 4))
+        now += 10
+    live = len(index.records)
+    assert live == 400
+    assert index.heap_entries() <= HEAP_SLACK * live + HEAP_FLOOR
+    index.begin()
+    assert {c.job_id for c in index.requeue_expired(now + 10**12)} == set(index.records)
+    index.commit()
+    index.begin()
+    assert len(index.claim(None, 1000, now + 10**12, None)) == live  # the rebuilt heaps still work
+    index.commit()
+
+
+def test_a_replayed_log_prunes_too() -> None:
+    index = QueueIndex()
+    effects = []
+    for n in range(20_000):
+        job_id = f"job-{n}"
+        effects += [
+            Added(job_id, "work", 0, n, JobStatus.QUEUED, None, b""),
+            Claimed(job_id, n, "lease", n + 10**9),
+            *(Beat(job_id, n + beat) for beat in range(1, 4)),
+            Removed(job_id, n + 5),
+        ]
+    index.apply_all(effects)
+    assert index.records == {}
+    assert index.heap_entries() <= HEAP_FLOOR
