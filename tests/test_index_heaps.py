@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jqueue.domain.effects import Added, Beat, Claimed, Removed
+from jqueue.domain.effects import Added, Beat, Claimed, Effect, Removed
 from jqueue.domain.index import HEAP_FLOOR, HEAP_SLACK, QueueIndex
 from jqueue.domain.models import JobStatus
 
@@ -34,7 +34,7 @@ def test_claims_and_heartbeats_leave_no_unbounded_trail() -> None:
 
 def test_a_replayed_log_prunes_too() -> None:
     index = QueueIndex()
-    effects = []
+    effects: list[Effect] = []
     for n in range(20_000):
         job_id = f"job-{n}"
         effects += [

@@ -80,15 +80,20 @@ async def test_processes_share_a_file_queue(tmp_path: Path, layout: Layout, proc
     assert (await final_state(storage_from_url(url), layout)).jobs == ()
 
 
-@pytest.mark.parametrize("processes", [2, 4])
+@pytest.mark.parametrize(
+    ("server", "processes"),
+    [("moto", 2), ("moto", 4), ("seaweedfs", 4)],  # SeaweedFS: its races are checked (test_conditional_races)
+)
 async def test_processes_share_an_s3_queue(
-    tmp_path: Path, moto: S3Endpoint, layout: Layout, processes: int
+    tmp_path: Path, request: pytest.FixtureRequest, server: str, layout: Layout, processes: int
 ) -> None:
+    endpoint: S3Endpoint = request.getfixturevalue(server)
     key = f"mp-{uuid.uuid4().hex}.json"
-    url = f"s3://{BUCKET}/{key}?endpoint_url={moto.url}&region={moto.region}"
-    run_workers(url, tmp_path, s3_env(moto), layout, processes)
+    url = f"s3://{BUCKET}/{key}?endpoint_url={endpoint.url}&region={endpoint.region}"
+    run_workers(url, tmp_path, s3_env(endpoint), layout, processes)
     check_claims(tmp_path, processes)
-    storage = S3Storage(BUCKET, key, endpoint_url=moto.url, region_name=moto.region, session=s3_session(moto))
+    session = s3_session(endpoint)
+    storage = S3Storage(BUCKET, key, endpoint_url=endpoint.url, region_name=endpoint.region, session=session)
     assert (await final_state(storage, layout)).jobs == ()
 
 

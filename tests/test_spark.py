@@ -236,3 +236,23 @@ def test_jqueue_report_runs_on_a_real_queue(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| work | 3 |" in (out / "report.md").read_text()
     assert (out / "throughput.png").stat().st_size > 0
+
+
+def test_a_part_staged_by_a_lost_attempt_is_never_published(tmp_path: Path) -> None:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from jqueue.adapters.spark.writer import JQueueWriter
+
+    url = (tmp_path / "q.json").as_uri()
+    schema = StructType([StructField("payload", StringType())])
+    writer = JQueueWriter({"path": url, "entrypoint": "bulk"}, schema)
+    reported = writer.write(iter([{"payload": "kept-1"}, {"payload": "kept-2"}]))
+    writer.write(iter([{"payload": "from a lost executor"}]))  # staged, never reported
+    writer.commit([reported, None])
+
+    async def check() -> None:
+        async with DirectQueue(storage_from_url(url)) as q:
+            assert sorted(j.payload for j in await q.jobs(limit=None)) == [b"kept-1", b"kept-2"]
+        assert await staged_objects(url) == []
+
+    asyncio.run(check())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -17,12 +18,16 @@ from jqueue import (
     Job,
     JobResult,
     JobStatus,
+    Outcome,
     QueueSet,
     StorageError,
     Worker,
 )
 
-QUICK = {"poll_interval": timedelta(milliseconds=5), "max_poll_interval": timedelta(milliseconds=50)}
+QUICK: dict[str, Any] = {
+    "poll_interval": timedelta(milliseconds=5),
+    "max_poll_interval": timedelta(milliseconds=50),
+}
 
 
 async def test_a_worker_outlives_a_flaky_storage_and_runs_every_job() -> None:
@@ -35,8 +40,8 @@ async def test_a_worker_outlives_a_flaky_storage_and_runs_every_job() -> None:
     async def handle(job: Job) -> None:
         done.append(job.id)
 
-    async with BrokerQueue(flaky) as q:
-        worker = Worker(q, {"work": handle}, concurrency=10, max_outage=timedelta(seconds=60), **QUICK)
+    async with BrokerQueue(flaky) as broker:
+        worker = Worker(broker, {"work": handle}, concurrency=10, max_outage=timedelta(seconds=60), **QUICK)
         stats = await asyncio.wait_for(worker.burst(), 120)
     assert flaky.failures > 5
     assert set(done) == {job.id for job in jobs}
@@ -73,7 +78,7 @@ async def test_by_default_a_job_that_always_fails_ends_dead_and_burst_ends() -> 
         [dead] = await q.dead_letters()
     assert (dead.id, dead.attempts, dead.dead_reason) == (job.id, 5, "max_attempts")
     assert dead.last_error == "RuntimeError: always"
-    assert (stats.outcomes["retried"], stats.outcomes["dead"]) == (4, 1)
+    assert (stats.outcomes[Outcome.RETRIED], stats.outcomes[Outcome.DEAD]) == (4, 1)
 
 
 async def test_a_failing_queue_of_a_set_does_not_keep_the_others_jobs() -> None:
