@@ -6,6 +6,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -173,3 +174,25 @@ async def file_or_s3(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     made = make_backend(request.param, request, tmp_path)
     yield made
     await made.close()
+
+
+class Clock:
+    """The time the queues' operations see (claims, heartbeats, sweeps), moved only by the test."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """An injected clock for lease tests, so that a loaded machine cannot expire a lease early."""
+    fake = Clock()
+    for module in ("jqueue.core.operations", "jqueue.core.management"):
+        monkeypatch.setattr(f"{module}.utc_now", fake)
+    return fake

@@ -104,9 +104,9 @@ def test_mixed_counts_every_call_and_stays_consistent(tmp_path: Path) -> None:
         assert row["final_queued"] == row["enqueued"] - row["claimed"]
 
 
-@pytest.mark.parametrize(("layout", "writes"), [("single", 5), ("log", 6)])
+@pytest.mark.parametrize(("layout", "writes"), [("single", 5), ("log", 7)])
 def test_latency_wrapper_names_the_backend(tmp_path: Path, layout: str, writes: int) -> None:
-    # Five enqueues are five commits; a new log queue also writes its marker once.
+    # Five enqueues are five commits; a new log queue also creates its genesis and marker once.
     out = tmp_path / "lat.json"
     result = run_tool(
         "--layout",

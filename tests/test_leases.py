@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
 
-from conftest import Backend
+from conftest import Backend, Clock
 from jqueue import DirectQueue, HeartbeatManager, JobNotFoundError, JobStatus, Layout, LeaseLostError
 from queues import open_queue
 
 SHORT = timedelta(milliseconds=300)
-LEASE = timedelta(seconds=1)  # heartbeats every tenth of it: room for a slow commit on a loaded machine
+LEASE = timedelta(seconds=1)
+BOUND = 30.0  # seconds: the longest a loaded machine may take for what should be quick
 
 
-async def test_a_late_ack_cannot_touch_the_new_holders_job(file_or_s3: Backend, layout: Layout) -> None:
+async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
+    """Wait (boundedly) until ``check`` holds."""
+    async with asyncio.timeout(BOUND):
+        while not await check():
+            await asyncio.sleep(0.02)
+
+
+async def test_a_late_ack_cannot_touch_the_new_holders_job(
+    file_or_s3: Backend, layout: Layout, clock: Clock
+) -> None:
     storage, name = file_or_s3.new()
     async with (
         DirectQueue(storage, layout=layout) as worker_a,
@@ -28,7 +39,7 @@ async def test_a_late_ack_cannot_touch_the_new_holders_job(file_or_s3: Backend, 
         assert held_by_a.lease is not None
         assert held_by_a.lease_expires_at is not None
         assert await worker_b.dequeue() == []
-        await asyncio.sleep(LEASE.total_seconds() + 0.1)
+        clock.advance(LEASE + SHORT)
         [held_by_b] = await worker_b.dequeue()
         assert (held_by_b.id, held_by_b.attempts) == (job.id, 2)
         assert held_by_b.lease not in (None, held_by_a.lease)
@@ -54,7 +65,7 @@ async def test_a_late_ack_cannot_touch_the_new_holders_job(file_or_s3: Backend, 
 
 
 async def test_heartbeats_keep_the_lease_and_its_end_frees_the_job(
-    file_or_s3: Backend, layout: Layout, queue_kind: str
+    file_or_s3: Backend, layout: Layout, queue_kind: str, clock: Clock
 ) -> None:
     storage, name = file_or_s3.new()
     async with (
@@ -63,16 +74,23 @@ async def test_heartbeats_keep_the_lease_and_its_end_frees_the_job(
     ):
         await holder.enqueue("work", b"x")
         [job] = await holder.dequeue(visibility_timeout=LEASE)
-        async with HeartbeatManager(holder, job, interval=LEASE / 10):
-            await asyncio.sleep(LEASE.total_seconds() * 2)
-            assert await other.dequeue() == [], "a job was taken while heartbeats kept its lease"
+
+        async def beaten_now() -> bool:
+            found = (await other.read_state()).find(job.id)
+            return found is not None and found.heartbeat_at == clock.now
+
+        async with HeartbeatManager(holder, job, interval=timedelta(milliseconds=20)):
+            for _ in range(3):  # 1.8 leases in all, a heartbeat in each step
+                clock.advance(LEASE * 0.6)
+                await eventually(beaten_now)
+                assert await other.dequeue() == [], "a job was taken while heartbeats kept its lease"
         beaten = (await other.read_state()).find(job.id)
         assert beaten is not None
         assert beaten.lease == job.lease
         assert beaten.lease_expires_at is not None
         assert job.lease_expires_at is not None
         assert beaten.lease_expires_at > job.lease_expires_at
-        await asyncio.sleep(LEASE.total_seconds() + 0.2)
+        clock.advance(LEASE + SHORT)
         [again] = await other.dequeue()
         assert (again.id, again.attempts) == (job.id, 2)
 
@@ -84,9 +102,9 @@ async def test_a_heartbeat_manager_stops_when_its_lease_is_lost(file_or_s3: Back
         [job] = await q.dequeue()
         await q.nack(job.id)  # someone else returns it: this claim's lease is gone
         async with HeartbeatManager(q, job, interval=timedelta(milliseconds=20)) as manager:
-            await asyncio.sleep(0.3)
-            assert manager._task is not None
-            assert manager._task.done(), "heartbeats went on after the lease was lost"
+            task = manager._task
+            assert task is not None
+            await asyncio.wait_for(asyncio.shield(task), BOUND)  # heartbeats stop after the lease was lost
         [requeued] = (await q.read_state()).jobs
         assert (requeued.status, requeued.lease) == (JobStatus.QUEUED, None)
 
@@ -106,7 +124,7 @@ async def test_expired_leases_return_with_normal_traffic(file_or_s3: Backend, la
 
 
 async def test_an_explicit_sweep_returns_expired_leases_and_counts_them(
-    file_or_s3: Backend, layout: Layout, queue_kind: str
+    file_or_s3: Backend, layout: Layout, queue_kind: str, clock: Clock
 ) -> None:
     storage, _ = file_or_s3.new()
     async with open_queue(queue_kind, storage, layout=layout) as q:
@@ -114,7 +132,7 @@ async def test_an_explicit_sweep_returns_expired_leases_and_counts_them(
         await q.dequeue(batch_size=2, visibility_timeout=SHORT)
         await q.dequeue(visibility_timeout=timedelta(hours=1))
         assert await q.sweep() == 0
-        await asyncio.sleep(SHORT.total_seconds() + 0.1)
+        clock.advance(SHORT * 2)
         assert await q.sweep() == 2
         assert await q.sweep() == 0
         assert await q.count(JobStatus.QUEUED) == 2
