@@ -652,3 +652,14 @@ async def test_group_commit_loop(new_storage: Callable[[], Storage]) -> None:
         [left] = await again.dequeue()
         assert left.id == (await late).id
     assert [j.id for j in (await DirectQueue(storage).read_state()).in_progress_jobs()] == [left.id]
+
+
+async def test_values_jqueue_accepted_keep_their_meaning(
+    new_storage: Callable[[], Storage], kind: str
+) -> None:
+    async with opened(kind, new_storage()) as q:
+        job = await q.enqueue("task", "aGVsbG8=")  # type: ignore[arg-type]  # a str payload is base64
+        assert job.payload == b"hello"
+        assert await q.dequeue("task", batch_size=0) == []  # claims nothing
+        [claimed] = await q.dequeue("task")
+        assert claimed.id == job.id

@@ -283,8 +283,10 @@ class QueueOperations(ABC):
         entrypoints and used-up throttles hand out nothing; a job past its deadline
         dies instead. Returns an empty list, without writing, when nothing is claimable.
         """
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if batch_size < 0:
+            raise ValueError(f"batch_size must not be negative, got {batch_size}")
+        if batch_size == 0:  # claims nothing, as in jqueue
+            return []
         visibility = self.visibility_timeout if visibility_timeout is None else visibility_timeout
         entrypoints = entrypoint_set(entrypoint)
 

@@ -48,7 +48,7 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         checked_text("entrypoint", self.entrypoint)
-        if not isinstance(self.payload, bytes | bytearray):
+        if not isinstance(self.payload, bytes | bytearray | str):  # a str is base64, as in jqueue
             raise ValueError(f"payload must be bytes, got {type(self.payload).__name__}")
         checked_int64("priority", self.priority)
         if self.dedup_key is not None:
