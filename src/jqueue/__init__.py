@@ -20,9 +20,10 @@ from jqueue.core.direct import DirectQueue
 from jqueue.core.group_commit import GroupCommitLoop
 from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.layout import Layout
+from jqueue.core.outcomes import JobResult, Outcome, WorkerStats
 from jqueue.core.queue_set import QueueSet
 from jqueue.core.settings import Backoff, LogSettings, QueuePolicy
-from jqueue.core.worker import JobResult, Outcome, Worker, WorkerStats
+from jqueue.core.worker import Worker
 from jqueue.domain.errors import (
     CASConflictError,
     CorruptStateError,

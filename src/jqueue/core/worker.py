@@ -9,14 +9,13 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import StrEnum
 from typing import Any
 
 from jqueue.core.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
 from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.management import ManagementOperations
+from jqueue.core.outcomes import JobResult, Outcome, WorkerStats
 from jqueue.core.queue_set import QueueSet
 from jqueue.core.settings import Backoff
 from jqueue.domain.errors import (
@@ -35,61 +34,6 @@ TRANSIENT = (StorageError, CASConflictError)
 """Failures a worker outlives (up to ``max_outage``): the storage failed or stayed contended."""
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BACKOFF = Backoff()
-
-
-class Outcome(StrEnum):
-    """What became of a job a worker ran."""
-
-    ACKED = "acked"
-    RETRIED = "retried"
-    DEAD = "dead"
-    LOST = "lost"
-    RELEASED = "released"
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """One job's run: its outcome, error and timings (seconds)."""
-
-    job: Job
-    outcome: Outcome
-    error: str | None
-    waited: float
-    ran: float
-
-
-@dataclass
-class WorkerStats:
-    """What a worker run did.
-
-    Attributes
-    ----------
-    claimed : int
-        Jobs claimed.
-    outcomes : dict of Outcome to int
-        Jobs per outcome: acked, retried (failed, back in the queue), dead (failed
-        their last attempt), lost (their lease was lost before the ack), released
-        (returned at shutdown).
-    timed_out : int
-        Failures that were time limits.
-    seconds : float
-        Duration of the run.
-    """
-
-    claimed: int = 0
-    outcomes: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
-    timed_out: int = 0
-    seconds: float = 0.0
-
-    @property
-    def acked(self) -> int:
-        """Jobs that succeeded."""
-        return self.outcomes[Outcome.ACKED]
-
-    @property
-    def failed(self) -> int:
-        """Jobs whose handler failed (retried or dead)."""
-        return self.outcomes[Outcome.RETRIED] + self.outcomes[Outcome.DEAD]
 
 
 Hook = Callable[..., Awaitable[object] | object]

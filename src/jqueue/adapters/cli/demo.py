@@ -17,8 +17,9 @@ from rich.table import Table
 from jqueue.adapters.cli.common import Options, console, print_json, run
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
+from jqueue.core.outcomes import JobResult, Outcome
 from jqueue.core.settings import Backoff, QueuePolicy
-from jqueue.core.worker import JobResult, Outcome, Worker
+from jqueue.core.worker import Worker
 from jqueue.domain.models import Job, JobStatus
 
 DEFAULT_PATH = Path(".jqueue") / "demo.json"

@@ -18,8 +18,9 @@ from typing import Annotated, Any
 import typer
 
 from jqueue.adapters.cli.common import broker_queue, console, fail, print_json, run, seconds, storage_url
+from jqueue.core.outcomes import WorkerStats
 from jqueue.core.settings import Backoff
-from jqueue.core.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker, WorkerStats
+from jqueue.core.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
 from jqueue.domain.models import Job
 
 BurstFlag = Annotated[bool, typer.Option("--burst", help="Stop when nothing is left to claim.")]

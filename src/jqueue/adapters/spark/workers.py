@@ -18,8 +18,9 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.handlers import Handler
+from jqueue.core.outcomes import WorkerStats
 from jqueue.core.settings import QueuePolicy
-from jqueue.core.worker import Worker, WorkerStats
+from jqueue.core.worker import Worker
 
 STATS_SCHEMA = (
     "task int, attempt int, host string, pid int, claimed long, acked long, retried long, dead long, "

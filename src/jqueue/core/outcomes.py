@@ -1,0 +1,63 @@
+"""What a worker reports: each job's outcome and result, and the counts of a run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from jqueue.domain.models import Job
+
+
+class Outcome(StrEnum):
+    """What became of a job a worker ran."""
+
+    ACKED = "acked"
+    RETRIED = "retried"
+    DEAD = "dead"
+    LOST = "lost"
+    RELEASED = "released"
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """One job's run: its outcome, error and timings (seconds)."""
+
+    job: Job
+    outcome: Outcome
+    error: str | None
+    waited: float
+    ran: float
+
+
+@dataclass
+class WorkerStats:
+    """What a worker run did.
+
+    Attributes
+    ----------
+    claimed : int
+        Jobs claimed.
+    outcomes : dict of Outcome to int
+        Jobs per outcome: acked, retried (failed, back in the queue), dead (failed
+        their last attempt), lost (their lease was lost before the ack), released
+        (returned at shutdown).
+    timed_out : int
+        Failures that were time limits.
+    seconds : float
+        Duration of the run.
+    """
+
+    claimed: int = 0
+    outcomes: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
+    timed_out: int = 0
+    seconds: float = 0.0
+
+    @property
+    def acked(self) -> int:
+        """Jobs that succeeded."""
+        return self.outcomes[Outcome.ACKED]
+
+    @property
+    def failed(self) -> int:
+        """Jobs whose handler failed (retried or dead)."""
+        return self.outcomes[Outcome.RETRIED] + self.outcomes[Outcome.DEAD]
