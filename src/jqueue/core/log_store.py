@@ -181,12 +181,13 @@ class LogStore(CommitStore):
         self._confirmed_at = asked_at
 
     async def _get(self, name: str) -> bytes | None:
-        """Read a named object, retrying failed reads as the retry policy allows."""
+        """Read a named object, retrying failed reads as the retry policy allows (not one that
+        timed out: a storage that stops answering would cost a time limit per retry)."""
         for attempt in range(self.retry.max_retries + 1):
             try:
                 return await self.keyed.get(name)
-            except StorageError:
-                if attempt == self.retry.max_retries:
+            except StorageError as exc:
+                if attempt == self.retry.max_retries or isinstance(exc.cause, TimeoutError):
                     raise
                 await self.retry.wait(attempt + 1)
         raise AssertionError("unreachable")
