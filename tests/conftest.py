@@ -196,3 +196,26 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     for module in ("jqueue.core.operations", "jqueue.core.management"):
         monkeypatch.setattr(f"{module}.utc_now", fake)
     return fake
+
+
+# Fixtures of the tests that run the original jqueue documentation (test_documented_*.py).
+
+
+@pytest.fixture(params=["memory", "file"])
+def new_storage(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Callable[[], InMemoryStorage | LocalFileSystemStorage]:
+    """Makes the storage under test (call it inside the event loop that uses it)."""
+    if request.param == "memory":
+        return InMemoryStorage
+    return lambda: LocalFileSystemStorage(tmp_path / "queue.json")
+
+
+@pytest.fixture(params=["broker", "direct"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def gcs_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # never contacted
