@@ -19,7 +19,7 @@ from jqueue.core.log_codec import BASE_PREFIX, decode_marker, encode_entry, enco
 from jqueue.core.log_store import LogStore
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
-from jqueue.core.store import CommitStore, SingleObjectStore, describe
+from jqueue.core.store import CommitStore, SingleObjectStore, check_not_empty, describe
 from jqueue.domain.effects import Effect, to_micros
 from jqueue.domain.errors import CASConflictError, CorruptStateError
 from jqueue.domain.index import QueueIndex
@@ -80,8 +80,7 @@ class StoreOpener:
                 if self.layout == "single":
                     return SingleObjectStore(storage, self.retry)
                 return LogStore(storage, self.retry, self.settings, created=False)
-            if not content:
-                raise CorruptStateError(location, "the object is empty (0 bytes)")
+            check_not_empty(content, etag, location)
             is_log, base = decode_marker(content)
             if is_log:
                 if self.layout == "single":

@@ -46,7 +46,7 @@ from jqueue.core.log_codec import (
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.segment_cache import SegmentCache
 from jqueue.core.settings import LogSettings
-from jqueue.core.store import CommitStore
+from jqueue.core.store import CommitStore, check_not_empty
 from jqueue.domain.effects import Added, Effect, Payload, payload_place, payload_ref, to_micros
 from jqueue.domain.errors import CASConflictError, CorruptStateError, StorageError
 from jqueue.domain.index import QueueIndex
@@ -139,8 +139,7 @@ class LogStore(CommitStore):
         if etag is None:
             self._confirmed_at = asked_at
             return False
-        if not content:
-            raise CorruptStateError(self.location, "the object is empty (0 bytes)")
+        check_not_empty(content, etag, self.location)
         is_log, base = decode_marker(content)
         if not is_log:
             raise CorruptStateError(

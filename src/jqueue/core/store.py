@@ -40,6 +40,13 @@ def describe(storage: ObjectStoragePort) -> str:
     return url if isinstance(url, str) else repr(storage)
 
 
+def check_not_empty(content: bytes, etag: str | None, location: str) -> None:
+    """Raise ``CorruptStateError`` for an object that exists but holds no byte: a queue's main
+    object is never empty, and reading one as a new queue would lose every job."""
+    if etag is not None and not content:
+        raise CorruptStateError(location, "the object is empty (0 bytes)")
+
+
 class StorageUse:
     """Holds a storage open (its client, its connections) while a queue is open.
 
@@ -198,8 +205,7 @@ class SingleObjectStore(CommitStore):
         """Read and decode the whole object (or use the copy a lost write just read back)."""
         content, etag = self._read_back or await self.storage.read()
         self._read_back = None
-        if etag is not None and not content:
-            raise CorruptStateError(self.location, "the object is empty (0 bytes)")
+        check_not_empty(content, etag, self.location)
         self.index = codec.decode_index(content, self.location)
         self._etag = etag
 
