@@ -228,3 +228,51 @@ def test_exec_gives_up_on_a_command_that_always_fails_by_default(cli: Cli) -> No
     assert (summary["retried"], summary["dead"]) == (4, 1)
     [dead] = cli.json("dead", "ls")
     assert (dead["attempts"], dead["dead_reason"]) == (5, "max_attempts")
+
+
+def test_user_text_is_printed_as_it_is_never_as_markup(cli: Cli) -> None:
+    [job] = cli.json("enqueue", "[bold]ep[/bold]", "[red]payload")
+    listing = cli("ls").stdout
+    assert "[bold]ep[/bold]" in listing
+    assert "[red]payload" in listing
+    done = cli("show", "[/red]", ok=False)
+    assert done.stderr.strip() == "error: job '[/red]' is not in the queue"
+    assert job["entrypoint"] == "[bold]ep[/bold]"
+
+
+def test_a_missing_extra_is_one_line_naming_it(cli: Cli) -> None:
+    (cli.cwd / "aioboto3.py").write_text("raise ImportError('pretend it is not installed')\n")
+    cli.env["PYTHONPATH"] = str(cli.cwd)
+    done = cli("--storage", "s3://bucket/q.json", "stats", ok=False)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: aioboto3 is not installed; install the 's3' extra: pip install 'jqueue[s3]'"
+    )
+
+
+def test_a_syntax_error_in_a_worker_module_is_one_line_with_its_place(cli: Cli) -> None:
+    (cli.cwd / "broken.py").write_text("x = 1\ndef make(:\n")
+    done = cli("worker", "broken:make", "--burst", ok=False)
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {cli.cwd / 'broken.py'}:2: ")
+
+
+def test_exec_json_keeps_the_commands_output_off_the_summary(cli: Cli) -> None:
+    cli("enqueue", "say", "x")
+    done = cli("exec", "say", "--burst", "--json", "--", "echo", "from the command")
+    assert json.loads(done.stdout)["acked"] == 1
+    assert "from the command" in done.stderr
+
+
+def test_messages_read_as_english(cli: Cli) -> None:
+    [job] = cli.json("enqueue", "work", "x")
+    assert cli("requeue", job["id"]).stdout.strip() == "requeued 0 jobs"
+    cli("enqueue", "work", "y")
+    asked = cli("purge", "--status", "queued", stdin="n\n", ok=False)
+    assert "delete 2 jobs (queued)?" in asked.stdout
+    assert cli.json("ls")[0]["id"] == job["id"]
+    late = cli("enqueue", "work", "z", "--delay", "-5", ok=False)
+    assert late.stderr.strip() == "error: delay must not be negative, got -5 s"
+    wrong = cli("history", "--outcome", "nope", ok=False)
+    assert wrong.stderr.strip() == "error: unknown outcome 'nope'; one of acked, dead"

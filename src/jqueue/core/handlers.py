@@ -17,6 +17,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
 from jqueue.domain.models import Job
+from jqueue.domain.values import span
 
 Handler = Callable[[Job], Awaitable[object]] | Callable[[Job], object]
 """A job handler: ``async def handle(job)`` runs on the event loop, ``def handle(job)`` in a
@@ -57,7 +58,7 @@ class HandlerSpec:
     def of(cls, function: Handler, timeout: timedelta | None, in_process: bool) -> HandlerSpec:
         """Return the spec of ``function``: where it runs follows from what it is."""
         if timeout is not None and timeout <= timedelta(0):
-            raise ValueError(f"timeout must be positive, got {timeout}")
+            raise ValueError(f"timeout must be positive, got {span(timeout)}")
         if inspect.iscoroutinefunction(function):
             if in_process:
                 raise ValueError("an async handler runs on the event loop, not in a process")

@@ -11,7 +11,7 @@ from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, JobStatus, utc_now
 from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.stats import QueueStats, stats_of
-from jqueue.domain.values import checked_int64, checked_text
+from jqueue.domain.values import checked_int64, checked_text, span
 
 
 def _scope(entrypoint: str | None) -> None:
@@ -163,7 +163,7 @@ class ManagementOperations(QueueOperations):
             raise ValueError(f"limit must not be negative, got {limit}")
         window = per // timedelta(microseconds=1)
         if window < 1:
-            raise ValueError(f"per must be positive, got {per}")
+            raise ValueError(f"per must be positive, got {span(per)}")
         await self._execute(lambda index: index.apply(ThrottleSet(entrypoint, limit, window)))
 
     async def history(

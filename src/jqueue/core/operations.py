@@ -27,7 +27,7 @@ from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState, utc_now
 from jqueue.domain.records import HistoryRecord, JobRecord, added_from, job_from
 from jqueue.domain.spec import LONGEST_SPAN, JobSpec
-from jqueue.domain.values import checked_int64, checked_text, storable_text
+from jqueue.domain.values import checked_int64, checked_text, span, storable_text
 from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")
@@ -79,7 +79,7 @@ class QueueOperations(ABC):
         storage_timeout: timedelta | None,
     ) -> None:
         if visibility_timeout <= timedelta(0):
-            raise ValueError(f"visibility_timeout must be positive, got {visibility_timeout}")
+            raise ValueError(f"visibility_timeout must be positive, got {span(visibility_timeout)}")
         if visibility_timeout < CLOCK_SAFE_VISIBILITY:
             logger.warning(
                 "a visibility timeout of %s is short: leases assume that the clocks of all processes "
@@ -360,7 +360,7 @@ class QueueOperations(ABC):
         If one of them cannot be, the error is raised and none is.
         """
         if delay is not None and not timedelta(0) <= delay <= LONGEST_SPAN:
-            raise ValueError(f"delay must be between 0 and {LONGEST_SPAN.days} days, got {delay}")
+            raise ValueError(f"delay must be between 0 and {LONGEST_SPAN.days} days, got {span(delay)}")
         if max_attempts is not None and checked_int64("max_attempts", max_attempts) < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         fences = [fence(job) for job in jobs]

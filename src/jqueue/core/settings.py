@@ -6,6 +6,8 @@ import random
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from jqueue.domain.values import span
+
 MIN_RETENTION = timedelta(seconds=1)
 JOBS_PER_CHECKPOINT_CHANGE = 20
 
@@ -43,7 +45,7 @@ class LogSettings:
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
         if self.retention < MIN_RETENTION:
-            raise ValueError(f"retention must be at least {MIN_RETENTION}, got {self.retention}")
+            raise ValueError(f"retention must be at least {MIN_RETENTION}, got {span(self.retention)}")
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class Backoff:
 
 def _positive(name: str, value: timedelta | None) -> None:
     if value is not None and value <= timedelta(0):
-        raise ValueError(f"{name} must be positive, got {value}")
+        raise ValueError(f"{name} must be positive, got {span(value)}")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from jqueue.core.store import describe
 from jqueue.domain.errors import StorageError
+from jqueue.domain.values import span
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 T = TypeVar("T")
@@ -25,7 +26,7 @@ class TimedStorage:
 
     def __init__(self, inner: ObjectStoragePort, timeout: timedelta) -> None:
         if timeout <= timedelta(0):
-            raise ValueError(f"storage_timeout must be positive, got {timeout}")
+            raise ValueError(f"storage_timeout must be positive, got {span(timeout)}")
         self.inner = inner
         self.url = describe(inner)
         self.seconds = timeout.total_seconds()

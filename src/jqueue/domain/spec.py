@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.values import checked_int64, checked_text
+from jqueue.domain.values import span as span_text
 
 LONGEST_SPAN = timedelta(days=365 * 1000)
 """The longest ``delay`` or ``ttl`` a job takes (a time past it would not fit a datetime)."""
@@ -57,17 +58,17 @@ class JobSpec:
             checked_int64("max_attempts", self.max_attempts)
         for name, span in (("delay", self.delay), ("ttl", self.ttl)):
             if span is not None and span > LONGEST_SPAN:
-                raise ValueError(f"{name} must be at most {LONGEST_SPAN.days} days, got {span}")
+                raise ValueError(f"{name} must be at most {LONGEST_SPAN.days} days, got {span_text(span)}")
         if self.delay is not None and self.not_before is not None:
             raise ValueError("give delay or not_before, not both")
         if self.delay is not None and self.delay < timedelta(0):
-            raise ValueError(f"delay must not be negative, got {self.delay}")
+            raise ValueError(f"delay must not be negative, got {span_text(self.delay)}")
         if self.not_before is not None and self.not_before.tzinfo is None:
             raise ValueError("not_before must be an aware datetime")
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
         if self.ttl is not None and self.ttl <= timedelta(0):
-            raise ValueError(f"ttl must be positive, got {self.ttl}")
+            raise ValueError(f"ttl must be positive, got {span_text(self.ttl)}")
 
     def build(self, now: datetime, default_ttl: timedelta | None = None, batch: str | None = None) -> Job:
         """Return the queued job this spec describes, enqueued at ``now``; staged (unclaimable

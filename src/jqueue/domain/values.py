@@ -7,6 +7,8 @@ is recorded whatever it holds, with what cannot be stored replaced.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -37,3 +39,8 @@ def storable_text(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def span(value: timedelta) -> str:
+    """Return a duration for a message, in seconds (``-5 s``, not ``-1 day, 23:59:55``)."""
+    return f"{value.total_seconds():g} s"

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
@@ -21,8 +22,8 @@ from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import Job, utc_now
 
 T = TypeVar("T")
-console = Console()
-errors = Console(stderr=True)
+console = Console(markup=False)  # user text (ids, entrypoints, errors) is never markup
+errors = Console(stderr=True, markup=False)
 STORAGE_HELP = "Storage URL of the queue (file://, s3://, gs://, memory://); or set JQUEUE_STORAGE."
 
 
@@ -44,7 +45,7 @@ def storage_url(ctx: typer.Context) -> str:
 
 def fail(message: str) -> None:
     """Print one error line and exit with status 1."""
-    errors.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    errors.print(Text.assemble(("error:", "red"), f" {message}"), highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -52,7 +53,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine; a user's mistake or an unreachable storage is one error line."""
     try:
         return asyncio.run(coroutine)
-    except (JQueueError, ValueError, OSError) as exc:
+    except (JQueueError, ValueError, OSError, ImportError) as exc:  # ImportError: a missing extra
         fail(str(exc) or type(exc).__name__)
     raise AssertionError("unreachable")
 

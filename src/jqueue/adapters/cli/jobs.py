@@ -248,8 +248,19 @@ def purge(
 ) -> None:
     """Delete jobs by status, entrypoint and age (dead letters by default)."""
     chosen = None if status == "any" else _status(status)
-    if not yes and not typer.confirm(f"delete {status} jobs{f' of {entrypoint}' if entrypoint else ''}?"):
-        raise typer.Exit(1)
+    if not yes:
+
+        async def count() -> int:
+            async with existing_queue(ctx) as queue:
+                return await queue.count(chosen, entrypoint, seconds(older_than))
+
+        found = run(count())
+        scope = f" of {entrypoint!r}" if entrypoint else ""
+        if not found:
+            _report(0, "purged", as_json)
+            return
+        if not typer.confirm(f"delete {_jobs(found)} ({status}{scope})?"):
+            raise typer.Exit(1)
 
     async def act() -> int:
         async with existing_queue(ctx) as queue:
@@ -327,7 +338,9 @@ def history(
     as_json: JsonFlag = False,
 ) -> None:
     """Show records of finished jobs, newest last."""
-    chosen = None if outcome is None else _status(outcome)
+    if outcome not in (None, "acked", "dead"):
+        fail(f"unknown outcome {outcome!r}; one of acked, dead")
+    chosen = None if outcome is None else JobStatus(outcome)
 
     async def look() -> list[HistoryRecord]:
         async with existing_queue(ctx) as queue:
@@ -372,11 +385,15 @@ def _done(data: dict[str, object], message: str, as_json: bool) -> None:
         console.print(message)
 
 
+def _jobs(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"
+
+
 def _report(count: int, verb: str, as_json: bool) -> None:
     if as_json:
         print_json({verb: count})
     else:
-        console.print(f"{verb} {count} jobs")
+        console.print(f"{verb} {_jobs(count)}")
 
 
 def register(app: typer.Typer) -> None:

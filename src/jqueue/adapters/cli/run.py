@@ -59,6 +59,8 @@ def _load(target: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         fail(f"cannot import {module_name!r}: {exc}")
+    except SyntaxError as exc:
+        fail(f"{exc.filename}:{exc.lineno}: {exc.msg}")
     try:
         return getattr(module, attribute)
     except AttributeError:
@@ -201,6 +203,7 @@ def execute(
         process = await asyncio.create_subprocess_exec(
             *command,
             stdin=asyncio.subprocess.PIPE,
+            stdout=sys.stderr if as_json else None,  # the JSON summary alone on standard output
             stderr=asyncio.subprocess.PIPE,
             env=env,
             start_new_session=True,
