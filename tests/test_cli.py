@@ -276,3 +276,11 @@ def test_messages_read_as_english(cli: Cli) -> None:
     assert late.stderr.strip() == "error: delay must not be negative, got -5 s"
     wrong = cli("history", "--outcome", "nope", ok=False)
     assert wrong.stderr.strip() == "error: unknown outcome 'nope'; one of acked, dead"
+
+
+def test_purge_status_is_a_checked_choice(cli: Cli) -> None:
+    cli("enqueue", "work", "x")
+    done = cli("purge", "--status", "nope", "--yes", ok=False)
+    assert done.returncode == 2
+    assert "nope" in done.stderr
+    assert cli.json("purge", "--status", "any", "--yes") == {"purged": 1}

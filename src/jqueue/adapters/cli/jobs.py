@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from datetime import timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -38,6 +39,16 @@ OlderOption = Annotated[
     float | None, typer.Option("--older-than", help="Only jobs enqueued this many seconds ago.")
 ]
 LimitOption = Annotated[int, typer.Option("--limit", help="At most this many (0: all).")]
+
+
+class PurgeStatus(StrEnum):
+    """The jobs ``purge`` deletes: those in one status, or any."""
+
+    DEAD = "dead"
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    STAGED = "staged"
+    ANY = "any"
 
 
 def _jobs_table(jobs: list[Job]) -> Table:
@@ -240,14 +251,14 @@ def dead_requeue(
 
 def purge(
     ctx: typer.Context,
-    status: Annotated[str, typer.Option(help="dead, queued, in_progress or any.")] = "dead",
+    status: Annotated[PurgeStatus, typer.Option(help="Which jobs: one status, or any.")] = PurgeStatus.DEAD,
     entrypoint: EntrypointOption = None,
     older_than: OlderOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Delete jobs by status, entrypoint and age (dead letters by default)."""
-    chosen = None if status == "any" else _status(status)
+    chosen = None if status is PurgeStatus.ANY else JobStatus(status.value)
     if not yes:
 
         async def count() -> int:
@@ -259,7 +270,7 @@ def purge(
         if not found:
             _report(0, "purged", as_json)
             return
-        if not typer.confirm(f"delete {_jobs(found)} ({status}{scope})?"):
+        if not typer.confirm(f"delete {_jobs(found)} ({status.value}{scope})?"):
             raise typer.Exit(1)
 
     async def act() -> int:
@@ -267,14 +278,6 @@ def purge(
             return await queue.purge(chosen, entrypoint, seconds(older_than))
 
     _report(run(act()), "purged", as_json)
-
-
-def _status(name: str) -> JobStatus:
-    try:
-        return JobStatus(name)
-    except ValueError:
-        fail(f"unknown status {name!r}; one of dead, queued, in_progress, any")
-    raise AssertionError("unreachable")
 
 
 def pause(
