@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+import jqueue
+
 HERE = Path(__file__).parent
 
 
@@ -284,3 +286,27 @@ def test_purge_status_is_a_checked_choice(cli: Cli) -> None:
     assert done.returncode == 2
     assert "nope" in done.stderr
     assert cli.json("purge", "--status", "any", "--yes") == {"purged": 1}
+
+
+def test_global_options_anywhere_the_version_and_no_memory_queues(cli: Cli) -> None:
+    url = cli.env.pop("JQUEUE_STORAGE")
+    cli("enqueue", "work", "x", "--storage", url)
+    assert "work" in cli("stats", f"--storage={url}").stdout
+    assert cli("--version").stdout.strip() == f"jqueue {jqueue.__version__}"
+    done = cli("--storage", "memory://q", "stats", ok=False)
+    assert done.stderr.startswith("error: a memory:// queue lives in one process")
+
+
+def test_tables_show_id_prefixes_that_show_and_requeue_accept(cli: Cli) -> None:
+    ids = [job["id"] for job in cli.json("enqueue", "work", "--stdin", stdin="a\nb\nc\n")]
+    listing = cli("ls").stdout
+    words = [word for line in listing.splitlines() for word in line.split()]
+    shown = [word for word in words if len(word) >= 8 and any(i.startswith(word) for i in ids)]
+    assert len(shown) == 3
+    assert all(8 <= len(prefix) < 36 for prefix in shown)
+    for prefix in shown:
+        [full] = [i for i in ids if i.startswith(prefix)]
+        assert cli.json("show", prefix)["id"] == full
+    assert cli.json("requeue", shown[0]) == {"requeued": 0}
+    done = cli("show", "", ok=False)
+    assert "give more of it" in done.stderr

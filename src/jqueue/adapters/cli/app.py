@@ -6,8 +6,15 @@ from typing import Annotated
 
 import typer
 
+from jqueue import __version__
 from jqueue.adapters.cli import demo, jobs, run
 from jqueue.adapters.cli.common import STORAGE_HELP, Options
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        print(f"jqueue {__version__}")
+        raise typer.Exit()
 
 
 def build_app() -> typer.Typer:
@@ -26,6 +33,9 @@ def build_app() -> typer.Typer:
         storage: Annotated[
             str | None, typer.Option("--storage", envvar="JQUEUE_STORAGE", help=STORAGE_HELP)
         ] = None,
+        version: Annotated[
+            bool, typer.Option("--version", is_eager=True, callback=_print_version, help="Print the version.")
+        ] = False,
     ) -> None:
         ctx.obj = Options(storage)
 

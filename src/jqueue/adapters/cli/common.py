@@ -20,6 +20,7 @@ from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import Job, utc_now
+from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")
 console = Console(markup=False)  # user text (ids, entrypoints, errors) is never markup
@@ -43,6 +44,14 @@ def storage_url(ctx: typer.Context) -> str:
     return options.storage
 
 
+def _shared_storage(ctx: typer.Context) -> ObjectStoragePort:
+    """The storage of a queue that several commands (processes) share: not memory://."""
+    url = storage_url(ctx)
+    if url.lower().startswith("memory:"):
+        fail("a memory:// queue lives in one process and each command is a new one: use file://, s3:// or gs://")
+    return storage_from_url(url)
+
+
 def fail(message: str) -> None:
     """Print one error line and exit with status 1."""
     errors.print(Text.assemble(("error:", "red"), f" {message}"), highlight=False, soft_wrap=True)
@@ -61,7 +70,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 @contextlib.asynccontextmanager
 async def direct_queue(ctx: typer.Context) -> AsyncIterator[DirectQueue]:
     """Open the queue for a command that commits a few calls."""
-    async with DirectQueue(storage_from_url(storage_url(ctx))) as queue:
+    async with DirectQueue(_shared_storage(ctx)) as queue:
         yield queue
 
 
@@ -78,7 +87,7 @@ async def existing_queue(ctx: typer.Context) -> AsyncIterator[DirectQueue]:
 @contextlib.asynccontextmanager
 async def broker_queue(ctx: typer.Context, **options: Any) -> AsyncIterator[BrokerQueue]:
     """Open the queue for a command that makes many concurrent calls."""
-    async with BrokerQueue(storage_from_url(storage_url(ctx)), **options) as queue:
+    async with BrokerQueue(_shared_storage(ctx), **options) as queue:
         yield queue
 
 

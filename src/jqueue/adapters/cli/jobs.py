@@ -26,6 +26,7 @@ from jqueue.adapters.cli.common import (
     run,
     seconds,
 )
+from jqueue.core.direct import DirectQueue
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.spec import JobSpec
@@ -51,12 +52,52 @@ class PurgeStatus(StrEnum):
     ANY = "any"
 
 
+def _shared(a: str, b: str) -> int:
+    """How many leading characters two ids share."""
+    return next((n for n, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+    """Return for each id its shortest prefix (``least`` characters at least) that no other id of
+    ``ids`` starts with: what tables show, and what ``show`` and ``requeue`` accept."""
+    ordered = sorted(set(ids))
+    shortest: dict[str, str] = {}
+    for position, job_id in enumerate(ordered):
+        neighbours = ordered[max(0, position - 1) : position] + ordered[position + 1 : position + 2]
+        common = max((_shared(job_id, other) for other in neighbours), default=0)
+        shortest[job_id] = job_id[: max(least, common + 1)]
+    return shortest
+
+
 def _jobs_table(jobs: list[Job]) -> Table:
     table = Table("id", "entrypoint", "status", "priority", "attempts", "age", "payload", "error")
+    table.columns[0].no_wrap = True
+    short = short_ids([job.id for job in jobs])
     for job in jobs:
-        row = (job.id, job.entrypoint, job.status, str(job.priority), str(job.attempts), age(job.created_at))
+        row = (
+            short[job.id],
+            job.entrypoint,
+            job.status,
+            str(job.priority),
+            str(job.attempts),
+            age(job.created_at),
+        )
         table.add_row(*row, preview(job.payload), job.last_error or "")
     return table
+
+
+async def _full_ids(queue: DirectQueue, given: list[str]) -> list[str]:
+    """Return the ids with each unique prefix of a job's id replaced by that id (as git does)."""
+    if all([await queue.find(job_id) is not None for job_id in given]):
+        return given
+    known = [job.id for job in await queue.jobs(limit=None)]
+    full = []
+    for job_id in given:
+        matches = [candidate for candidate in known if candidate.startswith(job_id)]
+        if len(matches) > 1 and job_id not in matches:
+            fail(f"{job_id!r} is the start of {len(matches)} job ids; give more of it")
+        full.append(matches[0] if len(matches) == 1 else job_id)
+    return full
 
 
 def enqueue(
@@ -178,7 +219,8 @@ def show(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
 
     async def look() -> Job | None:
         async with existing_queue(ctx) as queue:
-            return await queue.find(job_id)
+            [full_id] = await _full_ids(queue, [job_id])
+            return await queue.find(full_id)
 
     job = run(look())
     if job is None:
@@ -203,7 +245,7 @@ def requeue(
 
     async def act() -> int:
         async with existing_queue(ctx) as queue:
-            return await queue.requeue(job_ids)
+            return await queue.requeue(await _full_ids(queue, job_ids))
 
     _report(run(act()), "requeued", as_json)
 
@@ -225,10 +267,11 @@ def dead_ls(
         print_json([job_json(job) for job in jobs])
         return
     table = Table("id", "entrypoint", "attempts", "reason", "died", "error")
+    table.columns[0].no_wrap = True
+    short = short_ids([job.id for job in jobs])
     for job in jobs:
-        table.add_row(
-            job.id, job.entrypoint, str(job.attempts), job.dead_reason, age(job.dead_at), job.last_error
-        )
+        died = age(job.dead_at)
+        table.add_row(short[job.id], job.entrypoint, str(job.attempts), job.dead_reason, died, job.last_error)
     console.print(table)
 
 
@@ -244,7 +287,7 @@ def dead_requeue(
 
     async def act() -> int:
         async with existing_queue(ctx) as queue:
-            return await queue.requeue_dead(None if everything else job_ids)
+            return await queue.requeue_dead(None if everything else await _full_ids(queue, job_ids or []))
 
     _report(run(act()), "requeued", as_json)
 
