@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,19 @@ def test_the_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert summary["acked"] + summary["dead_letters"] == summary["enqueued"] == 40
     assert summary["every_job_accounted_for"] is True
     assert summary["left_in_queue"] == 0
+
+
+def test_a_star_import_needs_no_extra_and_dir_shows_the_api(tmp_path: Path) -> None:
+    (tmp_path / "aioboto3.py").write_text("raise ImportError('not installed')\n")
+    program = (
+        "import jqueue\n"
+        "from jqueue import *\n"
+        "assert 'Any' not in dir(jqueue) and 'TYPE_CHECKING' not in dir(jqueue)\n"
+        "assert {'S3Storage', 'GCSStorage', 'BrokerQueue'} <= set(dir(jqueue))\n"
+        "print(BrokerQueue.__name__, jqueue.__version__)\n"
+    )
+    env = os.environ | {"PYTHONPATH": str(tmp_path)}
+    command = [sys.executable, "-c", program]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.split() == ["BrokerQueue", jqueue.__version__]

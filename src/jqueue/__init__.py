@@ -10,7 +10,7 @@ imported on first use, so their extras are needed only when used.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.memory import InMemoryStorage
@@ -42,9 +42,9 @@ from jqueue.domain.spec import JobSpec
 from jqueue.domain.stats import EntrypointStats, QueueStats
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
-if TYPE_CHECKING:
-    from jqueue.adapters.storage.gcs import GCSStorage
-    from jqueue.adapters.storage.s3 import S3Storage
+if _typing.TYPE_CHECKING:
+    from jqueue.adapters.storage.gcs import GCSStorage as GCSStorage
+    from jqueue.adapters.storage.s3 import S3Storage as S3Storage
 
 __version__ = "0.1.0"
 
@@ -54,7 +54,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name in _LAZY:
         import importlib
 
@@ -62,6 +62,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'jqueue' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted([*__all__, *_LAZY])
+
+
+# S3Storage and GCSStorage are left out, so that ``from jqueue import *`` needs no extra.
 __all__ = [
     "Backoff",
     "BrokerQueue",
@@ -69,7 +74,6 @@ __all__ = [
     "CorruptStateError",
     "DirectQueue",
     "EntrypointStats",
-    "GCSStorage",
     "GroupCommitLoop",
     "HeartbeatManager",
     "HistoryRecord",
@@ -95,7 +99,6 @@ __all__ = [
     "QueueSet",
     "QueueState",
     "QueueStats",
-    "S3Storage",
     "StorageError",
     "Worker",
     "WorkerStats",
