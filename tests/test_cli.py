@@ -310,3 +310,8 @@ def test_tables_show_id_prefixes_that_show_and_requeue_accept(cli: Cli) -> None:
     assert cli.json("requeue", shown[0]) == {"requeued": 0}
     done = cli("show", "", ok=False)
     assert "give more of it" in done.stderr
+
+
+def test_bench_writes_results_only_where_asked(cli: Cli) -> None:
+    cli("bench", "--", "--ops", "5", "--queues", "direct", "--scenarios", "enqueue-seq")
+    assert sorted(path.name for path in cli.cwd.iterdir()) == []

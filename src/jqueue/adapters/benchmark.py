@@ -95,7 +95,6 @@ from jqueue.core.operations import QueueOperations
 BACKENDS = ("memory", "file", "s3")
 QUEUES = ("direct", "broker")
 SCENARIOS = ("enqueue-seq", "enqueue-c10", "enqueue-c50", "dequeue-seq", "mixed-c50")
-DEFAULT_JSON = Path("bench-results/benchmark_storage.json")
 ENTRYPOINT = "bench"
 S3_REGION = "us-east-1"
 S3_BUCKET = "jqueue-bench"
@@ -227,9 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--json",
         type=Path,
-        default=DEFAULT_JSON,
+        default=None,
         metavar="PATH",
-        help="where to write the JSON results; parent directories are created (default: %(default)s)",
+        help="also write the results as JSON to PATH; parent directories are created",
     )
     parser.add_argument(
         "--layout",
@@ -270,8 +269,8 @@ class Settings:
         Delay added before each storage read / write.
     directory : Path or None
         Where the file backend writes; None for a temporary directory.
-    json_path : Path
-        The JSON output file.
+    json_path : Path or None
+        The JSON output file, if any.
     repeat : int
         Runs per combination.
     layout : {"single", "log"}
@@ -1091,8 +1090,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = asyncio.run(run_all(settings, backends))
     wall = time.perf_counter() - started
     print(format_table(rows))
-    write_json(settings.json_path, metadata(settings, [sys.argv[0], *args], wall), rows)
-    print(f"results written to {settings.json_path} (wall time {wall:.1f}s)", file=sys.stderr)
+    if settings.json_path is not None:
+        write_json(settings.json_path, metadata(settings, [sys.argv[0], *args], wall), rows)
+        print(f"results written to {settings.json_path} (wall time {wall:.1f}s)", file=sys.stderr)
     failed = [row for row in rows if not row.verified]
     for row in failed:
         print(
