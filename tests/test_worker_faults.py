@@ -107,3 +107,14 @@ async def test_a_delayed_jobs_wait_counts_from_when_it_became_due() -> None:
     [result] = results
     assert result.job.not_before is not None
     assert 0 <= result.waited < 0.8, "the delay was counted as waiting"
+
+
+def test_an_in_process_handler_that_cannot_reach_its_process_is_refused_at_registration() -> None:
+    def local(job: Job) -> None:
+        pass
+
+    worker = Worker(DirectQueue(InMemoryStorage(name="pickling")))
+    with pytest.raises(ValueError, match="module-level function") as raised:
+        worker.register("work", local, in_process=True)
+    assert "local" in str(raised.value)
+    worker.register("work", local)  # a thread is fine

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import multiprocessing
+import pickle
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -63,6 +64,15 @@ class HandlerSpec:
             if in_process:
                 raise ValueError("an async handler runs on the event loop, not in a process")
             return cls(function, timeout, "loop")
+        if in_process:
+            try:
+                pickle.dumps(function)
+            except (pickle.PicklingError, AttributeError, TypeError) as exc:
+                name = getattr(function, "__qualname__", repr(function))
+                raise ValueError(
+                    f"an in_process handler must be a module-level function its process can import "
+                    f"by name; {name!r} cannot be sent to a process ({exc})"
+                ) from None
         return cls(function, timeout, "process" if in_process else "thread")
 
 
