@@ -315,3 +315,14 @@ def test_tables_show_id_prefixes_that_show_and_requeue_accept(cli: Cli) -> None:
 def test_bench_writes_results_only_where_asked(cli: Cli) -> None:
     cli("bench", "--", "--ops", "5", "--queues", "direct", "--scenarios", "enqueue-seq")
     assert sorted(path.name for path in cli.cwd.iterdir()) == []
+
+
+COMMANDS = ["enqueue", "stats", "ls", "show", "requeue", "purge", "pause", "resume", "throttle", "history"]
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, "worker", "exec", "bench", "report", "demo", "dead ls"])
+def test_help_reads_as_plain_text(cli: Cli, command: str) -> None:
+    text = cli(*command.split(), "--help").stdout
+    assert "<bool>" not in text  # a flag takes no value
+    assert "``" not in text
+    assert "[/" not in text

@@ -25,7 +25,7 @@ from jqueue.ports.storage import ObjectStoragePort
 T = TypeVar("T")
 console = Console(markup=False)  # user text (ids, entrypoints, errors) is never markup
 errors = Console(stderr=True, markup=False)
-STORAGE_HELP = "Storage URL of the queue (file://, s3://, gs://, memory://); or set JQUEUE_STORAGE."
+STORAGE_HELP = "Storage URL of the queue (file://, s3://, gs://); or set JQUEUE_STORAGE."
 
 
 @dataclass

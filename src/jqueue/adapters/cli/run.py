@@ -85,7 +85,7 @@ def worker(
 ) -> None:
     """Run a Worker defined in your module until stopped (SIGTERM/SIGINT), or with --burst until idle.
 
-    The attribute is a ``Worker`` (its queues are opened here), or a function that takes
+    The attribute is a Worker (its queues are opened here), or a function that takes
     the queue opened from --storage and returns a Worker. --max-attempts and
     --retry-delay replace the Worker's own settings; a job's own limit and the queue's
     policy still come first.
@@ -239,7 +239,7 @@ def bench(
 ) -> None:
     """Run the storage benchmark's scenarios against fresh queues beside --storage.
 
-    Options after -- go to the benchmark, e.g. ``jqueue bench -- --ops 200 --scenarios mixed-c50``.
+    Options after -- go to the benchmark, e.g. jqueue bench -- --ops 200 --scenarios mixed-c50.
     """
     from jqueue.adapters.benchmark import main as benchmark
 
