@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -326,3 +327,13 @@ def test_help_reads_as_plain_text(cli: Cli, command: str) -> None:
     assert "<bool>" not in text  # a flag takes no value
     assert "``" not in text
     assert "[/" not in text
+
+
+def test_listings_show_what_stats_counts(cli: Cli) -> None:
+    cli("enqueue", "later", "x", "--delay", "3600")
+    listing = cli("ls").stdout
+    assert "scheduled" in listing
+    assert re.search(r"in (59\.\d|60\.0)m", listing)
+    cli("pause", "later", "--enqueues")
+    assert "enqueues paused: later" in cli("stats").stdout
+    assert "no job will be claimed" in cli("throttle", "0", "--per", "1").stdout

@@ -123,12 +123,18 @@ def preview(payload: bytes, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def age(moment: datetime | None) -> str:
-    """Return how long ago ``moment`` was, in a short human form."""
-    if moment is None:
-        return "-"
-    total = max(0.0, (utc_now() - moment).total_seconds())
+def _short(total: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if total >= size:
             return f"{total / size:.1f}{unit}"
     return f"{total:.1f}s"
+
+
+def age(moment: datetime | None) -> str:
+    """Return how long ago ``moment`` was, in a short human form."""
+    return "-" if moment is None else _short(max(0.0, (utc_now() - moment).total_seconds()))
+
+
+def until(moment: datetime) -> str:
+    """Return how long until ``moment``, in a short human form."""
+    return _short(max(0.0, (moment - utc_now()).total_seconds()))

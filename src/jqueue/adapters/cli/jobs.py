@@ -25,9 +25,10 @@ from jqueue.adapters.cli.common import (
     print_json,
     run,
     seconds,
+    until,
 )
 from jqueue.core.direct import DirectQueue
-from jqueue.domain.models import Job, JobStatus
+from jqueue.domain.models import Job, JobStatus, utc_now
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.stats import QueueStats
@@ -69,20 +70,20 @@ def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
     return shortest
 
 
+def _status_and_due(job: Job) -> tuple[str, str]:
+    """A queued job not due yet shows as scheduled, with when it is due (as ``stats`` counts it)."""
+    if job.status is JobStatus.QUEUED and job.not_before is not None and job.not_before > utc_now():
+        return "scheduled", f"in {until(job.not_before)}"
+    return str(job.status), ""
+
+
 def _jobs_table(jobs: list[Job]) -> Table:
-    table = Table("id", "entrypoint", "status", "priority", "attempts", "age", "payload", "error")
+    table = Table("id", "entrypoint", "status", "due", "priority", "attempts", "age", "payload", "error")
     table.columns[0].no_wrap = True
     short = short_ids([job.id for job in jobs])
     for job in jobs:
-        row = (
-            short[job.id],
-            job.entrypoint,
-            job.status,
-            str(job.priority),
-            str(job.attempts),
-            age(job.created_at),
-        )
-        table.add_row(*row, preview(job.payload), job.last_error or "")
+        row = (short[job.id], job.entrypoint, *_status_and_due(job), str(job.priority), str(job.attempts))
+        table.add_row(*row, age(job.created_at), preview(job.payload), job.last_error or "")
     return table
 
 
@@ -187,8 +188,14 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         counts = (s.queued, s.scheduled, s.in_progress, s.dead)
         table.add_row(name, *map(str, counts), age(s.oldest_queued_at))
     console.print(table)
-    paused_names = ", ".join("(all)" if p is None else p for p in result.paused_claims) or "none"
-    console.print(f"paused: {paused_names}; history records: {result.history_records}")
+
+    def scopes(paused: list[str | None]) -> str:
+        return ", ".join("(all)" if p is None else p for p in paused) or "none"
+
+    console.print(
+        f"claims paused: {scopes(result.paused_claims)}; enqueues paused: {scopes(result.paused_enqueues)}"
+    )
+    console.print(f"history records: {result.history_records}")
     for scope, (limit, per) in result.throttles.items():
         console.print(f"throttle {'(all)' if scope is None else scope}: {limit} claims per {per:g} s")
 
@@ -373,6 +380,8 @@ def throttle(
     run(act())
     scope = entrypoint or "the whole queue"
     message = f"lifted the throttle of {scope}" if off else f"{scope}: {limit} claims per {per:g} s"
+    if limit == 0:
+        message += " (no job will be claimed until the throttle is lifted, as with a pause)"
     _done({"entrypoint": entrypoint, "limit": limit, "per_seconds": per}, message, as_json)
 
 
