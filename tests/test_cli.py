@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -337,3 +339,21 @@ def test_listings_show_what_stats_counts(cli: Cli) -> None:
     cli("pause", "later", "--enqueues")
     assert "enqueues paused: later" in cli("stats").stdout
     assert "no job will be claimed" in cli("throttle", "0", "--per", "1").stdout
+
+
+def test_ctrl_c_stops_the_demo_gracefully_with_a_partial_summary(cli: Cli) -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "jqueue", "demo", "--jobs", "200000", "--json"],
+        cwd=cli.cwd,
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(3)
+    os.killpg(demo.pid, signal.SIGINT)
+    out, err = demo.communicate(timeout=120)
+    summary = json.loads(out)
+    assert (demo.returncode, summary["interrupted"], summary["every_job_accounted_for"]) == (130, True, True)
+    assert "Traceback" not in err

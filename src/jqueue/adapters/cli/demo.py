@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -57,14 +58,29 @@ async def run_demo(
         console=console,
         disable=not live,
     )
+    pool: list[Worker] = []
+    interrupted = asyncio.Event()
+
+    def on_signal() -> None:  # Ctrl-C: stop enqueueing, let running jobs finish (again: at once)
+        for worker in pool:
+            worker.stop(immediate=interrupted.is_set())
+        interrupted.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    enqueued = 0
     async with BrokerQueue(storage_from_url(url), policy=POLICY) as queue:
         await queue.purge(status=None, entrypoint=ENTRYPOINT)  # a clean run, also after an interrupted one
         started = time.perf_counter()
         with progress:
             enqueueing = progress.add_task("enqueue", total=jobs)
             for start in range(0, jobs, 500):
+                if interrupted.is_set():
+                    break
                 payloads = [json.dumps({"n": n}).encode() for n in range(start, min(jobs, start + 500))]
                 await queue.enqueue_many(ENTRYPOINT, payloads)
+                enqueued += len(payloads)
                 progress.update(enqueueing, advance=len(payloads))
             finishing = progress.add_task("process", total=jobs)
 
@@ -75,24 +91,28 @@ async def run_demo(
                 retried, dead = outcomes[Outcome.RETRIED], outcomes[Outcome.DEAD]
                 progress.update(finishing, description=f"process (retries {retried}, dead {dead})")
 
-            pool = [Worker(queue, {ENTRYPOINT: square}, concurrency=concurrency) for _ in range(workers)]
+            if not interrupted.is_set():
+                pool += [Worker(queue, {ENTRYPOINT: square}, concurrency=concurrency) for _ in range(workers)]
             for worker in pool:
                 worker.on("after_job")(count)
             await asyncio.gather(*(worker.run(until_empty=True, install_signals=False) for worker in pool))
         seconds = time.perf_counter() - started
-        left = await queue.count(entrypoint=ENTRYPOINT, status=JobStatus.QUEUED)
+        left = await queue.count(entrypoint=ENTRYPOINT) - await queue.count(JobStatus.DEAD, ENTRYPOINT)
         dead = await queue.count(entrypoint=ENTRYPOINT, status=JobStatus.DEAD)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.remove_signal_handler(sig)
     return {
         "url": url,
-        "enqueued": jobs,
+        "interrupted": interrupted.is_set(),
+        "enqueued": enqueued,
         "acked": outcomes[Outcome.ACKED],
         "retries": outcomes[Outcome.RETRIED],
         "dead_letters": dead,
         "left_in_queue": left,
-        "every_job_accounted_for": len(squares) + dead == jobs and left == 0,
+        "every_job_accounted_for": len(squares) + dead + left == enqueued,
         "sum_of_squares": sum(squares.values()),
         "seconds": round(seconds, 3),
-        "jobs_per_second": round(jobs / seconds, 1),
+        "jobs_per_second": round(len(squares) / seconds, 1),
     }
 
 
@@ -119,8 +139,10 @@ def demo(
     summary = run(run_demo(url, jobs, workers, concurrency, failure_rate, live=not as_json))
     if as_json:
         print_json(summary)
-        return
-    table = Table("", "", title="jqueue demo", show_header=False)
-    for name, value in summary.items():
-        table.add_row(name.replace("_", " "), str(value))
-    console.print(table)
+    else:
+        table = Table("", "", title="jqueue demo", show_header=False)
+        for name, value in summary.items():
+            table.add_row(name.replace("_", " "), str(value))
+        console.print(table)
+    if summary["interrupted"]:
+        raise typer.Exit(130)  # as a program stopped by Ctrl-C
