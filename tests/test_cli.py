@@ -357,3 +357,53 @@ def test_ctrl_c_stops_the_demo_gracefully_with_a_partial_summary(cli: Cli) -> No
     summary = json.loads(out)
     assert (demo.returncode, summary["interrupted"], summary["every_job_accounted_for"]) == (130, True, True)
     assert "Traceback" not in err
+
+
+WORKER_MODULE = """
+import asyncio
+from pathlib import Path
+from jqueue import Worker
+
+def make(queue):
+    worker = Worker(queue)
+
+    @worker.handler("greet")
+    async def greet(job):
+        Path("greeted.txt").open("a").write(job.payload.decode() + "\\n")
+
+    @worker.handler("slow")
+    async def slow(job):
+        await asyncio.sleep(30)
+
+    return worker
+"""
+
+
+def test_worker_options_choose_handlers_limits_and_log_format(cli: Cli) -> None:
+    (cli.cwd / "myjobs.py").write_text(WORKER_MODULE)
+    cli("enqueue", "greet", "ann")
+    cli("enqueue", "slow", "x")
+    options = ("--burst", "-e", "greet", "--concurrency", "2", "--log-format", "json", "--json")
+    done = cli("worker", "myjobs:make", *options)
+    assert json.loads(done.stdout)["acked"] == 1
+    records = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [(r["entrypoint"], r["outcome"]) for r in records if "outcome" in r] == [("greet", "acked")]
+    assert cli.json("ls", "--entrypoint", "slow")[0]["status"] == "queued"  # not this worker's
+    limited = ("--burst", "-e", "slow", "--timeout", "0.5", "--max-attempts", "1", "--json")
+    timed = cli("worker", "myjobs:make", *limited)
+    assert json.loads(timed.stdout)["timed_out"] == 1
+    unknown = cli("worker", "myjobs:make", "-e", "nope", ok=False)
+    assert unknown.stderr.startswith("error: the worker has no handler for nope")
+
+
+def test_an_idle_burst_says_why_it_claimed_nothing(cli: Cli) -> None:
+    (cli.cwd / "myjobs.py").write_text(WORKER_MODULE)
+    cli("enqueue", "greet", "ann")
+    cli("pause", "greet")
+    done = cli("worker", "myjobs:make", "--burst", "-e", "greet")
+    assert "claimed nothing: claims of greet are paused" in done.stderr
+    cli("resume", "greet")
+    cli("enqueue", "greet", "later", "--delay", "3600")
+    cli("worker", "myjobs:make", "--burst", "-e", "greet")
+    done = cli("worker", "myjobs:make", "--burst", "-e", "greet")
+    assert "claimed nothing: 1 job not due yet" in done.stderr

@@ -6,18 +6,30 @@ import asyncio
 import contextlib
 import importlib
 import inspect
+import json
 import logging
 import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from datetime import timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from jqueue.adapters.cli.common import broker_queue, console, fail, print_json, run, seconds, storage_url
+from jqueue.adapters.cli.common import (
+    broker_queue,
+    console,
+    errors,
+    fail,
+    print_json,
+    run,
+    seconds,
+    storage_url,
+)
 from jqueue.core.outcomes import WorkerStats
 from jqueue.core.settings import Backoff
 from jqueue.core.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
@@ -35,8 +47,72 @@ RetryDelayOption = Annotated[
 ConcurrencyOption = Annotated[int, typer.Option(help="Jobs run at once.")]
 
 
-def _log_jobs() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+class LogFormat(StrEnum):
+    """How the job log on standard error looks."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+class LogLevel(StrEnum):
+    """The least severe log records shown."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+LogFormatOption = Annotated[LogFormat, typer.Option("--log-format", help="Log lines as text or JSON.")]
+LogLevelOption = Annotated[LogLevel, typer.Option("--log-level", help="The least severe records logged.")]
+_JOB_FIELDS = ("job_id", "entrypoint", "outcome", "attempts", "error", "wait_s", "run_s")
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per log record, with the worker's job fields when it has them."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Return the record as one line of JSON."""
+        data: dict[str, object] = {
+            "time": self.formatTime(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        data |= {name: getattr(record, name) for name in _JOB_FIELDS if hasattr(record, name)}
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+def _log_jobs(form: LogFormat = LogFormat.TEXT, level: LogLevel = LogLevel.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    text = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+    handler.setFormatter(JsonLines() if form is LogFormat.JSON else text)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.value.upper())
+
+
+async def _why_idle(chosen: Worker) -> str:
+    """Say why a worker that ran until idle claimed nothing."""
+    names = list(chosen.handlers)
+    reasons: list[str] = []
+    waiting = scheduled = 0
+    for queue in chosen.queues:
+        stats = await queue.stats()
+        mine = [stats.entrypoints[name] for name in names if name in stats.entrypoints]
+        waiting += sum(s.queued for s in mine)
+        scheduled += sum(s.scheduled for s in mine)
+        paused = [n for n in names if None in stats.paused_claims or n in stats.paused_claims]
+        throttled = [n for n in names if None in stats.throttles or n in stats.throttles]
+        reasons += [f"claims of {', '.join(paused)} are paused"] if paused else []
+        reasons += [f"{', '.join(throttled)} throttled"] if throttled and not paused else []
+    if scheduled:
+        reasons.append(f"{scheduled} job{'s' if scheduled != 1 else ''} not due yet")
+    if not waiting and not scheduled:
+        reasons.append(f"no job of {', '.join(names)} is queued")
+    return "; ".join(reasons)
 
 
 def _summary(stats: WorkerStats, as_json: bool) -> None:
@@ -75,25 +151,66 @@ def _backoff(retry_delay: float) -> Backoff | None:
     return Backoff(initial=initial, maximum=max(initial, DEFAULT_BACKOFF.maximum))
 
 
+def _configure(
+    chosen: Worker,
+    concurrency: int | None,
+    entrypoints: list[str] | None,
+    timeout: float | None,
+    max_attempts: int | None,
+    retry_delay: float | None,
+) -> None:
+    """Apply the command line's options to a worker from the user's module."""
+    if entrypoints:
+        unknown = sorted(set(entrypoints) - set(chosen.handlers))
+        if unknown:
+            fail(f"the worker has no handler for {', '.join(unknown)}; it has {', '.join(chosen.handlers)}")
+        chosen.handlers = {name: chosen.handlers[name] for name in entrypoints}
+    if concurrency is not None:
+        chosen.concurrency = concurrency
+    if timeout is not None:
+        if timeout <= 0:
+            fail("--timeout must be more than 0 seconds")
+        limit = timedelta(seconds=timeout)
+        chosen.timeout = limit
+        chosen.handlers = {
+            name: replace(spec, timeout=spec.timeout or limit) for name, spec in chosen.handlers.items()
+        }
+    if max_attempts is not None:
+        chosen.max_attempts = max_attempts
+    if retry_delay is not None:
+        chosen.backoff = _backoff(retry_delay)
+
+
 def worker(
     ctx: typer.Context,
     target: Annotated[str, typer.Argument(help="module:attribute: a Worker, or a function given the queue.")],
     burst: BurstFlag = False,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="Jobs run at once.")] = None,
+    entrypoints: Annotated[
+        list[str] | None,
+        typer.Option("--entrypoint", "-e", help="Run only the handlers of this entrypoint (repeatable)."),
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(min=0, help="Seconds a job may run, for handlers without a limit.")
+    ] = None,
     max_attempts: MaxAttemptsOption = None,
     retry_delay: RetryDelayOption = None,
+    log_format: LogFormatOption = LogFormat.TEXT,
+    log_level: LogLevelOption = LogLevel.INFO,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run a Worker defined in your module until stopped (SIGTERM/SIGINT), or with --burst until idle.
 
     The attribute is a Worker (its queues are opened here), or a function that takes
-    the queue opened from --storage and returns a Worker. --max-attempts and
-    --retry-delay replace the Worker's own settings; a job's own limit and the queue's
-    policy still come first.
+    the queue opened from --storage and returns a Worker. The options replace the
+    Worker's own settings (--timeout only for handlers without a limit of their own);
+    a job's own attempt limit and the queue's policy still come first. Each job's
+    outcome is logged on standard error.
     """
     found = _load(target)
 
     async def go() -> WorkerStats:
-        _log_jobs()
+        _log_jobs(log_format, log_level)
         async with contextlib.AsyncExitStack() as stack:
             if isinstance(found, Worker):
                 chosen = found
@@ -107,11 +224,11 @@ def worker(
                     fail(f"{target} returned {type(chosen).__name__}, not a Worker")
             else:
                 fail(f"{target} is a {type(found).__name__}, not a Worker or a function")
-            if max_attempts is not None:
-                chosen.max_attempts = max_attempts
-            if retry_delay is not None:
-                chosen.backoff = _backoff(retry_delay)
-            return await chosen.run(until_empty=burst)
+            _configure(chosen, concurrency, entrypoints, timeout, max_attempts, retry_delay)
+            stats = await chosen.run(until_empty=burst)
+            if burst and stats.claimed == 0:
+                errors.print(f"claimed nothing: {await _why_idle(chosen)}", highlight=False)
+            return stats
 
     _summary(run(go()), as_json)
 
@@ -180,6 +297,8 @@ def execute(
     max_attempts: MaxAttemptsOption = None,
     retry_delay: RetryDelayOption = None,
     burst: BurstFlag = False,
+    log_format: LogFormatOption = LogFormat.TEXT,
+    log_level: LogLevelOption = LogLevel.INFO,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run a command per job with the payload on its standard input.
@@ -218,7 +337,7 @@ def execute(
             raise CommandFailedError(f"exit status {process.returncode}" + (f": {detail}" if detail else ""))
 
     async def go() -> WorkerStats:
-        _log_jobs()
+        _log_jobs(log_format, log_level)
         async with broker_queue(ctx) as queue:
             runner = Worker(
                 queue,
