@@ -407,3 +407,17 @@ def test_an_idle_burst_says_why_it_claimed_nothing(cli: Cli) -> None:
     cli("worker", "myjobs:make", "--burst", "-e", "greet")
     done = cli("worker", "myjobs:make", "--burst", "-e", "greet")
     assert "claimed nothing: 1 job not due yet" in done.stderr
+
+
+def test_enqueue_stdin_names_a_bad_line_and_can_be_all_or_nothing(cli: Cli) -> None:
+    big = "x" * (1024 * 1024 + 1)
+    lines = "".join(f"{n}\n" for n in range(5)) + big + "\nafter\n"
+    done = cli("enqueue", "work", "--stdin", "--batch", "2", stdin=lines, ok=False)
+    assert done.stderr.strip() == (
+        "error: line 6: a payload of 1048577 bytes is over the limit of 1048576; 4 jobs committed before it"
+    )
+    assert len(cli.json("ls")) == 4
+    atomic = cli("enqueue", "other", "--stdin", "--atomic", stdin=lines, ok=False)
+    assert atomic.stderr.strip().endswith("; nothing was committed")
+    assert cli.json("ls", "--entrypoint", "other") == []
+    assert len(cli.json("enqueue", "other", "--stdin", "--atomic", stdin="a\nb\n")) == 2

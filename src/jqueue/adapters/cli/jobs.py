@@ -28,6 +28,7 @@ from jqueue.adapters.cli.common import (
     until,
 )
 from jqueue.core.direct import DirectQueue
+from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import Job, JobStatus, utc_now
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.spec import JobSpec
@@ -115,9 +116,17 @@ def enqueue(
         str | None, typer.Option(help="Enqueue nothing if a job with this key exists.")
     ] = None,
     batch: Annotated[int, typer.Option(help="Jobs per commit with --stdin.")] = 1000,
+    atomic: Annotated[
+        bool, typer.Option("--atomic", help="With --stdin: all lines in one commit, or none.")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Add a job (or, with --stdin, one per line, in batches with a progress bar)."""
+    """Add a job (or, with --stdin, one per line, in batches with a progress bar).
+
+    With --stdin, a line that cannot be a job (too large) stops the command, naming the
+    line and how many jobs the batches before it committed; --atomic commits every line
+    in one commit or none.
+    """
     sources = [payload is not None, file is not None, stdin]
     if sum(sources) != 1:
         fail("give exactly one of PAYLOAD, --file or --stdin")
@@ -134,18 +143,35 @@ def enqueue(
 
     async def many() -> list[Job]:
         added: list[Job] = []
+
+        def stop(where: str, problem: object) -> None:
+            kept = "nothing was committed" if atomic else f"{_jobs(len(added))} committed before it"
+            fail(f"{where}: {problem}; {kept}")
+
         async with broker_queue(ctx) as queue:
+            limit = queue.max_payload_bytes
             with Progress(console=console, transient=True, disable=as_json) as progress:
                 task = progress.add_task("enqueueing", total=None)
                 lines: list[bytes] = []
-                for line in sys.stdin.buffer:
-                    lines.append(line.rstrip(b"\r\n"))
-                    if len(lines) == batch:
-                        added += await queue.enqueue_many(_specs(entrypoint, lines, priority, delay))
+                first = 1
+                for number, line in enumerate(sys.stdin.buffer, start=1):
+                    payload = line.rstrip(b"\r\n")
+                    if limit is not None and len(payload) > limit:
+                        over = f"a payload of {len(payload)} bytes is over the limit of {limit}"
+                        stop(f"line {number}", over)
+                    lines.append(payload)
+                    if len(lines) == batch and not atomic:
+                        try:
+                            added += await queue.enqueue_many(_specs(entrypoint, lines, priority, delay))
+                        except JQueueError as exc:
+                            stop(f"lines {first}-{number}", exc)
                         progress.update(task, advance=len(lines))
-                        lines = []
+                        lines, first = [], number + 1
                 if lines:
-                    added += await queue.enqueue_many(_specs(entrypoint, lines, priority, delay))
+                    try:
+                        added += await queue.enqueue_many(_specs(entrypoint, lines, priority, delay))
+                    except JQueueError as exc:
+                        stop(f"lines {first}-{first + len(lines) - 1}", exc)
         return added
 
     jobs = run(many() if stdin else one())
