@@ -421,3 +421,17 @@ def test_enqueue_stdin_names_a_bad_line_and_can_be_all_or_nothing(cli: Cli) -> N
     assert atomic.stderr.strip().endswith("; nothing was committed")
     assert cli.json("ls", "--entrypoint", "other") == []
     assert len(cli.json("enqueue", "other", "--stdin", "--atomic", stdin="a\nb\n")) == 2
+
+
+def test_the_readmes_command_table_lists_every_command(cli: Cli) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Command line") : readme.index("## Spark")]
+    help_text = cli("--help").stdout
+    commands = set(re.findall(r"^  ([a-z]+) ", help_text[help_text.index("Commands:") :], re.MULTILINE))
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    named = {word for row in rows for word in re.findall(r"`([a-z]+)", row.split(" | ")[0])}
+    assert commands <= named, commands - named
+    mentioned = set(re.findall(r"(--[a-z-]+)", section))
+    for command in ("worker", "exec", "enqueue", "purge"):
+        options = set(re.findall(r"(--[a-z-]+)", cli(command, "--help").stdout)) - {"--help", "--json"}
+        assert options <= mentioned, (command, options - mentioned)
