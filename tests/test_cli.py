@@ -435,3 +435,9 @@ def test_the_readmes_command_table_lists_every_command(cli: Cli) -> None:
     for command in ("worker", "exec", "enqueue", "purge"):
         options = set(re.findall(r"(--[a-z-]+)", cli(command, "--help").stdout)) - {"--help", "--json"}
         assert options <= mentioned, (command, options - mentioned)
+
+
+def test_empty_listings_say_so(cli: Cli) -> None:
+    cli("pause", "nothing")
+    assert (cli("ls").stdout.strip(), cli("dead", "ls").stdout.strip()) == ("no jobs", "no dead letters")
+    assert cli("history").stdout.strip() == "no finished jobs"

@@ -244,7 +244,7 @@ def ls(
     if as_json:
         print_json([job_json(job) for job in jobs])
     else:
-        console.print(_jobs_table(jobs))
+        console.print(_jobs_table(jobs) if jobs else "no jobs")
 
 
 def show(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
@@ -298,6 +298,9 @@ def dead_ls(
     jobs = run(look())
     if as_json:
         print_json([job_json(job) for job in jobs])
+        return
+    if not jobs:
+        console.print("no dead letters")
         return
     table = Table("id", "entrypoint", "attempts", "reason", "died", "error")
     table.columns[0].no_wrap = True
@@ -431,11 +434,16 @@ def history(
     if as_json:
         print_json([_history_json(r) for r in records])
         return
+    if not records:
+        console.print("no finished jobs")
+        return
     table = Table("id", "entrypoint", "outcome", "attempts", "wait s", "run s", "finished", "error")
+    table.columns[0].no_wrap = True
+    short = short_ids([r.job_id for r in records])
     for r in records:
         wait = (r.claims[0] - r.created) / 1e6 if r.claims else None
         run_time = (r.finished - r.claims[-1]) / 1e6 if r.claims else None
-        cells = (r.job_id, r.entrypoint, str(r.outcome), str(r.attempts), _num(wait), _num(run_time))
+        cells = (short[r.job_id], r.entrypoint, str(r.outcome), str(r.attempts), _num(wait), _num(run_time))
         table.add_row(*cells, age(r.finished_at), r.error or "")
     console.print(table)
 
