@@ -9,7 +9,7 @@ import sys
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -19,7 +19,7 @@ from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
 from jqueue.domain.errors import JQueueError
-from jqueue.domain.models import Job, utc_now
+from jqueue.domain.models import Job, JobStatus, utc_now
 from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")
@@ -138,3 +138,46 @@ def age(moment: datetime | None) -> str:
 def until(moment: datetime) -> str:
     """Return how long until ``moment``, in a short human form."""
     return _short(max(0.0, (moment - utc_now()).total_seconds()))
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+StatusOption = Annotated[JobStatus | None, typer.Option("--status", help="Only jobs in this status.")]
+
+EntrypointOption = Annotated[str | None, typer.Option("--entrypoint", "-e", help="Only this entrypoint.")]
+
+OlderOption = Annotated[
+    float | None, typer.Option("--older-than", help="Only jobs enqueued this many seconds ago.")
+]
+
+LimitOption = Annotated[int, typer.Option("--limit", help="At most this many (0: all).")]
+
+def _shared(a: str, b: str) -> int:
+    """How many leading characters two ids share."""
+    return next((n for n, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+    """Return for each id its shortest prefix (``least`` characters at least) that no other id of
+    ``ids`` starts with: what tables show, and what ``show`` and ``requeue`` accept."""
+    ordered = sorted(set(ids))
+    shortest: dict[str, str] = {}
+    for position, job_id in enumerate(ordered):
+        neighbours = ordered[max(0, position - 1) : position] + ordered[position + 1 : position + 2]
+        common = max((_shared(job_id, other) for other in neighbours), default=0)
+        shortest[job_id] = job_id[: max(least, common + 1)]
+    return shortest
+
+
+async def full_ids(queue: DirectQueue, given: list[str]) -> list[str]:
+    """Return the ids with each unique prefix of a job's id replaced by that id (as git does)."""
+    if all([await queue.find(job_id) is not None for job_id in given]):
+        return given
+    known = [job.id for job in await queue.jobs(limit=None)]
+    full = []
+    for job_id in given:
+        matches = [candidate for candidate in known if candidate.startswith(job_id)]
+        if len(matches) > 1 and job_id not in matches:
+            fail(f"{job_id!r} is the start of {len(matches)} job ids; give more of it")
+        full.append(matches[0] if len(matches) == 1 else job_id)
+    return full
