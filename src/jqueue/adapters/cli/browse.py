@@ -37,6 +37,7 @@ def _status_and_due(job: Job) -> tuple[str, str]:
         return "scheduled", f"in {until(job.not_before)}"
     return str(job.status), ""
 
+
 def _jobs_table(jobs: list[Job]) -> Table:
     table = Table("id", "entrypoint", "status", "due", "priority", "attempts", "age", "payload", "error")
     table.columns[0].no_wrap = True
@@ -45,6 +46,7 @@ def _jobs_table(jobs: list[Job]) -> Table:
         row = (short[job.id], job.entrypoint, *_status_and_due(job), str(job.priority), str(job.attempts))
         table.add_row(*row, age(job.created_at), preview(job.payload), job.last_error or "")
     return table
+
 
 def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Counts by entrypoint and status, the oldest waiting job, pauses and throttles."""
@@ -84,6 +86,7 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     for scope, (limit, per) in result.throttles.items():
         console.print(f"throttle {'(all)' if scope is None else scope}: {limit} claims per {per:g} s")
 
+
 def ls(
     ctx: typer.Context,
     status: StatusOption = None,
@@ -103,6 +106,7 @@ def ls(
         print_json([job_json(job) for job in jobs])
     else:
         console.print(_jobs_table(jobs) if jobs else "no jobs")
+
 
 def show(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
     """Show one job in full."""
@@ -124,6 +128,7 @@ def show(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
         shown = preview(job.payload, 2000) if name == "payload" else value
         table.add_row(name, "" if shown is None else str(shown))
     console.print(table)
+
 
 def dead_ls(
     ctx: typer.Context,
@@ -151,6 +156,7 @@ def dead_ls(
         died = age(job.dead_at)
         table.add_row(short[job.id], job.entrypoint, str(job.attempts), job.dead_reason, died, job.last_error)
     console.print(table)
+
 
 def history(
     ctx: typer.Context,
@@ -185,8 +191,10 @@ def history(
         table.add_row(*cells, age(r.finished_at), r.error or "")
     console.print(table)
 
+
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
 
 def _history_json(record: HistoryRecord) -> dict[str, object]:
     return {

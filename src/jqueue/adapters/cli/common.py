@@ -48,7 +48,9 @@ def _shared_storage(ctx: typer.Context) -> ObjectStoragePort:
     """The storage of a queue that several commands (processes) share: not memory://."""
     url = storage_url(ctx)
     if url.lower().startswith("memory:"):
-        fail("a memory:// queue lives in one process and each command is a new one: use file://, s3:// or gs://")
+        fail(
+            "a memory:// queue lives in one process and each command is a new one: use file://, s3:// or gs://"
+        )
     return storage_from_url(url)
 
 
@@ -151,6 +153,7 @@ OlderOption = Annotated[
 ]
 
 LimitOption = Annotated[int, typer.Option("--limit", help="At most this many (0: all).")]
+
 
 def _shared(a: str, b: str) -> int:
     """How many leading characters two ids share."""

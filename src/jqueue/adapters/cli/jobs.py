@@ -44,6 +44,7 @@ class PurgeStatus(StrEnum):
     STAGED = "staged"
     ANY = "any"
 
+
 def enqueue(
     ctx: typer.Context,
     entrypoint: str,
@@ -124,8 +125,10 @@ def enqueue(
     else:
         console.print(jobs[0].id)
 
+
 def _specs(entrypoint: str, payloads: list[bytes], priority: int, delay: float | None) -> list[JobSpec]:
     return [JobSpec(entrypoint, payload, priority, delay=seconds(delay)) for payload in payloads]
+
 
 def requeue(
     ctx: typer.Context,
@@ -139,6 +142,7 @@ def requeue(
             return await queue.requeue(await full_ids(queue, job_ids))
 
     _report(run(act()), "requeued", as_json)
+
 
 def dead_requeue(
     ctx: typer.Context,
@@ -155,6 +159,7 @@ def dead_requeue(
             return await queue.requeue_dead(None if everything else await full_ids(queue, job_ids or []))
 
     _report(run(act()), "requeued", as_json)
+
 
 def purge(
     ctx: typer.Context,
@@ -186,6 +191,7 @@ def purge(
 
     _report(run(act()), "purged", as_json)
 
+
 def pause(
     ctx: typer.Context,
     entrypoint: ScopeArgument = None,
@@ -201,6 +207,7 @@ def pause(
     run(act())
     _done({"paused": entrypoint, "enqueues": enqueues}, f"paused {entrypoint or 'the whole queue'}", as_json)
 
+
 def resume(
     ctx: typer.Context,
     entrypoint: ScopeArgument = None,
@@ -214,6 +221,7 @@ def resume(
 
     run(act())
     _done({"resumed": entrypoint}, f"resumed {entrypoint or 'the whole queue'}", as_json)
+
 
 def throttle(
     ctx: typer.Context,
@@ -238,20 +246,24 @@ def throttle(
         message += " (no job will be claimed until the throttle is lifted, as with a pause)"
     _done({"entrypoint": entrypoint, "limit": limit, "per_seconds": per}, message, as_json)
 
+
 def _done(data: dict[str, object], message: str, as_json: bool) -> None:
     if as_json:
         print_json(data)
     else:
         console.print(message)
 
+
 def _jobs(count: int) -> str:
     return f"{count} job" if count == 1 else f"{count} jobs"
+
 
 def _report(count: int, verb: str, as_json: bool) -> None:
     if as_json:
         print_json({verb: count})
     else:
         console.print(f"{verb} {_jobs(count)}")
+
 
 def register(app: typer.Typer) -> None:
     """Add these commands to ``app``."""
