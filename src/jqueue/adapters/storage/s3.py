@@ -113,13 +113,15 @@ class S3Storage:
         if self._holders > 0:
             yield await self._client()
             return
-        async with self.session.client(
-            "s3", endpoint_url=self.endpoint_url, region_name=self.region_name
-        ) as client:
+        async with self._new_client() as client:
             yield client
 
+    def _new_client(self) -> Any:
+        """Return a new client's async context manager (aioboto3)."""
+        return self.session.client("s3", endpoint_url=self.endpoint_url, region_name=self.region_name)
+
     async def _open(self) -> tuple[Any, Any]:
-        context = self.session.client("s3", endpoint_url=self.endpoint_url, region_name=self.region_name)
+        context = self._new_client()
         return context, await context.__aenter__()
 
     async def read(self) -> tuple[bytes, str | None]:
