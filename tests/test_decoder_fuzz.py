@@ -20,24 +20,31 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jqueue.core import codec, log_codec
+import reference_model
+from jqueue.core.formats import checkpoint as checkpoint_format
+from jqueue.core.formats import entry as entry_format
+from jqueue.core.formats import marker as marker_format
+from jqueue.core.formats import single as single_format
+from jqueue.core.log import payload_refs
+from jqueue.core.log.snapshot import IndexSnapshot
 from jqueue.domain import effects as fx
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
-from jqueue.domain.records import job_from
+from jqueue.domain.schema import Payload, job_from
 from jqueue.domain.stats import stats_of
+from jqueue.domain.times import to_micros
 
 S = 1_000_000
-T0 = fx.to_micros(datetime(2026, 1, 1, tzinfo=UTC))
+T0 = to_micros(datetime(2026, 1, 1, tzinfo=UTC))
 NOW = T0 + 600 * S
 SEQ = 5
 LOCATIONS = {
     "state": "memory://fuzz/queue.json",
-    "entry": f"memory://fuzz/queue.json.d/{log_codec.entry_name(SEQ)}",
-    "checkpoint": f"memory://fuzz/queue.json.d/{log_codec.checkpoint_name(SEQ, NOW)}",
+    "entry": f"memory://fuzz/queue.json.d/{marker_format.entry_name(SEQ)}",
+    "checkpoint": f"memory://fuzz/queue.json.d/{marker_format.checkpoint_name(SEQ, NOW)}",
 }
-PayloadOf = Callable[[fx.Payload], bytes]
+PayloadOf = Callable[[Payload], bytes]
 Reencode = Callable[[QueueIndex], None]
 
 
@@ -45,25 +52,29 @@ Reencode = Callable[[QueueIndex], None]
 
 
 def state_again(index: QueueIndex) -> None:
-    codec.decode_index(codec.encode_index(index, index.version, "again"), "memory://fuzz/again")
+    single_format.decode_index(
+        single_format.encode_index(index, index.version, "again"), "memory://fuzz/again"
+    )
 
 
 def checkpoint_again(index: QueueIndex) -> None:
     try:
-        again = log_codec.encode_checkpoint(index.freeze(), NOW)
+        again = checkpoint_format.encode_checkpoint(IndexSnapshot(index.freeze()), NOW)[0]
     finally:
         index.thaw()
-    log_codec.decode_checkpoint(again, "memory://fuzz/again")
+    checkpoint_format.decode_checkpoint(again, "memory://fuzz/again")[0]
 
 
 def decode_state(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Reencode]:
-    codec.encode(codec.decode(data, location), "again")  # the QueueState view of the same bytes
-    index = codec.decode_index(data, location)
+    reference_model.encode(
+        reference_model.decode(data, location), "again"
+    )  # the QueueState view of the same bytes
+    index = single_format.decode_index(data, location)
     return index, lambda payload: payload if isinstance(payload, bytes) else b"", state_again
 
 
 def decode_entry(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Reencode]:
-    entry = log_codec.decode_entry(data, SEQ, location)
+    entry = entry_format.decode_entry(data, SEQ, location)
     index = QueueIndex()
     try:  # as LogStore._apply_entry
         index.apply_all(entry.effects)
@@ -71,16 +82,16 @@ def decode_entry(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Ree
         raise CorruptStateError(location, f"does not replay on the state before it: {exc}") from exc
     index.version = entry.seq
 
-    def payload_of(ref: fx.Payload) -> bytes:
+    def payload_of(ref: Payload) -> bytes:
         assert isinstance(ref, int)
-        segment, position = fx.payload_place(ref)
+        segment, position = payload_refs.payload_place(ref)
         return entry.payloads[position] if segment == entry.seq else b""
 
     return index, payload_of, checkpoint_again
 
 
 def decode_checkpoint(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Reencode]:
-    return log_codec.decode_checkpoint(data, location), lambda _: b"", checkpoint_again
+    return checkpoint_format.decode_checkpoint(data, location)[0], lambda _: b"", checkpoint_again
 
 
 DECODERS = {"state": decode_state, "entry": decode_entry, "checkpoint": decode_checkpoint}
@@ -106,7 +117,7 @@ def use(index: QueueIndex, payload_of: PayloadOf, again: Reencode) -> None:
             index.nack(claim.job_id, claim.lease, NOW, NOW + S, "failed", max_attempts=2)
     for batch in list(index.staged_batches()):
         index.publish(batch)
-    index.revive()
+    index.requeue_dead()
     stats_of(index, NOW)
     again(index)
     for job_id in list(index.records):
@@ -128,7 +139,7 @@ def check(decoder: str, data: bytes) -> None:
 # --- valid encodings ------------------------------------------------------------------------
 
 
-def valid_effects(payload: Callable[[int], fx.Payload]) -> list[fx.Effect]:
+def valid_effects(payload: Callable[[int], Payload]) -> list[fx.Effect]:
     """Jobs of every status, history (acked, dead, forgotten), pauses and throttles with usage."""
 
     def add(i: int, status: JobStatus = JobStatus.QUEUED, **extra: Any) -> fx.Added:
@@ -163,7 +174,7 @@ def index_of(effects: list[fx.Effect]) -> QueueIndex:
 
 def checkpoint_of(index: QueueIndex) -> bytes:
     try:
-        return log_codec.encode_checkpoint(index.freeze(), NOW)
+        return checkpoint_format.encode_checkpoint(IndexSnapshot(index.freeze()), NOW)[0]
     finally:
         index.thaw()
 
@@ -171,13 +182,14 @@ def checkpoint_of(index: QueueIndex) -> bytes:
 CUTS = (0, 4, 12, None)
 SEEDS = {
     "state": [
-        codec.encode_index(index_of(valid_effects(lambda i: b"p%d" % i)[:cut]), SEQ, "c") for cut in CUTS
+        single_format.encode_index(index_of(valid_effects(lambda i: b"p%d" % i)[:cut]), SEQ, "c")
+        for cut in CUTS
     ],
     "entry": [
-        log_codec.encode_entry(SEQ, "c", T0, valid_effects(lambda i: b"p%d" % i)[:cut]) for cut in CUTS
+        entry_format.encode_entry(SEQ, "c", T0, valid_effects(lambda i: b"p%d" % i)[:cut]) for cut in CUTS
     ],
     "checkpoint": [
-        checkpoint_of(index_of(valid_effects(lambda i: fx.payload_ref(2, i))[:cut])) for cut in CUTS
+        checkpoint_of(index_of(valid_effects(lambda i: payload_refs.payload_ref(2, i))[:cut])) for cut in CUTS
     ],
 }
 
@@ -207,7 +219,7 @@ EDGE_INTS = [
     -62_135_596_801 * S,
 ]
 WORDS = ["", "\ud800", "\udfff", "\x7f", *JobStatus, "add", "claim", "throttle", "j1", "k0", "b1",
-         log_codec.LAYOUT, "0001-01-01T00:00:00+01:00",
+         marker_format.LAYOUT, "0001-01-01T00:00:00+01:00",
          "9999-12-31T23:59:59.999999-01:00", "2026-01-01T00:00:00"]  # fmt: skip
 VALUES = st.one_of(
     st.sampled_from(EDGE_INTS),
@@ -277,7 +289,7 @@ def test_mutated_encodings_meet_the_contract(decoder: str, data: st.DataObject) 
 @FUZZ
 @given(data=st.binary(max_size=100) | st.sampled_from([b'{"layout":"\xff"}', b'{"layout":"\\ud800"}']))
 def test_any_bytes_are_a_marker_or_not(data: bytes) -> None:
-    is_log, base = log_codec.decode_marker(data)
+    is_log, base = marker_format.decode_marker(data)
     assert isinstance(is_log, bool)
     assert base is None or isinstance(base, str)
 
@@ -286,7 +298,7 @@ def test_any_bytes_are_a_marker_or_not(data: bytes) -> None:
 
 
 def entry(*effects: fx.Effect) -> bytes:
-    return log_codec.encode_entry(SEQ, "c", T0, list(effects))
+    return entry_format.encode_entry(SEQ, "c", T0, list(effects))
 
 
 def added(job_id: str = "j", **fields: Any) -> fx.Added:
@@ -309,7 +321,7 @@ JOB = {
 
 def checkpoint(rows: int = 1, **columns: Any) -> bytes:
     base = {
-        "layout": log_codec.LAYOUT,
+        "layout": marker_format.LAYOUT,
         "seq": SEQ,
         "at": NOW,
         "entrypoints": ["e"],
@@ -367,7 +379,9 @@ REGRESSIONS = [
     pytest.param("entry", entry(added("\x7f")).replace(b"\x7f", b"\xed\xa0\x80"), id="entry-raw-surrogate"),
     pytest.param("checkpoint", checkpoint(ids=["\ud800"]), id="checkpoint-escaped-lone-surrogate"),
     pytest.param(
-        "checkpoint", checkpoint(position=[fx.POSITIONS_PER_SEGMENT]), id="checkpoint-position-too-large"
+        "checkpoint",
+        checkpoint(position=[payload_refs.POSITIONS_PER_SEGMENT]),
+        id="checkpoint-position-too-large",
     ),
 ]
 

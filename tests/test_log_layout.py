@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import reference_model as codec
 from conftest import Backend, CountingStorage
 from jqueue import (
     BrokerQueue,
@@ -21,8 +22,13 @@ from jqueue import (
     LocalFileSystemStorage,
     LogSettings,
 )
-from jqueue.core import codec
-from jqueue.core.log_codec import CHECKPOINT_PREFIX, ENTRY_PREFIX, checkpoint_name, decode_marker, entry_name
+from jqueue.core.formats.marker import (
+    CHECKPOINT_PREFIX,
+    ENTRY_PREFIX,
+    checkpoint_name,
+    decode_marker,
+    entry_name,
+)
 from queues import log_entries
 
 

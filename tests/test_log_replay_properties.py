@@ -14,10 +14,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from jqueue import InMemoryStorage, Job, LogSettings, QueueState
 from jqueue.core.layout import StoreOpener
-from jqueue.core.log_store import LogStore
+from jqueue.core.log.store import LogStore
 from jqueue.core.retry import RetryPolicy
-from jqueue.domain.effects import Added, to_micros
+from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
+from jqueue.domain.times import to_micros
+from reference_model import ModelState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ENTRYPOINTS = st.sampled_from(["email", "sms"])
@@ -35,7 +37,7 @@ class LogAgainstStates(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.storage = InMemoryStorage(name="replay")
-        self.state = QueueState()
+        self.state = ModelState()
         self.clock = T0
         self.writers = [self.open_store(), self.open_store()]
 

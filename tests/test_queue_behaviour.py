@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+import reference_model as codec
 from conftest import Backend
 from jqueue import (
     BrokerQueue,
@@ -17,7 +18,6 @@ from jqueue import (
     JobStatus,
     PayloadTooLargeError,
 )
-from jqueue.core import codec
 from queues import log_entries, open_queue
 
 
@@ -221,4 +221,4 @@ async def test_memory_storage_can_start_from_given_content() -> None:
     direct = DirectQueue(seeded)
     [job] = await direct.dequeue()
     assert await direct.requeue_stale(timedelta(0)) == 1
-    assert (await direct.read_state()).find(job.id) == job.requeued()
+    assert (await direct.read_state()).find(job.id) == codec.requeued(job)

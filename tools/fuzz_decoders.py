@@ -25,17 +25,23 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import jqueue
-from jqueue.core import codec, log_codec
+from jqueue.core.formats import checkpoint as checkpoint_format
+from jqueue.core.formats import entry as entry_format
+from jqueue.core.formats import marker as marker_format
+from jqueue.core.formats import single as single_format
+from jqueue.core.log import payload_refs
+from jqueue.core.log.snapshot import IndexSnapshot
 from jqueue.domain import effects as fx
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
-from jqueue.domain.records import job_from
+from jqueue.domain.schema import Payload, job_from
 from jqueue.domain.stats import stats_of
+from jqueue.domain.times import to_micros
 
 SRC = Path(jqueue.__file__).resolve().parent
 S = 1_000_000
-T0 = fx.to_micros(datetime(2026, 1, 1, tzinfo=UTC))
+T0 = to_micros(datetime(2026, 1, 1, tzinfo=UTC))
 NOW = T0 + 600 * S
 SEQ = 5
 Path_ = tuple[str | int, ...]
@@ -45,7 +51,7 @@ INTS = [0, -1, 1, 2**24 - 1, 2**24, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 2**70, -
         -(2**70), 10**30, 10**400, 253_402_300_800 * S, -62_135_596_800 * S - 1]  # fmt: skip
 FLOATS = [0.5, -0.0, 1.0, 1e20, 1e308, float("inf"), float("nan")]
 STRINGS = ["", "\ud800", "\udfff", *SENTINELS, *JobStatus, "bogus", "add", "claim", "requeue", "remove",
-           "beat", "die", "publish", "discard", "forget", "pause", "throttle", log_codec.LAYOUT,
+           "beat", "die", "publish", "discard", "forget", "pause", "throttle", marker_format.LAYOUT,
            "jqueue-log/2", "job-1", "job-2", "email", "k0", "b1", "0001-01-01T00:00:00+01:00",
            "9999-12-31T23:59:59.999999-01:00", "2026-01-01T00:00:00", "AAAA", "\x00", "é"]  # fmt: skip
 
@@ -75,7 +81,7 @@ def parse(data: bytes) -> Any:
         return None
 
 
-def valid_effects(payload: Callable[[int], fx.Payload]) -> list[fx.Effect]:
+def valid_effects(payload: Callable[[int], Payload]) -> list[fx.Effect]:
     """Effects that build a queue with jobs of every status, history, pauses and throttles."""
 
     def add(i: int, ep: str, status: JobStatus = JobStatus.QUEUED, **kw: Any) -> fx.Added:
@@ -107,7 +113,7 @@ def valid_effects(payload: Callable[[int], fx.Payload]) -> list[fx.Effect]:
 
 def checkpoint_of(index: QueueIndex) -> bytes:
     try:
-        return log_codec.encode_checkpoint(index.freeze(), NOW)
+        return checkpoint_format.encode_checkpoint(IndexSnapshot(index.freeze()), NOW)[0]
     finally:
         index.thaw()
 
@@ -124,14 +130,14 @@ def seeds(decoder: str) -> list[bytes]:
 
     if decoder == "state":
         effects = valid_effects(lambda i: f"payload {i}".encode())
-        return [codec.encode_index(index_of(effects[:cut], 7), 7, "commit-7") for cut in cuts]
+        return [single_format.encode_index(index_of(effects[:cut], 7), 7, "commit-7") for cut in cuts]
     if decoder == "entry":
         effects = valid_effects(lambda i: bytes([i]) * i)
-        return [log_codec.encode_entry(SEQ, "commit-5", T0, effects[:cut]) for cut in cuts]
+        return [entry_format.encode_entry(SEQ, "commit-5", T0, effects[:cut]) for cut in cuts]
     if decoder == "checkpoint":
-        effects = valid_effects(lambda i: fx.payload_ref(2, i))
+        effects = valid_effects(lambda i: payload_refs.payload_ref(2, i))
         return [checkpoint_of(index_of(effects[:cut], SEQ)) for cut in cuts]
-    return [log_codec.encode_marker(), log_codec.encode_marker("base/00000000000000000001")]
+    return [marker_format.encode_marker(), marker_format.encode_marker("base/00000000000000000001")]
 
 
 class Probe:
@@ -143,7 +149,7 @@ class Probe:
         self.stage = stage
         return call(*args, **kwargs)
 
-    def exercise(self, index: QueueIndex, payload_of: Callable[[fx.Payload], bytes]) -> None:
+    def exercise(self, index: QueueIndex, payload_of: Callable[[Payload], bytes]) -> None:
         """Read everything of a decoded index, then claim, sweep, ack, nack, publish, revive and
         purge as workers and tools would, re-encoding the index (``reencode``) before and after."""
         for record in list(index.records.values()):
@@ -164,7 +170,7 @@ class Probe:
                 self.step("nack", index.nack, done.job_id, done.lease, NOW, NOW + S, "failed", max_attempts=2)
         for batch in list(index.staged_batches()):
             self.step("publish", index.publish, batch)
-        self.step("revive", index.revive)
+        self.step("requeue_dead", index.requeue_dead)
         self.step("requeue_stale", index.requeue_stale, NOW)
         self.step("forget", index.forget, NOW, 2)
         self.step("stats_of after claim", stats_of, index, NOW)
@@ -175,43 +181,51 @@ class Probe:
     def reencode(self, index: QueueIndex, when: str) -> None:
         """Encode the index as its decoder's format and decode that."""
         if self.format == "state":
-            again = self.step(f"encode_index {when}", codec.encode_index, index, index.version, "commit-2")
-            self.step(f"re-decode state {when}", codec.decode_index, again, "memory://fuzz/re-encoded")
+            again = self.step(
+                f"encode_index {when}", single_format.encode_index, index, index.version, "commit-2"
+            )
+            self.step(
+                f"re-decode state {when}", single_format.decode_index, again, "memory://fuzz/re-encoded"
+            )
         else:
             again = self.step(f"encode_checkpoint {when}", checkpoint_of, index)
-            self.step(f"re-decode checkpoint {when}", log_codec.decode_checkpoint, again, "memory://again")
+            self.step(
+                f"re-decode checkpoint {when}", checkpoint_format.decode_checkpoint, again, "memory://again"
+            )
 
     def state(self, data: bytes, location: str) -> None:
         self.format = "state"
-        self.step("encode", codec.encode, codec.decode(data, location), "commit")
-        index = self.step("decode_index", codec.decode_index, data, location)
+        self.step(
+            "encode", single_format.encode_index, single_format.decode_index(data, location), 7, "commit"
+        )
+        index = self.step("decode_index", single_format.decode_index, data, location)
         self.exercise(index, lambda p: p if isinstance(p, bytes) else b"")
 
     def entry(self, data: bytes, location: str) -> None:
         self.format = "checkpoint"
-        entry = log_codec.decode_entry(data, SEQ, location)
+        entry = entry_format.decode_entry(data, SEQ, location)
         self.stage, index = "replay", QueueIndex()
         try:  # as LogStore._apply_entry
             index.apply_all(entry.effects)
         except ValueError as exc:
             raise CorruptStateError(location, f"does not replay on the state before it: {exc}") from exc
-        index.version, place = entry.seq, fx.payload_place
+        index.version, place = entry.seq, payload_refs.payload_place
         self.exercise(
             index, lambda p: entry.payloads[place(int(p))[1]] if place(int(p))[0] == entry.seq else b""
         )
 
     def checkpoint(self, data: bytes, location: str) -> None:
         self.format = "checkpoint"
-        self.exercise(log_codec.decode_checkpoint(data, location), lambda _: b"")
+        self.exercise(checkpoint_format.decode_checkpoint(data, location)[0], lambda _: b"")
 
     def marker(self, data: bytes, location: str) -> None:
-        log_codec.decode_marker(data)
+        marker_format.decode_marker(data)
 
 
 LOCATIONS = {
     "state": "memory://fuzz/queue.json",
-    "entry": f"memory://fuzz/{log_codec.entry_name(SEQ)}",
-    "checkpoint": f"memory://fuzz/{log_codec.checkpoint_name(SEQ, NOW)}",
+    "entry": f"memory://fuzz/{marker_format.entry_name(SEQ)}",
+    "checkpoint": f"memory://fuzz/{marker_format.checkpoint_name(SEQ, NOW)}",
     "marker": "memory://fuzz/queue",
 }
 

@@ -22,7 +22,7 @@ from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.layout import Layout
 from jqueue.core.outcomes import JobResult, Outcome, WorkerStats
 from jqueue.core.queue_set import QueueSet
-from jqueue.core.settings import Backoff, LogSettings, QueuePolicy
+from jqueue.core.settings import LogSettings
 from jqueue.core.worker import Worker
 from jqueue.domain.errors import (
     CASConflictError,
@@ -37,9 +37,11 @@ from jqueue.domain.errors import (
     StorageError,
 )
 from jqueue.domain.models import Job, JobStatus, QueueState
+from jqueue.domain.policy import Backoff, QueuePolicy
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.stats import EntrypointStats, QueueStats
+from jqueue.ports.queue import Queue
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 if _typing.TYPE_CHECKING:
@@ -93,6 +95,7 @@ __all__ = [
     "ObjectStoragePort",
     "Outcome",
     "PayloadTooLargeError",
+    "Queue",
     "QueueClosedError",
     "QueuePausedError",
     "QueuePolicy",

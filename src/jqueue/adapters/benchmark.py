@@ -90,7 +90,7 @@ from jqueue import (
     QueueState,
     storage_from_url,
 )
-from jqueue.core.operations import QueueOperations
+from jqueue.core.queue import JobQueue as QueueOperations
 
 BACKENDS = ("memory", "file", "s3")
 QUEUES = ("direct", "broker")

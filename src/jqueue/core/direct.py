@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
-from types import TracebackType
 
+from jqueue.core.commits import DirectCommits
 from jqueue.core.layout import Layout
-from jqueue.core.management import ManagementOperations
-from jqueue.core.operations import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    DEFAULT_VISIBILITY_TIMEOUT,
-    Operation,
-    T,
-)
-from jqueue.core.retry import RetryPolicy
-from jqueue.core.settings import LogSettings, QueuePolicy
+from jqueue.core.queue import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_VISIBILITY_TIMEOUT, JobQueue
+from jqueue.core.retry import DIRECT_MAX_RETRIES, RetryPolicy
+from jqueue.core.settings import LogSettings
 from jqueue.core.timed import DEFAULT_STORAGE_TIMEOUT
-from jqueue.domain.index import QueueIndex
+from jqueue.domain.policy import QueuePolicy
 from jqueue.ports.storage import ObjectStoragePort
 
 
-class DirectQueue(ManagementOperations):
+class DirectQueue(JobQueue):
     """A queue that commits each call on its own; no background task.
 
     Calls from one ``DirectQueue`` take turns, so they never conflict with each
@@ -54,7 +47,7 @@ class DirectQueue(ManagementOperations):
     def __init__(
         self,
         storage: ObjectStoragePort,
-        max_retries: int = 10,
+        max_retries: int = DIRECT_MAX_RETRIES,
         *,
         max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
         layout: Layout = "auto",
@@ -65,31 +58,5 @@ class DirectQueue(ManagementOperations):
     ) -> None:
         retry = RetryPolicy(max_retries=max_retries)
         options = (log, visibility_timeout, policy, storage_timeout)
-        super().__init__(storage, retry, layout, max_payload_bytes, *options)
+        super().__init__(storage, DirectCommits, retry, layout, max_payload_bytes, *options)
         self.max_retries = max_retries
-        self._turn = asyncio.Lock()
-
-    async def _execute(self, operation: Operation[T]) -> T:
-        answers: list[T] = []
-
-        def transition(index: QueueIndex) -> None:
-            self._sweep(index)
-            answers[:] = [operation(index)]
-            self._trim(index)
-
-        async with self._turn, self._storage_use:  # without 'async with', held for this call only
-            store = await self._opened_store()
-            await store.apply(transition)
-        return answers[0]
-
-    async def __aenter__(self) -> DirectQueue:
-        await self._storage_use.__aenter__()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        try:
-            await self._opener.close()
-        finally:
-            await self._storage_use.__aexit__(exc_type, exc, tb)

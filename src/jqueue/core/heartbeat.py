@@ -6,20 +6,12 @@ import asyncio
 import logging
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Protocol
 
 from jqueue.domain.errors import JobNotFoundError, JQueueError, LeaseLostError
 from jqueue.domain.models import Job
+from jqueue.ports.queue import SupportsHeartbeat
 
 logger = logging.getLogger("jqueue")
-
-
-class SupportsHeartbeat(Protocol):
-    """Anything with ``async heartbeat(job_id)``: every jqueue queue, or a test double."""
-
-    async def heartbeat(self, job_id: Any, /) -> None:
-        """Record that the worker on a job is alive."""
-        ...
 
 
 class HeartbeatManager:

@@ -11,19 +11,16 @@ layout.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Literal
 
-from jqueue.core import codec
-from jqueue.core.log_codec import BASE_PREFIX, decode_marker, encode_entry, encode_marker
-from jqueue.core.log_store import LogStore
+from jqueue.core.formats.marker import decode_marker
+from jqueue.core.formats.single import decode_index
+from jqueue.core.log.migration import migrate
+from jqueue.core.log.store import LogStore
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore, SingleObjectStore, check_not_empty, describe
-from jqueue.domain.effects import Effect, to_micros
 from jqueue.domain.errors import CASConflictError, CorruptStateError
-from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import utc_now
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 Layout = Literal["auto", "log", "single"]
@@ -86,30 +83,11 @@ class StoreOpener:
                 if self.layout == "single":
                     raise CorruptStateError(location, "this queue uses the log layout, not 'single'")
                 return LogStore(storage, self.retry, self.settings, base)
-            state = codec.decode_index(content, location)
+            state = decode_index(content, location)
             if self.layout != "log":
                 return SingleObjectStore(storage, self.retry)
-            migrated_base = await _migrate(storage, state, etag)
+            migrated_base = await migrate(storage, state, etag)
             if migrated_base is not None:
                 return LogStore(storage, self.retry, self.settings, migrated_base)
             await self.retry.wait(attempt + 1)  # another writer changed the queue meanwhile
         raise CASConflictError(f"{location}: the migration to the log layout lost every race")
-
-
-async def _migrate(storage: KeyedStoragePort, state: QueueIndex, etag: str) -> str | None:
-    """Move a single-object state into a log; returns the base object's name, or None on a lost race.
-
-    The jobs go to an immutable base object first; replacing the main object with a
-    marker that names it (compare-and-swap on ``etag``) is the one step that decides.
-    The pauses and throttles move with the jobs; the history of finished jobs does not.
-    """
-    name = f"{BASE_PREFIX}{uuid.uuid4().hex}"
-    effects: list[Effect] = [record.as_added() for record in state.in_order()]
-    effects += state.controls.as_effects()
-    await storage.create(name, encode_entry(0, uuid.uuid4().hex, to_micros(utc_now()), effects))
-    try:
-        await storage.write(encode_marker(name), if_match=etag)
-    except CASConflictError:
-        await storage.delete(name)
-        return None
-    return name

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
+from typing import TypeVar
 
-from jqueue.core.operations import QueueOperations, entrypoint_set
-from jqueue.domain.effects import PauseSet, ThrottleSet, to_micros
+from jqueue.core.commits import Commits
+from jqueue.core.layout import StoreOpener
+from jqueue.domain.effects import PauseSet, ThrottleSet
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import Job, JobStatus, utc_now
+from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
+from jqueue.domain.schema import JobFields
 from jqueue.domain.stats import QueueStats, stats_of
+from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_int64, checked_text, span
+
+T = TypeVar("T")
+
+
+def entrypoint_set(entrypoint: str | Collection[str] | None) -> Collection[str] | None:
+    """Return one entrypoint, several, or None (all) as a collection or None."""
+    return (entrypoint,) if isinstance(entrypoint, str) else entrypoint
 
 
 def _scope(entrypoint: str | None) -> None:
@@ -24,8 +35,18 @@ def _micros_before(age: timedelta | None) -> int | None:
     return None if age is None else to_micros(utc_now() - age)
 
 
-class ManagementOperations(QueueOperations):
-    """The calls that look at a queue without claiming, and those that steer it."""
+class ManagementCalls:
+    """The calls of ``JobQueue`` that look at a queue without claiming, and those that steer it:
+    the same commit strategy (``_commits``) and store (``_opener``) as every other call."""
+
+    _commits: Commits
+    _opener: StoreOpener
+
+    async def _view(self, look: Callable[[QueueIndex], T]) -> T:
+        return await (await self._opener.store()).view(look)
+
+    async def _jobs(self, snapshots: Sequence[JobFields]) -> list[Job]:
+        return await (await self._opener.store()).jobs(snapshots)
 
     def _selected(
         self,
@@ -94,7 +115,7 @@ class ManagementOperations(QueueOperations):
             If one of ``ids`` is not in the queue; then nothing changes.
         """
         chosen = None if ids is None else list(ids)
-        return await self._execute(lambda index: len(index.revive(chosen)))
+        return await self._commits.run(lambda index: len(index.requeue_dead(chosen)))
 
     async def requeue(self, ids: Iterable[str]) -> int:
         """Make jobs claimable at once whatever their state (dead ones with attempts reset,
@@ -106,7 +127,7 @@ class ManagementOperations(QueueOperations):
             If one of ``ids`` is not in the queue; then nothing changes.
         """
         chosen = list(ids)
-        return await self._execute(lambda index: len(index.requeue_now(chosen)))
+        return await self._commits.run(lambda index: len(index.requeue_now(chosen)))
 
     async def find(self, job_id: str) -> Job | None:
         """Return one job as it is now, or None if it is not in the queue."""
@@ -134,7 +155,7 @@ class ManagementOperations(QueueOperations):
                 index.remove(record.id)
             return len(chosen)
 
-        return await self._execute(operation)
+        return await self._commits.run(operation)
 
     async def pause(self, entrypoint: str | None = None, *, enqueues: bool = False) -> None:
         """Stop handing out jobs of ``entrypoint`` (None: of the whole queue) to every process;
@@ -145,12 +166,12 @@ class ManagementOperations(QueueOperations):
             enqueues_paused = enqueues or entrypoint in index.controls.paused_enqueues
             index.apply(PauseSet(entrypoint, True, enqueues_paused))
 
-        await self._execute(operation)
+        await self._commits.run(operation)
 
     async def resume(self, entrypoint: str | None = None) -> None:
         """Undo ``pause`` of ``entrypoint`` (None: of the whole queue): claims and enqueues."""
         _scope(entrypoint)
-        await self._execute(lambda index: index.apply(PauseSet(entrypoint, False, False)))
+        await self._commits.run(lambda index: index.apply(PauseSet(entrypoint, False, False)))
 
     async def throttle(self, limit: int | None, per: timedelta, entrypoint: str | None = None) -> None:
         """Allow at most ``limit`` claims per window of ``per`` of ``entrypoint`` (None: of the
@@ -164,7 +185,7 @@ class ManagementOperations(QueueOperations):
         window = per // timedelta(microseconds=1)
         if window < 1:
             raise ValueError(f"per must be positive, got {span(per)}")
-        await self._execute(lambda index: index.apply(ThrottleSet(entrypoint, limit, window)))
+        await self._commits.run(lambda index: index.apply(ThrottleSet(entrypoint, limit, window)))
 
     async def history(
         self,

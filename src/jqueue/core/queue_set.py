@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from datetime import timedelta
 
-from jqueue.core.management import ManagementOperations
 from jqueue.domain.models import Job
+from jqueue.ports.queue import Queue
 
 logger = logging.getLogger("jqueue")
 
@@ -28,7 +28,7 @@ class QueueSet:
         ``DirectQueue`` or ``BrokerQueue`` instances, opened by the caller.
     """
 
-    def __init__(self, queues: Sequence[ManagementOperations]) -> None:
+    def __init__(self, queues: Sequence[Queue]) -> None:
         if not queues:
             raise ValueError("a queue set needs at least one queue")
         self.queues = list(queues)
@@ -39,7 +39,7 @@ class QueueSet:
         *,
         batch_size: int = 1,
         visibility_timeout: timedelta | None = None,
-    ) -> list[tuple[ManagementOperations, Job]]:
+    ) -> list[tuple[Queue, Job]]:
         """Claim up to ``batch_size`` jobs across the queues, best (priority, created_at) first.
 
         Returns ``(queue, job)`` pairs in that order. Other processes may claim

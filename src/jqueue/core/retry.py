@@ -6,6 +6,11 @@ import asyncio
 import random
 from dataclasses import dataclass
 
+GROUPED_MAX_RETRIES = 20
+"""Conflicting commits a group-commit queue retries (the documented default)."""
+DIRECT_MAX_RETRIES = 10
+"""Conflicting commits a ``DirectQueue`` retries (the documented default)."""
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -21,7 +26,7 @@ class RetryPolicy:
         Cap on the upper bound, in seconds.
     """
 
-    max_retries: int = 20
+    max_retries: int = GROUPED_MAX_RETRIES
     base_delay: float = 0.005
     max_delay: float = 0.32
 

@@ -20,16 +20,15 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TypeVar
 
-from jqueue.core import codec
+from jqueue.core.formats.single import decode_index, encode_index
 from jqueue.core.retry import RetryPolicy
-from jqueue.domain.effects import Added, Effect, Payload
+from jqueue.domain.effects import Added, Effect
 from jqueue.domain.errors import CASConflictError, CorruptStateError
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import QueueState
-from jqueue.domain.records import job_from
+from jqueue.domain.models import Job, QueueState
+from jqueue.domain.schema import JobFields, Payload, job_from
 from jqueue.ports.storage import ObjectStoragePort
 
-Transition = Callable[[QueueIndex], None]
 T = TypeVar("T")
 logger = logging.getLogger("jqueue")
 
@@ -120,6 +119,11 @@ class CommitStore(ABC):
             self._loaded = True
             return look(self.index)
 
+    async def jobs(self, snapshots: Sequence[JobFields]) -> list[Job]:
+        """Return the public jobs of record snapshots, with their payloads."""
+        payloads = await self.payloads([snapshot.payload for snapshot in snapshots])
+        return [job_from(snapshot, payload) for snapshot, payload in zip(snapshots, payloads, strict=True)]
+
     async def read_state(self) -> QueueState:
         """Catch up with storage and return the whole state."""
 
@@ -127,15 +131,18 @@ class CommitStore(ABC):
             return index.version, [record.as_added() for record in index.in_order()]
 
         version, snapshots = await self.view(snapshot)
-        payloads = await self.payloads([snapshot.payload for snapshot in snapshots])
-        jobs = tuple(job_from(s, p) for s, p in zip(snapshots, payloads, strict=True))
-        return QueueState(jobs=jobs, version=version)
+        return QueueState(jobs=tuple(await self.jobs(snapshots)), version=version)
 
-    async def apply(self, transition: Transition) -> None:
-        """Apply ``transition`` to the newest state and commit its effects, retrying on conflict.
+    async def checkpoint(self) -> bool:
+        """Write a checkpoint of the newest state if the layout has them; whether it does."""
+        return False
 
-        ``transition`` may run several times and must record its outcome each time.
-        An exception it raises on a verified state propagates, with nothing changed.
+    async def apply(self, transition: Callable[[QueueIndex], T]) -> T:
+        """Apply ``transition`` to the newest state and commit its effects, retrying on conflict;
+        return what the run that committed returned.
+
+        ``transition`` may run several times, each time on a fresh transaction. An exception
+        it raises on a verified state propagates, with nothing changed.
 
         Raises
         ------
@@ -143,9 +150,9 @@ class CommitStore(ABC):
             When every retry lost its race.
         """
         async with self._turn:
-            await self._apply(transition)
+            return await self._apply(transition)
 
-    async def _apply(self, transition: Transition) -> None:
+    async def _apply(self, transition: Callable[[QueueIndex], T]) -> T:
         verified = False
         if self.needs_refresh():
             await self.refresh()
@@ -155,7 +162,7 @@ class CommitStore(ABC):
             index = self.index  # a refresh may replace it
             index.begin()
             try:
-                transition(index)
+                answer = transition(index)
             except Exception:
                 index.rollback()
                 if verified:
@@ -167,7 +174,7 @@ class CommitStore(ABC):
             if not effects:
                 index.commit()
                 if verified:
-                    return
+                    return answer
                 await self.refresh()
                 verified = True
                 continue
@@ -190,7 +197,7 @@ class CommitStore(ABC):
                 self._landed(effects)
             except Exception:  # a landed commit is never undone; bookkeeping may be retried later
                 logger.exception("after a commit to %s", self.location)
-            return
+            return answer
 
 
 class SingleObjectStore(CommitStore):
@@ -206,12 +213,12 @@ class SingleObjectStore(CommitStore):
         content, etag = self._read_back or await self.storage.read()
         self._read_back = None
         check_not_empty(content, etag, self.location)
-        self.index = codec.decode_index(content, self.location)
+        self.index = decode_index(content, self.location)
         self._etag = etag
 
     async def _commit(self, effects: Sequence[Effect]) -> None:
         version = self.index.version + 1
-        content = codec.encode_index(self.index, version, commit_id=uuid.uuid4().hex)
+        content = encode_index(self.index, version, commit_id=uuid.uuid4().hex)
         try:
             etag = await self.storage.write(content, if_match=self._etag)
         except CASConflictError:

@@ -14,10 +14,8 @@ from typing import Any
 
 from jqueue.core.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
 from jqueue.core.heartbeat import HeartbeatManager
-from jqueue.core.management import ManagementOperations
 from jqueue.core.outcomes import JobResult, Outcome, WorkerStats
 from jqueue.core.queue_set import QueueSet
-from jqueue.core.settings import Backoff
 from jqueue.domain.errors import (
     CASConflictError,
     JobNotFoundError,
@@ -25,11 +23,13 @@ from jqueue.domain.errors import (
     LeaseLostError,
     StorageError,
 )
-from jqueue.domain.models import Job, utc_now
+from jqueue.domain.models import Job
+from jqueue.domain.policy import Backoff
+from jqueue.domain.times import utc_now
+from jqueue.ports.queue import Queue
 
 logger = logging.getLogger("jqueue.worker")
 
-Queue = ManagementOperations
 TRANSIENT = (StorageError, CASConflictError)
 """Failures a worker outlives (up to ``max_outage``): the storage failed or stayed contended."""
 DEFAULT_MAX_ATTEMPTS = 5
@@ -104,7 +104,7 @@ class Worker:
             raise ValueError("poll intervals need 0 < poll_interval <= max_poll_interval")
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        self.queues = [queues] if isinstance(queues, ManagementOperations) else list(queues)
+        self.queues = [queues] if isinstance(queues, Queue) else list(queues)
         if not self.queues:
             raise ValueError("a worker needs a queue")
         self.concurrency = concurrency

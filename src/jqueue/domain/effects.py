@@ -7,86 +7,20 @@ no clock and no choice. Times are integer microseconds since the Unix epoch (UTC
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from itertools import repeat
 
-from jqueue.domain.models import JobStatus
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-MIN_MICROS = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
-MAX_MICROS = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
-"""The range of times a ``datetime`` can hold, in microseconds since the epoch."""
-_POSITION_BITS = 24
-POSITIONS_PER_SEGMENT = 1 << _POSITION_BITS
+from jqueue.domain.schema import JobFields
 
 
-def to_micros(moment: datetime) -> int:
-    """Return an aware datetime as integer microseconds since the epoch."""
-    return (moment - _EPOCH) // _MICROSECOND
+@dataclass(slots=True)
+class Added(JobFields):
+    """A job entered the queue, with everything about it (see ``JobFields``); never changed
+    once made (the index keeps its own record of the job)."""
 
-
-def from_micros(micros: int) -> datetime:
-    """Return integer microseconds since the epoch as an aware UTC datetime."""
-    return _EPOCH + timedelta(microseconds=micros)
-
-
-def payload_ref(segment: int, position: int) -> int:
-    """Return the reference to item ``position`` of log entry ``segment``: an int, so that a
-    million references cost little to build and to keep (``segment << 24 | position``)."""
-    if not 0 <= position < POSITIONS_PER_SEGMENT:
-        raise ValueError(f"an entry holds at most {POSITIONS_PER_SEGMENT} payloads")
-    return segment << _POSITION_BITS | position
-
-
-def payload_place(ref: int) -> tuple[int, int]:
-    """Return the ``(segment, position)`` of a payload reference."""
-    return ref >> _POSITION_BITS, ref & (POSITIONS_PER_SEGMENT - 1)
-
-
-def refs_from_columns(segments: list[int], positions: list[int]) -> list[int]:
-    """Return ``payload_ref(s, p)`` for each pair, in C-level loops (a checkpoint's million rows)."""
-    if positions and (min(positions) < 0 or max(positions) >= POSITIONS_PER_SEGMENT):
-        raise ValueError("a payload position is out of range")
-    shifted = map(operator.lshift, segments, repeat(_POSITION_BITS))
-    return list(map(operator.or_, shifted, positions))
-
-
-def columns_from_refs(refs: list[int]) -> tuple[list[int], list[int]]:
-    """Return the segments and positions of ``refs``, in C-level loops."""
-    segments = list(map(operator.rshift, refs, repeat(_POSITION_BITS)))
-    return segments, list(map(operator.and_, refs, repeat(POSITIONS_PER_SEGMENT - 1)))
-
-
-Payload = bytes | int
-"""A payload in memory (bytes) or where it is stored (an int from ``payload_ref``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Added:
-    """A job entered the queue, with everything about it."""
-
-    job_id: str
-    entrypoint: str
-    priority: int
-    created: int
-    status: JobStatus
-    heartbeat: int | None
-    payload: Payload
-    attempts: int = 0
-    lease: str | None = None
-    expires: int | None = None
-    max_attempts: int | None = None
-    not_before: int | None = None
-    deadline: int | None = None
-    dedup_key: str | None = None
-    last_error: str | None = None
-    dead_reason: str | None = None
-    dead_at: int | None = None
-    claims: tuple[int, ...] = ()
-    batch: str | None = None
+    @property
+    def job_id(self) -> str:
+        """The job's id, named as in the other effects."""
+        return self.id
 
 
 @dataclass(frozen=True, slots=True)

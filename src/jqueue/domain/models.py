@@ -1,26 +1,24 @@
-"""Jobs and the queue state: frozen values and the pure transitions between them.
+"""Jobs and the queue state as callers see them: frozen values.
 
-Nothing here does I/O. Every transition returns a new ``QueueState`` (or the same
-object when nothing changed). The ``version`` counter is left alone by transitions;
-it is bumped once per committed write. These transitions define what each queue
-operation means; the queues run them on ``QueueIndex`` (``jqueue.domain.index``),
-which does the same at a cost that does not grow with depth and is property-tested
-against them.
+Nothing here does I/O. ``Job`` and ``QueueState`` are what callers see: a queue keeps its
+jobs in a ``QueueIndex`` (``jqueue.domain.index``), as ``JobRecord`` values whose fields
+``jqueue.domain.schema`` defines, and builds these from them. The transitions live on the
+index; ``tests/reference_model.py`` keeps a whole-state model of them that the index is
+property-tested against.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import heapq
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer, field_validator
 
-from jqueue.domain.errors import JobNotFoundError, LeaseLostError
+from jqueue.domain.times import utc_now
 
 UNLEASED_CLAIM_TIMEOUT = timedelta(minutes=5)
 """How long a claim without a lease expiry holds its job after its last heartbeat
@@ -28,11 +26,6 @@ UNLEASED_CLAIM_TIMEOUT = timedelta(minutes=5)
 
 LEASE_EXPIRED = "lease expired"
 """The error recorded on a job whose lease ran out."""
-
-
-def utc_now() -> datetime:
-    """Return the current time as an aware UTC datetime."""
-    return datetime.now(UTC)
 
 
 class JobStatus(StrEnum):
@@ -133,66 +126,6 @@ class Job(BaseModel):
     def _payload_to_base64(self, value: bytes) -> str:
         return base64.b64encode(value).decode("ascii")
 
-    @classmethod
-    def new(cls, entrypoint: str, payload: bytes, priority: int = 0) -> Job:
-        """Create a queued job with a fresh id and the current time."""
-        return cls(entrypoint=entrypoint, payload=payload, priority=priority)
-
-    def with_status(self, status: JobStatus) -> Job:
-        """Return a copy with another status."""
-        return self.model_copy(update={"status": status})
-
-    def with_heartbeat(self, ts: datetime | None) -> Job:
-        """Return a copy with another heartbeat time."""
-        return self.model_copy(update={"heartbeat_at": ts})
-
-    def claimed(self, now: datetime, lease: str | None = None, expires_at: datetime | None = None) -> Job:
-        """Return a copy claimed at ``now`` under ``lease`` until ``expires_at``; one more attempt."""
-        return self.model_copy(
-            update={
-                "status": JobStatus.IN_PROGRESS,
-                "heartbeat_at": now,
-                "attempts": self.attempts + 1,
-                "claimed_at": (*self.claimed_at, now),
-                "lease": lease,
-                "lease_expires_at": expires_at,
-            }
-        )
-
-    def requeued(self, error: str | None = None) -> Job:
-        """Return a copy back in the queued state, without a lease, with ``error`` as its last
-        error if given."""
-        update = {"status": JobStatus.QUEUED, "heartbeat_at": None, "lease": None, "lease_expires_at": None}
-        return self.model_copy(update=update | ({} if error is None else {"last_error": error}))
-
-    def beaten(self, now: datetime) -> Job:
-        """Return a copy with its heartbeat at ``now`` and its lease as long again from ``now``."""
-        expires = self.lease_expires_at
-        if expires is not None and self.heartbeat_at is not None:
-            expires = now + (expires - self.heartbeat_at)
-        return self.model_copy(update={"heartbeat_at": now, "lease_expires_at": expires})
-
-    def is_expired(self, now: datetime) -> bool:
-        """Whether this job is in progress under a lease that ran out before ``now``.
-
-        A job claimed without a lease expiry (by the original jqueue) counts as leased
-        until ``UNLEASED_CLAIM_TIMEOUT`` after its last heartbeat.
-        """
-        if self.status is not JobStatus.IN_PROGRESS:
-            return False
-        expires = self.lease_expires_at
-        if expires is None:
-            if self.heartbeat_at is None:
-                return True
-            expires = self.heartbeat_at + UNLEASED_CLAIM_TIMEOUT
-        return expires < now
-
-    def is_stale(self, cutoff: datetime) -> bool:
-        """Whether this job is in progress with no heartbeat since ``cutoff``."""
-        return self.status is JobStatus.IN_PROGRESS and (
-            self.heartbeat_at is None or self.heartbeat_at < cutoff
-        )
-
 
 def _priority_order(job: Job) -> tuple[int, datetime]:
     return (job.priority, job.created_at)
@@ -232,120 +165,3 @@ class QueueState(BaseModel):
     def find(self, job_id: str) -> Job | None:
         """Return the job with this id, or None."""
         return next((j for j in self.jobs if j.id == job_id), None)
-
-    def _require(self, job_id: str) -> Job:
-        job = self.find(job_id)
-        if job is None:
-            raise JobNotFoundError(job_id)
-        return job
-
-    def _with_jobs(self, jobs: Iterable[Job]) -> QueueState:
-        return self.model_copy(update={"jobs": tuple(jobs)})
-
-    def with_version(self, version: int) -> QueueState:
-        """Return a copy at another version."""
-        return self.model_copy(update={"version": version})
-
-    def with_job_added(self, job: Job) -> QueueState:
-        """Return a state with ``job`` appended."""
-        return self.model_copy(update={"jobs": (*self.jobs, job)})
-
-    def with_jobs_added(self, jobs: Iterable[Job]) -> QueueState:
-        """Return a state with ``jobs`` appended."""
-        return self.model_copy(update={"jobs": (*self.jobs, *jobs)})
-
-    def with_job_replaced(self, updated: Job) -> QueueState:
-        """Return a state where the job with ``updated.id`` is ``updated``.
-
-        Raises
-        ------
-        JobNotFoundError
-            If no job has that id.
-        """
-        self._require(updated.id)
-        return self._with_jobs(updated if j.id == updated.id else j for j in self.jobs)
-
-    def with_job_removed(self, job_id: str, lease: str | None = None) -> QueueState:
-        """Return a state without the job ``job_id`` (an ack), fenced by ``lease`` if given.
-
-        Raises
-        ------
-        JobNotFoundError
-            Unfenced, if no job has that id.
-        LeaseLostError
-            Fenced, if the lease no longer holds the job.
-        """
-        self._holding(job_id, lease)
-        return self._with_jobs(j for j in self.jobs if j.id != job_id)
-
-    def with_jobs_claimed(
-        self,
-        entrypoint: str | None,
-        batch_size: int,
-        now: datetime,
-        expires_at: datetime | None = None,
-        leases: Callable[[], str] | None = None,
-    ) -> tuple[QueueState, list[Job]]:
-        """Claim up to ``batch_size`` queued jobs in priority order, each under a new lease.
-
-        Returns
-        -------
-        tuple of (QueueState, list of Job)
-            The new state (``self`` when nothing was claimed) and the claimed jobs.
-        """
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        best = heapq.nsmallest(batch_size, self._queued(entrypoint), key=_priority_order)
-        claimed = [job.claimed(now, leases() if leases else None, expires_at) for job in best]
-        if not claimed:
-            return self, []
-        by_id = {job.id: job for job in claimed}
-        return self._with_jobs(by_id.get(j.id, j) for j in self.jobs), claimed
-
-    def with_job_requeued(self, job_id: str, lease: str | None = None) -> QueueState:
-        """Return a state with ``job_id`` back in the queue (a nack), fenced by ``lease`` if given."""
-        return self.with_job_replaced(self._holding(job_id, lease).requeued())
-
-    def with_heartbeat(self, job_id: str, now: datetime, lease: str | None = None) -> QueueState:
-        """Return a state with the heartbeat of ``job_id`` at ``now`` and its lease extended.
-
-        Unfenced, a job in another status than claimed (say, requeued after going
-        stale) leaves the state unchanged; fenced by ``lease``, that is a lost lease.
-        """
-        job = self._holding(job_id, lease)
-        if job.status is not JobStatus.IN_PROGRESS:
-            return self
-        return self.with_job_replaced(job.beaten(now))
-
-    def requeue_expired(self, now: datetime) -> QueueState:
-        """Requeue in-progress jobs whose lease ran out before ``now``; ``self`` if none did."""
-        if not any(j.is_expired(now) for j in self.jobs):
-            return self
-        return self._with_jobs(j.requeued(LEASE_EXPIRED) if j.is_expired(now) else j for j in self.jobs)
-
-    def _holding(self, job_id: str, lease: str | None) -> Job:
-        """Return the job; with a ``lease``, only if that lease still holds it.
-
-        Raises
-        ------
-        JobNotFoundError
-            Unfenced, if no job has that id.
-        LeaseLostError
-            Fenced, if the job is gone, not claimed, or claimed under another lease.
-        """
-        if lease is None:
-            return self._require(job_id)
-        job = self.find(job_id)
-        if job is None or job.status is not JobStatus.IN_PROGRESS or job.lease != lease:
-            raise LeaseLostError(job_id)
-        return job
-
-    def requeue_stale(self, cutoff: datetime) -> QueueState:
-        """Requeue in-progress jobs whose last heartbeat is before ``cutoff``; ``self`` if none are."""
-        if not any(j.is_stale(cutoff) for j in self.jobs):
-            return self
-        return self._with_jobs(j.requeued() if j.is_stale(cutoff) else j for j in self.jobs)
-
-    def stale_count(self, cutoff: datetime) -> int:
-        """Count the in-progress jobs whose last heartbeat is before ``cutoff``."""
-        return sum(1 for j in self.jobs if j.is_stale(cutoff))

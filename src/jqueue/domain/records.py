@@ -7,45 +7,10 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
-from jqueue.domain.effects import Added, Payload, from_micros, to_micros
+from jqueue.domain.effects import Added
 from jqueue.domain.models import Job, JobStatus
-
-ADDED_FIELDS = (
-    "id",
-    "entrypoint",
-    "priority",
-    "created",
-    "status",
-    "heartbeat",
-    "payload",
-    "attempts",
-    "lease",
-    "expires",
-    "max_attempts",
-    "not_before",
-    "deadline",
-    "dedup_key",
-    "last_error",
-    "dead_reason",
-    "dead_at",
-    "claims",
-    "batch",
-)
-"""A record's fields in the order of ``Added`` (whose first field is ``job_id``)."""
-
-CHANGING_FIELDS = (
-    "status",
-    "heartbeat",
-    "attempts",
-    "lease",
-    "expires",
-    "not_before",
-    "last_error",
-    "dead_reason",
-    "dead_at",
-    "claims",
-)
-"""The fields that change after a job is added (by claims, heartbeats, requeues, deaths)."""
+from jqueue.domain.schema import CHANGING_FIELDS, FIELD_NAMES, JobFields, field_values
+from jqueue.domain.times import from_micros
 
 ClaimState = tuple[Any, ...]
 """The values of ``CHANGING_FIELDS`` of one record."""
@@ -54,80 +19,23 @@ _changing = attrgetter(*CHANGING_FIELDS)
 _POSITIONS = {name: position for position, name in enumerate(CHANGING_FIELDS)}
 
 
-class JobRecord:
-    """One job's mutable metadata inside an index; times in epoch microseconds.
+@dataclass(slots=True, eq=False)
+class JobRecord(JobFields):
+    """One job's mutable fields inside an index; times in epoch microseconds.
 
     ``order`` is the job's insertion number; ``stamp`` marks the record's newest heap
     entry (set by the index on every move), so that older entries do not count.
     """
 
-    __slots__ = (*ADDED_FIELDS, "order", "stamp")
-
-    def __init__(
-        self,
-        job_id: str,
-        entrypoint: str,
-        priority: int,
-        created: int,
-        status: JobStatus,
-        heartbeat: int | None,
-        payload: Payload,
-        order: int,
-        attempts: int = 0,
-        lease: str | None = None,
-        expires: int | None = None,
-        max_attempts: int | None = None,
-        not_before: int | None = None,
-        deadline: int | None = None,
-        dedup_key: str | None = None,
-        last_error: str | None = None,
-        dead_reason: str | None = None,
-        dead_at: int | None = None,
-        claims: tuple[int, ...] = (),
-        batch: str | None = None,
-    ) -> None:
-        self.id = job_id
-        self.entrypoint = entrypoint
-        self.priority = priority
-        self.created = created
-        self.status = status
-        self.heartbeat = heartbeat
-        self.payload = payload
-        self.order = order
-        self.attempts = attempts
-        self.lease = lease
-        self.expires = expires
-        self.max_attempts = max_attempts
-        self.not_before = not_before
-        self.deadline = deadline
-        self.dedup_key = dedup_key
-        self.last_error = last_error
-        self.dead_reason = dead_reason
-        self.dead_at = dead_at
-        self.claims = claims
-        self.batch = batch
-        self.stamp = 0
+    order: int = 0
+    stamp: int = 0
 
     @classmethod
     def from_added(cls, added: Added, order: int) -> JobRecord:
         """Return the record of an added job, inserted as number ``order``."""
-        a = added
-        head = (a.job_id, a.entrypoint, a.priority, a.created, a.status, a.heartbeat, a.payload, order)
-        return cls(
-            *head,
-            a.attempts,
-            a.lease,
-            a.expires,
-            a.max_attempts,
-            a.not_before,
-            a.deadline,
-            a.dedup_key,
-            a.last_error,
-            a.dead_reason,
-            a.dead_at,
-            a.claims,
-            a.batch,
-        )
+        record = cls(*field_values(added))
+        record.order = order
+        return record
 
     def claim_state(self) -> ClaimState:
         """Return the values of ``CHANGING_FIELDS``."""
@@ -148,7 +56,7 @@ class JobRecord:
 
     def as_added(self) -> Added:
         """Return an immutable snapshot of this job as it is now (the effect that would add it)."""
-        return Added(*attrgetter(*ADDED_FIELDS)(self))
+        return Added(*field_values(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,110 +132,20 @@ class HistoryRecord:
         )
 
 
-def _datetime(micros: int | None) -> datetime | None:
-    return None if micros is None else from_micros(micros)
+RECORD_COLUMNS = (*FIELD_NAMES, "order")
+"""The columns of a record (its fields and its insertion number)."""
 
 
-def _micros(moment: datetime | None) -> int | None:
-    return None if moment is None else to_micros(moment)
+@dataclass(frozen=True)
+class Frozen:
+    """The live jobs, history and controls of an index at one version (see ``QueueIndex.freeze``).
 
+    ``records`` change as commits go on; until the index thaws, each record first saves its
+    values as of the freeze in ``saved`` (by job id), so the version's values can be rebuilt.
+    """
 
-def job_from(snapshot: Added, payload: bytes) -> Job:
-    """Return the public ``Job`` for a record snapshot, with its payload bytes."""
-    s = snapshot
-    return Job.model_construct(
-        id=s.job_id,
-        entrypoint=s.entrypoint,
-        payload=payload,
-        status=s.status,
-        priority=s.priority,
-        created_at=from_micros(s.created),
-        heartbeat_at=_datetime(s.heartbeat),
-        attempts=s.attempts,
-        lease=s.lease,
-        lease_expires_at=_datetime(s.expires),
-        max_attempts=s.max_attempts,
-        not_before=_datetime(s.not_before),
-        deadline=_datetime(s.deadline),
-        dedup_key=s.dedup_key,
-        last_error=s.last_error,
-        dead_reason=s.dead_reason,
-        dead_at=_datetime(s.dead_at),
-        claimed_at=tuple(map(from_micros, s.claims)),
-        batch=s.batch,
-    )
-
-
-def added_from(job: Job) -> Added:
-    """Return the effect that adds ``job`` exactly as it is (payload in memory)."""
-    return Added(
-        job.id,
-        job.entrypoint,
-        job.priority,
-        to_micros(job.created_at),
-        job.status,
-        _micros(job.heartbeat_at),
-        job.payload,
-        job.attempts,
-        job.lease,
-        _micros(job.lease_expires_at),
-        job.max_attempts,
-        _micros(job.not_before),
-        _micros(job.deadline),
-        job.dedup_key,
-        job.last_error,
-        job.dead_reason,
-        _micros(job.dead_at),
-        tuple(map(to_micros, job.claimed_at)),
-        job.batch,
-    )
-
-
-RECORD_COLUMNS = (*ADDED_FIELDS, "order")
-"""The columns of a snapshot and of a checkpoint."""
-
-
-class IndexSnapshot:
-    """The live jobs, history and controls of an index at one version, read lazily
-    (see ``QueueIndex.freeze``)."""
-
-    def __init__(
-        self,
-        version: int,
-        records: list[JobRecord],
-        segments: set[int],
-        saved: dict[str, ClaimState],
-        history: list[HistoryRecord],
-        controls: dict[str, Any],
-    ) -> None:
-        self.version = version
-        self.segments = segments
-        self.history = history
-        self.controls = controls
-        self._records = records
-        self._saved = saved
-        self._searched: set[str] = set()
-        self._rows: dict[str, int] = {}
-
-    def column(self, name: str) -> list[Any]:
-        """Return one record column (``id``, ``entrypoint``, ... ``order``) as of the snapshot,
-        built with a C-level loop so that the event loop is held up only briefly."""
-        values = list(map(attrgetter(name), self._records))
-        if name in CHANGING_FIELDS:
-            position = CHANGING_FIELDS.index(name)
-            for row, before in self._patches():
-                values[row] = before[position]
-        return values
-
-    def _patches(self) -> list[tuple[int, ClaimState]]:
-        """Return (row, values at the snapshot) of each record changed since; called after a
-        column is read, so a change made meanwhile has saved its old values already."""
-        saved = dict(self._saved)
-        unseen = saved.keys() - self._searched
-        if unseen:
-            self._searched |= unseen
-            for row, record in enumerate(self._records):
-                if record.id in unseen:
-                    self._rows[record.id] = row
-        rows = self._rows
-        return [(rows[job_id], before) for job_id, before in saved.items() if job_id in rows]
+    version: int
+    records: list[JobRecord]
+    saved: dict[str, ClaimState]
+    history: list[HistoryRecord]
+    controls: dict[str, Any]

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from jqueue.domain.models import Job, JobStatus
+from jqueue.domain.effects import Added
+from jqueue.domain.models import JobStatus
+from jqueue.domain.times import to_micros
 from jqueue.domain.values import checked_int64, checked_text
 from jqueue.domain.values import span as span_text
 
@@ -70,20 +75,32 @@ class JobSpec:
         if self.ttl is not None and self.ttl <= timedelta(0):
             raise ValueError(f"ttl must be positive, got {span_text(self.ttl)}")
 
-    def build(self, now: datetime, default_ttl: timedelta | None = None, batch: str | None = None) -> Job:
-        """Return the queued job this spec describes, enqueued at ``now``; staged (unclaimable
-        until published) as part of bulk write ``batch``, if given."""
+    def build(self, now: datetime, default_ttl: timedelta | None = None, batch: str | None = None) -> Added:
+        """Return the effect that adds the job this spec describes, enqueued at ``now``; staged
+        (unclaimable until published) as part of bulk write ``batch``, if given."""
         not_before = self.not_before if self.delay is None else now + self.delay
         ttl = self.ttl if self.ttl is not None else default_ttl
-        return Job(
-            entrypoint=self.entrypoint,
-            payload=self.payload,
-            priority=self.priority,
-            created_at=now,
-            not_before=not_before,
-            deadline=None if ttl is None else now + ttl,
-            dedup_key=self.dedup_key,
+        return Added(
+            str(uuid.uuid4()),
+            self.entrypoint,
+            self.priority,
+            to_micros(now),
+            JobStatus.QUEUED if batch is None else JobStatus.STAGED,
+            None,
+            _payload_bytes(self.payload),
             max_attempts=self.max_attempts,
-            status=JobStatus.QUEUED if batch is None else JobStatus.STAGED,
+            not_before=None if not_before is None else to_micros(not_before),
+            deadline=None if ttl is None else to_micros(now + ttl),
+            dedup_key=self.dedup_key,
             batch=batch,
         )
+
+
+def _payload_bytes(payload: bytes | bytearray | str) -> bytes:
+    """Return a payload as bytes; a ``str`` is base64, as in the documented jqueue."""
+    if isinstance(payload, str):
+        try:
+            return base64.b64decode(payload, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"payload is not valid base64: {exc}") from exc
+    return bytes(payload)

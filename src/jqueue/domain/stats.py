@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from jqueue.domain.effects import from_micros
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
+from jqueue.domain.times import from_micros
 
 
 @dataclass

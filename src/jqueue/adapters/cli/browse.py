@@ -26,9 +26,10 @@ from jqueue.adapters.cli.common import (
     short_ids,
     until,
 )
-from jqueue.domain.models import Job, JobStatus, utc_now
+from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.stats import QueueStats
+from jqueue.domain.times import utc_now
 
 
 def _status_and_due(job: Job) -> tuple[str, str]:

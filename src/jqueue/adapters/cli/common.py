@@ -19,7 +19,8 @@ from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
 from jqueue.domain.errors import JQueueError
-from jqueue.domain.models import Job, JobStatus, utc_now
+from jqueue.domain.models import Job, JobStatus
+from jqueue.domain.times import utc_now
 from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")

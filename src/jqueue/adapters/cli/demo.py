@@ -19,9 +19,9 @@ from jqueue.adapters.cli.common import Options, console, print_json, run
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.outcomes import JobResult, Outcome
-from jqueue.core.settings import Backoff, QueuePolicy
 from jqueue.core.worker import Worker
 from jqueue.domain.models import Job, JobStatus
+from jqueue.domain.policy import Backoff, QueuePolicy
 
 DEFAULT_PATH = Path(".jqueue") / "demo.json"
 ENTRYPOINT = "demo-square"

@@ -31,9 +31,10 @@ from jqueue.adapters.cli.common import (
     storage_url,
 )
 from jqueue.core.outcomes import WorkerStats
-from jqueue.core.settings import Backoff
+from jqueue.core.queue import JobQueue
 from jqueue.core.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
 from jqueue.domain.models import Job
+from jqueue.domain.policy import Backoff
 
 BurstFlag = Annotated[bool, typer.Option("--burst", help="Stop when nothing is left to claim.")]
 MaxAttemptsOption = Annotated[
@@ -100,6 +101,8 @@ async def _why_idle(chosen: Worker) -> str:
     reasons: list[str] = []
     waiting = scheduled = 0
     for queue in chosen.queues:
+        if not isinstance(queue, JobQueue):  # a queue of another kind: nothing to say about it
+            continue
         stats = await queue.stats()
         mine = [stats.entrypoints[name] for name in names if name in stats.entrypoints]
         waiting += sum(s.queued for s in mine)

@@ -13,19 +13,43 @@ import asyncio
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.direct import DirectQueue
+from jqueue.domain.models import Job
 from jqueue.domain.records import HistoryRecord
+from jqueue.domain.schema import FIELDS, Kind
 
-JOBS_SCHEMA = (
-    "id string, entrypoint string, status string, priority int, attempts int, created_at timestamp, "
-    "not_before timestamp, heartbeat_at timestamp, dead_at timestamp, last_error string, dead_reason string, "
-    "dedup_key string, payload binary"
+JOB_COLUMNS = (
+    "id",
+    "entrypoint",
+    "status",
+    "priority",
+    "attempts",
+    "created_at",
+    "not_before",
+    "heartbeat_at",
+    "dead_at",
+    "last_error",
+    "dead_reason",
+    "dedup_key",
+    "payload",
 )
+"""The columns of the ``jobs`` table: ``Job`` attributes, typed by their kind (``SPARK_TYPES``)."""
+SPARK_TYPES = {
+    Kind.TEXT: "string",
+    Kind.INT64: "bigint",
+    Kind.COUNT: "bigint",
+    Kind.TIME: "timestamp",
+    Kind.STATUS: "string",
+    Kind.PAYLOAD: "binary",
+}
+_KINDS = {f.public: f.kind for f in FIELDS}
+JOBS_SCHEMA = ", ".join(f"{name} {SPARK_TYPES[_KINDS[name]]}" for name in JOB_COLUMNS)
 HISTORY_SCHEMA = (
     "job_id string, entrypoint string, outcome string, attempts int, created_at timestamp, "
     "first_claimed_at timestamp, last_claimed_at timestamp, finished_at timestamp, "
@@ -84,21 +108,15 @@ class JQueueReader(DataSourceReader):
                 records = await queue.history()
                 return [history_row(r) for r in records[partition.index :: partition.count]]
             jobs = await queue.jobs(limit=None, part=(partition.index, partition.count))
-        return [
-            (
-                j.id,
-                j.entrypoint,
-                str(j.status),
-                j.priority,
-                j.attempts,
-                j.created_at,
-                j.not_before,
-                j.heartbeat_at,
-                j.dead_at,
-                j.last_error,
-                j.dead_reason,
-                j.dedup_key,
-                j.payload,
-            )
-            for j in jobs
-        ]
+        return [job_row(job) for job in jobs]
+
+
+def job_row(job: Job) -> tuple[Any, ...]:
+    """Return a job as a row of ``JOBS_SCHEMA`` (its status as text)."""
+    return tuple(
+        str(value) if name == "status" else value
+        for name, value in zip(JOB_COLUMNS, _columns(job), strict=True)
+    )
+
+
+_columns = attrgetter(*JOB_COLUMNS)

@@ -19,8 +19,8 @@ from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.handlers import Handler
 from jqueue.core.outcomes import WorkerStats
-from jqueue.core.settings import QueuePolicy
 from jqueue.core.worker import Worker
+from jqueue.domain.policy import QueuePolicy
 
 STATS_SCHEMA = (
     "task int, attempt int, host string, pid int, claimed long, acked long, retried long, dead long, "

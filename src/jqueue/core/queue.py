@@ -1,37 +1,38 @@
-"""The queue operations, written once for every commit strategy and layout.
+"""``JobQueue``: the queue API, written once over a commit strategy and a layout.
 
-Each public call becomes an ``Operation``: a function that decides the call's
-effects on the queue index (applying them) and returns the caller's answer. A queue
-class decides only how operations reach the store (``_execute``): one commit per
-call, or many folded into one.
+Each call checks its arguments, then becomes an ``Operation``: a function that decides
+the call's effects on the queue index (applying them) and returns the caller's answer.
+The queue's ``Commits`` (``jqueue.core.commits``) decide how operations reach the store:
+one commit per call (``DirectQueue``), or many folded into one (``GroupCommitLoop``,
+``BrokerQueue``). The calls that look at and steer a queue are in ``ManagementCalls``.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timedelta
-from typing import TypeVar, overload
+from types import TracebackType
+from typing import Self, overload
 
+from jqueue.core.commits import Commits, Housekeeping
 from jqueue.core.layout import Layout, StoreOpener
-from jqueue.core.log_store import LogStore
+from jqueue.core.management import ManagementCalls, entrypoint_set
 from jqueue.core.retry import RetryPolicy
-from jqueue.core.settings import LogSettings, QueuePolicy
-from jqueue.core.store import CommitStore, StorageUse
+from jqueue.core.settings import LogSettings
+from jqueue.core.store import StorageUse
 from jqueue.core.timed import timed
-from jqueue.domain.effects import Added, to_micros
+from jqueue.domain.effects import Added
 from jqueue.domain.errors import PayloadTooLargeError, QueuePausedError
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import Job, QueueState, utc_now
-from jqueue.domain.records import HistoryRecord, JobRecord, added_from, job_from
+from jqueue.domain.models import Job, QueueState
+from jqueue.domain.policy import QueuePolicy
+from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.spec import LONGEST_SPAN, JobSpec
+from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_int64, checked_text, span, storable_text
 from jqueue.ports.storage import ObjectStoragePort
-
-T = TypeVar("T")
-Operation = Callable[[QueueIndex], T]
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 DEFAULT_VISIBILITY_TIMEOUT = timedelta(minutes=5)
@@ -51,25 +52,25 @@ def fence(job: Job | str) -> tuple[str, str | None]:
     return (job, None) if isinstance(job, str) else (job.id, job.lease)
 
 
-def entrypoint_set(entrypoint: str | Collection[str] | None) -> Collection[str] | None:
-    """Return one entrypoint, several, or None (all) as a collection or None."""
-    return (entrypoint,) if isinstance(entrypoint, str) else entrypoint
+Found = Added | HistoryRecord
+"""An enqueue's answer before payloads are read: a new or live job, or an acked one."""
 
 
-Found = Job | Added | HistoryRecord
-"""An enqueue's answer before payloads are read: a new job, a live one, or an acked one."""
+Strategy = Callable[[StoreOpener, Housekeeping, StorageUse], Commits]
+"""Makes a queue's commit strategy: ``DirectCommits`` or ``GroupedCommits``."""
 
 
-class QueueOperations(ABC):
-    """The queue API on top of an abstract ``_execute``: the documented calls plus the lifecycle.
+class JobQueue(ManagementCalls):
+    """The queue API over a commit strategy: the documented calls, management and the lifecycle.
 
-    Management calls (dead letters, pauses, browsing, history) come from
-    ``ManagementOperations``, a subclass.
+    ``DirectQueue``, ``GroupCommitLoop`` and ``BrokerQueue`` are this class with the strategy
+    and the documented parameters of each; see them for the parameters.
     """
 
     def __init__(
         self,
         storage: ObjectStoragePort,
+        strategy: Strategy,
         retry: RetryPolicy,
         layout: Layout,
         max_payload_bytes: int | None,
@@ -91,41 +92,21 @@ class QueueOperations(ABC):
         self.visibility_timeout = visibility_timeout
         self.storage_timeout = storage_timeout
         self.policy = policy or QueuePolicy()
-        self._swept = 0
         self._opener = StoreOpener(timed(storage, storage_timeout), retry, layout, log or LogSettings())
-        self._storage_use = StorageUse(storage)
+        self._commits = strategy(self._opener, Housekeeping(self.policy), StorageUse(storage))
 
-    @abstractmethod
-    async def _execute(self, operation: Operation[T]) -> T:
-        """Apply ``operation`` to the newest state (after ``_sweep``), commit it, return its answer."""
+    async def __aenter__(self) -> Self:
+        await self._commits.open()
+        return self
 
-    def _sweep(self, index: QueueIndex) -> None:
-        """The housekeeping every commit does before its operations: return expired leases."""
-        self._swept = len(index.requeue_expired(to_micros(utc_now()), self.policy.max_attempts))
-
-    def _trim(self, index: QueueIndex) -> None:
-        """The housekeeping a commit that writes does after its operations: drop old history."""
-        if index.pending_effects:
-            now = utc_now()
-            index.forget(to_micros(now - self.policy.history_retention), self.policy.history_limit)
-
-    async def _opened_store(self) -> CommitStore:
-        return await self._opener.store()
-
-    async def _view(self, look: Callable[[QueueIndex], T]) -> T:
-        return await (await self._opened_store()).view(look)
-
-    async def _jobs(self, snapshots: Sequence[Added]) -> list[Job]:
-        payloads = await (await self._opened_store()).payloads([snapshot.payload for snapshot in snapshots])
-        return [job_from(snapshot, payload) for snapshot, payload in zip(snapshots, payloads, strict=True)]
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._commits.close()
 
     async def checkpoint(self) -> bool:
         """Write a checkpoint of the queue now (log layout); False for the single object, which has none."""
-        store = await self._opened_store()
-        if not isinstance(store, LogStore):
-            return False
-        await store.checkpoint()
-        return True
+        return await (await self._opener.store()).checkpoint()
 
     def _checked(self, payload: bytes) -> bytes:
         limit = self.max_payload_bytes
@@ -135,7 +116,7 @@ class QueueOperations(ABC):
 
     async def read_state(self) -> QueueState:
         """Return a fresh snapshot of the whole queue straight from storage."""
-        return await (await self._opened_store()).read_state()
+        return await (await self._opener.store()).read_state()
 
     async def enqueue(
         self,
@@ -212,7 +193,7 @@ class QueueOperations(ABC):
             index.publish(batch)
             return count
 
-        return await self._execute(operation)
+        return await self._commits.run(operation)
 
     async def discard(self, batch: str) -> int:
         """Drop every staged job of bulk write ``batch`` (an aborted write); returns how many."""
@@ -222,13 +203,14 @@ class QueueOperations(ABC):
             index.discard(batch)
             return count
 
-        return await self._execute(operation)
+        return await self._commits.run(operation)
 
     async def _add(self, jobs: Iterable[JobSpec], batch: str | None) -> list[Job]:
         now = utc_now()
         new = [spec.build(now, self.policy.ttl, batch) for spec in jobs]
         for job in new:
-            self._checked(job.payload)
+            if isinstance(job.payload, bytes):
+                self._checked(job.payload)
         if not new:
             return []
 
@@ -237,7 +219,7 @@ class QueueOperations(ABC):
         def operation(index: QueueIndex) -> list[Found]:
             acked_since = to_micros(utc_now() - retention)
             found: list[Found] = []
-            keyed: dict[str, Job] = {}
+            keyed: dict[str, Added] = {}
             for job in new:
                 if index.controls.enqueues_paused(job.entrypoint):
                     raise QueuePausedError(job.entrypoint)
@@ -248,24 +230,17 @@ class QueueOperations(ABC):
                 elif match is not None:
                     found.append(match)
                 else:
-                    index.apply(added_from(job))
+                    index.apply(job)
                     keyed.update({} if key is None else {key: job})
                     found.append(job)
             return found
 
-        return await self._resolved(await self._execute(operation))
+        return await self._resolved(await self._commits.run(operation))
 
     async def _resolved(self, found: list[Found]) -> list[Job]:
         live = [item for item in found if isinstance(item, Added)]
         jobs = iter(await self._jobs(live))
-        return [
-            next(jobs)
-            if isinstance(item, Added)
-            else item.as_job()
-            if isinstance(item, HistoryRecord)
-            else item
-            for item in found
-        ]
+        return [next(jobs) if isinstance(item, Added) else item.as_job() for item in found]
 
     async def dequeue(
         self,
@@ -296,7 +271,7 @@ class QueueOperations(ABC):
             claims = index.claim(entrypoints, batch_size, to_micros(now), expires, new_lease)
             return [index.records[claim.job_id].as_added() for claim in claims]
 
-        claimed = await self._execute(operation)
+        claimed = await self._commits.run(operation)
         return await self._jobs(claimed) if claimed else []
 
     async def ack(self, job_id: Job | str) -> None:
@@ -328,7 +303,7 @@ class QueueOperations(ABC):
             for job_id, lease in fences:
                 index.remove(job_id, lease, now)
 
-        await self._execute(operation)
+        await self._commits.run(operation)
 
     async def nack(
         self,
@@ -376,13 +351,13 @@ class QueueOperations(ABC):
                 retry_at = None if not wait else to_micros(now + wait)
                 index.nack(job_id, lease, to_micros(now), retry_at, text, limit)
 
-        await self._execute(operation)
+        await self._commits.run(operation)
 
     async def release(self, job_id: Job | str) -> None:
         """Return a claimed job to the queue at once, not as a failure (a worker shutting down);
         fenced when given the claimed ``Job``."""
         plain_id, lease = fence(job_id)
-        await self._execute(lambda index: index.release(plain_id, lease))
+        await self._commits.run(lambda index: index.release(plain_id, lease))
 
     async def heartbeat(self, job_id: Job | str) -> None:
         """Record that the worker on a job is alive, extending its lease by its visibility timeout.
@@ -394,13 +369,13 @@ class QueueOperations(ABC):
         def operation(index: QueueIndex) -> None:
             index.beat(plain_id, to_micros(utc_now()), lease)
 
-        await self._execute(operation)
+        await self._commits.run(operation)
 
     async def sweep(self) -> int:
         """Return to the queue (or, past their last attempt, to the dead letters) the claimed jobs
         whose lease ran out, now; returns how many. Every commit does this anyway."""
-        return await self._execute(lambda index: self._swept)
+        return await self._commits.sweep()
 
     async def requeue_stale(self, timeout: timedelta) -> int:  # noqa: ASYNC109  (documented name)
         """Requeue in-progress jobs with no heartbeat for ``timeout``; returns how many."""
-        return await self._execute(lambda index: len(index.requeue_stale(to_micros(utc_now() - timeout))))
+        return await self._commits.run(lambda index: len(index.requeue_stale(to_micros(utc_now() - timeout))))

@@ -25,33 +25,32 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from jqueue.core.log_codec import (
+from jqueue.core.formats.checkpoint import decode_checkpoint, encode_checkpoint
+from jqueue.core.formats.entry import Entry, decode_entry, encode_entry, entry_commit_id
+from jqueue.core.formats.marker import (
     CHECKPOINT_PREFIX,
     ENTRY_PREFIX,
     GENESIS,
-    Entry,
     checkpoint_key,
     checkpoint_name,
-    decode_checkpoint,
-    decode_entry,
     decode_marker,
-    encode_checkpoint,
-    encode_entry,
     encode_genesis,
     encode_marker,
-    entry_commit_id,
     entry_name,
     entry_seq,
 )
+from jqueue.core.log.payload_refs import payload_place, payload_ref
+from jqueue.core.log.segment_cache import SegmentCache
+from jqueue.core.log.snapshot import IndexSnapshot
 from jqueue.core.retry import RetryPolicy
-from jqueue.core.segment_cache import SegmentCache
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore, check_not_empty
-from jqueue.domain.effects import Added, Effect, Payload, payload_place, payload_ref, to_micros
+from jqueue.domain.effects import Added, Effect
 from jqueue.domain.errors import CASConflictError, CorruptStateError, StorageError
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import utc_now
-from jqueue.domain.records import IndexSnapshot
+from jqueue.domain.records import Frozen
+from jqueue.domain.schema import Payload
+from jqueue.domain.times import to_micros, utc_now
 from jqueue.ports.storage import KeyedStoragePort
 
 logger = logging.getLogger("jqueue")
@@ -162,8 +161,7 @@ class LogStore(CommitStore):
             name = checkpoint_name(*keys[-1])
             data = await self._get(name)
             if data is not None:
-                self.index = decode_checkpoint(data, self.where(name))
-                self._checkpoint_segments[name] = set(self.index.segment_refs)
+                self.index, self._checkpoint_segments[name] = decode_checkpoint(data, self.where(name))
                 self._base_applied = loaded = True  # the checkpoint covers the base
                 self._changes_since_checkpoint = 0
                 break
@@ -281,7 +279,7 @@ class LogStore(CommitStore):
         self._changes_since_checkpoint += len(effects)
         added = [e for e in effects if isinstance(e, Added)]
         for position, effect in enumerate(added):
-            self.index.move_payload(effect.job_id, payload_ref(seq, position))
+            self.index.store_payload(effect.id, payload_ref(seq, position))
         self._cache.put(seq, [e.payload for e in added if isinstance(e.payload, bytes)])
         self._maybe_checkpoint()
 
@@ -327,11 +325,11 @@ class LogStore(CommitStore):
             snapshot = self._freeze()
             self._background = asyncio.create_task(self._checkpoint_and_compact(snapshot))
 
-    def _freeze(self) -> tuple[QueueIndex, IndexSnapshot, int]:
+    def _freeze(self) -> tuple[QueueIndex, Frozen, int]:
         self._changes_since_checkpoint = 0
         return self.index, self.index.freeze(), to_micros(utc_now())
 
-    async def _checkpoint_and_compact(self, frozen: tuple[QueueIndex, IndexSnapshot, int]) -> None:
+    async def _checkpoint_and_compact(self, frozen: tuple[QueueIndex, Frozen, int]) -> None:
         try:
             await self._write_checkpoint(frozen)
             retention = int(self.settings.retention.total_seconds() * 1_000_000)
@@ -339,21 +337,26 @@ class LogStore(CommitStore):
         except Exception as exc:
             logger.warning("checkpoint or compaction of %s failed: %r", self.location, exc)
 
-    async def _write_checkpoint(self, frozen: tuple[QueueIndex, IndexSnapshot, int]) -> set[int]:
-        """Encode a frozen snapshot in a thread (commits go on meanwhile) and store it."""
-        index, snapshot, at = frozen
+    async def _write_checkpoint(self, frozen: tuple[QueueIndex, Frozen, int]) -> set[int]:
+        """Encode a frozen index in a thread (commits go on meanwhile) and store it."""
+        index, jobs, at = frozen
         try:
-            content = await asyncio.to_thread(encode_checkpoint, snapshot, at)
+            content, segments = await asyncio.to_thread(encode_checkpoint, IndexSnapshot(jobs), at)
         finally:
             index.thaw()
-        name = checkpoint_name(snapshot.version, at)
+        name = checkpoint_name(jobs.version, at)
         with contextlib.suppress(CASConflictError):  # another process wrote the same checkpoint
             await self.keyed.create(name, content)
-        self._checkpoint_segments[name] = snapshot.segments
-        return snapshot.segments
+        self._checkpoint_segments[name] = segments
+        return segments
 
-    async def checkpoint(self) -> set[int]:
-        """Write a checkpoint of the newest state; returns the live payload segments."""
+    async def checkpoint(self) -> bool:
+        """Write a checkpoint of the newest state."""
+        await self.write_checkpoint()
+        return True
+
+    async def write_checkpoint(self) -> set[int]:
+        """Write a checkpoint of the newest state; returns the segments that hold its payloads."""
         async with self._explicit:  # no background checkpoint starts meanwhile
             if self._background is not None:
                 await self._background

@@ -1,0 +1,241 @@
+"""Commit strategies: how a queue's operations reach its store, one commit per call or many folded
+into one.
+
+An operation is a function of the index that applies its effects and returns the caller's
+answer. Every commit first returns expired leases to the queue and, when it writes, drops
+history past its retention (``Housekeeping``). ``DirectCommits`` commits each operation on
+its own; ``GroupedCommits`` runs one writer task that folds every operation submitted while
+a commit is in flight into the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from jqueue.core.layout import StoreOpener
+from jqueue.core.store import StorageUse
+from jqueue.domain.errors import JQueueError, QueueClosedError
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.policy import QueuePolicy
+from jqueue.domain.times import to_micros, utc_now
+
+T = TypeVar("T")
+Operation = Callable[[QueueIndex], T]
+logger = logging.getLogger("jqueue")
+
+
+class Housekeeping:
+    """What every commit does around its operations, by a queue's policy."""
+
+    def __init__(self, policy: QueuePolicy) -> None:
+        self.policy = policy
+
+    def before(self, index: QueueIndex) -> int:
+        """Return to the queue (or the dead letters) the claimed jobs whose lease ran out; how many."""
+        return len(index.requeue_expired(to_micros(utc_now()), self.policy.max_attempts))
+
+    def after(self, index: QueueIndex) -> None:
+        """Drop the history past its retention, in a commit that writes anyway."""
+        if index.pending_effects:
+            now = utc_now()
+            index.forget(to_micros(now - self.policy.history_retention), self.policy.history_limit)
+
+
+class Commits(Protocol):
+    """A commit strategy: runs operations on a queue's store and answers each caller."""
+
+    async def run(self, operation: Operation[T]) -> T:
+        """Apply ``operation`` to the newest state (after the housekeeping), commit, return its answer."""
+        ...
+
+    async def sweep(self) -> int:
+        """Commit the housekeeping alone; return how many expired leases it returned."""
+        ...
+
+    async def open(self) -> None:
+        """Prepare for calls (hold the storage open, start a writer)."""
+        ...
+
+    async def close(self) -> None:
+        """Finish every call submitted so far and release what ``open`` took."""
+        ...
+
+
+class DirectCommits:
+    """Each operation is its own commit; calls of one queue take turns, so they never conflict
+    with each other. Without ``open``, each call holds the storage open for itself."""
+
+    def __init__(self, opener: StoreOpener, housekeeping: Housekeeping, storage_use: StorageUse) -> None:
+        self.opener = opener
+        self.housekeeping = housekeeping
+        self.storage_use = storage_use
+        self._turn = asyncio.Lock()
+
+    async def _apply(self, transition: Callable[[QueueIndex], T]) -> T:
+        async with self._turn, self.storage_use:
+            store = await self.opener.store()
+            return await store.apply(transition)
+
+    async def run(self, operation: Operation[T]) -> T:
+        """Commit ``operation`` with the housekeeping around it."""
+
+        def transition(index: QueueIndex) -> T:
+            self.housekeeping.before(index)
+            answer = operation(index)
+            self.housekeeping.after(index)
+            return answer
+
+        return await self._apply(transition)
+
+    async def sweep(self) -> int:
+        """Commit the housekeeping alone."""
+
+        def transition(index: QueueIndex) -> int:
+            swept = self.housekeeping.before(index)
+            self.housekeeping.after(index)
+            return swept
+
+        return await self._apply(transition)
+
+    async def open(self) -> None:
+        """Hold the storage open until ``close``."""
+        await self.storage_use.__aenter__()
+
+    async def close(self) -> None:
+        """Let the store finish its background work and release the storage."""
+        try:
+            await self.opener.close()
+        finally:
+            await self.storage_use.__aexit__(None, None, None)
+
+
+@dataclass
+class _Pending:
+    operation: Operation[Any] | None
+    """None asks for the number of expired leases the round's housekeeping returned."""
+    future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+Outcome = tuple[bool, Any]
+"""An operation's answer (True, value) or failure (False, exception)."""
+
+
+class GroupedCommits:
+    """One writer task folds every operation submitted while a commit is in flight into the next
+    commit; an operation that fails fails only its own caller."""
+
+    def __init__(self, opener: StoreOpener, housekeeping: Housekeeping, storage_use: StorageUse) -> None:
+        self.opener = opener
+        self.housekeeping = housekeeping
+        self.storage_use = storage_use
+        self._pending: list[_Pending] = []
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    async def open(self) -> None:
+        """Start the writer task."""
+        if self._task is not None:
+            raise RuntimeError("the group-commit loop is already running")
+        await self.storage_use.__aenter__()
+        self._stopping = False
+        self._wakeup = asyncio.Event()
+        self._task = asyncio.create_task(self._write_rounds(), name="jqueue-group-commit")
+
+    async def close(self) -> None:
+        """Commit every operation submitted so far, then stop the writer task."""
+        if self._task is None:
+            return
+        self._stopping = True
+        self._wakeup.set()
+        try:
+            await self._task
+            await self.opener.close()
+        finally:
+            self._task = None
+            await self.storage_use.__aexit__(None, None, None)
+
+    async def run(self, operation: Operation[T]) -> T:
+        """Submit ``operation`` to the next round and wait for its answer."""
+        result: T = await self._submit(operation)
+        return result
+
+    async def sweep(self) -> int:
+        """Wait for the next round; return how many expired leases its housekeeping returned."""
+        swept: int = await self._submit(None)
+        return swept
+
+    async def _submit(self, operation: Operation[Any] | None) -> Any:
+        if self._task is None or self._stopping or self._task.done():
+            raise QueueClosedError("the queue is not running; use 'async with' or call start() first")
+        pending = _Pending(operation)
+        self._pending.append(pending)
+        self._wakeup.set()
+        return await pending.future
+
+    async def _write_rounds(self) -> None:
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while self._pending:
+                    batch, self._pending = self._pending, []
+                    await self._commit_batch(batch)
+                if self._stopping:
+                    return
+        finally:  # stopped, cancelled (a deadline on close()) or broken: no caller waits forever
+            self._stopping = True
+            unsent, self._pending = self._pending, []
+            _fail(unsent, QueueClosedError("the queue stopped before this call was committed"))
+
+    def _round(self, batch: list[_Pending], index: QueueIndex) -> list[Outcome]:
+        swept = self.housekeeping.before(index)
+        outcomes: list[Outcome] = []
+        for pending in batch:
+            if pending.operation is None:
+                outcomes.append((True, swept))
+                continue
+            savepoint = index.savepoint()
+            try:
+                outcomes.append((True, pending.operation(index)))
+            except Exception as exc:
+                index.rollback_to(savepoint)  # a failed call leaves nothing behind
+                outcomes.append((False, exc))
+        self.housekeeping.after(index)
+        return outcomes
+
+    async def _commit_batch(self, batch: list[_Pending]) -> None:
+        try:
+            store = await self.opener.store()
+            outcomes = await store.apply(lambda index: self._round(batch, index))
+        except asyncio.CancelledError:
+            closed = "the queue stopped while this call's commit was in flight; it may have landed"
+            _fail(batch, QueueClosedError(closed))
+            raise
+        except JQueueError as exc:  # the storage's answer: every call of the round shares it
+            logger.warning("group commit of %d operations failed: %r", len(batch), exc)
+            outcomes = [(False, exc)] * len(batch)
+        except Exception as exc:
+            if len(batch) > 1:  # one call's effects broke the commit (say, a value the encoder refuses)
+                logger.warning("a group commit failed, committing its %d calls alone: %r", len(batch), exc)
+                for pending in batch:
+                    await self._commit_batch([pending])
+                return
+            outcomes = [(False, exc)]
+        for pending, (ok, value) in zip(batch, outcomes, strict=True):
+            if pending.future.done():
+                continue
+            if ok:
+                pending.future.set_result(value)
+            else:
+                pending.future.set_exception(value)
+
+
+def _fail(calls: list[_Pending], error: Exception) -> None:
+    for pending in calls:
+        if not pending.future.done():
+            pending.future.set_exception(error)

@@ -1,0 +1,142 @@
+"""The single-object format: the whole queue in one JSON object (the documented layout).
+
+The object is compact JSON with the documented fields, plus ``commit``, the
+random id of the commit that wrote it::
+
+    {"version": 3, "jobs": [{"id": "...", "entrypoint": "send_email",
+      "payload": "<base64>", "status": "queued", "priority": 0,
+      "created_at": "2024-01-01T12:00:00Z", "heartbeat_at": null}],
+     "commit": "5f0c..."}
+
+States written by the original jqueue (pretty-printed, ``+00:00`` offsets) decode
+unchanged. Decoding validates the structure in one pass with msgspec, so a foreign
+or damaged object is rejected before anything could overwrite it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from jqueue.core.formats.marker import decode_marker
+from jqueue.core.formats.wire import (
+    UNDECODABLE,
+    AwareDatetime,
+    Count,
+    WireControls,
+    WireHistory,
+    controls_from_wire,
+    history_from_wire,
+    wire_history,
+    wire_type,
+)
+from jqueue.domain.effects import Added
+from jqueue.domain.errors import CorruptStateError
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.models import Job
+from jqueue.domain.schema import STORED_FIELDS, TIME_FIELDS, domain_values, public_values
+from jqueue.domain.times import MAX_MICROS, MIN_MICROS
+
+_DOCUMENTED = ("id", "entrypoint", "payload", "status", "priority", "created_at", "heartbeat_at")
+"""The documented fields, first and in the documented order; the others follow in ``JobFields`` order."""
+_FIELDS = sorted(STORED_FIELDS, key=lambda f: _DOCUMENTED.index(f.public) if f.public in _DOCUMENTED else 99)
+
+_WireJob: Any = msgspec.defstruct(
+    "_WireJob",
+    [
+        (f.public, wire_type(f, AwareDatetime))
+        if f.required and not f.nullable
+        else (f.public, wire_type(f, AwareDatetime), f.default)
+        for f in _FIELDS
+    ],
+    kw_only=True,
+)
+"""A job on the wire: its ``Job`` attribute names, times as ISO 8601; a nullable field may be missing."""
+_JOB_FIELDS: tuple[str, ...] = _WireJob.__struct_fields__
+
+if TYPE_CHECKING:
+    _WireJobs = list[Any]
+else:
+    _WireJobs = list[_WireJob]
+
+
+class _WireState(msgspec.Struct, omit_defaults=True):
+    version: Count
+    jobs: _WireJobs
+    commit: str | None = None
+    history: list[WireHistory] = []
+    controls: WireControls | None = None
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(_WireState)
+
+
+def encode_index(index: QueueIndex, version: int, commit_id: str | None) -> bytes:
+    """Serialise every job of an index (payloads in memory), its history and its controls as a
+    state at ``version``, tagged with the commit that writes it (so that two writers producing
+    the same state never produce the same object)."""
+    jobs = []
+    for record in index.in_order():
+        if not isinstance(record.payload, bytes):
+            raise ValueError(f"payload of {record.id} is not in memory")
+        jobs.append(_WireJob(payload=record.payload, **public_values(record)))
+    controls = index.controls.to_dict()
+    state = _WireState(
+        version=version,
+        jobs=jobs,
+        commit=commit_id,
+        history=wire_history(list(index.history)),
+        controls=WireControls(**controls) if any(controls.values()) else None,
+    )
+    return _encoder.encode(state)
+
+
+def _decode_wire(data: bytes, location: str) -> _WireState:
+    try:
+        wire = _decoder.decode(data)
+    except UNDECODABLE as exc:
+        if decode_marker(data)[0]:
+            raise CorruptStateError(
+                location, "this queue uses the log-structured layout; open it with layout 'auto' or 'log'"
+            ) from exc
+        raise CorruptStateError(location, str(exc)) from exc
+    if len({w.id for w in wire.jobs}) != len(wire.jobs):
+        raise CorruptStateError(location, "two jobs share an id")
+    return wire
+
+
+def _jobs(wire: _WireState) -> list[Job]:
+    return [Job.model_construct(**{name: getattr(w, name) for name in _JOB_FIELDS}) for w in wire.jobs]
+
+
+def _in_range(added: Added) -> Added:
+    """Return ``added`` if each of its times fits a datetime (as UTC), else raise ValueError."""
+    for f in TIME_FIELDS:
+        value = getattr(added, f.name)
+        times = value if isinstance(value, tuple) else (value,)
+        if any(t is not None and not MIN_MICROS <= t <= MAX_MICROS for t in times):
+            raise ValueError(f"job {added.id} has a time outside the years 1 to 9999")
+    return added
+
+
+def decode_index(data: bytes, location: str = "<bytes>") -> QueueIndex:
+    """Deserialise JSON bytes to an index with the jobs, history and controls they hold.
+
+    Raises
+    ------
+    CorruptStateError
+        If ``data`` is not a jqueue state or its jobs do not fit together.
+    """
+    if not data:
+        return QueueIndex()
+    wire = _decode_wire(data, location)
+    index = QueueIndex()
+    try:
+        index.apply_all(_in_range(Added(*domain_values(job))) for job in _jobs(wire))
+    except ValueError as exc:
+        raise CorruptStateError(location, str(exc)) from exc
+    index.restore(history_from_wire(wire.history), controls_from_wire(wire.controls))
+    index.version = wire.version
+    return index

@@ -1,0 +1,1 @@
+"""The log-structured layout: its store, payload references, migration and compaction."""

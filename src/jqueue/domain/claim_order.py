@@ -1,0 +1,170 @@
+"""``ClaimOrder``: the heaps that order a ``QueueIndex``'s jobs for claims and sweeps.
+
+One heap per entrypoint orders the claimable jobs by (priority, created, insertion order); a
+heap of scheduled jobs (delays, back-offs) releases them into those heaps when they are due;
+heaps of claimed jobs by heartbeat and by lease expiry drive the sweeps. Heaps are cleaned
+lazily: an entry counts only while its record still carries the entry's stamp (or, for
+claimed jobs, its time), and the heaps are rebuilt once outdated entries outnumber live ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Collection, Iterator
+from datetime import timedelta
+from typing import Any
+
+from jqueue.domain.controls import Controls
+from jqueue.domain.models import UNLEASED_CLAIM_TIMEOUT, JobStatus
+from jqueue.domain.records import JobRecord
+
+_NO_HEARTBEAT = -(2**63)
+_UNLEASED_MICROS = UNLEASED_CLAIM_TIMEOUT // timedelta(microseconds=1)
+
+HEAP_SLACK = 4
+HEAP_FLOOR = 1024
+"""The heaps are rebuilt once they hold more than ``HEAP_SLACK`` entries per live job plus this."""
+
+ReadyEntry = tuple[int, int, int, int, str]
+TimedEntry = tuple[int, str]
+ScheduledEntry = tuple[int, int, str]
+
+
+def expiry_key(record: JobRecord) -> int:
+    """When a claimed job's lease runs out; a claim without a lease expiry (by the original
+    jqueue) holds until ``UNLEASED_CLAIM_TIMEOUT`` after its last heartbeat."""
+    if record.expires is not None:
+        return record.expires
+    return _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat + _UNLEASED_MICROS
+
+
+def _heartbeat_key(record: JobRecord) -> int:
+    return _NO_HEARTBEAT if record.heartbeat is None else record.heartbeat
+
+
+class ClaimOrder:
+    """The claim and sweep heaps over the records of one index (a dict it shares)."""
+
+    def __init__(self, records: dict[str, JobRecord]) -> None:
+        self.records = records
+        self._ready: dict[str, list[ReadyEntry]] = {}
+        self._scheduled: list[ScheduledEntry] = []
+        self._claimed: list[TimedEntry] = []
+        self._leased: list[TimedEntry] = []
+
+    def entries(self) -> int:
+        """How many entries the heaps hold, live or outdated."""
+        ready = sum(map(len, self._ready.values()))
+        return ready + len(self._scheduled) + len(self._claimed) + len(self._leased)
+
+    def rebuild(self) -> None:
+        """Build the heaps from the live records alone."""
+        ready: dict[str, list[ReadyEntry]] = {}
+        scheduled: list[ScheduledEntry] = []
+        claimed: list[TimedEntry] = []
+        leased: list[TimedEntry] = []
+        for record in self.records.values():
+            if record.status is JobStatus.QUEUED:
+                if record.not_before is None:
+                    entry = (record.priority, record.created, record.order, record.stamp, record.id)
+                    ready.setdefault(record.entrypoint, []).append(entry)
+                else:
+                    scheduled.append((record.not_before, record.stamp, record.id))
+            elif record.status is JobStatus.IN_PROGRESS:
+                claimed.append((_heartbeat_key(record), record.id))
+                leased.append((expiry_key(record), record.id))
+        heaps: list[list[Any]] = [*ready.values(), scheduled, claimed, leased]
+        for heap in heaps:
+            heapq.heapify(heap)
+        self._ready, self._scheduled, self._claimed, self._leased = ready, scheduled, claimed, leased
+
+    def prune(self) -> None:
+        """Rebuild once outdated entries outnumber the live ones (every claim and heartbeat leaves
+        one behind): amortised O(1) per change, memory O(live jobs)."""
+        if self.entries() > HEAP_SLACK * len(self.records) + HEAP_FLOOR:
+            self.rebuild()
+
+    def push(self, record: JobRecord) -> None:
+        """Add the entries of a record that just changed (its ``stamp`` is new)."""
+        if record.status is JobStatus.QUEUED:
+            if record.not_before is None:
+                self._push_ready(record)
+            else:
+                heapq.heappush(self._scheduled, (record.not_before, record.stamp, record.id))
+        elif record.status is JobStatus.IN_PROGRESS:
+            heapq.heappush(self._claimed, (_heartbeat_key(record), record.id))
+            heapq.heappush(self._leased, (expiry_key(record), record.id))
+
+    def _push_ready(self, record: JobRecord) -> None:
+        entry = (record.priority, record.created, record.order, record.stamp, record.id)
+        heapq.heappush(self._ready.setdefault(record.entrypoint, []), entry)
+
+    def release_due(self, now: int) -> None:
+        """Move the scheduled jobs due at ``now`` to the claimable heaps (no state changes)."""
+        heap = self._scheduled
+        while heap and heap[0][0] <= now:
+            _, stamp, job_id = heapq.heappop(heap)
+            record = self.records.get(job_id)
+            if record is not None and record.status is JobStatus.QUEUED and record.stamp == stamp:
+                self._push_ready(record)
+
+    def reschedule(self, record: JobRecord) -> None:
+        """Put back a job released too early (by a clock ahead of the claim's ``now``)."""
+        assert record.not_before is not None
+        heapq.heappush(self._scheduled, (record.not_before, record.stamp, record.id))
+
+    def next_claimable(self, entrypoints: Collection[str] | None, controls: Controls, now: int) -> str | None:
+        """Pop and return the best claimable job (of ``entrypoints`` if given) whose entrypoint
+        is neither paused nor out of throttle, or None."""
+        best: list[ReadyEntry] | None = None
+        for name in list(self._ready) if entrypoints is None else entrypoints:
+            if controls.claims_paused(name) or controls.remaining(name, now) == 0:
+                continue
+            heap = self._clean_top(name)
+            if heap is not None and (best is None or heap[0] < best[0]):
+                best = heap
+        return None if best is None else heapq.heappop(best)[4]
+
+    def _clean_top(self, entrypoint: str) -> list[ReadyEntry] | None:
+        heap = self._ready.get(entrypoint)
+        while heap and not self._ready_entry_live(heap[0]):
+            heapq.heappop(heap)
+        if not heap:
+            self._ready.pop(entrypoint, None)
+            return None
+        return heap
+
+    def expired(self, now: int) -> Iterator[str]:
+        """Pop and yield the claimed jobs whose lease ran out before ``now``."""
+        return _pop_before(self._leased, self._leased_entry_live, now)
+
+    def stale(self, cutoff: int) -> Iterator[str]:
+        """Pop and yield the claimed jobs whose heartbeat is older than ``cutoff`` (or missing)."""
+        return _pop_before(self._claimed, self._claimed_entry_live, cutoff)
+
+    def _ready_entry_live(self, entry: ReadyEntry) -> bool:
+        record = self.records.get(entry[4])
+        return record is not None and record.status is JobStatus.QUEUED and record.stamp == entry[3]
+
+    def _claimed_entry_live(self, entry: TimedEntry) -> bool:
+        record = self.records.get(entry[1])
+        if record is None or record.status is not JobStatus.IN_PROGRESS:
+            return False
+        return entry[0] == _heartbeat_key(record)
+
+    def _leased_entry_live(self, entry: TimedEntry) -> bool:
+        record = self.records.get(entry[1])
+        if record is None or record.status is not JobStatus.IN_PROGRESS:
+            return False
+        return expiry_key(record) == entry[0]
+
+
+def _pop_before(heap: list[TimedEntry], live: Callable[[TimedEntry], bool], cutoff: int) -> Iterator[str]:
+    """Pop and yield the jobs of a (time, id) heap whose live entry is before ``cutoff``."""
+    while heap:
+        if not live(heap[0]):
+            heapq.heappop(heap)
+        elif heap[0][0] < cutoff:
+            yield heapq.heappop(heap)[1]
+        else:
+            return

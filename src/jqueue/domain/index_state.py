@@ -1,0 +1,386 @@
+"""``IndexState``: the queue state kept in structures whose cost does not grow with depth, and
+the replay of effects on it.
+
+A dict finds a job by id; ``ClaimOrder``'s heaps order the claimable jobs by (priority,
+created, insertion order), exactly the order of ``QueueState``, and the claimed ones by
+heartbeat and lease expiry. Finished jobs leave history records; pauses and throttles
+live in ``controls``. ``QueueIndex`` (``jqueue.domain.index``) adds the decisions.
+
+Every change is an ``Effect`` applied through ``apply``. Inside ``begin`` ...
+``commit``/``rollback`` each change is journalled, so a batch that lost its commit
+race is undone in O(batch) and re-applied on top of the newer state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
+from typing import Any, Self, TypeVar
+
+from jqueue.domain.claim_order import ClaimOrder
+from jqueue.domain.controls import Controls
+from jqueue.domain.effects import (
+    Added,
+    Beat,
+    Claimed,
+    Died,
+    Discarded,
+    Effect,
+    Forgotten,
+    PauseSet,
+    Published,
+    Removed,
+    Requeued,
+    ThrottleSet,
+)
+from jqueue.domain.errors import JobNotFoundError, LeaseLostError
+from jqueue.domain.history import History
+from jqueue.domain.models import JobStatus
+from jqueue.domain.records import (
+    RECORD_COLUMNS,
+    ClaimState,
+    Frozen,
+    HistoryRecord,
+    JobRecord,
+)
+from jqueue.domain.schema import FIELDS
+
+REQUIRED_COLUMNS = (*(f.name for f in FIELDS if f.required), "order")
+"""The columns ``from_columns`` needs; the others may be left out (their default in every row)."""
+_COLUMN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
+
+
+E = TypeVar("E", Added, Claimed, Requeued, Removed, Beat, Died, Forgotten, Published, Discarded)
+
+
+class IndexState:
+    """The live queue: jobs by id, claimable jobs by priority, claimed jobs by time.
+
+    Attributes
+    ----------
+    version : int
+        The commit this index reflects.
+    history : History
+        Finished jobs, oldest first.
+    controls : Controls
+        Pauses and throttles.
+    """
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.records: dict[str, JobRecord] = {}
+        self.history = History()
+        self.controls = Controls()
+        self._dedup: dict[str, str] = {}
+        self._staged: dict[str, set[str]] = {}
+        self._next_order = 0
+        self._last_stamp = 0
+        self.order = ClaimOrder(self.records)
+        self._journal: list[Callable[[], None]] | None = None
+        self.pending_effects: list[Effect] = []
+        self._frozen: dict[str, ClaimState] | None = None
+
+    # --- building and viewing -------------------------------------------------------
+
+    @classmethod
+    def from_columns(
+        cls,
+        version: int,
+        columns: Mapping[str, Sequence[Any]],
+        history: Iterable[HistoryRecord] = (),
+        controls: Controls | None = None,
+    ) -> Self:
+        """Build an index from one column per record field, one row per job (a checkpoint).
+
+        Columns missing from ``columns`` (beyond ``REQUIRED_COLUMNS``) take their defaults.
+
+        Raises
+        ------
+        ValueError
+            If two rows share an id or the columns differ in length.
+        """
+        ids = list(columns["id"])
+        if len({len(column) for column in columns.values()} | {len(ids)}) > 1:
+            raise ValueError("the columns differ in length")
+        # A column left out is its default in every row: repeated, not built.
+        full: dict[str, Iterable[Any]] = {name: repeat(_COLUMN_DEFAULTS.get(name)) for name in RECORD_COLUMNS}
+        full |= {name: columns[name] for name in REQUIRED_COLUMNS}
+        full |= columns
+        index = cls()
+        records = list(map(JobRecord, *(full[name] for name in RECORD_COLUMNS)))
+        index.records = dict(zip(ids, records, strict=True))
+        if len(index.records) != len(ids):
+            raise ValueError("two jobs share an id")
+        for record in records:
+            if record.dedup_key is not None:
+                if record.dedup_key in index._dedup:
+                    raise ValueError(f"two jobs share the dedup key {record.dedup_key!r}")
+                index._dedup[record.dedup_key] = record.id
+            if record.status is JobStatus.STAGED:
+                index._stage(record)
+        index.order = ClaimOrder(index.records)
+        index.order.rebuild()
+        index.restore(history, controls or Controls())
+        index._next_order = max(columns["order"], default=-1) + 1
+        index.version = version
+        return index
+
+    def restore(self, history: Iterable[HistoryRecord], controls: Controls) -> None:
+        """Set the history (oldest first) and the controls of a freshly built index."""
+        for finished in history:
+            self.history.add(finished)
+        self.controls = controls
+
+    def store_payload(self, job_id: str, handle: int) -> None:
+        """Record that the store now keeps a job's payload under ``handle`` (not journalled: the
+        bytes and the handle are the same payload)."""
+        record = self.records.get(job_id)
+        if record is not None and isinstance(record.payload, bytes):
+            record.payload = handle
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def in_order(self) -> list[JobRecord]:
+        """Return every record in insertion order (the order of ``QueueState.jobs``)."""
+        return sorted(self.records.values(), key=lambda record: record.order)
+
+    # --- consistent snapshots while commits go on -------------------------------------
+
+    def freeze(self) -> Frozen:
+        """Take a snapshot of the live jobs, history and controls; ``thaw`` ends it.
+
+        It costs O(1) Python steps for the jobs (until ``thaw`` every record change
+        first saves the record's previous values, so a reader, even in another thread,
+        can rebuild the jobs as they were now) and a copy of the history.
+        """
+        if self._frozen is not None:
+            raise RuntimeError("a snapshot is already being taken")
+        self._frozen = {}
+        records = list(self.records.values())
+        history = list(self.history)
+        return Frozen(self.version, records, self._frozen, history, self.controls.to_dict())
+
+    def thaw(self) -> None:
+        """End the snapshot started by ``freeze``."""
+        self._frozen = None
+
+    @property
+    def frozen(self) -> bool:
+        """Whether a snapshot started by ``freeze`` is still being taken."""
+        return self._frozen is not None
+
+    # --- transactions ---------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Start journalling changes so that ``rollback`` can undo them."""
+        if self._journal is not None:
+            raise RuntimeError("a transaction is already open")
+        self.order.prune()
+        self._journal = []
+        self.pending_effects = []
+
+    def commit(self) -> None:
+        """Keep the changes made since ``begin``."""
+        self._journal = None
+        self.pending_effects = []
+
+    def rollback(self) -> None:
+        """Undo every change made since ``begin``, newest first."""
+        journal, self._journal = self._journal or [], None
+        self.pending_effects = []
+        for undo in reversed(journal):
+            undo()
+
+    def savepoint(self) -> tuple[int, int]:
+        """Mark the open transaction, so that ``rollback_to`` can undo what follows."""
+        if self._journal is None:
+            raise RuntimeError("no transaction is open")
+        return len(self._journal), len(self.pending_effects)
+
+    def rollback_to(self, savepoint: tuple[int, int]) -> None:
+        """Undo, newest first, the changes made since ``savepoint``; the transaction stays open."""
+        journal = self._journal
+        if journal is None:
+            raise RuntimeError("no transaction is open")
+        undo_count, effect_count = savepoint
+        while len(journal) > undo_count:
+            journal.pop()()
+        del self.pending_effects[effect_count:]
+
+    # --- replay ---------------------------------------------------------------------
+
+    def apply(self, effect: Effect) -> None:
+        """Apply one resolved effect (from this process or replayed from storage).
+
+        Raises
+        ------
+        ValueError
+            If the effect does not fit the state (a log that does not replay).
+        """
+        if self._journal is not None:
+            self.pending_effects.append(effect)
+        match effect:
+            case Added():
+                self._add(effect)
+            case Claimed(job_id, at, lease, expires):
+                record = self._existing(job_id, effect)
+                if record.status is not JobStatus.QUEUED:
+                    raise ValueError(f"{effect} claims a job that is {record.status}")
+                claimed = dict(status=JobStatus.IN_PROGRESS, heartbeat=at, lease=lease, expires=expires)
+                attempts, claims = record.attempts + 1, (*record.claims, at)
+                self._update(record, record.changed(**claimed, attempts=attempts, claims=claims))
+                self._record_undo(self.controls.count_claim(record.entrypoint, at))
+            case Requeued(job_id, not_before, error, reset):
+                self._requeue(self._existing(job_id, effect), not_before, error, reset)
+            case Beat(job_id, at):
+                record = self._existing(job_id, effect)
+                expires = record.expires
+                if expires is not None and record.heartbeat is not None:
+                    expires = at + (expires - record.heartbeat)
+                self._update(record, record.changed(heartbeat=at, expires=expires))
+            case Died(job_id, at, reason, error):
+                record = self._existing(job_id, effect)
+                last_error = record.last_error if error is None else error
+                dead = dict(status=JobStatus.DEAD, heartbeat=None, lease=None, expires=None, not_before=None)
+                self._update(
+                    record, record.changed(**dead, last_error=last_error, dead_reason=reason, dead_at=at)
+                )
+                self._record_undo(self.history.add(HistoryRecord.of(record, at, JobStatus.DEAD)))
+            case Removed(job_id, at):
+                record = self._existing(job_id, effect)
+                self._remove(record)
+                if at is not None:
+                    self._record_undo(self.history.add(HistoryRecord.of(record, at, JobStatus.ACKED)))
+            case Forgotten(count):
+                self._record_undo(self.history.drop_oldest(count))
+            case Published(batch):
+                for job_id in sorted(self._staged_ids(batch, effect), key=lambda i: self.records[i].order):
+                    record = self.records[job_id]
+                    self._update(record, record.changed(status=JobStatus.QUEUED))
+            case Discarded(batch):
+                for job_id in list(self._staged_ids(batch, effect)):
+                    self._remove(self.records[job_id])
+            case PauseSet():
+                self._record_undo(self.controls.set_pause(effect))
+            case ThrottleSet():
+                self._record_undo(self.controls.set_throttle(effect))
+
+    def apply_all(self, effects: Iterable[Effect]) -> None:
+        """Apply effects in order."""
+        for effect in effects:
+            self.apply(effect)
+        if self._journal is None:
+            self.order.prune()
+
+    def heap_entries(self) -> int:
+        """How many entries the heaps hold, live or outdated (outdated ones are skipped lazily)."""
+        return self.order.entries()
+
+    # --- internals ------------------------------------------------------------------
+
+    def _applied(self, effect: E) -> E:
+        self.apply(effect)
+        return effect
+
+    def _holding(self, job_id: str, lease: str | None) -> JobRecord:
+        if lease is None:
+            return self._require(job_id)
+        record = self.records.get(job_id)
+        if record is None or record.status is not JobStatus.IN_PROGRESS or record.lease != lease:
+            raise LeaseLostError(job_id)
+        return record
+
+    def _require(self, job_id: str) -> JobRecord:
+        record = self.records.get(job_id)
+        if record is None:
+            raise JobNotFoundError(job_id)
+        return record
+
+    def _existing(self, job_id: str, effect: Effect) -> JobRecord:
+        record = self.records.get(job_id)
+        if record is None:
+            raise ValueError(f"{effect} refers to a job that is not in the queue")
+        return record
+
+    def _staged_ids(self, batch: str, effect: Effect) -> set[str]:
+        ids = self._staged.get(batch)
+        if not ids:
+            raise ValueError(f"{effect} names a bulk write with no staged jobs")
+        return ids
+
+    def _stage(self, record: JobRecord) -> None:
+        self._staged.setdefault(record.batch or "", set()).add(record.id)
+
+    def _unstage(self, record: JobRecord) -> None:
+        ids = self._staged.get(record.batch or "")
+        if ids is not None:
+            ids.discard(record.id)
+            if not ids:
+                del self._staged[record.batch or ""]
+
+    def _record_undo(self, undo: Callable[[], None] | None) -> None:
+        if self._journal is not None and undo is not None:
+            self._journal.append(undo)
+
+    def _requeue(self, record: JobRecord, not_before: int | None, error: str | None, reset: bool) -> None:
+        queued: dict[str, Any] = dict(status=JobStatus.QUEUED, heartbeat=None, lease=None, expires=None)
+        queued |= dict(not_before=not_before, last_error=record.last_error if error is None else error)
+        if reset:
+            queued |= dict(attempts=0, dead_reason=None, dead_at=None, claims=())
+        self._update(record, record.changed(**queued))
+
+    def _add(self, added: Added) -> None:
+        if added.job_id in self.records:
+            raise ValueError(f"{added.job_id} is added twice")
+        if added.dedup_key is not None and added.dedup_key in self._dedup:
+            raise ValueError(f"{added.job_id} reuses the dedup key of {self._dedup[added.dedup_key]}")
+        record = JobRecord.from_added(added, self._next_order)
+        self._next_order += 1
+        self._insert(record)
+
+        def undo() -> None:
+            self._delete(record)
+            self._next_order -= 1
+
+        self._record_undo(undo)
+
+    def _remove(self, record: JobRecord) -> None:
+        self._delete(record)
+        self._record_undo(lambda: self._insert(record))
+
+    def _update(self, record: JobRecord, state: ClaimState) -> None:
+        before = record.claim_state()
+        self._set(record, state)
+        self._record_undo(lambda: self._set(record, before))
+
+    def _set(self, record: JobRecord, state: ClaimState) -> None:
+        frozen = self._frozen
+        if frozen is not None and record.id not in frozen:
+            frozen[record.id] = record.claim_state()
+        if record.status is JobStatus.STAGED:
+            self._unstage(record)
+        record.set_claim_state(state)
+        if record.status is JobStatus.STAGED:
+            self._stage(record)
+        self._push(record)
+
+    def _insert(self, record: JobRecord) -> None:
+        self.records[record.id] = record
+        if record.dedup_key is not None:
+            self._dedup[record.dedup_key] = record.id
+        if record.status is JobStatus.STAGED:
+            self._stage(record)
+        self._push(record)
+
+    def _delete(self, record: JobRecord) -> None:
+        del self.records[record.id]
+        if record.dedup_key is not None:
+            del self._dedup[record.dedup_key]
+        if record.status is JobStatus.STAGED:
+            self._unstage(record)
+
+    def _push(self, record: JobRecord) -> None:
+        self._last_stamp += 1  # unique in this index: an entry left by an undone change never matches
+        record.stamp = self._last_stamp
+        self.order.push(record)

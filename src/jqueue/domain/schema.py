@@ -1,0 +1,171 @@
+"""The one definition of a job's fields; every other form of a job is derived from it by name.
+
+``JobFields`` declares each field once: its name, type and default, and in its metadata
+(``FieldMeta``) its kind, the name of the public ``Job`` attribute that shows it, whether
+it changes after the add, and whether it is stored. The index's records, the ``Added``
+effect, the public ``Job``, the wire formats and the Spark schema all follow ``FIELDS``,
+so adding a field is one declaration here plus its meaning (the transitions that set it).
+``tests/test_job_schema.py`` fails when a form drifts from it.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from enum import StrEnum
+from operator import attrgetter
+from typing import Any, get_args, get_type_hints
+
+from jqueue.domain.models import Job, JobStatus
+from jqueue.domain.times import from_micros, to_micros
+
+
+class Kind(StrEnum):
+    """What a field's value means, which decides how each format stores it."""
+
+    TEXT = "text"
+    INT64 = "int64"
+    COUNT = "count"
+    """A non-negative integer."""
+    TIME = "time"
+    """Epoch microseconds in the domain; an aware datetime in ``Job``."""
+    TIMES = "times"
+    """A tuple of ``TIME`` values."""
+    STATUS = "status"
+    PAYLOAD = "payload"
+    """Bytes in memory, or a handle (an int) under which a store keeps them."""
+
+
+@dataclass(frozen=True)
+class FieldMeta:
+    """What ``JobFields`` says about one field beyond its type and default."""
+
+    kind: Kind
+    public: str | None = None
+    """The ``Job`` attribute, when it is named differently."""
+    changes: bool = False
+    """Whether transitions after the add change it (claims, heartbeats, requeues, deaths)."""
+    stored: bool = True
+    """Whether the wire formats keep it."""
+
+
+def _meta(kind: Kind, public: str | None = None, *, changes: bool = False) -> dict[str, FieldMeta]:
+    return {"jqueue": FieldMeta(kind, public, changes)}
+
+
+Payload = bytes | int
+"""A payload in memory (bytes), or the handle under which the queue's store keeps it (an int
+that only the store interprets)."""
+
+
+@dataclass(slots=True)
+class JobFields:
+    """Everything about a job, with times in epoch microseconds: the order here is the order of
+    the log layout's ``add`` array, so a new field goes last, with a default."""
+
+    id: str = field(metadata=_meta(Kind.TEXT))
+    entrypoint: str = field(metadata=_meta(Kind.TEXT))
+    priority: int = field(metadata=_meta(Kind.INT64))
+    created: int = field(metadata=_meta(Kind.TIME, "created_at"))
+    status: JobStatus = field(metadata=_meta(Kind.STATUS, changes=True))
+    heartbeat: int | None = field(metadata=_meta(Kind.TIME, "heartbeat_at", changes=True))
+    payload: Payload = field(metadata=_meta(Kind.PAYLOAD))
+    attempts: int = field(default=0, metadata=_meta(Kind.COUNT, changes=True))
+    lease: str | None = field(default=None, metadata=_meta(Kind.TEXT, changes=True))
+    expires: int | None = field(default=None, metadata=_meta(Kind.TIME, "lease_expires_at", changes=True))
+    max_attempts: int | None = field(default=None, metadata=_meta(Kind.COUNT))
+    not_before: int | None = field(default=None, metadata=_meta(Kind.TIME, changes=True))
+    deadline: int | None = field(default=None, metadata=_meta(Kind.TIME))
+    dedup_key: str | None = field(default=None, metadata=_meta(Kind.TEXT))
+    last_error: str | None = field(default=None, metadata=_meta(Kind.TEXT, changes=True))
+    dead_reason: str | None = field(default=None, metadata=_meta(Kind.TEXT, changes=True))
+    dead_at: int | None = field(default=None, metadata=_meta(Kind.TIME, changes=True))
+    claims: tuple[int, ...] = field(default=(), metadata=_meta(Kind.TIMES, "claimed_at", changes=True))
+    batch: str | None = field(default=None, metadata=_meta(Kind.TEXT))
+
+
+@dataclass(frozen=True)
+class JobField:
+    """One field of ``JobFields``, resolved: see ``FieldMeta`` for the meaning of each part."""
+
+    name: str
+    kind: Kind
+    public: str
+    changes: bool
+    stored: bool
+    nullable: bool
+    required: bool
+    default: Any
+
+
+def _resolved() -> tuple[JobField, ...]:
+    hints = get_type_hints(JobFields)
+    resolved = []
+    for f in fields(JobFields):
+        meta: FieldMeta = f.metadata["jqueue"]
+        hint = hints[f.name]
+        nullable = isinstance(hint, types.UnionType) and type(None) in get_args(hint)
+        required = f.default is MISSING
+        default = None if required else f.default
+        public = meta.public or f.name
+        resolved.append(
+            JobField(f.name, meta.kind, public, meta.changes, meta.stored, nullable, required, default)
+        )
+    return tuple(resolved)
+
+
+FIELDS = _resolved()
+"""Every job field, in declaration order."""
+FIELD_NAMES = tuple(f.name for f in FIELDS)
+STORED_FIELDS = tuple(f for f in FIELDS if f.stored)
+"""The fields the wire formats keep: the first ones (a field kept only in memory goes last)."""
+CHANGING_FIELDS = tuple(f.name for f in FIELDS if f.changes)
+"""The fields that change after a job is added."""
+TIME_FIELDS = tuple(f for f in FIELDS if f.kind in (Kind.TIME, Kind.TIMES))
+
+_values = attrgetter(*FIELD_NAMES)
+
+
+def field_values(job: JobFields) -> tuple[Any, ...]:
+    """Return a job's values in ``FIELDS`` order."""
+    values: tuple[Any, ...] = _values(job)
+    return values
+
+
+def _to_public(kind: Kind) -> Callable[[Any], Any] | None:
+    if kind is Kind.TIME:
+        return lambda micros: None if micros is None else from_micros(micros)
+    if kind is Kind.TIMES:
+        return lambda times: tuple(map(from_micros, times))
+    return None
+
+
+def _from_public(kind: Kind) -> Callable[[Any], Any] | None:
+    if kind is Kind.TIME:
+        return lambda moment: None if moment is None else to_micros(moment)
+    if kind is Kind.TIMES:
+        return lambda moments: tuple(map(to_micros, moments))
+    return None
+
+
+_PUBLIC = [(i, f.public, _to_public(f.kind)) for i, f in enumerate(FIELDS) if f.kind is not Kind.PAYLOAD]
+_DOMAIN = [(f.public, _from_public(f.kind)) for f in FIELDS]
+
+
+def public_values(job: JobFields) -> dict[str, Any]:
+    """Return a job's fields (without its payload) under their ``Job`` names, times as datetimes."""
+    values = _values(job)
+    return {name: values[i] if convert is None else convert(values[i]) for i, name, convert in _PUBLIC}
+
+
+def job_from(snapshot: JobFields, payload: bytes) -> Job:
+    """Return the public ``Job`` for a job's fields, with its payload bytes."""
+    return Job.model_construct(payload=payload, **public_values(snapshot))
+
+
+def domain_values(job: Job) -> tuple[Any, ...]:
+    """Return the values of ``FIELDS`` for a public ``Job`` (its payload as bytes)."""
+    return tuple(
+        getattr(job, name) if convert is None else convert(getattr(job, name)) for name, convert in _DOMAIN
+    )

@@ -1,0 +1,26 @@
+"""Time in the domain: aware UTC datetimes outside, integer epoch microseconds inside."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+MIN_MICROS = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
+MAX_MICROS = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
+"""The range of times a ``datetime`` can hold, in microseconds since the epoch."""
+
+
+def utc_now() -> datetime:
+    """Return the current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def to_micros(moment: datetime) -> int:
+    """Return an aware datetime as integer microseconds since the epoch."""
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def from_micros(micros: int) -> datetime:
+    """Return integer microseconds since the epoch as an aware UTC datetime."""
+    return _EPOCH + timedelta(microseconds=micros)

@@ -1,0 +1,71 @@
+"""``Queue``: what a worker needs of a queue, so that any implementation plugs in.
+
+``DirectQueue``, ``BrokerQueue`` and ``GroupCommitLoop`` satisfy it, and so can a client of
+a remote queue: ``Worker``, ``QueueSet`` and ``HeartbeatManager`` are typed against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from jqueue.domain.models import Job
+from jqueue.domain.policy import QueuePolicy
+
+
+@runtime_checkable
+class SupportsHeartbeat(Protocol):
+    """Anything with ``async heartbeat(job_id)``: every jqueue queue, or a test double."""
+
+    async def heartbeat(self, job_id: Any, /) -> None:
+        """Record that the worker on a job is alive."""
+        ...
+
+
+@runtime_checkable
+class Queue(SupportsHeartbeat, Protocol):
+    """Claim, settle and keep alive jobs of one queue (see ``JobQueue`` for each call)."""
+
+    @property
+    def visibility_timeout(self) -> timedelta:
+        """How long a claim holds a job without a heartbeat."""
+        ...
+
+    @property
+    def policy(self) -> QueuePolicy:
+        """The queue's defaults for attempts and back-off."""
+        ...
+
+    async def dequeue(
+        self,
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> list[Job]:
+        """Claim up to ``batch_size`` jobs, best priority first."""
+        ...
+
+    async def peek(self, entrypoint: str | Collection[str] | None = None, limit: int = 1) -> list[Job]:
+        """Return the jobs ``dequeue`` would claim now, claiming none."""
+        ...
+
+    async def ack(self, job_id: Job | str) -> None:
+        """Remove a finished job (fenced when given the claimed ``Job``)."""
+        ...
+
+    async def nack(
+        self,
+        job_id: Job | str,
+        delay: timedelta | None = None,
+        error: str | None = None,
+        *,
+        max_attempts: int | None = None,
+    ) -> None:
+        """Return a claimed job to the queue after a wait, or to the dead letters."""
+        ...
+
+    async def release(self, job_id: Job | str) -> None:
+        """Return a claimed job to the queue at once, not as a failure."""
+        ...

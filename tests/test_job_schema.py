@@ -1,0 +1,161 @@
+"""Every form of a job follows ``JobFields``: a copy that drifts (a field missing, renamed, in
+another order, not converted, or changing where the schema says it does not) fails here.
+
+The sample job sets every field to a value other than its default, built from each field's
+kind, so a field added to ``JobFields`` is covered without editing this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import pytest
+
+from jqueue import Job, JobStatus
+from jqueue.adapters.spark.reader import JOB_COLUMNS, JOBS_SCHEMA, job_row
+from jqueue.core.formats import checkpoint as checkpoint_format
+from jqueue.core.formats import entry as entry_format
+from jqueue.core.formats import single as single_format
+from jqueue.core.log.payload_refs import payload_ref
+from jqueue.core.log.snapshot import IndexSnapshot
+from jqueue.domain.effects import Added, Beat, Claimed, Died, Effect, Published, Requeued
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.records import JobRecord
+from jqueue.domain.schema import (
+    CHANGING_FIELDS,
+    FIELD_NAMES,
+    FIELDS,
+    STORED_FIELDS,
+    JobField,
+    JobFields,
+    Kind,
+    domain_values,
+    job_from,
+)
+
+T0 = 1_800_000_000_000_000
+
+
+def sample(field: JobField, n: int) -> Any:
+    """A value of ``field``'s kind that is not its default (``n`` makes it distinct)."""
+    values: dict[Kind, Any] = {
+        Kind.TEXT: f"{field.name}-{n}",
+        Kind.INT64: -(2**40) - n,
+        Kind.COUNT: 3 + n,
+        Kind.TIME: T0 + n * 1_000_003,
+        Kind.TIMES: (T0 + n, T0 + 2 * n + 1),
+        Kind.STATUS: JobStatus.IN_PROGRESS,
+        Kind.PAYLOAD: b"payload-%d" % n,
+    }
+    return values[field.kind]
+
+
+def full_job(job_id: str = "job-1") -> Added:
+    values = {f.name: sample(f, n) for n, f in enumerate(FIELDS)}
+    values["id"] = job_id
+    added = Added(**values)
+    for f in FIELDS:
+        assert getattr(added, f.name) != f.default or f.required, f"the sample of {f.name} is its default"
+    return added
+
+
+def stored_values(job: JobFields) -> dict[str, Any]:
+    return {f.name: getattr(job, f.name) for f in STORED_FIELDS if f.kind is not Kind.PAYLOAD}
+
+
+def test_the_classes_have_exactly_the_schema_fields() -> None:
+    assert tuple(f.name for f in dataclasses.fields(Added)) == FIELD_NAMES
+    record_fields = tuple(f.name for f in dataclasses.fields(JobRecord))
+    assert record_fields == (*FIELD_NAMES, "order", "stamp")
+    assert set(Job.model_fields) == {f.public for f in FIELDS}
+
+
+def test_fields_kept_only_in_memory_come_last() -> None:
+    stored = [f.stored for f in FIELDS]
+    assert stored == sorted(stored, reverse=True)
+    assert all(f.required is False for f in FIELDS if not f.stored)
+
+
+def test_the_public_job_round_trips() -> None:
+    added = full_job()
+    job = job_from(added, added.payload)  # type: ignore[arg-type]
+    assert isinstance(job.created_at, datetime)
+    assert Added(*domain_values(job)) == added
+
+
+def test_a_log_entry_keeps_every_field_in_schema_order() -> None:
+    added = full_job()
+    encoded = entry_format.encode_entry(5, "c", T0, [added])
+    [wire] = msgspec.json.decode(encoded)["effects"]
+    assert wire[0] == "add"
+    assert len(wire) == 1 + len(STORED_FIELDS)
+    decoded = entry_format.decode_entry(encoded, 5, "mem")
+    [back] = decoded.effects
+    assert isinstance(back, Added)
+    assert stored_values(back) == stored_values(added)
+    assert decoded.payloads == [added.payload]
+    assert back.payload == payload_ref(5, 0)
+
+
+def test_the_single_object_keeps_every_field() -> None:
+    index = QueueIndex()
+    index.apply(full_job())
+    data = single_format.encode_index(index, 3, "c")
+    [wire_job] = msgspec.json.decode(data)["jobs"]
+    assert set(wire_job) == {f.public for f in STORED_FIELDS}
+    [record] = single_format.decode_index(data, "mem").in_order()
+    assert stored_values(record) == stored_values(full_job())
+
+
+def test_a_checkpoint_keeps_every_field() -> None:
+    index = QueueIndex()
+    added = full_job()
+    added.payload = payload_ref(2, 7)
+    index.apply(added)
+    data, segments = checkpoint_format.encode_checkpoint(IndexSnapshot(index.freeze()), T0)
+    assert segments == {2}
+    back, back_segments = checkpoint_format.decode_checkpoint(data, "mem")
+    [record] = back.in_order()
+    assert stored_values(record) == stored_values(added)
+    assert (record.payload, back_segments) == (payload_ref(2, 7), {2})
+
+
+def test_the_spark_table_names_job_attributes() -> None:
+    assert set(JOB_COLUMNS) <= set(Job.model_fields)
+    assert [column.split()[0] for column in JOBS_SCHEMA.split(", ")] == list(JOB_COLUMNS)
+    added = full_job()
+    row = job_row(job_from(added, b"p"))
+    assert row[JOB_COLUMNS.index("status")] == "in_progress"
+    assert row[JOB_COLUMNS.index("payload")] == b"p"
+
+
+TRANSITIONS: list[tuple[JobStatus, Effect]] = [
+    (JobStatus.QUEUED, Claimed("job-1", T0 + 9, "lease", T0 + 99)),
+    (JobStatus.IN_PROGRESS, Beat("job-1", T0 + 50)),
+    (JobStatus.IN_PROGRESS, Requeued("job-1", T0 + 70, "boom")),
+    (JobStatus.DEAD, Requeued("job-1", None, None, reset=True)),
+    (JobStatus.IN_PROGRESS, Died("job-1", T0 + 80, "max_attempts", "boom")),
+    (JobStatus.STAGED, Published("batch-18")),
+]
+
+
+@pytest.mark.parametrize(("status", "effect"), TRANSITIONS, ids=lambda x: type(x).__name__)
+def test_transitions_change_only_the_changing_fields(status: JobStatus, effect: Effect) -> None:
+    index = QueueIndex()
+    added = full_job()
+    added.status = status
+    added.batch = "batch-18"
+    index.apply(added)
+    before = dataclasses.astuple(index.records["job-1"])
+    index.apply(effect)
+    after = dataclasses.astuple(index.records["job-1"])
+    changed = {
+        name
+        for name, old, new in zip((*FIELD_NAMES, "order", "stamp"), before, after, strict=True)
+        if old != new
+    }
+    assert changed - {"stamp"} <= set(CHANGING_FIELDS)
+    assert changed - {"stamp"}
