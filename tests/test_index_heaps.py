@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from jqueue.domain.effects import Added, Beat, Claimed, Effect, Removed
 from jqueue.domain.claim_order import HEAP_FLOOR, HEAP_SLACK
+from jqueue.domain.effects import Added, Beat, Claimed, Effect, Removed
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
 
