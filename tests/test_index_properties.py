@@ -98,7 +98,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
         on_index: dict[str, Callable[[], object]] = {
             "ack": partial(self.index.remove, job_id, lease),
             "nack": partial(self.index.nack, job_id, lease, to_micros(now)),
-            "heartbeat": partial(self.index.beat, job_id, to_micros(now), lease),
+            "heartbeat": partial(self.index.heartbeat, job_id, to_micros(now), lease),
         }
         try:
             new_state = on_state[action]()
@@ -130,14 +130,14 @@ class IndexAgainstStates(RuleBasedStateMachine):
             now = self.now(True)
             before = self.state
             self.state = self.state.with_heartbeat(job_id, now)
-            assert bool(self.index.beat(job_id, to_micros(now))) == (self.state is not before)
+            assert bool(self.index.heartbeat(job_id, to_micros(now))) == (self.state is not before)
 
     @rule(job_id=st.uuids().map(str), action=st.sampled_from(["remove", "requeue", "beat"]))
     def act_on_unknown(self, job_id: str, action: str) -> None:
         calls: dict[str, Callable[[], object]] = {
             "remove": partial(self.index.remove, job_id),
             "requeue": partial(self.index.nack, job_id, None, 0),
-            "beat": partial(self.index.beat, job_id, 0),
+            "beat": partial(self.index.heartbeat, job_id, 0),
         }
         call = calls[action]
         with pytest.raises(JobNotFoundError):

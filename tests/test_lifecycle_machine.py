@@ -199,7 +199,7 @@ class Lifecycle(RuleBasedStateMachine):
             "nack": lambda index: index.nack(
                 job_id, lease, now, None if delay is None else now + delay * SECOND, "err", MAX_ATTEMPTS
             ),
-            "heartbeat": lambda index: index.beat(job_id, now, lease),
+            "heartbeat": lambda index: index.heartbeat(job_id, now, lease),
         }
         if not holds:
             before = view(self.index)

@@ -109,7 +109,7 @@ class LogAgainstStates(RuleBasedStateMachine):
             self.commit(writer, lambda index: index.nack(job_id, None, to_micros(now)))
         else:
             self.state = self.state.with_heartbeat(job_id, now)
-            self.commit(writer, lambda index: index.beat(job_id, to_micros(now)))
+            self.commit(writer, lambda index: index.heartbeat(job_id, to_micros(now)))
 
     @rule(writer=st.integers(0, 1), age=st.integers(0, 3))
     def sweep(self, writer: int, age: int) -> None:

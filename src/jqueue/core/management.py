@@ -127,7 +127,7 @@ class ManagementCalls:
             If one of ``ids`` is not in the queue; then nothing changes.
         """
         chosen = list(ids)
-        return await self._commits.run(lambda index: len(index.requeue_now(chosen)))
+        return await self._commits.run(lambda index: len(index.requeue(chosen)))
 
     async def find(self, job_id: str) -> Job | None:
         """Return one job as it is now, or None if it is not in the queue."""

@@ -28,6 +28,18 @@ class JobResult:
     waited: float
     ran: float
 
+    def log_fields(self) -> dict[str, object]:
+        """The fields of the log record of this run (the structured log's ``extra``)."""
+        return {
+            "job_id": self.job.id,
+            "entrypoint": self.job.entrypoint,
+            "outcome": str(self.outcome),
+            "attempts": self.job.attempts,
+            "error": self.error,
+            "wait_s": round(self.waited, 6),
+            "run_s": round(self.ran, 6),
+        }
+
 
 @dataclass
 class WorkerStats:

@@ -367,7 +367,7 @@ class JobQueue(ManagementCalls):
         plain_id, lease = fence(job_id)
 
         def operation(index: QueueIndex) -> None:
-            index.beat(plain_id, to_micros(utc_now()), lease)
+            index.heartbeat(plain_id, to_micros(utc_now()), lease)
 
         await self._commits.run(operation)
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
 
 from jqueue.core.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
 from jqueue.core.heartbeat import HeartbeatManager
+from jqueue.core.hooks import Hook, call_hooks
 from jqueue.core.outcomes import JobResult, Outcome, WorkerStats
 from jqueue.core.queue_set import QueueSet
 from jqueue.domain.errors import (
@@ -34,16 +33,6 @@ TRANSIENT = (StorageError, CASConflictError)
 """Failures a worker outlives (up to ``max_outage``): the storage failed or stayed contended."""
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BACKOFF = Backoff()
-
-
-Hook = Callable[..., Awaitable[object] | object]
-
-
-async def _call_hooks(hooks: list[Hook], *args: Any) -> None:
-    for hook in hooks:
-        result = hook(*args)
-        if inspect.isawaitable(result):
-            await result
 
 
 class Worker:
@@ -217,14 +206,14 @@ class Worker:
         running: set[asyncio.Task[None]] = set()
         started = time.monotonic()
         with self._signals(install_signals):
-            await _call_hooks(self.hooks["start"], self)
+            await call_hooks(self.hooks["start"], self)
             try:
                 await self._claim_loop(running, pools, until_empty)
             finally:
                 finished = await self._drain(running)
                 pools.close(wait=finished and not self._abort.is_set())
                 self.stats.seconds = time.monotonic() - started
-                await _call_hooks(self.hooks["stop"], self, self.stats)
+                await call_hooks(self.hooks["stop"], self, self.stats)
         if self._fatal is not None:
             raise self._fatal
         return self.stats
@@ -329,7 +318,7 @@ class Worker:
             job.lease_expires_at - job.heartbeat_at if job.lease_expires_at and job.heartbeat_at else None
         )
         interval = (visibility or queue.visibility_timeout) / 3
-        await _call_hooks(self.hooks["before_job"], job)
+        await call_hooks(self.hooks["before_job"], job)
         started = time.monotonic()
         error: str | None = None
         async with HeartbeatManager(queue, job, interval=interval):  # the lease holds until settled
@@ -398,19 +387,5 @@ class Worker:
             outcome = Outcome.LOST  # the storage is gone for good: the lease runs out and the job returns
         result = JobResult(job, outcome, error, waited, time.monotonic() - started)
         self.stats.outcomes[outcome] += 1
-        logger.info(
-            "job %s %s: %s",
-            job.id,
-            job.entrypoint,
-            outcome,
-            extra={
-                "job_id": job.id,
-                "entrypoint": job.entrypoint,
-                "outcome": str(outcome),
-                "attempts": job.attempts,
-                "error": error,
-                "wait_s": round(result.waited, 6),
-                "run_s": round(result.ran, 6),
-            },
-        )
-        await _call_hooks(self.hooks["after_job"], result)
+        logger.info("job %s %s: %s", job.id, job.entrypoint, outcome, extra=result.log_fields())
+        await call_hooks(self.hooks["after_job"], result)

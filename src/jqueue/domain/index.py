@@ -131,7 +131,7 @@ class QueueIndex(IndexState):
             return []
         return [self._applied(Requeued(job_id))]
 
-    def requeue_now(self, job_ids: Iterable[str]) -> list[Requeued]:
+    def requeue(self, job_ids: Iterable[str]) -> list[Requeued]:
         """Make jobs claimable at once whatever their state: a dead one with its attempts reset,
         a claimed one released, a waiting one due now; a job already claimable is left alone.
 
@@ -162,7 +162,7 @@ class QueueIndex(IndexState):
             dead = [job_id for job_id in job_ids if self._require(job_id).status is JobStatus.DEAD]
         return [self._applied(Requeued(job_id, reset=True)) for job_id in dict.fromkeys(dead)]
 
-    def beat(self, job_id: str, now: int, lease: str | None = None) -> list[Beat]:
+    def heartbeat(self, job_id: str, now: int, lease: str | None = None) -> list[Beat]:
         """Move a claimed job's heartbeat to ``now`` and extend its lease; unfenced, nothing for
         a job in another status."""
         if self._holding(job_id, lease).status is not JobStatus.IN_PROGRESS:

@@ -39,6 +39,7 @@ from jqueue.core.formats.marker import (
     entry_name,
     entry_seq,
 )
+from jqueue.core.log.compaction import Compactor
 from jqueue.core.log.payload_refs import payload_place, payload_ref
 from jqueue.core.log.segment_cache import SegmentCache
 from jqueue.core.log.snapshot import IndexSnapshot
@@ -96,9 +97,7 @@ class LogStore(CommitStore):
         self._changes_since_checkpoint = 0
         self._background: asyncio.Task[None] | None = None
         self._explicit = asyncio.Lock()
-        self._checkpoint_segments: dict[str, set[int]] = {}
-        self._compacted_through = -1
-        self._kept_segments: set[int] = set()
+        self._compactor = Compactor(storage, self._segment_name)
         self._base_applied = False
         self._loading: dict[int, asyncio.Future[list[bytes]]] = {}
 
@@ -161,7 +160,8 @@ class LogStore(CommitStore):
             name = checkpoint_name(*keys[-1])
             data = await self._get(name)
             if data is not None:
-                self.index, self._checkpoint_segments[name] = decode_checkpoint(data, self.where(name))
+                self.index, segments = decode_checkpoint(data, self.where(name))
+                self._compactor.remember(name, segments)
                 self._base_applied = loaded = True  # the checkpoint covers the base
                 self._changes_since_checkpoint = 0
                 break
@@ -347,7 +347,7 @@ class LogStore(CommitStore):
         name = checkpoint_name(jobs.version, at)
         with contextlib.suppress(CASConflictError):  # another process wrote the same checkpoint
             await self.keyed.create(name, content)
-        self._checkpoint_segments[name] = segments
+        self._compactor.remember(name, segments)
         return segments
 
     async def checkpoint(self) -> bool:
@@ -367,38 +367,9 @@ class LogStore(CommitStore):
             return await self._write_checkpoint(frozen)
 
     async def compact(self, cutoff: int) -> None:
-        """Delete what the newest checkpoint taken before ``cutoff`` (epoch microseconds: now minus
-        the retention, normally) covers, except the payloads that checkpoint references.
-
-        Only a checkpoint whose payload references this store knows (it wrote or loaded it) is
-        used: every job live at it keeps its payload entry, and a job removed before it was
-        removed longer than the retention ago.
-        """
-        keys = sorted(filter(None, map(checkpoint_key, await self.keyed.list_names(CHECKPOINT_PREFIX))))
-        mine = self._checkpoint_segments
-        known = [key for key in keys if key[1] <= cutoff and checkpoint_name(*key) in mine]
-        if not known:
-            return
-        keep = max(known)
-        referenced = mine[checkpoint_name(*keep)]
-        doomed = [checkpoint_name(seq, at) for seq, at in keys if seq < keep[0]]
-        listed = await self.keyed.list_names(ENTRY_PREFIX, start_after=entry_name(self._compacted_through))
-        candidates = {s for s in map(entry_seq, listed) if s is not None and s <= keep[0]}
-        candidates |= self._kept_segments
-        if self.base is not None and self._compacted_through < 0:
-            candidates.add(0)
-        self._kept_segments = candidates & referenced
-        doomed += [self._segment_name(s) for s in sorted(candidates - self._kept_segments)]
-        gate = asyncio.Semaphore(_FETCH_CONCURRENCY)
-
-        async def delete(name: str) -> None:
-            async with gate:
-                await self.keyed.delete(name)
-
-        await asyncio.gather(*(delete(name) for name in doomed))
-        self._compacted_through = max(self._compacted_through, keep[0])
-        for name in [n for n in self._checkpoint_segments if (checkpoint_key(n) or keep) < keep]:
-            del self._checkpoint_segments[name]
+        """Delete what the newest checkpoint taken before ``cutoff`` (epoch microseconds) covers;
+        see ``Compactor``."""
+        await self._compactor.compact(cutoff, self.base is not None)
 
     async def close(self) -> None:
         """Wait for a checkpoint or compaction in progress."""

@@ -1,0 +1,77 @@
+"""``Compactor``: deletes what a checkpoint older than the retention covers.
+
+It remembers, for each checkpoint this process wrote or loaded, the segments (log entries,
+or the base of a migrated queue) that hold the payloads of the jobs live at it. Compaction
+uses only such a checkpoint: every job live at it keeps its payload entry, and a job removed
+before it was removed longer than the retention ago.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from jqueue.core.formats.marker import (
+    CHECKPOINT_PREFIX,
+    ENTRY_PREFIX,
+    checkpoint_key,
+    checkpoint_name,
+    entry_name,
+    entry_seq,
+)
+from jqueue.ports.storage import KeyedStoragePort
+
+DELETE_CONCURRENCY = 16
+
+
+class Compactor:
+    """Compaction of one log-structured queue.
+
+    Parameters
+    ----------
+    keyed : KeyedStoragePort
+        The queue's storage.
+    segment_name : callable
+        The object name of a segment (0 is a migrated queue's base object).
+    """
+
+    def __init__(self, keyed: KeyedStoragePort, segment_name: Callable[[int], str]) -> None:
+        self.keyed = keyed
+        self.segment_name = segment_name
+        self._checkpoint_segments: dict[str, set[int]] = {}
+        self._compacted_through = -1
+        self._kept_segments: set[int] = set()
+
+    def remember(self, checkpoint: str, segments: set[int]) -> None:
+        """Record the segments that hold the payloads of a checkpoint written or loaded here."""
+        self._checkpoint_segments[checkpoint] = segments
+
+    async def compact(self, cutoff: int, has_base: bool) -> None:
+        """Delete what the newest known checkpoint taken before ``cutoff`` (epoch microseconds: now
+        minus the retention, normally) covers, except the payloads that checkpoint references;
+        ``has_base`` says whether the queue has a base object (segment 0) to consider."""
+        keys = sorted(filter(None, map(checkpoint_key, await self.keyed.list_names(CHECKPOINT_PREFIX))))
+        mine = self._checkpoint_segments
+        known = [key for key in keys if key[1] <= cutoff and checkpoint_name(*key) in mine]
+        if not known:
+            return
+        keep = max(known)
+        referenced = mine[checkpoint_name(*keep)]
+        doomed = [checkpoint_name(seq, at) for seq, at in keys if seq < keep[0]]
+        listed = await self.keyed.list_names(ENTRY_PREFIX, start_after=entry_name(self._compacted_through))
+        candidates = {s for s in map(entry_seq, listed) if s is not None and s <= keep[0]}
+        candidates |= self._kept_segments
+        if has_base and self._compacted_through < 0:
+            candidates.add(0)
+        self._kept_segments = candidates & referenced
+        doomed += [self.segment_name(s) for s in sorted(candidates - self._kept_segments)]
+        gate = asyncio.Semaphore(DELETE_CONCURRENCY)
+
+        async def delete(name: str) -> None:
+            async with gate:
+                await self.keyed.delete(name)
+
+        await asyncio.gather(*(delete(name) for name in doomed))
+        self._compacted_through = max(self._compacted_through, keep[0])
+        for name in [n for n in mine if (checkpoint_key(n) or keep) < keep]:
+            del mine[name]
