@@ -10,6 +10,7 @@
     ├── CorruptStateError     the stored object is not a jqueue state (``.location``)
     ├── PayloadTooLargeError  a payload over the queue's limit (``.size``, ``.limit``)
     ├── InvalidURLError       a storage URL jqueue cannot use (``.url``)
+    ├── QueuePausedError      an enqueue while enqueues of its entrypoint are paused
     └── QueueClosedError      an operation on a stopped queue
 """
 

@@ -29,15 +29,16 @@ LEASE_EXPIRED = "lease expired"
 
 
 class JobStatus(StrEnum):
-    """Where a job is in its life: ``QUEUED``, ``IN_PROGRESS``, ``DEAD`` (a dead letter), ``ACKED``."""
+    """Where a job is in its life: ``STAGED``, ``QUEUED``, ``IN_PROGRESS``, ``DEAD`` (a dead
+    letter) or ``ACKED``."""
 
     QUEUED = "queued"
     IN_PROGRESS = "in_progress"
     DEAD = "dead"
     ACKED = "acked"
+    """Finished: seen in history records and in the job a deduplicated enqueue returns."""
     STAGED = "staged"
     """Written by a bulk write that is not published yet: invisible to claims."""
-    """Finished: seen in history records and in the job a deduplicated enqueue returns."""
 
 
 class Job(BaseModel):
@@ -52,7 +53,8 @@ class Job(BaseModel):
     payload : bytes
         Opaque bytes (base64 in JSON).
     status : JobStatus
-        ``QUEUED``, ``IN_PROGRESS`` or ``DEAD``.
+        ``QUEUED``, ``IN_PROGRESS`` or ``DEAD`` in the queue; ``STAGED`` before a bulk write
+        is published; ``ACKED`` for a finished job a deduplicated enqueue returns.
     priority : int
         Lower runs first.
     created_at : datetime

@@ -45,6 +45,7 @@ SPARK_TYPES = {
     Kind.INT64: "bigint",
     Kind.COUNT: "bigint",
     Kind.TIME: "timestamp",
+    Kind.TIMES: "array<timestamp>",
     Kind.STATUS: "string",
     Kind.PAYLOAD: "binary",
 }
