@@ -134,24 +134,6 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     await made.close()
 
 
-class CountingStorage:
-    """Wraps a real storage and counts its reads and writes."""
-
-    def __init__(self, inner: ObjectStoragePort) -> None:
-        self.inner = inner
-        self.url = getattr(inner, "url", "counting")
-        self.reads = 0
-        self.writes = 0
-
-    async def read(self) -> tuple[bytes, str | None]:
-        self.reads += 1
-        return await self.inner.read()
-
-    async def write(self, content: bytes, if_match: str | None = None) -> str:
-        self.writes += 1
-        return await self.inner.write(content, if_match)
-
-
 QUEUE_KINDS = ["direct", "broker"]
 LAYOUTS = ["single", "log"]
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from faulty import FaultyStorage
 from jqueue import (
     BrokerQueue,
     CASConflictError,
@@ -22,6 +21,7 @@ from jqueue import (
     StorageError,
 )
 from jqueue.core.queue import JobQueue
+from jqueue.testing import Faults, instrumented
 
 JOB_ID = "job-that-was-seeded"
 Call = Callable[[Any], Awaitable[object]]
@@ -55,11 +55,12 @@ OPERATIONS: dict[str, Call] = {
     "history": lambda q: q.history(),
     "checkpoint": lambda q: q.checkpoint(),
 }
+SLOW = timedelta(seconds=0.1)
 FAULTS = {
-    "conflicts": {"conflict": True},
-    "fails": {"fail_rate": 1.0},
-    "hangs": {"hang": True},
-    "slow": {"delay": 0.1},
+    "conflicts": Faults(conflict=True),
+    "fails": Faults(fail_rate=1.0),
+    "hangs": Faults(hang=True),
+    "slow": Faults(read_latency=SLOW, write_latency=SLOW),
 }
 DEADLINE = 20.0
 
@@ -95,7 +96,7 @@ async def _outcome(make: Callable[[], JobQueue], call: Call) -> object:
 @pytest.mark.parametrize("kind", ["direct", "broker"])
 @pytest.mark.parametrize("layout", ["single", "log"])
 async def test_every_operation_ends_in_bounded_time(fault: str, kind: str, layout: Layout) -> None:
-    storage = FaultyStorage(await _seeded(layout), **FAULTS[fault])  # type: ignore[arg-type]
+    storage = instrumented(await _seeded(layout), FAULTS[fault])
     options: dict[str, Any] = {"layout": layout, "storage_timeout": timedelta(seconds=0.5), "max_retries": 3}
 
     def make() -> JobQueue:
@@ -117,12 +118,12 @@ async def test_every_operation_ends_in_bounded_time(fault: str, kind: str, layou
 
 
 async def test_opening_a_new_queue_on_a_storage_that_always_conflicts_ends() -> None:
-    storage = FaultyStorage(InMemoryStorage(name="never-created"), conflict=True)
+    storage = instrumented(InMemoryStorage(name="never-created"), Faults(conflict=True))
     async with asyncio.timeout(DEADLINE):
         for queue in (DirectQueue(storage), DirectQueue(storage, layout="log")):
             with pytest.raises(CASConflictError):
                 await queue.enqueue("work", b"x")
-    seeded = FaultyStorage(await _seeded("single"), conflict=True)
+    seeded = instrumented(await _seeded("single"), Faults(conflict=True))
     async with asyncio.timeout(DEADLINE):  # a migration that keeps losing its race
         with pytest.raises(CASConflictError):
             await DirectQueue(seeded, layout="log").read_state()

@@ -4,6 +4,7 @@ on both layouts."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 
@@ -20,43 +21,20 @@ from jqueue import (
 )
 from jqueue.domain.effects import PauseSet
 from jqueue.domain.index import QueueIndex
+from jqueue.testing import Faults, InstrumentedStorage, instrumented
 
 
-class Storage:
+def make_storage(layout: Layout, delay: float = 0.0) -> InstrumentedStorage:
     """A real in-memory object (with keyed calls for the log layout, without for the single one)
     that counts commits and reads, and whose commits take ``delay`` seconds."""
-
-    def __init__(self, layout: Layout, delay: float = 0.0) -> None:
-        self.inner = InMemoryStorage(name=f"group-commit-{layout}")
-        self.url = self.inner.url
-        self.delay = delay
-        self.commits = 0
-        self.reads = 0
-        if layout == "log":
-            self.get, self.create = self._get, self._create
-            self.list_names, self.delete = self.inner.list_names, self.inner.delete
-
-    async def read(self) -> tuple[bytes, str | None]:
-        self.reads += 1
-        return await self.inner.read()
-
-    async def write(self, content: bytes, if_match: str | None = None) -> str:
-        await asyncio.sleep(self.delay)
-        self.commits += 1
-        return await self.inner.write(content, if_match)
-
-    async def _get(self, name: str) -> bytes | None:
-        self.reads += 1
-        return await self.inner.get(name)
-
-    async def _create(self, name: str, content: bytes) -> None:
-        await asyncio.sleep(self.delay)
-        self.commits += name.startswith("log/")
-        await self.inner.create(name, content)
+    commits_wait = Faults(
+        write_latency=timedelta(seconds=delay), affects=lambda kind, name: kind in ("write", "create")
+    )
+    return instrumented(InMemoryStorage(name=f"group-commit-{layout}"), commits_wait, keyed=layout == "log")
 
 
 async def test_concurrent_calls_share_commits(layout: Layout) -> None:
-    storage = Storage(layout, delay=0.02)
+    storage = make_storage(layout, delay=0.02)
     async with BrokerQueue(storage) as q:
         jobs = await asyncio.gather(*(q.enqueue("work", str(i).encode()) for i in range(100)))
         state = await q.read_state()
@@ -65,7 +43,7 @@ async def test_concurrent_calls_share_commits(layout: Layout) -> None:
 
 
 async def test_one_bad_operation_fails_only_its_caller_and_leaves_nothing(layout: Layout) -> None:
-    storage = Storage(layout)
+    storage = make_storage(layout)
     async with BrokerQueue(storage) as q:
         kept = await q.enqueue("work", b"kept")
         results = await asyncio.gather(
@@ -81,7 +59,7 @@ async def test_one_bad_operation_fails_only_its_caller_and_leaves_nothing(layout
 
 
 async def test_a_call_whose_effects_cannot_be_stored_fails_alone(layout: Layout) -> None:
-    storage = Storage(layout, delay=0.01)
+    storage = make_storage(layout, delay=0.01)
 
     def poison(index: QueueIndex) -> None:  # an effect the encoder refuses (a lone surrogate)
         index.apply(PauseSet("\udc80", True, False))
@@ -103,11 +81,11 @@ async def test_a_call_whose_effects_cannot_be_stored_fails_alone(layout: Layout)
 
 
 async def test_sequential_operations_do_not_read_again(layout: Layout) -> None:
-    storage = Storage(layout)
+    storage = make_storage(layout)
     for queue in (DirectQueue(storage), BrokerQueue(storage)):
         async with queue as q:
             await q.enqueue("setup", b"")  # the queue exists and this process is up to date
-            storage.reads = storage.commits = 0
+            storage.reset()
             for i in range(20):
                 job = await q.enqueue("work", str(i).encode())
                 await q.dequeue("work")
@@ -132,7 +110,7 @@ async def test_racing_brokers_reapply_their_batches(backend: Backend) -> None:
 
 
 async def test_exit_drains_pending_operations(layout: Layout) -> None:
-    storage = Storage(layout, delay=0.02)
+    storage = make_storage(layout, delay=0.02)
     async with BrokerQueue(storage) as q:
         tasks = [asyncio.create_task(q.enqueue("work", str(i).encode())) for i in range(30)]
         await asyncio.sleep(0)
@@ -142,7 +120,7 @@ async def test_exit_drains_pending_operations(layout: Layout) -> None:
 
 
 async def test_closing_under_a_deadline_ends_every_pending_call(layout: Layout) -> None:
-    storage = Storage(layout, delay=0.05)
+    storage = make_storage(layout, delay=0.05)
     q = BrokerQueue(storage)
     await q.start()
     tasks = [asyncio.create_task(q.enqueue("work", b"%d" % n)) for n in range(2000)]

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from conftest import Backend
-from faulty import FaultyStorage
 from jqueue import (
     BrokerQueue,
     CorruptStateError,
@@ -25,6 +24,7 @@ from jqueue import (
     LogSettings,
 )
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX, ENTRY_PREFIX, GENESIS, entry_name
+from jqueue.testing import Faults, instrumented
 
 
 async def test_an_explicit_checkpoint_during_commits_loses_no_job() -> None:
@@ -45,9 +45,11 @@ async def test_an_explicit_checkpoint_during_commits_loses_no_job() -> None:
 async def test_compaction_after_a_slow_checkpoint_keeps_payloads_of_live_jobs() -> None:
     storage = InMemoryStorage(name="slow-checkpoint")
     retention = timedelta(seconds=1)
-    slow = FaultyStorage(
-        storage, delay=2.5, affects=lambda kind, name: kind == "create" and name.startswith(CHECKPOINT_PREFIX)
+    slow_checkpoints = Faults(
+        write_latency=timedelta(seconds=2.5),
+        affects=lambda kind, name: kind == "create" and name.startswith(CHECKPOINT_PREFIX),
     )
+    slow = instrumented(storage, slow_checkpoints)
     async with DirectQueue(slow, log=LogSettings(checkpoint_every=4, retention=retention)) as writer:
         for n in range(4):  # the fourth change starts a checkpoint whose write takes 2.5 s
             await writer.enqueue("old", b"old %d" % n)
@@ -148,7 +150,7 @@ async def test_a_reader_far_behind_opens_through_failing_reads() -> None:
     async with DirectQueue(storage, log=LogSettings(checkpoint_every=100_000)) as writer:
         for n in range(300):
             await writer.enqueue("work", b"%d" % n)
-    flaky = FaultyStorage(storage, fail_rate=0.05, affects=lambda kind, name: kind == "get", seed=7)
+    flaky = instrumented(storage, Faults(fail_rate=0.05, affects=lambda kind, name: kind == "get"), seed=7)
     async with DirectQueue(flaky) as reader:
         state = await reader.read_state()
     assert sorted(int(job.payload) for job in state.jobs) == list(range(300))

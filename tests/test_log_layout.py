@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 
 import reference_model as codec
-from conftest import Backend, CountingStorage
+from conftest import Backend
 from jqueue import (
     BrokerQueue,
     CorruptStateError,
     DirectQueue,
     InMemoryStorage,
     JobStatus,
-    KeyedStoragePort,
     LocalFileSystemStorage,
     LogSettings,
 )
@@ -29,40 +28,8 @@ from jqueue.core.formats.marker import (
     decode_marker,
     entry_name,
 )
+from jqueue.testing import instrumented
 from queues import log_entries
-
-
-class KeyedCounter:
-    """Wraps a keyed storage and counts every request by kind."""
-
-    def __init__(self, inner: KeyedStoragePort) -> None:
-        self.inner = inner
-        self.url = getattr(inner, "url", "counting")
-        self.calls: Counter[str] = Counter()
-
-    async def read(self) -> tuple[bytes, str | None]:
-        self.calls["read"] += 1
-        return await self.inner.read()
-
-    async def write(self, content: bytes, if_match: str | None = None) -> str:
-        self.calls["write"] += 1
-        return await self.inner.write(content, if_match)
-
-    async def get(self, name: str) -> bytes | None:
-        self.calls["get"] += 1
-        return await self.inner.get(name)
-
-    async def create(self, name: str, content: bytes) -> None:
-        self.calls["create"] += 1
-        await self.inner.create(name, content)
-
-    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
-        self.calls["list"] += 1
-        return await self.inner.list_names(prefix, start_after)
-
-    async def delete(self, name: str) -> None:
-        self.calls["delete"] += 1
-        await self.inner.delete(name)
 
 
 async def test_a_new_queue_on_a_builtin_backend_is_a_log(backend: Backend) -> None:
@@ -78,7 +45,7 @@ async def test_a_new_queue_on_a_builtin_backend_is_a_log(backend: Backend) -> No
 
 
 async def test_a_plain_two_method_port_keeps_the_single_object() -> None:
-    storage = CountingStorage(InMemoryStorage())
+    storage = instrumented(InMemoryStorage(), keyed=False)
     async with DirectQueue(storage) as q:
         await q.enqueue("work", b"x")
     assert len(codec.decode((await storage.read())[0]).jobs) == 1
@@ -131,7 +98,7 @@ async def test_racing_migrations_keep_every_job(backend: Backend) -> None:
 
 async def test_a_commit_is_one_create_and_an_up_to_date_reader_one_get() -> None:
     shared = InMemoryStorage(name="costs")
-    writer_storage, reader_storage = KeyedCounter(shared), KeyedCounter(shared)
+    writer_storage, reader_storage = instrumented(shared), instrumented(shared)
     async with DirectQueue(writer_storage) as writer, DirectQueue(reader_storage) as reader:
         await writer.enqueue("work", b"first")
         assert await reader.dequeue("none") == []
@@ -218,7 +185,7 @@ async def test_a_queue_reopens_from_its_checkpoint_and_later_entries(tmp_path: P
         claimed = await q.dequeue(batch_size=5)
         expected = await q.read_state()
     assert await storage.list_names(CHECKPOINT_PREFIX), "no checkpoint was written"
-    counted = KeyedCounter(storage)
+    counted = instrumented(storage)
     async with DirectQueue(counted) as reopened:
         assert await reopened.dequeue("nothing") == []
         assert counted.calls["get"] < 20, "the reader replayed from the start instead of a checkpoint"
@@ -243,7 +210,7 @@ async def test_callers_claiming_from_one_segment_fetch_it_once(tmp_path: Path) -
         await asyncio.gather(*(q.enqueue("work", str(i).encode()) for i in range(100)))
         assert len(await storage.list_names(ENTRY_PREFIX)) == 1
         assert await q.checkpoint()
-    counted = KeyedCounter(storage)
+    counted = instrumented(storage)
     async with BrokerQueue(counted) as fresh:
         assert await fresh.dequeue("nothing") == []  # opens from the checkpoint: no payloads read
         counted.calls.clear()

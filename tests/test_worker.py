@@ -24,6 +24,7 @@ from jqueue import (
     QueuePolicy,
     Worker,
 )
+from jqueue.testing import Faults, instrumented
 from worker_handlers import square_in_process
 
 FAST = QueuePolicy(max_attempts=3, backoff=Backoff(initial=timedelta(milliseconds=50), jitter=0))
@@ -107,43 +108,12 @@ async def test_sync_handlers_can_run_in_processes(tmp_path: Path, monkeypatch: p
         assert dead.last_error == "ValueError: negative"
 
 
-class GatedStorage:
-    """A real file storage whose writes are counted and can be held back (a worker cut off
-    from its storage)."""
-
-    def __init__(self, inner: LocalFileSystemStorage) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.open = asyncio.Event()
-        self.open.set()
-        self.writes = 0
-
-    async def read(self) -> tuple[bytes, str | None]:
-        return await self.inner.read()
-
-    async def write(self, content: bytes, if_match: str | None = None) -> str:
-        self.writes += 1
-        await self.open.wait()
-        return await self.inner.write(content, if_match)
-
-    async def get(self, name: str) -> bytes | None:
-        return await self.inner.get(name)
-
-    async def create(self, name: str, content: bytes) -> None:
-        self.writes += 1
-        await self.open.wait()
-        await self.inner.create(name, content)
-
-    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
-        return await self.inner.list_names(prefix, start_after)
-
-    async def delete(self, name: str) -> None:
-        await self.inner.delete(name)
-
-
 async def test_a_job_that_hangs_past_its_lease_cannot_touch_the_new_holder(tmp_path: Path) -> None:
     path = tmp_path / "q.json"
-    gated = GatedStorage(LocalFileSystemStorage(path))
+    gate = asyncio.Event()  # open; cleared, it holds the worker's writes (cut off from its storage)
+    gate.set()
+    held_writes = Faults(gate=gate, affects=lambda kind, name: kind in ("write", "create"))
+    gated = instrumented(LocalFileSystemStorage(path), held_writes)
     started, finish = asyncio.Event(), asyncio.Event()
     lease = timedelta(milliseconds=600)
     async with DirectQueue(gated) as cut_off, DirectQueue(LocalFileSystemStorage(path)) as other:
@@ -152,7 +122,7 @@ async def test_a_job_that_hangs_past_its_lease_cannot_touch_the_new_holder(tmp_p
 
         @worker.handler("work")
         async def handle(claimed: Job) -> None:
-            gated.open.clear()  # from now on the worker's heartbeats cannot land
+            gate.clear()  # from now on the worker's heartbeats cannot land
             started.set()
             await finish.wait()
 
@@ -164,7 +134,7 @@ async def test_a_job_that_hangs_past_its_lease_cannot_touch_the_new_holder(tmp_p
         [taken_over] = await other.dequeue()
         assert (taken_over.id, taken_over.attempts) == (job.id, 2)
         finish.set()
-        gated.open.set()
+        gate.set()
         while not results:
             await asyncio.sleep(0.02)
         assert results[0].outcome is Outcome.LOST
@@ -221,7 +191,7 @@ async def test_a_paused_entrypoint_is_left_alone_until_resumed(tmp_path: Path) -
 
 
 async def test_an_idle_worker_polls_with_back_off_and_never_writes(tmp_path: Path) -> None:
-    storage = GatedStorage(LocalFileSystemStorage(tmp_path / "q.json"))
+    storage = instrumented(LocalFileSystemStorage(tmp_path / "q.json"))
     async with DirectQueue(storage) as q:
         await q.enqueue("other", b"not for this worker")
         writes = storage.writes

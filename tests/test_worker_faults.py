@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from faulty import FaultyStorage
 from jqueue import (
     Backoff,
     BrokerQueue,
@@ -23,6 +22,7 @@ from jqueue import (
     StorageError,
     Worker,
 )
+from jqueue.testing import Faults, instrumented
 
 QUICK: dict[str, Any] = {
     "poll_interval": timedelta(milliseconds=5),
@@ -34,7 +34,7 @@ async def test_a_worker_outlives_a_flaky_storage_and_runs_every_job() -> None:
     inner = InMemoryStorage(name="flaky-worker")
     async with DirectQueue(inner) as q:
         jobs = await q.enqueue_many("work", [b"%d" % n for n in range(2000)])
-    flaky = FaultyStorage(inner, fail_rate=0.05, seed=11)
+    flaky = instrumented(inner, Faults(fail_rate=0.05), seed=11)
     done: list[str] = []
 
     async def handle(job: Job) -> None:
@@ -54,7 +54,7 @@ async def test_a_storage_that_stays_down_stops_the_worker_with_its_error() -> No
     inner = InMemoryStorage(name="down")
     async with DirectQueue(inner) as q:
         await q.enqueue("work", b"x")
-    down = FaultyStorage(inner, fail_rate=1.0)
+    down = instrumented(inner, Faults(fail_rate=1.0))
 
     async def handle(job: Job) -> None:
         raise AssertionError("never claimed")
@@ -83,7 +83,7 @@ async def test_by_default_a_job_that_always_fails_ends_dead_and_burst_ends() -> 
 
 async def test_a_failing_queue_of_a_set_does_not_keep_the_others_jobs() -> None:
     healthy, broken = InMemoryStorage(name="healthy"), InMemoryStorage(name="broken")
-    async with DirectQueue(healthy) as good, DirectQueue(FaultyStorage(broken, fail_rate=1.0)) as bad:
+    async with DirectQueue(healthy) as good, DirectQueue(instrumented(broken, Faults(fail_rate=1.0))) as bad:
         jobs = await good.enqueue_many("work", [b"a", b"b"])
         pairs = await QueueSet([good, bad]).dequeue("work", batch_size=3)
         assert [(queue, job.id) for queue, job in pairs] == [(good, job.id) for job in jobs]

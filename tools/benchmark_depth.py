@@ -190,7 +190,7 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
     """Start moto's S3 server in its own process with the benchmark bucket; returns it and its URL."""
     import boto3  # type: ignore[import-untyped, unused-ignore]
 
-    from jqueue.adapters.benchmark import S3_BUCKET, S3_REGION
+    from benchmark_storage import S3_BUCKET, S3_REGION
 
     port = _free_port()
     os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
@@ -213,24 +213,25 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
 
 async def run_s3_latency(endpoint: str, callers: int, calls: int, prefill: int) -> dict[str, Any]:
     """BrokerQueue throughput with ``callers`` callers on S3 at ``endpoint`` (60 ms per GET, 100 per PUT)."""
-    from jqueue.adapters.benchmark import S3_BUCKET, S3_REGION, InstrumentedStorage
+    from benchmark_storage import S3_BUCKET, S3_REGION
     from jqueue.adapters.storage.s3 import S3Storage
+    from jqueue.testing import Faults, instrumented
 
     key = f"latency-{uuid.uuid4().hex[:8]}.json"
     inner = S3Storage(S3_BUCKET, key, endpoint_url=endpoint, region_name=S3_REGION)
     await _fill(inner, prefill, b"x" * 1024)
-    storage = InstrumentedStorage(inner, get_latency_ms=60, put_latency_ms=100)
+    latency = Faults(read_latency=timedelta(milliseconds=60), write_latency=timedelta(milliseconds=100))
+    storage = instrumented(inner, latency)
     async with BrokerQueue(storage, max_payload_bytes=None, stale_timeout=timedelta(hours=1)) as broker:
         assert await broker.dequeue("nothing") == []
         rate = await _broker_cycles(broker, callers, calls)
-    counters = storage.counters
     return {
         "callers": callers,
         "calls": calls,
         "calls_per_s": round(rate),
-        "storage_reads": counters.reads,
-        "storage_writes": counters.writes,
-        "conflicts": counters.conflicts,
+        "storage_reads": storage.reads,
+        "storage_writes": storage.writes,
+        "conflicts": storage.conflicts,
     }
 
 

@@ -363,7 +363,7 @@ def bench(
 
     Options after -- go to the benchmark, e.g. jqueue bench -- --ops 200 --scenarios mixed-c50.
     """
-    from jqueue.adapters.benchmark import main as benchmark
+    from jqueue.bench import main as benchmark
 
     raise typer.Exit(benchmark(["--url", storage_url(ctx), *(options or [])]))
 
