@@ -9,7 +9,6 @@ before it was removed longer than the retention ago.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from jqueue.core.formats.marker import (
     CHECKPOINT_PREFIX,
@@ -31,13 +30,10 @@ class Compactor:
     ----------
     keyed : KeyedStoragePort
         The queue's storage.
-    segment_name : callable
-        The object name of a segment (0 is a migrated queue's base object).
     """
 
-    def __init__(self, keyed: KeyedStoragePort, segment_name: Callable[[int], str]) -> None:
+    def __init__(self, keyed: KeyedStoragePort) -> None:
         self.keyed = keyed
-        self.segment_name = segment_name
         self._checkpoint_segments: dict[str, set[int]] = {}
         self._compacted_through = -1
         self._kept_segments: set[int] = set()
@@ -46,10 +42,10 @@ class Compactor:
         """Record the segments that hold the payloads of a checkpoint written or loaded here."""
         self._checkpoint_segments[checkpoint] = segments
 
-    async def compact(self, cutoff: int, has_base: bool) -> None:
+    async def compact(self, cutoff: int, base: str | None) -> None:
         """Delete what the newest known checkpoint taken before ``cutoff`` (epoch microseconds: now
         minus the retention, normally) covers, except the payloads that checkpoint references;
-        ``has_base`` says whether the queue has a base object (segment 0) to consider."""
+        ``base`` names the object holding a migrated queue's first jobs (segment 0), if any."""
         keys = sorted(filter(None, map(checkpoint_key, await self.keyed.list_names(CHECKPOINT_PREFIX))))
         mine = self._checkpoint_segments
         known = [key for key in keys if key[1] <= cutoff and checkpoint_name(*key) in mine]
@@ -61,10 +57,12 @@ class Compactor:
         listed = await self.keyed.list_names(ENTRY_PREFIX, start_after=entry_name(self._compacted_through))
         candidates = {s for s in map(entry_seq, listed) if s is not None and s <= keep[0]}
         candidates |= self._kept_segments
-        if has_base and self._compacted_through < 0:
+        if base is not None and self._compacted_through < 0:
             candidates.add(0)
         self._kept_segments = candidates & referenced
-        doomed += [self.segment_name(s) for s in sorted(candidates - self._kept_segments)]
+        doomed += [
+            base if s == 0 and base else entry_name(s) for s in sorted(candidates - self._kept_segments)
+        ]
         gate = asyncio.Semaphore(DELETE_CONCURRENCY)
 
         async def delete(name: str) -> None:

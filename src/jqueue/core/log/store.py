@@ -97,7 +97,7 @@ class LogStore(CommitStore):
         self._changes_since_checkpoint = 0
         self._background: asyncio.Task[None] | None = None
         self._explicit = asyncio.Lock()
-        self._compactor = Compactor(storage, self._segment_name)
+        self._compactor = Compactor(storage)
         self._base_applied = False
         self._loading: dict[int, asyncio.Future[list[bytes]]] = {}
 
@@ -369,7 +369,7 @@ class LogStore(CommitStore):
     async def compact(self, cutoff: int) -> None:
         """Delete what the newest checkpoint taken before ``cutoff`` (epoch microseconds) covers;
         see ``Compactor``."""
-        await self._compactor.compact(cutoff, self.base is not None)
+        await self._compactor.compact(cutoff, self.base)
 
     async def close(self) -> None:
         """Wait for a checkpoint or compaction in progress."""
