@@ -150,3 +150,13 @@ async def test_calls_outside_the_running_loop_are_refused() -> None:
     await loop.stop()
     with pytest.raises(QueueClosedError):
         await loop.dequeue()
+
+
+def test_visibility_timeout_is_the_name_and_stale_timeout_its_documented_alias() -> None:
+    storage = InMemoryStorage()
+    assert BrokerQueue(storage, visibility_timeout=timedelta(seconds=45)).stale_timeout == timedelta(
+        seconds=45
+    )
+    assert GroupCommitLoop(storage, timedelta(seconds=40)).visibility_timeout == timedelta(seconds=40)
+    with pytest.raises(ValueError, match="not both"):
+        BrokerQueue(storage, stale_timeout=timedelta(seconds=40), visibility_timeout=timedelta(seconds=45))
