@@ -159,3 +159,10 @@ def test_transitions_change_only_the_changing_fields(status: JobStatus, effect: 
     }
     assert changed - {"stamp"} <= set(CHANGING_FIELDS)
     assert changed - {"stamp"}
+
+
+def test_the_wire_history_has_every_field_of_a_history_record() -> None:
+    from jqueue.core.formats.wire import WireHistory
+    from jqueue.domain.records import HistoryRecord
+
+    assert WireHistory.__struct_fields__ == HistoryRecord.__slots__
