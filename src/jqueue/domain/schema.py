@@ -135,26 +135,14 @@ def field_values(job: JobFields) -> tuple[Any, ...]:
     return values
 
 
-def _public_expression(f: JobField) -> str:
-    """The Python expression that reads field ``f`` of ``job`` as its ``Job`` attribute holds it."""
+def _converted(f: JobField, attribute: str, convert: str) -> str:
+    """The Python expression that reads ``job.<attribute>`` with its times passed through ``convert``."""
+    value = f"job.{attribute}"
     if f.kind is Kind.TIMES:
-        return f"tuple(map(from_micros, job.{f.name}))"
-    if f.kind is Kind.TIME and f.nullable:
-        return f"None if job.{f.name} is None else from_micros(job.{f.name})"
+        return f"tuple(map({convert}, {value}))"
     if f.kind is Kind.TIME:
-        return f"from_micros(job.{f.name})"
-    return f"job.{f.name}"
-
-
-def _domain_expression(f: JobField) -> str:
-    """The Python expression that reads the ``Job`` attribute of field ``f`` as ``JobFields`` holds it."""
-    if f.kind is Kind.TIMES:
-        return f"tuple(map(to_micros, job.{f.public}))"
-    if f.kind is Kind.TIME and f.nullable:
-        return f"None if job.{f.public} is None else to_micros(job.{f.public})"
-    if f.kind is Kind.TIME:
-        return f"to_micros(job.{f.public})"
-    return f"job.{f.public}"
+        return f"None if {value} is None else {convert}({value})" if f.nullable else f"{convert}({value})"
+    return value
 
 
 def _compile(name: str, body: str) -> Any:
@@ -169,7 +157,9 @@ def _compile(name: str, body: str) -> Any:
     return namespace[name]
 
 
-_KEYWORDS = ", ".join(f"{f.public}={_public_expression(f)}" for f in FIELDS if f.kind is not Kind.PAYLOAD)
+_KEYWORDS = ", ".join(
+    f"{f.public}={_converted(f, f.name, 'from_micros')}" for f in FIELDS if f.kind is not Kind.PAYLOAD
+)
 
 job_from: Callable[[JobFields, bytes], Job] = _compile("job_from", f"construct(payload=payload, {_KEYWORDS})")
 """Return the public ``Job`` for a job's fields, with its payload bytes."""
@@ -177,6 +167,6 @@ public_values: Callable[[JobFields], dict[str, Any]] = _compile("public_values",
 """Return a job's fields (without its payload) under their ``Job`` names, times as datetimes."""
 
 domain_values: Callable[[Job], tuple[Any, ...]] = _compile(
-    "domain_values", "(" + "".join(f"{_domain_expression(f)}, " for f in FIELDS) + ")"
+    "domain_values", "(" + "".join(f"{_converted(f, f.public, 'to_micros')}, " for f in FIELDS) + ")"
 )
 """Return the values of ``FIELDS`` for a public ``Job`` (its payload as bytes)."""
