@@ -19,11 +19,9 @@ from jqueue.domain.effects import (
     Removed,
     Requeued,
 )
-from jqueue.domain.index_state import REQUIRED_COLUMNS, IndexState
+from jqueue.domain.index_state import IndexState
 from jqueue.domain.models import LEASE_EXPIRED, JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
-
-__all__ = ["REQUIRED_COLUMNS", "QueueIndex"]
 
 
 class QueueIndex(IndexState):

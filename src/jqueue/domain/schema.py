@@ -15,10 +15,12 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
 from operator import attrgetter
-from typing import Any, get_args, get_type_hints
+from typing import Any, TypeVar, get_args, get_type_hints
 
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.times import from_micros, to_micros
+
+T = TypeVar("T")
 
 
 class Kind(StrEnum):
@@ -145,14 +147,10 @@ def _converted(f: JobField, attribute: str, convert: str) -> str:
     return value
 
 
-def _compile(name: str, body: str) -> Any:
+def _compile(name: str, body: str, target: Any = None) -> Any:
     # Generated from FIELDS once, as dataclasses generate __init__: a dequeue builds one Job per
     # claimed job, and a loop over the fields per job costs a third more than this.
-    namespace: dict[str, Any] = {
-        "construct": Job.model_construct,
-        "from_micros": from_micros,
-        "to_micros": to_micros,
-    }
+    namespace: dict[str, Any] = {"target": target, "from_micros": from_micros, "to_micros": to_micros}
     exec(f"def {name}(job, payload=None):\n    return {body}\n", namespace)
     return namespace[name]
 
@@ -161,10 +159,18 @@ _KEYWORDS = ", ".join(
     f"{f.public}={_converted(f, f.name, 'from_micros')}" for f in FIELDS if f.kind is not Kind.PAYLOAD
 )
 
-job_from: Callable[[JobFields, bytes], Job] = _compile("job_from", f"construct(payload=payload, {_KEYWORDS})")
+
+def public_constructor(target: Callable[..., T]) -> Callable[[JobFields, bytes], T]:
+    """Return a function that calls ``target`` with a job's fields as keywords named as on ``Job``
+    (times as datetimes) and ``payload``: the public form of a job, or a format's object of it."""
+    made: Callable[[JobFields, bytes], T] = _compile(
+        "public_form", f"target(payload=payload, {_KEYWORDS})", target
+    )
+    return made
+
+
+job_from = public_constructor(Job.model_construct)
 """Return the public ``Job`` for a job's fields, with its payload bytes."""
-public_values: Callable[[JobFields], dict[str, Any]] = _compile("public_values", f"dict({_KEYWORDS})")
-"""Return a job's fields (without its payload) under their ``Job`` names, times as datetimes."""
 
 domain_values: Callable[[Job], tuple[Any, ...]] = _compile(
     "domain_values", "(" + "".join(f"{_converted(f, f.public, 'to_micros')}, " for f in FIELDS) + ")"

@@ -35,7 +35,7 @@ from jqueue.domain.effects import Added
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job
-from jqueue.domain.schema import STORED_FIELDS, TIME_FIELDS, domain_values, public_values
+from jqueue.domain.schema import STORED_FIELDS, TIME_FIELDS, domain_values, public_constructor
 from jqueue.domain.times import MAX_MICROS, MIN_MICROS
 
 _DOCUMENTED = ("id", "entrypoint", "payload", "status", "priority", "created_at", "heartbeat_at")
@@ -54,6 +54,7 @@ _WireJob: Any = msgspec.defstruct(
 )
 """A job on the wire: its ``Job`` attribute names, times as ISO 8601; a nullable field may be missing."""
 _JOB_FIELDS: tuple[str, ...] = _WireJob.__struct_fields__
+_wire_job = public_constructor(_WireJob)
 
 if TYPE_CHECKING:
     _WireJobs = list[Any]
@@ -81,7 +82,7 @@ def encode_index(index: QueueIndex, version: int, commit_id: str | None) -> byte
     for record in index.in_order():
         if not isinstance(record.payload, bytes):
             raise ValueError(f"payload of {record.id} is not in memory")
-        jobs.append(_WireJob(payload=record.payload, **public_values(record)))
+        jobs.append(_wire_job(record, record.payload))
     controls = index.controls.to_dict()
     state = _WireState(
         version=version,
