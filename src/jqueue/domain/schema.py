@@ -172,7 +172,8 @@ def public_constructor(target: Callable[..., T]) -> Callable[[JobFields, bytes],
 job_from = public_constructor(Job.model_construct)
 """Return the public ``Job`` for a job's fields, with its payload bytes."""
 
-domain_values: Callable[[Job], tuple[Any, ...]] = _compile(
+domain_values: Callable[[Any], tuple[Any, ...]] = _compile(
     "domain_values", "(" + "".join(f"{_converted(f, f.public, 'to_micros')}, " for f in FIELDS) + ")"
 )
-"""Return the values of ``FIELDS`` for a public ``Job`` (its payload as bytes)."""
+"""Return the values of ``FIELDS`` for a public ``Job``, or any object with its attribute names
+(the single format's job objects), with the payload as bytes."""

@@ -34,7 +34,6 @@ from jqueue.core.formats.wire import (
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import Job
 from jqueue.domain.schema import STORED_FIELDS, TIME_FIELDS, domain_values, public_constructor
 from jqueue.domain.times import MAX_MICROS, MIN_MICROS
 
@@ -108,10 +107,6 @@ def _decode_wire(data: bytes, location: str) -> _WireState:
     return wire
 
 
-def _jobs(wire: _WireState) -> list[Job]:
-    return [Job.model_construct(**{name: getattr(w, name) for name in _JOB_FIELDS}) for w in wire.jobs]
-
-
 def _in_range(added: Added) -> Added:
     """Return ``added`` if each of its times fits a datetime (as UTC), else raise ValueError."""
     for f in TIME_FIELDS:
@@ -135,7 +130,7 @@ def decode_index(data: bytes, location: str = "<bytes>") -> QueueIndex:
     wire = _decode_wire(data, location)
     index = QueueIndex()
     try:
-        index.apply_all(_in_range(Added(*domain_values(job))) for job in _jobs(wire))
+        index.apply_all(_in_range(Added(*domain_values(job))) for job in wire.jobs)
     except ValueError as exc:
         raise CorruptStateError(location, str(exc)) from exc
     index.restore(history_from_wire(wire.history), controls_from_wire(wire.controls))
