@@ -7,15 +7,16 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from jqueue.adapters.storage.names import checked_name, checked_prefix
+from jqueue.adapters.storage.object_files import NamedObjects, ObjectFiles, durable_temp, fsync_dir
+from jqueue.adapters.storage.segments import SegmentLog
 from jqueue.domain.errors import CASConflictError, StorageError
 
-_ORPHAN_AGE_SECONDS = 3600.0
+T = TypeVar("T")
 
 
 def _etag(content: bytes) -> str:
@@ -32,9 +33,11 @@ class LocalFileSystemStorage:
     need no lock. Not for network filesystems. The etag is the SHA-256 hex digest of
     the content.
 
-    Named objects (the log-structured layout) live in the directory ``<file>.d``;
-    each is created whole with a hard link from a fsynced temporary file, which
-    fails if the name exists.
+    Named objects (the log-structured layout) are records in append-only segment
+    files in the directory ``<file>.segments`` (see ``SegmentLog``): creating one
+    costs one data sync. A queue made by an earlier version keeps its named objects
+    as files in ``<file>.d``, each created whole with a hard link from a fsynced
+    temporary file, which fails if the name exists.
 
     Parameters
     ----------
@@ -47,8 +50,14 @@ class LocalFileSystemStorage:
         self.url = self.path.as_uri()
         self._lock_path = self.path.with_name(self.path.name + ".lock")
         self._orphans_swept = False
-        self.namespace = self.path.with_name(self.path.name + ".d")
-        self._swept_dirs: set[Path] = set()
+        self._files = ObjectFiles(self.path.with_name(self.path.name + ".d"))
+        self._segments = SegmentLog(self.path.with_name(self.path.name + ".segments"))
+
+    @property
+    def namespace(self) -> Path:
+        """The directory of the named objects: ``<file>.segments``, or ``<file>.d`` for a queue
+        an earlier version made."""
+        return self._files.directory if self._files.directory.is_dir() else self._segments.directory
 
     async def read(self) -> tuple[bytes, str | None]:
         """Return the content and etag, or ``(b"", None)`` if the file does not exist."""
@@ -90,9 +99,9 @@ class LocalFileSystemStorage:
             os.close(fd)
 
     def _replace(self, content: bytes) -> None:
-        tmp = _durable_temp(self.path, content)
+        tmp = durable_temp(self.path, content)
         os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def _sweep_orphans(self) -> None:
         """Remove temporary files left by writers that died mid-write (we hold the lock)."""
@@ -106,101 +115,30 @@ class LocalFileSystemStorage:
 
     async def get(self, name: str) -> bytes | None:
         """Return the named object's content, or None."""
-        return await asyncio.to_thread(self._get, self.namespace / checked_name(name))
+        checked_name(name)
+        return await asyncio.to_thread(self._named, "read", name, lambda objects: objects.get(name))
 
     async def create(self, name: str, content: bytes) -> None:
-        """Create the named object, whole and fsynced, only if it does not exist."""
-        await asyncio.to_thread(self._create, self.namespace / checked_name(name), bytes(content))
+        """Create the named object, whole and durable, only if it does not exist."""
+        content = bytes(content)
+        checked_name(name)
+        await asyncio.to_thread(self._named, "create", name, lambda objects: objects.create(name, content))
 
     async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
         """Return the names under ``prefix`` after ``start_after``, sorted."""
-        return await asyncio.to_thread(self._list, checked_prefix(prefix), start_after)
+        checked_prefix(prefix)
+        return await asyncio.to_thread(
+            self._named, "list", prefix, lambda objects: objects.list_names(prefix, start_after)
+        )
 
     async def delete(self, name: str) -> None:
         """Remove the named object if it exists."""
-        await asyncio.to_thread(self._delete, self.namespace / checked_name(name))
+        checked_name(name)
+        await asyncio.to_thread(self._named, "delete", name, lambda objects: objects.delete(name))
 
-    def _get(self, target: Path) -> bytes | None:
+    def _named(self, verb: str, name: str, call: Callable[[NamedObjects], T]) -> T:
+        objects: NamedObjects = self._files if self._files.directory.is_dir() else self._segments
         try:
-            return target.read_bytes()
-        except FileNotFoundError:
-            return None
+            return call(objects)
         except OSError as exc:
-            raise StorageError(f"cannot read {target.as_uri()}", exc) from exc
-
-    def _create(self, target: Path, content: bytes) -> None:
-        try:
-            if not target.parent.is_dir():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                _fsync_dir(target.parent.parent)
-            self._sweep_old_temps(target.parent)
-            tmp = _durable_temp(target, content)
-            try:
-                os.link(tmp, target)
-            except FileExistsError as exc:
-                raise CASConflictError(f"{target.as_uri()} exists") from exc
-            finally:
-                tmp.unlink()
-            _fsync_dir(target.parent)
-        except OSError as exc:
-            raise StorageError(f"cannot create {target.as_uri()}", exc) from exc
-
-    def _list(self, prefix: str, start_after: str) -> list[str]:
-        folder, _, stem = prefix.rpartition("/")
-        directory = self.namespace / folder if folder else self.namespace
-        lead = f"{folder}/" if folder else ""
-        try:
-            names = [
-                lead + entry.name
-                for entry in os.scandir(directory)
-                if entry.name.startswith(stem) and not entry.name.startswith(".") and entry.is_file()
-            ]
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise StorageError(f"cannot list {directory.as_uri()}", exc) from exc
-        return sorted(n for n in names if n > start_after)
-
-    def _delete(self, target: Path) -> None:
-        try:
-            target.unlink(missing_ok=True)
-        except OSError as exc:
-            raise StorageError(f"cannot delete {target.as_uri()}", exc) from exc
-
-    def _sweep_old_temps(self, directory: Path) -> None:
-        """Remove temporary files that creators which died long ago left behind."""
-        if directory in self._swept_dirs:
-            return
-        cutoff = time.time() - _ORPHAN_AGE_SECONDS
-        for entry in os.scandir(directory):
-            if not (entry.name.startswith(".") and entry.name.endswith(".tmp")):
-                continue
-            with contextlib.suppress(FileNotFoundError):  # another creator just finished with it
-                if entry.stat().st_mtime < cutoff:
-                    Path(entry.path).unlink(missing_ok=True)
-        self._swept_dirs.add(directory)
-
-
-def _durable_temp(target: Path, content: bytes) -> Path:
-    """Write ``content`` to a fsynced temporary file beside ``target`` and return its path."""
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        view = memoryview(content)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    return tmp
-
-
-def _fsync_dir(directory: Path) -> None:
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+            raise StorageError(f"cannot {verb} {objects.directory.as_uri()}/{name}", exc) from exc

@@ -1,0 +1,455 @@
+"""``SegmentLog``: a local queue's named objects as records in append-only segment files.
+
+Creating an object appends one record (see ``segment_format``) to the newest segment and
+syncs that file once (``fdatasync``): segments are preallocated, so the sync writes data,
+not metadata. Writers hold an exclusive ``flock`` on ``lock``; readers take none, and stop
+at a torn or half-written record as at the end of the log. A writer zeroes a torn tail
+before appending; a bad record with a whole one after it is damage, reported, never
+overwritten.
+
+Deleting flips the record's flags byte in place and syncs it; a tombstone appended to the
+log tells the other processes, so each one counts the live bytes of every segment exactly.
+A full segment is sealed with a record that points to the next one, which is created whole
+first (a temporary file, then a link). A sealed segment with nothing live is unlinked, and
+one less than a quarter live has its live records copied to the end first, so the files
+hold at most about four times the live data.
+
+Methods block and are thread-safe; the storage adapter calls them from worker threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from jqueue.adapters.storage.object_files import fsync_dir
+from jqueue.adapters.storage.segment_format import (
+    DELETED,
+    FILE_HEADER,
+    FILE_MAGIC,
+    FLAGS_AT,
+    OBJECT,
+    RECORD,
+    RECORD_MAGIC,
+    SEAL,
+    TOMBSTONE,
+    TOMBSTONE_PLACE,
+    ZEROS,
+    checksum_matches,
+    encode_record,
+    preallocate,
+    segment_numbers,
+    sweep_old_temporaries,
+    whole_record_after,
+    write_at,
+)
+from jqueue.domain.errors import CASConflictError, CorruptStateError
+
+SEGMENT_BYTES = 8 << 20
+_FIRST_READ = 4096
+_CHUNK = 1 << 20
+
+
+@dataclass(slots=True)
+class _Segment:
+    number: int
+    fd: int
+    capacity: int
+    live: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class _Place:
+    segment: int
+    offset: int
+    size: int
+
+
+class SegmentLog:
+    """Named immutable objects in segment files under ``directory``.
+
+    Parameters
+    ----------
+    directory : Path
+        Where the segments live; created by the first ``create``.
+    segment_bytes : int
+        The size of a new segment (a larger record gets a segment of its own size).
+    """
+
+    def __init__(self, directory: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self._lock_path = directory / "lock"
+        self._mutex = threading.Lock()
+        self._lock_fd = -1
+        self._lock_id: tuple[int, int] | None = None
+        self._holding = False
+        self._segments: dict[int, _Segment] = {}
+        self._names: dict[str, _Place] = {}
+        self._shadows: dict[str, list[_Place]] = {}
+        self._tail = 0
+        self._end = 0
+        self._dirty = False
+        self._tidied = False
+
+    # --- the four calls -----------------------------------------------------------------
+
+    def get(self, name: str) -> bytes | None:
+        """Return the object's content, or None."""
+        with self._mutex:
+            if not self._ready(create=False):
+                return None
+            place = self._names.get(name)
+            if place is not None and (found := self._read_live(name, place)) is not None:
+                return found
+            self._catch_up()
+            place = self._names.get(name)
+            return None if place is None else self._read_live(name, place)
+
+    def create(self, name: str, content: bytes) -> None:
+        """Append the object, durably, unless a live object has this name."""
+        with self._mutex:
+            self._ready(create=True)
+            with self._locked(fcntl.LOCK_EX):
+                self._catch_up()
+                self._repair_tail()
+                place = self._names.get(name)
+                if place is not None and self._is_live(name, place):
+                    raise CASConflictError(f"{self.directory.as_uri()}/{name} exists")
+                tail = self._tail
+                os.fdatasync(self._append(OBJECT, name, content).fd)
+                self._tidy(since=tail)
+
+    def list_names(self, prefix: str, start_after: str) -> list[str]:
+        """Return the live names that start with ``prefix`` and sort after ``start_after``."""
+        with self._mutex:
+            if not self._ready(create=False):
+                return []
+            self._catch_up()
+            found = sorted(n for n in self._names if n.startswith(prefix) and n > start_after)
+            return [n for n in found if self._is_live(n, self._names[n])]
+
+    def delete(self, name: str) -> None:
+        """Remove the object if it exists."""
+        with self._mutex:
+            if not self._ready(create=False):
+                return
+            with self._locked(fcntl.LOCK_EX):
+                self._catch_up()
+                self._repair_tail()
+                tail = self._tail
+                if name in self._names:
+                    self._kill(name)
+                self._tidy(since=tail)
+
+    def close(self) -> None:
+        """Close the files (the next call opens them again)."""
+        with self._mutex:
+            self._reset()
+
+    # --- opening and catching up ----------------------------------------------------------
+
+    def _ready(self, *, create: bool) -> bool:
+        """Open the lock file (starting over if the directory was replaced); False if there is
+        no store and ``create`` is false."""
+        if self._lock_fd >= 0:
+            try:
+                found = os.stat(self._lock_path)
+            except FileNotFoundError:
+                found = None
+            if found is None or (found.st_dev, found.st_ino) != self._lock_id:
+                self._reset()
+        if self._lock_fd >= 0:
+            return True
+        if not self._lock_path.exists():
+            if not create:
+                return False
+            if not self.directory.is_dir():
+                self.directory.mkdir(parents=True, exist_ok=True)
+                fsync_dir(self.directory.parent)
+        self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        found = os.fstat(self._lock_fd)
+        self._lock_id = (found.st_dev, found.st_ino)
+        if create:
+            sweep_old_temporaries(self.directory)
+        return True
+
+    def _catch_up(self) -> None:
+        """Read the records appended since our last look, following seals to newer segments."""
+        if self._tail == 0:
+            for number in segment_numbers(self.directory):
+                segment = self._open_segment(number)
+                if segment is not None:  # else reclaimed since the listing
+                    if self._dirty:
+                        self._check_damage(self._segments[self._tail], self._end)
+                    self._tail = number
+                    self._end, _ = self._scan(segment, FILE_HEADER.size)
+        else:
+            self._end, sealed = self._scan(self._segments[self._tail], self._end)
+            while sealed:
+                later = segment_numbers(self.directory, after=self._tail)
+                segment = self._open_segment(later[0]) if later else None
+                if segment is None:
+                    raise CorruptStateError(
+                        self._path(self._tail).as_uri(), "sealed, but no newer segment exists"
+                    )
+                self._tail = segment.number
+                self._end, sealed = self._scan(segment, FILE_HEADER.size)
+        if self._dirty and not self._holding:
+            with self._locked(fcntl.LOCK_SH):  # no writer is mid-append now: look again
+                self._catch_up()
+        elif self._dirty:
+            self._check_damage(self._segments[self._tail], self._end)
+
+    def _path(self, number: int) -> Path:
+        return self.directory / f"{number:012d}.seg"
+
+    def _open_segment(self, number: int) -> _Segment | None:
+        path = self._path(number)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return None
+        header = os.pread(fd, FILE_HEADER.size, 0)
+        if len(header) < FILE_HEADER.size or FILE_HEADER.unpack(header) != (FILE_MAGIC, number):
+            os.close(fd)
+            raise CorruptStateError(path.as_uri(), "not a jqueue segment file")
+        segment = self._segments[number] = _Segment(number, fd, os.fstat(fd).st_size)
+        return segment
+
+    def _scan(self, segment: _Segment, start: int) -> tuple[int, bool]:
+        """Index the whole records from ``start``; return where they end and whether a seal ends
+        them. Sets ``_dirty`` when bytes that are not a whole record follow them."""
+        position, buffer, buffered_at, read = start, b"", start, _FIRST_READ
+        self._dirty = False
+        while position + RECORD.size <= segment.capacity:
+            if position + RECORD.size > buffered_at + len(buffer):
+                buffer, buffered_at, read = os.pread(segment.fd, read, position), position, _CHUNK
+            at = position - buffered_at
+            magic, _, length, name_length, kind, flags = RECORD.unpack_from(buffer, at)
+            size = RECORD.size + name_length + length
+            if magic != RECORD_MAGIC or position + size > segment.capacity:
+                self._dirty = buffer[at : at + RECORD.size] != ZEROS
+                break
+            if at + size > len(buffer):
+                buffer, buffered_at, at = os.pread(segment.fd, max(_CHUNK, size), position), position, 0
+            if not checksum_matches(buffer, at, at + size):
+                self._dirty = True
+                break
+            if kind == SEAL:
+                return position, True
+            body = memoryview(buffer)[at + RECORD.size : at + size]
+            name = bytes(body[:name_length]).decode()
+            self._index(
+                segment, _Place(segment.number, position, size), kind, flags, name, body[name_length:]
+            )
+            position += size
+        return position, False
+
+    def _check_damage(self, segment: _Segment, end: int) -> None:
+        """Report a bad record that whole ones follow (nobody is appending: we hold a lock, or
+        the segment is sealed); what follows the last whole record alone is a torn tail."""
+        rest = os.pread(segment.fd, segment.capacity - end, end)
+        if rest[: RECORD.size] != ZEROS and (found := whole_record_after(rest)) is not None:
+            where = f"{self._path(segment.number).as_uri()}#{end}"
+            raise CorruptStateError(where, f"a damaged record, with a whole record {found} bytes after it")
+
+    def _index(
+        self, segment: _Segment, place: _Place, kind: int, flags: int, name: str, content: memoryview | bytes
+    ) -> None:
+        if kind == TOMBSTONE:
+            self._unindex(name, *TOMBSTONE_PLACE.unpack(content))
+        elif kind == OBJECT and not flags & DELETED:
+            earlier = self._names.get(name)
+            if earlier is not None:
+                self._shadows.setdefault(name, []).append(earlier)
+            self._names[name] = place
+            segment.live += place.size
+
+    def _unindex(self, name: str, segment: int, offset: int) -> None:
+        """Forget the record of ``name`` at this place (its current one or an older copy)."""
+        place = self._names.get(name)
+        shadows = self._shadows.get(name, [])
+        if place is not None and (place.segment, place.offset) == (segment, offset):
+            if shadows:
+                self._names[name] = shadows.pop()
+            else:
+                del self._names[name]
+        else:
+            matching = [p for p in shadows if (p.segment, p.offset) == (segment, offset)]
+            if not matching:
+                return
+            place = matching[0]
+            shadows.remove(place)
+        if not shadows:
+            self._shadows.pop(name, None)
+        if (owner := self._segments.get(segment)) is not None:
+            owner.live -= place.size
+
+    # --- records --------------------------------------------------------------------------
+
+    def _read_live(self, name: str, place: _Place) -> bytes | None:
+        """Return the record's content, or None (and forget it) if it was deleted."""
+        segment = self._segments.get(place.segment)
+        if segment is None:
+            return None
+        data = os.pread(segment.fd, place.size, place.offset)
+        if (
+            len(data) < place.size
+            or RECORD.unpack_from(data)[0] != RECORD_MAGIC
+            or not checksum_matches(data, 0, place.size)
+        ):
+            where = f"{self._path(place.segment).as_uri()}#{place.offset}"
+            raise CorruptStateError(where, f"the record of {name!r} fails its checksum")
+        if data[FLAGS_AT] & DELETED:
+            self._unindex(name, place.segment, place.offset)
+            return None
+        return data[RECORD.size + len(name.encode()) :]
+
+    def _is_live(self, name: str, place: _Place) -> bool:
+        """Whether the record is not deleted (forgetting it if it is)."""
+        segment = self._segments.get(place.segment)
+        if segment is not None and not os.pread(segment.fd, 1, place.offset + FLAGS_AT)[0] & DELETED:
+            return True
+        self._unindex(name, place.segment, place.offset)
+        return False
+
+    def _append(self, kind: int, name: str, content: bytes) -> _Segment:
+        """Write a record at the end (not synced); return the segment it went to."""
+        record = encode_record(kind, name, content)
+        segment = self._segments.get(self._tail)
+        if segment is None or self._end + len(record) + RECORD.size > segment.capacity:
+            segment = self._roll(len(record))
+        write_at(segment.fd, record, self._end)
+        place = _Place(segment.number, self._end, len(record))
+        self._end += len(record)
+        self._index(segment, place, kind, 0, name, content)
+        return segment
+
+    def _roll(self, size: int) -> _Segment:
+        """Create the next segment whole, then seal the current one to point at it."""
+        number = self._tail + 1
+        capacity = max(self.segment_bytes, FILE_HEADER.size + size + RECORD.size)
+        temporary = self.directory / f".{number:012d}.{uuid.uuid4().hex}.tmp"
+        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            write_at(fd, FILE_HEADER.pack(FILE_MAGIC, number), 0)
+            preallocate(fd, capacity)
+            os.fsync(fd)
+            os.link(temporary, self._path(number))
+            segment = self._segments[number] = _Segment(number, fd, capacity)
+        except FileExistsError:  # a writer died between creating it and sealing the one before
+            os.close(fd)
+            segment = self._adopt(number, capacity)
+        except BaseException:
+            os.close(fd)
+            raise
+        finally:
+            temporary.unlink(missing_ok=True)
+        fsync_dir(self.directory)
+        if self._tail:
+            current = self._segments[self._tail]
+            write_at(current.fd, encode_record(SEAL, "", b""), self._end)
+            os.fdatasync(current.fd)
+        self._tail, self._end = number, FILE_HEADER.size
+        return segment
+
+    def _adopt(self, number: int, capacity: int) -> _Segment:
+        segment = self._open_segment(number)
+        if segment is None:
+            raise CASConflictError(f"{self._path(number).as_uri()} vanished while being created")
+        if os.pread(segment.fd, RECORD.size, FILE_HEADER.size) != ZEROS:
+            raise CorruptStateError(
+                self._path(number).as_uri(), "holds records, but the segment before it is not sealed"
+            )
+        if segment.capacity < capacity:
+            preallocate(segment.fd, capacity)
+            os.fsync(segment.fd)
+            segment.capacity = capacity
+        return segment
+
+    def _repair_tail(self) -> None:
+        """Zero what a writer that died mid-append left after the last whole record (we hold the
+        lock, and ``_catch_up`` found no whole record after it)."""
+        if not self._dirty:
+            return
+        segment = self._segments[self._tail]
+        rest = os.pread(segment.fd, segment.capacity - self._end, self._end)
+        write_at(segment.fd, bytes(len(rest.rstrip(b"\0"))), self._end)
+        os.fdatasync(segment.fd)
+        self._dirty = False
+
+    def _kill(self, name: str) -> None:
+        """Delete every copy of ``name``: flags first (synced), then tombstones for the others."""
+        places = [self._names[name], *self._shadows.get(name, [])]
+        touched = {place.segment: self._segments[place.segment] for place in places}
+        for place in places:
+            write_at(touched[place.segment].fd, bytes([DELETED]), place.offset + FLAGS_AT)
+        for segment in touched.values():
+            os.fdatasync(segment.fd)
+        for place in places:
+            self._append(TOMBSTONE, name, TOMBSTONE_PLACE.pack(place.segment, place.offset))
+        for segment in touched.values():
+            self._reclaim(segment)
+
+    def _tidy(self, since: int) -> None:
+        """Reclaim the segments sealed since ``since`` (all sealed ones, the first time): a
+        segment of tombstones is never touched by a delete."""
+        if self._tidied and since == self._tail:
+            return
+        for number in sorted(n for n in self._segments if (since if self._tidied else 0) <= n < self._tail):
+            if (segment := self._segments.get(number)) is not None:
+                self._reclaim(segment)
+        self._tidied = True
+
+    def _reclaim(self, segment: _Segment) -> None:
+        """Unlink a sealed segment with nothing live, moving the live records of a sparse one
+        to the end first."""
+        if segment.number == self._tail or segment.live * 4 >= segment.capacity:
+            return
+        moved = {}
+        for name, place in [(n, p) for n, p in self._names.items() if p.segment == segment.number]:
+            content = self._read_live(name, place)
+            if content is not None:
+                target = self._append(OBJECT, name, content)
+                moved[target.number] = target
+        for target in moved.values():
+            os.fdatasync(target.fd)
+        left = [(n, p) for n, ps in self._shadows.items() for p in ps if p.segment == segment.number]
+        for name, place in left:
+            write_at(segment.fd, bytes([DELETED]), place.offset + FLAGS_AT)
+            self._append(TOMBSTONE, name, TOMBSTONE_PLACE.pack(place.segment, place.offset))
+        with contextlib.suppress(FileNotFoundError):
+            self._path(segment.number).unlink()
+        os.close(segment.fd)
+        del self._segments[segment.number]
+        fsync_dir(self.directory)
+
+    # --- housekeeping ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self, mode: int) -> Iterator[None]:
+        fcntl.flock(self._lock_fd, mode)
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _reset(self) -> None:
+        for segment in self._segments.values():
+            os.close(segment.fd)
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+        self._segments.clear()
+        self._names.clear()
+        self._shadows.clear()
+        self._lock_fd, self._lock_id, self._tail, self._end, self._dirty = -1, None, 0, 0, False
+        self._tidied = False

@@ -1,0 +1,240 @@
+"""The local queue's segment files: one data sync per create, torn tails, damage, reclaiming space."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jqueue import CASConflictError, CorruptStateError, LocalFileSystemStorage
+from jqueue.adapters.storage.segment_format import FILE_HEADER, OBJECT, RECORD, encode_record
+from jqueue.adapters.storage.segments import SegmentLog
+
+SMALL = 64 * 1024
+
+
+def segment_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.seg"))
+
+
+def test_objects_survive_a_reopen_and_a_second_create_conflicts(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path / "s")
+    log.create("log/1", b"one")
+    log.create("checkpoint/1-5", b"c" * 10_000)
+    with pytest.raises(CASConflictError):
+        log.create("log/1", b"other")
+    log.close()
+    fresh = SegmentLog(tmp_path / "s")
+    assert fresh.get("log/1") == b"one"
+    assert fresh.get("checkpoint/1-5") == b"c" * 10_000
+    assert fresh.list_names("log/", "") == ["log/1"]
+    assert fresh.get("log/2") is None
+
+
+def test_a_create_costs_one_data_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = SegmentLog(tmp_path / "s")
+    log.create("genesis", b"first")  # creates the directory and the first segment
+    syncs: list[str] = []
+    real_fdatasync, real_fsync = os.fdatasync, os.fsync
+
+    def fdatasync(fd: int) -> None:
+        syncs.append("fdatasync")
+        real_fdatasync(fd)
+
+    def fsync(fd: int) -> None:
+        syncs.append("fsync")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(os, "fsync", fsync)
+    for n in range(20):
+        log.create(f"log/{n}", b"x" * 1000)
+    assert syncs == ["fdatasync"] * 20
+
+
+def test_another_instance_sees_creates_and_deletes(tmp_path: Path) -> None:
+    writer, reader = SegmentLog(tmp_path / "s"), SegmentLog(tmp_path / "s")
+    assert reader.get("a") is None
+    writer.create("a", b"1")
+    assert reader.get("a") == b"1"
+    writer.delete("a")
+    assert reader.get("a") is None
+    assert reader.list_names("", "") == []
+    reader.create("a", b"again")  # a deleted name can be created anew
+    assert writer.get("a") == b"again"
+
+
+def test_a_torn_tail_is_ignored_by_readers_and_zeroed_by_the_next_writer(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path / "s")
+    log.create("a", b"whole")
+    log.close()
+    [segment] = segment_files(tmp_path / "s")
+    data = segment.read_bytes()
+    end = len(data.rstrip(b"\0"))
+    assert end == FILE_HEADER.size + RECORD.size + len("a") + len("whole")
+    torn = bytearray(data)
+    torn[end : end + 300] = encode_record(OBJECT, "lost", b"z" * 1000)[:300]  # its bytes never all arrived
+    segment.write_bytes(bytes(torn))
+    reader = SegmentLog(tmp_path / "s")
+    assert reader.list_names("", "") == ["a"]
+    writer = SegmentLog(tmp_path / "s")
+    writer.create("b", b"after the tear")
+    after_b = end + RECORD.size + len("b") + len("after the tear")
+    assert segment.read_bytes()[after_b : end + 400] == bytes(end + 400 - after_b)
+    fresh = SegmentLog(tmp_path / "s")
+    assert (fresh.get("a"), fresh.get("b")) == (b"whole", b"after the tear")
+    assert reader.get("b") == b"after the tear"
+
+
+def test_damage_before_whole_records_is_reported_and_left_alone(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path / "s")
+    for name in ("a", "b", "c"):
+        log.create(name, name.encode() * 100)
+    log.close()
+    [segment] = segment_files(tmp_path / "s")
+    data = bytearray(segment.read_bytes())
+    damaged_at = data.index(b"b" * 100) + 50
+    data[damaged_at] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    before = segment.read_bytes()
+    log = SegmentLog(tmp_path / "s")
+    with pytest.raises(CorruptStateError) as raised:
+        log.create("d", b"must not land")
+    assert raised.value.location.startswith(segment.as_uri())
+    with pytest.raises(CorruptStateError):
+        SegmentLog(tmp_path / "s").list_names("", "")
+    assert segment.read_bytes() == before
+
+
+def test_a_foreign_file_named_like_a_segment_is_reported(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path / "s")
+    log.create("a", b"1")
+    (tmp_path / "s" / "000000000007.seg").write_bytes(b"not a segment at all")
+    with pytest.raises(CorruptStateError) as raised:
+        SegmentLog(tmp_path / "s").get("a")
+    assert raised.value.location.endswith("000000000007.seg")
+
+
+def test_full_segments_roll_over_and_readers_follow(tmp_path: Path) -> None:
+    writer = SegmentLog(tmp_path / "s", segment_bytes=SMALL)
+    reader = SegmentLog(tmp_path / "s", segment_bytes=SMALL)
+    reader.get("nothing yet")
+    names = [f"log/{n:05d}" for n in range(300)]
+    for name in names:
+        writer.create(name, name.encode() * 50)
+    big = os.urandom(3 * SMALL)
+    writer.create("checkpoint/big", big)
+    assert len(segment_files(tmp_path / "s")) > 3
+    assert reader.list_names("log/", "") == names
+    assert reader.get("checkpoint/big") == big
+    assert SegmentLog(tmp_path / "s").get(names[-1]) == names[-1].encode() * 50
+
+
+def test_deleted_space_is_reclaimed_and_moved_records_stay_readable(tmp_path: Path) -> None:
+    directory = tmp_path / "s"
+    writer = SegmentLog(directory, segment_bytes=SMALL)
+    stale_reader = SegmentLog(directory, segment_bytes=SMALL)
+    names = [f"log/{n:05d}" for n in range(2000)]
+    for name in names:
+        writer.create(name, name.encode() * 20)
+    assert stale_reader.get(names[0]) is not None  # indexes every record where it was first written
+    total = sum(p.stat().st_size for p in segment_files(directory))
+    keep = set(names[::97])
+    for name in names:
+        if name not in keep:
+            writer.delete(name)
+    assert total > 6 * SMALL
+    assert len(segment_files(directory)) <= 2  # the newest, and the one its tombstones filled
+    for reader in (writer, stale_reader, SegmentLog(directory, segment_bytes=SMALL)):
+        assert reader.list_names("log/", "") == sorted(keep)
+        assert all(reader.get(name) == name.encode() * 20 for name in keep)
+
+
+def test_deletes_made_by_different_instances_still_free_a_segment(tmp_path: Path) -> None:
+    directory = tmp_path / "s"
+    first, second = SegmentLog(directory, segment_bytes=SMALL), SegmentLog(directory, segment_bytes=SMALL)
+    names = [f"n{n:04d}" for n in range(400)]
+    for name in names:
+        first.create(name, b"y" * 500)
+    second.get(names[0])
+    for position, name in enumerate(names[:-1]):
+        (first if position % 2 else second).delete(name)
+    assert len(segment_files(directory)) <= 2
+    assert SegmentLog(directory).list_names("", "") == [names[-1]]
+
+
+def test_a_replaced_directory_is_noticed(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path / "s")
+    log.create("a", b"old")
+    shutil.rmtree(tmp_path / "s")
+    assert log.get("a") is None
+    assert not (tmp_path / "s").exists()
+    log.create("a", b"new")
+    assert SegmentLog(tmp_path / "s").get("a") == b"new"
+
+
+_CHILD = """
+import sys
+from jqueue.adapters.storage.segment_format import FILE_HEADER, OBJECT, RECORD, encode_record
+from jqueue.adapters.storage.segments import SegmentLog
+log = SegmentLog(__import__("pathlib").Path(sys.argv[1]), segment_bytes=int(sys.argv[3]))
+for n in range(10**9):
+    name = f"{sys.argv[2]}/{n:07d}"
+    try:
+        log.create(name, name.encode() * (1 + n % 300))
+    except Exception as exc:
+        if type(exc).__name__ != "CASConflictError":
+            raise
+        continue
+    print(name, flush=True)
+"""
+
+
+@pytest.mark.parametrize("writers", [1, 3])
+def test_writers_killed_at_random_moments_lose_no_acknowledged_create(tmp_path: Path, writers: int) -> None:
+    directory = tmp_path / "s"
+    acknowledged: set[str] = set()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    for round_number in range(6):
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", _CHILD, str(directory), f"w{w}", str(SMALL)],
+                stdout=subprocess.PIPE,
+                env=env,
+                text=True,
+            )
+            for w in range(writers)
+        ]
+        time.sleep(0.4 + 0.13 * round_number)
+        for child in children:
+            child.send_signal(signal.SIGKILL)
+        for child in children:
+            out, _ = child.communicate(timeout=30)
+            acknowledged |= set(out.split())
+        log = SegmentLog(directory, segment_bytes=SMALL)
+        listed = set(log.list_names("", ""))
+        assert acknowledged <= listed
+        for name in acknowledged:
+            n = int(name.rsplit("/", 1)[1])
+            assert log.get(name) == name.encode() * (1 + n % 300)
+        log.create(f"check/{round_number}", b"the tail takes new records")
+        log.close()
+    assert len(acknowledged) > 100
+
+
+async def test_the_file_adapter_keeps_a_queue_made_by_an_earlier_version_in_its_files(tmp_path: Path) -> None:
+    legacy = tmp_path / "q.json.d" / "log"
+    legacy.mkdir(parents=True)
+    (legacy / "00000000000000000001").write_bytes(b"old entry")
+    storage = LocalFileSystemStorage(tmp_path / "q.json")
+    assert storage.namespace == tmp_path / "q.json.d"
+    assert await storage.get("log/00000000000000000001") == b"old entry"
+    await storage.create("log/00000000000000000002", b"new entry")
+    assert (legacy / "00000000000000000002").read_bytes() == b"new entry"
+    assert not (tmp_path / "q.json.segments").exists()
