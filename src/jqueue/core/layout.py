@@ -11,6 +11,7 @@ layout.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Literal
 
 from jqueue.core.formats.marker import decode_marker
@@ -51,13 +52,18 @@ class StoreOpener:
         self.settings = settings
         self._store: CommitStore | None = None
         self._opening = asyncio.Lock()
+        self.on_commit: Callable[[], None] | None = None
+        """Given to the store, which calls it after each commit that landed."""
 
     async def store(self) -> CommitStore:
         """Return the store, opening it on the first call."""
         if self._store is None:
             async with self._opening:
                 if self._store is None:
-                    self._store = await self._open()
+                    store = await self._open()
+                    if self.on_commit is not None:
+                        store.on_commit = self.on_commit
+                    self._store = store
         return self._store
 
     async def close(self) -> None:

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Self, overload
 
+from jqueue.core.changes import ChangeFeed
 from jqueue.core.commits import Commits, Housekeeping
 from jqueue.core.layout import Layout, StoreOpener
 from jqueue.core.management import ManagementCalls, entrypoint_set
@@ -93,6 +94,9 @@ class JobQueue(ManagementCalls):
         self.storage_timeout = storage_timeout
         self.policy = policy or QueuePolicy()
         self._opener = StoreOpener(timed(storage, storage_timeout), retry, layout, log or LogSettings())
+        self.changes = ChangeFeed(storage)
+        """Wakes idle callers when the queue may have changed (see ``Worker``)."""
+        self._opener.on_commit = self.changes.notify
         self._commits = strategy(self._opener, Housekeeping(self.policy), StorageUse(storage))
 
     async def __aenter__(self) -> Self:
@@ -102,7 +106,10 @@ class JobQueue(ManagementCalls):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._commits.close()
+        try:
+            await self._commits.close()
+        finally:
+            self.changes.close()
 
     async def checkpoint(self) -> bool:
         """Write a checkpoint of the queue now (log layout); False for the single object, which has none."""

@@ -85,6 +85,8 @@ class CommitStore(ABC):
         self.index = QueueIndex()
         self._loaded = False
         self._turn = asyncio.Lock()  # a refresh must never run inside another call's transaction
+        self.on_commit: Callable[[], None] = _nothing
+        """Called after each commit that landed (the queue wakes its idle callers)."""
 
     @abstractmethod
     async def refresh(self) -> None:
@@ -197,6 +199,7 @@ class CommitStore(ABC):
                 self._landed(effects)
             except Exception:  # a landed commit is never undone; bookkeeping may be retried later
                 logger.exception("after a commit to %s", self.location)
+            self.on_commit()
             return answer
 
 
@@ -237,3 +240,7 @@ class SingleObjectStore(CommitStore):
         if not all(isinstance(p, bytes) for p in payloads):
             raise ValueError("the single-object layout keeps every payload in memory")
         return [p for p in payloads if isinstance(p, bytes)]
+
+
+def _nothing() -> None:
+    """The default ``on_commit``."""

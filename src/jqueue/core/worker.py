@@ -25,7 +25,7 @@ from jqueue.domain.errors import (
 from jqueue.domain.models import Job
 from jqueue.domain.policy import Backoff
 from jqueue.domain.times import utc_now
-from jqueue.ports.queue import Queue
+from jqueue.ports.queue import ChangeSource, Queue
 
 logger = logging.getLogger("jqueue.worker")
 
@@ -222,8 +222,12 @@ class Worker:
         self, running: set[asyncio.Task[None]], pools: HandlerPools, until_empty: bool
     ) -> None:
         idle = self.poll_interval.total_seconds()
+        feeds = [
+            feed for queue in self.queues if isinstance(feed := getattr(queue, "changes", None), ChangeSource)
+        ]
         while not self._stopping.is_set():
             free = self.concurrency - len(running)
+            seen = [feed.generation for feed in feeds]
             if free > 0:
                 try:
                     claimed = await self._claim(free)
@@ -245,16 +249,29 @@ class Worker:
                     return
                 wait = min(idle, retry_in) if retry_in > 0 else idle
                 idle = min(self.max_poll_interval.total_seconds(), idle * 2)
+                if await self._wait_any(running, wait, list(zip(feeds, seen, strict=True))):
+                    idle = self.poll_interval.total_seconds()
             else:
-                wait = None
-            await self._wait_any(running, wait)
+                await self._wait_any(running, None, [])
 
-    async def _wait_any(self, running: set[asyncio.Task[None]], seconds: float | None) -> None:
+    async def _wait_any(
+        self, running: set[asyncio.Task[None]], seconds: float | None, feeds: list[tuple[ChangeSource, int]]
+    ) -> bool:
+        """Wait for a running job to end, a stop, a change of a queue (when ``seconds`` is
+        given) or ``seconds``; True if a queue changed."""
         stopping = asyncio.create_task(self._stopping.wait())
+        changes = [
+            asyncio.ensure_future(feed.wait(seen, seconds)) for feed, seen in feeds if seconds is not None
+        ]
         try:
-            await asyncio.wait({stopping, *running}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {stopping, *running, *changes}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             stopping.cancel()
+            for change in changes:
+                change.cancel()
+        return any(feed.generation != seen for feed, seen in feeds)
 
     def _outage(self, exc: JQueueError, doing: str) -> bool:
         """Note a transient storage failure; False (and the worker stopping) once the storage has

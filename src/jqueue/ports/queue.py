@@ -69,3 +69,17 @@ class Queue(SupportsHeartbeat, Protocol):
     async def release(self, job_id: Job | str) -> None:
         """Return a claimed job to the queue at once, not as a failure."""
         ...
+
+
+@runtime_checkable
+class ChangeSource(Protocol):
+    """Tells idle callers that a queue may have changed (``JobQueue.changes``)."""
+
+    @property
+    def generation(self) -> int:
+        """A number that grows at each change."""
+        ...
+
+    async def wait(self, seen: int, seconds: float) -> int:
+        """Return the generation once it is past ``seen``, or after ``seconds``."""
+        ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 
@@ -82,4 +83,18 @@ class KeyedStoragePort(ObjectStoragePort, Protocol):
 
     async def delete(self, name: str) -> None:
         """Remove the object; a missing object is not an error."""
+        ...
+
+
+@runtime_checkable
+class ChangeSignalPort(Protocol):
+    """A backend that can tell when its queue may have changed, so that idle workers need not poll.
+
+    The local file adapter is one (Linux inotify on its segment directory).
+    """
+
+    def watch_changes(self, callback: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``callback`` in the running event loop after each change (spurious calls are
+        allowed, missed ones are not); return the call that stops it, or None if this backend
+        cannot watch this queue now (the caller polls, and may ask again later)."""
         ...

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from jqueue.adapters.storage.file_watch import DirectoryWatch
 from jqueue.adapters.storage.names import checked_name, checked_prefix
 from jqueue.adapters.storage.object_files import NamedObjects, ObjectFiles, durable_temp, fsync_dir
 from jqueue.adapters.storage.segments import SegmentLog
@@ -52,6 +53,7 @@ class LocalFileSystemStorage:
         self._orphans_swept = False
         self._files = ObjectFiles(self.path.with_name(self.path.name + ".d"))
         self._segments = SegmentLog(self.path.with_name(self.path.name + ".segments"))
+        self._watch: DirectoryWatch | None = None
 
     @property
     def namespace(self) -> Path:
@@ -135,6 +137,17 @@ class LocalFileSystemStorage:
         """Remove the named object if it exists."""
         checked_name(name)
         await asyncio.to_thread(self._named, "delete", name, lambda objects: objects.delete(name))
+
+    def watch_changes(self, callback: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``callback`` after another commit to this queue's segments (inotify, on Linux);
+        None for a queue not created yet, one made by an earlier version, or without inotify."""
+        if self._watch is None:
+            if self._files.directory.is_dir():
+                return None
+            self._watch = DirectoryWatch.start(self._segments.directory)
+            if self._watch is None:
+                return None
+        return self._watch.subscribe(callback)
 
     def _named(self, verb: str, name: str, call: Callable[[NamedObjects], T]) -> T:
         objects: NamedObjects = self._files if self._files.directory.is_dir() else self._segments

@@ -49,6 +49,7 @@ from jqueue.adapters.storage.segment_format import (
     whole_record_after,
     write_at,
 )
+from jqueue.adapters.storage.segment_index import Place, SegmentIndex
 from jqueue.domain.errors import CASConflictError, CorruptStateError
 
 SEGMENT_BYTES = 8 << 20
@@ -61,14 +62,6 @@ class _Segment:
     number: int
     fd: int
     capacity: int
-    live: int = 0
-
-
-@dataclass(slots=True, frozen=True)
-class _Place:
-    segment: int
-    offset: int
-    size: int
 
 
 class SegmentLog:
@@ -91,8 +84,7 @@ class SegmentLog:
         self._lock_id: tuple[int, int] | None = None
         self._holding = False
         self._segments: dict[int, _Segment] = {}
-        self._names: dict[str, _Place] = {}
-        self._shadows: dict[str, list[_Place]] = {}
+        self._index = SegmentIndex()
         self._tail = 0
         self._end = 0
         self._dirty = False
@@ -105,11 +97,11 @@ class SegmentLog:
         with self._mutex:
             if not self._ready(create=False):
                 return None
-            place = self._names.get(name)
+            place = self._index.places.get(name)
             if place is not None and (found := self._read_live(name, place)) is not None:
                 return found
             self._catch_up()
-            place = self._names.get(name)
+            place = self._index.places.get(name)
             return None if place is None else self._read_live(name, place)
 
     def create(self, name: str, content: bytes) -> None:
@@ -119,7 +111,7 @@ class SegmentLog:
             with self._locked(fcntl.LOCK_EX):
                 self._catch_up()
                 self._repair_tail()
-                place = self._names.get(name)
+                place = self._index.places.get(name)
                 if place is not None and self._is_live(name, place):
                     raise CASConflictError(f"{self.directory.as_uri()}/{name} exists")
                 tail = self._tail
@@ -132,8 +124,8 @@ class SegmentLog:
             if not self._ready(create=False):
                 return []
             self._catch_up()
-            found = sorted(n for n in self._names if n.startswith(prefix) and n > start_after)
-            return [n for n in found if self._is_live(n, self._names[n])]
+            found = sorted(n for n in self._index.places if n.startswith(prefix) and n > start_after)
+            return [n for n in found if self._is_live(n, self._index.places[n])]
 
     def delete(self, name: str) -> None:
         """Remove the object if it exists."""
@@ -144,7 +136,7 @@ class SegmentLog:
                 self._catch_up()
                 self._repair_tail()
                 tail = self._tail
-                if name in self._names:
+                if name in self._index.places:
                     self._kill(name)
                 self._tidy(since=tail)
 
@@ -246,9 +238,7 @@ class SegmentLog:
                 return position, True
             body = memoryview(buffer)[at + RECORD.size : at + size]
             name = bytes(body[:name_length]).decode()
-            self._index(
-                segment, _Place(segment.number, position, size), kind, flags, name, body[name_length:]
-            )
+            self._note(Place(segment.number, position, size), kind, flags, name, body[name_length:])
             position += size
         return position, False
 
@@ -260,41 +250,16 @@ class SegmentLog:
             where = f"{self._path(segment.number).as_uri()}#{end}"
             raise CorruptStateError(where, f"a damaged record, with a whole record {found} bytes after it")
 
-    def _index(
-        self, segment: _Segment, place: _Place, kind: int, flags: int, name: str, content: memoryview | bytes
-    ) -> None:
-        if kind == TOMBSTONE:
-            self._unindex(name, *TOMBSTONE_PLACE.unpack(content))
-        elif kind == OBJECT and not flags & DELETED:
-            earlier = self._names.get(name)
-            if earlier is not None:
-                self._shadows.setdefault(name, []).append(earlier)
-            self._names[name] = place
-            segment.live += place.size
-
-    def _unindex(self, name: str, segment: int, offset: int) -> None:
-        """Forget the record of ``name`` at this place (its current one or an older copy)."""
-        place = self._names.get(name)
-        shadows = self._shadows.get(name, [])
-        if place is not None and (place.segment, place.offset) == (segment, offset):
-            if shadows:
-                self._names[name] = shadows.pop()
-            else:
-                del self._names[name]
-        else:
-            matching = [p for p in shadows if (p.segment, p.offset) == (segment, offset)]
-            if not matching:
-                return
-            place = matching[0]
-            shadows.remove(place)
-        if not shadows:
-            self._shadows.pop(name, None)
-        if (owner := self._segments.get(segment)) is not None:
-            owner.live -= place.size
-
     # --- records --------------------------------------------------------------------------
 
-    def _read_live(self, name: str, place: _Place) -> bytes | None:
+    def _note(self, place: Place, kind: int, flags: int, name: str, content: memoryview | bytes) -> None:
+        """Index a record just read or written."""
+        if kind == TOMBSTONE:
+            self._index.remove(name, *TOMBSTONE_PLACE.unpack(content))
+        elif kind == OBJECT and not flags & DELETED:
+            self._index.add(name, place)
+
+    def _read_live(self, name: str, place: Place) -> bytes | None:
         """Return the record's content, or None (and forget it) if it was deleted."""
         segment = self._segments.get(place.segment)
         if segment is None:
@@ -308,16 +273,16 @@ class SegmentLog:
             where = f"{self._path(place.segment).as_uri()}#{place.offset}"
             raise CorruptStateError(where, f"the record of {name!r} fails its checksum")
         if data[FLAGS_AT] & DELETED:
-            self._unindex(name, place.segment, place.offset)
+            self._index.remove(name, place.segment, place.offset)
             return None
         return data[RECORD.size + len(name.encode()) :]
 
-    def _is_live(self, name: str, place: _Place) -> bool:
+    def _is_live(self, name: str, place: Place) -> bool:
         """Whether the record is not deleted (forgetting it if it is)."""
         segment = self._segments.get(place.segment)
         if segment is not None and not os.pread(segment.fd, 1, place.offset + FLAGS_AT)[0] & DELETED:
             return True
-        self._unindex(name, place.segment, place.offset)
+        self._index.remove(name, place.segment, place.offset)
         return False
 
     def _append(self, kind: int, name: str, content: bytes) -> _Segment:
@@ -327,9 +292,9 @@ class SegmentLog:
         if segment is None or self._end + len(record) + RECORD.size > segment.capacity:
             segment = self._roll(len(record))
         write_at(segment.fd, record, self._end)
-        place = _Place(segment.number, self._end, len(record))
+        place = Place(segment.number, self._end, len(record))
         self._end += len(record)
-        self._index(segment, place, kind, 0, name, content)
+        self._note(place, kind, 0, name, content)
         return segment
 
     def _roll(self, size: int) -> _Segment:
@@ -387,7 +352,7 @@ class SegmentLog:
 
     def _kill(self, name: str) -> None:
         """Delete every copy of ``name``: flags first (synced), then tombstones for the others."""
-        places = [self._names[name], *self._shadows.get(name, [])]
+        places = self._index.copies(name)
         touched = {place.segment: self._segments[place.segment] for place in places}
         for place in places:
             write_at(touched[place.segment].fd, bytes([DELETED]), place.offset + FLAGS_AT)
@@ -411,24 +376,24 @@ class SegmentLog:
     def _reclaim(self, segment: _Segment) -> None:
         """Unlink a sealed segment with nothing live, moving the live records of a sparse one
         to the end first."""
-        if segment.number == self._tail or segment.live * 4 >= segment.capacity:
+        if segment.number == self._tail or self._index.live[segment.number] * 4 >= segment.capacity:
             return
         moved = {}
-        for name, place in [(n, p) for n, p in self._names.items() if p.segment == segment.number]:
+        for name, place in self._index.current_in(segment.number):
             content = self._read_live(name, place)
             if content is not None:
                 target = self._append(OBJECT, name, content)
                 moved[target.number] = target
         for target in moved.values():
             os.fdatasync(target.fd)
-        left = [(n, p) for n, ps in self._shadows.items() for p in ps if p.segment == segment.number]
-        for name, place in left:
+        for name, place in self._index.shadows_in(segment.number):
             write_at(segment.fd, bytes([DELETED]), place.offset + FLAGS_AT)
             self._append(TOMBSTONE, name, TOMBSTONE_PLACE.pack(place.segment, place.offset))
         with contextlib.suppress(FileNotFoundError):
             self._path(segment.number).unlink()
         os.close(segment.fd)
         del self._segments[segment.number]
+        self._index.forget_segment(segment.number)
         fsync_dir(self.directory)
 
     # --- housekeeping ---------------------------------------------------------------------
@@ -449,7 +414,6 @@ class SegmentLog:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
         self._segments.clear()
-        self._names.clear()
-        self._shadows.clear()
+        self._index.clear()
         self._lock_fd, self._lock_id, self._tail, self._end, self._dirty = -1, None, 0, 0, False
         self._tidied = False

@@ -1,0 +1,78 @@
+"""``SegmentIndex``: where the record of each live object is, and how much of each segment lives.
+
+Pure bookkeeping for ``SegmentLog``, no I/O. An object normally has one record; while its
+record is being moved out of a sparse segment it briefly has two, and the older copies are
+its shadows until their tombstones arrive.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+
+@dataclass(slots=True, frozen=True)
+class Place:
+    """A record's segment, byte offset and size."""
+
+    segment: int
+    offset: int
+    size: int
+
+
+class SegmentIndex:
+    """The live records of a segment log, by name and by segment."""
+
+    def __init__(self) -> None:
+        self.places: dict[str, Place] = {}
+        self.live: defaultdict[int, int] = defaultdict(int)
+        self._shadows: dict[str, list[Place]] = {}
+
+    def add(self, name: str, place: Place) -> None:
+        """Record a live record of ``name``; an earlier one becomes its shadow."""
+        earlier = self.places.get(name)
+        if earlier is not None:
+            self._shadows.setdefault(name, []).append(earlier)
+        self.places[name] = place
+        self.live[place.segment] += place.size
+
+    def remove(self, name: str, segment: int, offset: int) -> None:
+        """Forget the record of ``name`` at this place (its current one or a shadow), if known."""
+        place = self.places.get(name)
+        shadows = self._shadows.get(name, [])
+        if place is not None and (place.segment, place.offset) == (segment, offset):
+            if shadows:
+                self.places[name] = shadows.pop()
+            else:
+                del self.places[name]
+        else:
+            matching = [p for p in shadows if (p.segment, p.offset) == (segment, offset)]
+            if not matching:
+                return
+            place = matching[0]
+            shadows.remove(place)
+        if not shadows:
+            self._shadows.pop(name, None)
+        self.live[segment] -= place.size
+
+    def copies(self, name: str) -> list[Place]:
+        """Every live record of ``name``, the current one first."""
+        return [self.places[name], *self._shadows.get(name, [])]
+
+    def current_in(self, segment: int) -> list[tuple[str, Place]]:
+        """The objects whose current record is in ``segment``."""
+        return [(name, place) for name, place in self.places.items() if place.segment == segment]
+
+    def shadows_in(self, segment: int) -> list[tuple[str, Place]]:
+        """The older copies that lie in ``segment``."""
+        return [(name, p) for name, places in self._shadows.items() for p in places if p.segment == segment]
+
+    def forget_segment(self, segment: int) -> None:
+        """Drop the live count of a segment that is gone."""
+        self.live.pop(segment, None)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        self.places.clear()
+        self.live.clear()
+        self._shadows.clear()
