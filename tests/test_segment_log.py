@@ -238,3 +238,37 @@ async def test_the_file_adapter_keeps_a_queue_made_by_an_earlier_version_in_its_
     await storage.create("log/00000000000000000002", b"new entry")
     assert (legacy / "00000000000000000002").read_bytes() == b"new entry"
     assert not (tmp_path / "q.json.segments").exists()
+
+
+def test_large_records_are_indexed_without_reading_them_and_checked_when_read(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path / "s")
+    big = [os.urandom(3 << 20) for _ in range(3)]
+    for n, content in enumerate(big):
+        log.create(f"big/{n}", content)
+    log.close()
+    [segment] = [path for path in segment_files(tmp_path / "s") if big[1] in path.read_bytes()]
+    data = bytearray(segment.read_bytes())
+    data[data.index(big[1]) + 12345] ^= 0xFF  # damage inside the middle record's content
+    segment.write_bytes(bytes(data))
+    fresh = SegmentLog(tmp_path / "s")
+    assert fresh.list_names("big/", "") == ["big/0", "big/1", "big/2"]
+    assert (fresh.get("big/0"), fresh.get("big/2")) == (big[0], big[2])
+    with pytest.raises(CorruptStateError) as raised:
+        fresh.get("big/1")
+    assert raised.value.location.startswith(segment.as_uri())
+
+
+def test_a_torn_large_record_at_the_tail_is_not_taken_for_a_whole_one(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path / "s")
+    log.create("small", b"x")
+    log.close()
+    [segment] = segment_files(tmp_path / "s")
+    data = bytearray(segment.read_bytes())
+    end = len(data.rstrip(b"\0"))
+    record = encode_record(OBJECT, "big", os.urandom(3 << 20))
+    data[end : end + len(record) // 2] = record[: len(record) // 2]  # the first half arrived
+    segment.write_bytes(bytes(data))
+    fresh = SegmentLog(tmp_path / "s")
+    assert fresh.list_names("", "") == ["small"]
+    fresh.create("after", b"y")
+    assert SegmentLog(tmp_path / "s").list_names("", "") == ["after", "small"]

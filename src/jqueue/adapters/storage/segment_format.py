@@ -39,8 +39,14 @@ def encode_record(kind: int, name: str, content: bytes) -> bytes:
 
 def checksum_matches(data: bytes | memoryview, at: int, end: int) -> bool:
     """Whether the record in ``data[at:end]`` has the CRC its header says."""
-    crc: int = RECORD.unpack_from(data, at)[1]
-    return zlib.crc32(data[at + RECORD.size : end], zlib.crc32(data[at + 8 : at + 15])) == crc
+    view = memoryview(data)
+    return head_matches(view[at : at + RECORD.size], view[at + RECORD.size : end], b"")
+
+
+def head_matches(head: bytes | memoryview, name: bytes | memoryview, content: bytes | memoryview) -> bool:
+    """Whether a record's header, name and content (read apart) agree with the header's CRC."""
+    crc: int = RECORD.unpack_from(head)[1]
+    return zlib.crc32(content, zlib.crc32(name, zlib.crc32(head[_CRC_FIELDS]))) == crc
 
 
 def whole_record_after(data: bytes) -> int | None:

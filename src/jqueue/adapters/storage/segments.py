@@ -43,6 +43,7 @@ from jqueue.adapters.storage.segment_format import (
     ZEROS,
     checksum_matches,
     encode_record,
+    head_matches,
     preallocate,
     segment_numbers,
     sweep_old_temporaries,
@@ -229,6 +230,13 @@ class SegmentLog:
             if magic != RECORD_MAGIC or position + size > segment.capacity:
                 self._dirty = buffer[at : at + RECORD.size] != ZEROS
                 break
+            if at + size > len(buffer) and kind == OBJECT and self._followed(segment, position + size):
+                # A record with a whole header after it was complete when that one was written:
+                # its content (checked at every read) need not be read now.
+                name = os.pread(segment.fd, name_length, position + RECORD.size).decode()
+                self._note(Place(segment.number, position, size), kind, flags, name, b"")
+                position, buffer, buffered_at = position + size, b"", position + size
+                continue
             if at + size > len(buffer):
                 buffer, buffered_at, at = os.pread(segment.fd, max(_CHUNK, size), position), position, 0
             if not checksum_matches(buffer, at, at + size):
@@ -241,6 +249,11 @@ class SegmentLog:
             self._note(Place(segment.number, position, size), kind, flags, name, body[name_length:])
             position += size
         return position, False
+
+    def _followed(self, segment: _Segment, position: int) -> bool:
+        """Whether a whole record header (of any kind) starts at ``position``."""
+        head = os.pread(segment.fd, RECORD.size, position)
+        return len(head) == RECORD.size and RECORD.unpack_from(head)[0] == RECORD_MAGIC
 
     def _check_damage(self, segment: _Segment, end: int) -> None:
         """Report a bad record that whole ones follow (nobody is appending: we hold a lock, or
@@ -264,18 +277,20 @@ class SegmentLog:
         segment = self._segments.get(place.segment)
         if segment is None:
             return None
-        data = os.pread(segment.fd, place.size, place.offset)
+        skip = RECORD.size + len(name.encode())
+        head = os.pread(segment.fd, skip, place.offset)  # apart from the content: no copy of it
+        content = os.pread(segment.fd, place.size - skip, place.offset + skip)
         if (
-            len(data) < place.size
-            or RECORD.unpack_from(data)[0] != RECORD_MAGIC
-            or not checksum_matches(data, 0, place.size)
+            len(head) + len(content) < place.size
+            or RECORD.unpack_from(head)[0] != RECORD_MAGIC
+            or not head_matches(head[: RECORD.size], head[RECORD.size :], content)
         ):
             where = f"{self._path(place.segment).as_uri()}#{place.offset}"
             raise CorruptStateError(where, f"the record of {name!r} fails its checksum")
-        if data[FLAGS_AT] & DELETED:
+        if head[FLAGS_AT] & DELETED:
             self._index.remove(name, place.segment, place.offset)
             return None
-        return data[RECORD.size + len(name.encode()) :]
+        return content
 
     def _is_live(self, name: str, place: Place) -> bool:
         """Whether the record is not deleted (forgetting it if it is)."""
