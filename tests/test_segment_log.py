@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -272,3 +274,35 @@ def test_a_torn_large_record_at_the_tail_is_not_taken_for_a_whole_one(tmp_path: 
     assert fresh.list_names("", "") == ["small"]
     fresh.create("after", b"y")
     assert SegmentLog(tmp_path / "s").list_names("", "") == ["after", "small"]
+
+
+def test_a_quick_read_never_waits_for_a_writer(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path / "s")
+    log.create("a", b"1")
+    assert log.try_get("a") == b"1"
+    [segment] = segment_files(tmp_path / "s")
+    end = len(segment.read_bytes().rstrip(b"\0"))
+    answers: list[object] = []
+
+    def quick_reads() -> None:
+        answers.extend([log.try_get("b"), log.try_get("a")])
+
+    with open(tmp_path / "s" / "lock", "rb") as lock, open(segment, "r+b") as raw:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a writer in another process, mid-append
+        try:
+            raw.seek(end)
+            raw.write(encode_record(OBJECT, "b", b"half")[:20])
+            raw.flush()
+            quick = threading.Thread(target=quick_reads)
+            quick.start()
+            quick.join(5)
+            assert answers == [None, b"1"]  # "b" is not committed yet, and was not waited for
+            full = threading.Thread(target=log.get, args=("b",))
+            full.start()
+            full.join(0.3)
+            assert full.is_alive()  # a full read waits to tell a torn record from damage
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    full.join(10)
+    quick.join(10)
+    assert not full.is_alive()

@@ -14,7 +14,7 @@ from typing import TypeVar
 from jqueue.adapters.storage.file_watch import DirectoryWatch
 from jqueue.adapters.storage.names import checked_name, checked_prefix
 from jqueue.adapters.storage.object_files import NamedObjects, ObjectFiles, durable_temp, fsync_dir
-from jqueue.adapters.storage.segments import SegmentLog
+from jqueue.adapters.storage.segments import Busy, SegmentLog
 from jqueue.domain.errors import CASConflictError, StorageError
 
 T = TypeVar("T")
@@ -118,6 +118,10 @@ class LocalFileSystemStorage:
     async def get(self, name: str) -> bytes | None:
         """Return the named object's content, or None."""
         checked_name(name)
+        if not self._files.directory.is_dir():  # a small record in the page cache: no thread
+            found = self._named("read", name, lambda _: self._segments.try_get(name))
+            if not isinstance(found, Busy):
+                return found
         return await asyncio.to_thread(self._named, "read", name, lambda objects: objects.get(name))
 
     async def create(self, name: str, content: bytes) -> None:

@@ -20,7 +20,9 @@ Methods block and are thread-safe; the storage adapter calls them from worker th
 from __future__ import annotations
 
 import contextlib
+import enum
 import fcntl
+import math
 import os
 import threading
 import uuid
@@ -54,6 +56,16 @@ from jqueue.adapters.storage.segment_index import Place, SegmentIndex
 from jqueue.domain.errors import CASConflictError, CorruptStateError
 
 SEGMENT_BYTES = 8 << 20
+_QUICK_BYTES = 1 << 20
+
+
+class Busy(enum.Enum):
+    """``try_get`` could not answer without blocking."""
+
+    BUSY = "busy"
+
+
+BUSY = Busy.BUSY
 _FIRST_READ = 4096
 _CHUNK = 1 << 20
 
@@ -90,20 +102,45 @@ class SegmentLog:
         self._end = 0
         self._dirty = False
         self._tidied = False
+        self._quick = False
 
     # --- the four calls -----------------------------------------------------------------
 
     def get(self, name: str) -> bytes | None:
         """Return the object's content, or None."""
         with self._mutex:
-            if not self._ready(create=False):
-                return None
+            found = self._get(name, math.inf)
+        assert not isinstance(found, Busy)
+        return found
+
+    def try_get(self, name: str) -> bytes | Busy | None:
+        """``get`` if it cannot block: no other thread is in a call, the record is small, and
+        no writer's half-written record must be waited for; else ``BUSY``."""
+        if not self._mutex.acquire(blocking=False):
+            return BUSY
+        try:
+            if self._tail == 0:
+                return BUSY  # the first look reads every segment
+            self._quick = True
+            return self._get(name, _QUICK_BYTES)
+        finally:
+            self._quick = False
+            self._mutex.release()
+
+    def _get(self, name: str, largest: float) -> bytes | Busy | None:
+        if not self._ready(create=False):
+            return None
+        for attempt in range(2):
+            if attempt:
+                self._catch_up()
             place = self._index.places.get(name)
-            if place is not None and (found := self._read_live(name, place)) is not None:
+            if place is None:
+                continue
+            if place.size > largest:
+                return BUSY
+            if (found := self._read_live(name, place)) is not None:
                 return found
-            self._catch_up()
-            place = self._index.places.get(name)
-            return None if place is None else self._read_live(name, place)
+        return None
 
     def create(self, name: str, content: bytes) -> None:
         """Append the object, durably, unless a live object has this name."""
@@ -194,6 +231,8 @@ class SegmentLog:
                     )
                 self._tail = segment.number
                 self._end, sealed = self._scan(segment, FILE_HEADER.size)
+        if self._dirty and self._quick:
+            return  # a writer may be mid-append: its record is not committed yet
         if self._dirty and not self._holding:
             with self._locked(fcntl.LOCK_SH):  # no writer is mid-append now: look again
                 self._catch_up()
