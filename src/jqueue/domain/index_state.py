@@ -350,6 +350,9 @@ class IndexState:
         self._record_undo(lambda: self._insert(record))
 
     def _update(self, record: JobRecord, state: ClaimState) -> None:
+        if self._journal is None:  # a replay: nothing to undo
+            self._set(record, state)
+            return
         before = record.claim_state()
         self._set(record, state)
         self._record_undo(lambda: self._set(record, before))
