@@ -1,0 +1,373 @@
+"""Benchmark jqueue on a local file against the durable job queues a user would pick instead.
+
+Systems: jqueue (``BrokerQueue`` and ``DirectQueue`` on a file root, from the source tree this
+tool sits in), Huey on SQLite (WAL, ``synchronous=FULL``), persist-queue's ``SQLiteAckQueue``
+(WAL, ``synchronous=FULL``; producer scenarios only), pgqueuer on a PostgreSQL cluster that the
+tool starts on 127.0.0.1 with ``fsync`` and ``synchronous_commit`` on (skipped when ``initdb`` is
+not on the PATH), and ``raw``: loops of bare durable writes on the same disk. SAQ and arq need
+``redis-server``, which is skipped with a message when absent. The peers are installed into
+their own virtual environment, ``.bench/peers-venv``, from ``tools/peers/requirements.txt``
+(never into the project's ``.venv``); without network they are skipped with a message.
+
+Scenarios, each run in fresh processes, rounds interleaved across systems:
+
+- ``sequential``: one producer enqueues ``--jobs`` jobs of 1 KB one at a time, each durable;
+  jobs/s and the producer's CPU per job (all its threads; PostgreSQL's own CPU apart);
+- ``batch``: the same jobs in batches of 100 (one by one where a system has no batch API);
+- ``drain``: ``--workers`` worker processes (concurrency 10 each) drain ``--jobs`` jobs
+  enqueued beforehand; timed from the moment the started workers are told to go until the
+  last job is done;
+- ``latency``: one producer at ``--rate`` jobs/s for ``--latency-jobs`` jobs and one worker
+  process of concurrency 10 with the system's default polling; enqueue-to-finished p50/p95/p99;
+- ``raw``: the physical limit, ``--jobs`` durable writes of 1.2 KB in the patterns of
+  ``RAW_PATTERNS``.
+
+Example (about ten minutes)::
+
+    .venv/bin/python tools/benchmark_peers.py --json bench-results/peers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ROOT / "tools" / "peers"
+sys.path.insert(0, str(PEERS))
+
+from common import percentiles, read_latencies, stop, wait_until_done  # noqa: E402
+from peer_servers import Postgres, start_postgres  # noqa: E402
+from raw_writes import RAW_PATTERNS  # noqa: E402
+
+SCENARIOS = ("sequential", "batch", "drain", "latency", "raw")
+RUN_TIMEOUT = 900.0
+
+
+@dataclass(frozen=True)
+class System:
+    """A queue under test: its runner script, the Python that runs it and what it supports."""
+
+    name: str
+    runner: str
+    arguments: tuple[str, ...]
+    scenarios: tuple[str, ...]
+    peer: bool = False
+    postgres: bool = False
+
+
+SYSTEMS = {
+    system.name: system
+    for system in [
+        System("jqueue-file-broker", "run_jqueue.py", ("broker",), SCENARIOS[:4]),
+        System("jqueue-file-direct", "run_jqueue.py", ("direct",), SCENARIOS[:4]),
+        System("huey-sqlite", "run_huey.py", (), SCENARIOS[:4], peer=True),
+        System("persistqueue-sqlite", "run_persistqueue.py", (), ("sequential", "batch"), peer=True),
+        System("pgqueuer-postgres", "run_pgqueuer.py", (), SCENARIOS[:4], peer=True, postgres=True),
+        System("raw", "", (), ("raw",)),
+    ]
+}
+REDIS_PEERS = ("saq-redis", "arq-redis")
+
+
+class Bench:
+    """One benchmark run: its options, the environments and servers it made, and its results."""
+
+    def __init__(self, options: argparse.Namespace, scratch: Path) -> None:
+        self.options = options
+        self.scratch = scratch
+        self.peer_python: Path | None = None
+        self.postgres: Postgres | None = None
+        self.results: list[dict[str, Any]] = []
+        self._databases = 0
+
+    def python_for(self, system: System) -> tuple[Path, dict[str, str]]:
+        """The interpreter and environment of a system's runner."""
+        if system.peer:
+            assert self.peer_python is not None
+            return self.peer_python, dict(os.environ)
+        return Path(sys.executable), {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+    def runner(self, system: System, workdir: Path, *arguments: str) -> list[str]:
+        """The command line of a runner call (without the interpreter)."""
+        return [str(PEERS / system.runner), *system.arguments, *arguments[:1], str(workdir), *arguments[1:]]
+
+    def environment(self, system: System, workdir: Path) -> dict[str, str]:
+        """The runner's environment: where its files go, and a fresh database for pgqueuer."""
+        _, env = self.python_for(system)
+        env["BENCH_WORKDIR"] = str(workdir)
+        if system.postgres:
+            assert self.postgres is not None
+            self._databases += 1
+            env["PGQ_DSN"] = self.postgres.new_database(f"bench{self._databases}")
+            self.call(system, workdir, env, "install")
+        return env
+
+    def call(self, system: System, workdir: Path, env: dict[str, str], *arguments: str) -> dict[str, Any]:
+        """Run a runner to its end and return the JSON it printed."""
+        python, _ = self.python_for(system)
+        done = subprocess.run(
+            [str(python), *self.runner(system, workdir, *arguments)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{system.name} {arguments[0]} failed: {done.stderr.strip()[-2000:]}")
+        lines = done.stdout.strip().splitlines()
+        return json.loads(lines[-1]) if lines else {}
+
+    @contextmanager
+    def workers(
+        self, system: System, workdir: Path, env: dict[str, str], kind: str, count: int
+    ) -> Iterator[list[subprocess.Popen[bytes]]]:
+        """Start ``count`` worker processes, wait until each is ready, then tell them to go."""
+        python, _ = self.python_for(system)
+        children = [
+            subprocess.Popen(
+                [str(python), *self.runner(system, workdir, kind, "--index", str(n))],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for n in range(count)
+        ]
+        try:
+            deadline = time.monotonic() + 120
+            while len(list(workdir.glob("ready-*"))) < count:
+                if time.monotonic() > deadline or any(child.poll() is not None for child in children):
+                    raise RuntimeError(f"{system.name}: the workers did not start")
+                time.sleep(0.01)
+            (workdir / "go").touch()
+            yield children
+        finally:
+            stop(children)
+
+    def scenario(self, system: System, scenario: str) -> dict[str, Any]:
+        """Run one scenario of one system in a fresh directory."""
+        workdir = Path(tempfile.mkdtemp(prefix=f"{system.name}-{scenario}-", dir=self.scratch))
+        jobs, options = self.options.jobs, self.options
+        try:
+            if scenario == "raw":
+                return {"patterns": {name: write(workdir, jobs) for name, write in RAW_PATTERNS.items()}}
+            env = self.environment(system, workdir)
+            server_cpu = self.postgres.cpu_seconds() if system.postgres and self.postgres else None
+            if scenario in ("sequential", "batch"):
+                result = self.call(system, workdir, env, scenario, "--jobs", str(jobs))
+            elif scenario == "drain":
+                self.call(system, workdir, env, "fill", "--jobs", str(jobs))
+                with self.workers(system, workdir, env, "drain-worker", options.workers) as children:
+                    started = time.monotonic()
+                    ended = wait_until_done(workdir, jobs, RUN_TIMEOUT, children)
+                result = {
+                    "seconds": round(ended - started, 3),
+                    "jobs_per_s": round(jobs / (ended - started), 1),
+                }
+            else:
+                count = options.latency_jobs
+                self.call(system, workdir, env, "fill", "--jobs", "0")  # the queue exists, as in use
+                with self.workers(system, workdir, env, "latency-worker", 1):
+                    self.call(
+                        system, workdir, env, "paced", "--jobs", str(count), "--rate", str(options.rate)
+                    )
+                    wait_until_done(workdir, count, 120, [])
+                result = percentiles(read_latencies(workdir))
+            if server_cpu is not None and self.postgres is not None and "jobs_per_s" in result:
+                spent = self.postgres.cpu_seconds() - server_cpu
+                result["server_cpu_ms_per_job"] = round(spent * 1000 / jobs, 4)
+            return result
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def prepare_peers(bench: Bench, wanted: list[System]) -> dict[str, str]:
+    """Make the peers' venv and PostgreSQL as needed; return the systems skipped, with why."""
+    skipped: dict[str, str] = {}
+    if any(system.peer for system in wanted):
+        try:
+            bench.peer_python = peer_venv()
+        except (OSError, subprocess.CalledProcessError) as exc:
+            for system in wanted:
+                if system.peer:
+                    skipped[system.name] = f"could not install the peers ({exc})"
+    if any(system.postgres and system.name not in skipped for system in wanted):
+        if shutil.which("initdb") is None or shutil.which("pg_ctl") is None:
+            skipped["pgqueuer-postgres"] = "initdb/pg_ctl not on the PATH"
+        else:
+            try:
+                bench.postgres = start_postgres()
+            except (OSError, subprocess.SubprocessError) as exc:
+                detail = getattr(exc, "stderr", b"") or b""
+                skipped["pgqueuer-postgres"] = (
+                    f"PostgreSQL did not start: {exc} {detail.decode(errors='replace')[-300:]}"
+                )
+    return skipped
+
+
+def peer_venv() -> Path:
+    """Create (or reuse) ``.bench/peers-venv`` with the pinned peers; return its python."""
+    venv = ROOT / ".bench" / "peers-venv"
+    requirements = PEERS / "requirements.txt"
+    stamp = venv / ".installed"
+    wanted = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    python = venv / "bin" / "python"
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return python
+    print(f"installing the peers into {venv} (once)...", file=sys.stderr)
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    pip = [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "-r",
+        str(requirements),
+    ]
+    subprocess.run(pip, check=True, timeout=900)
+    stamp.write_text(wanted)
+    return python
+
+
+def report(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
+    """The tables of a run: the median of the rounds per system and scenario, with the spread."""
+    lines = []
+    for scenario in SCENARIOS:
+        rows = [r for r in results if r["scenario"] == scenario]
+        if not rows:
+            continue
+        lines.append(f"\n{scenario}")
+        for name in dict.fromkeys(r["system"] for r in rows):
+            mine = [r for r in rows if r["system"] == name]
+            failed = [r["error"] for r in mine if "error" in r]
+            good = [r for r in mine if "error" not in r]
+            lines.append(
+                f"  {name:22s} {summary(scenario, good)}" + (f"  failed: {failed[0]}" if failed else "")
+            )
+    for name, why in skipped.items():
+        lines.append(f"skipped {name}: {why}")
+    return "\n".join(lines)
+
+
+def summary(scenario: str, rows: list[dict[str, Any]]) -> str:
+    """One system's figures for a scenario, over its rounds."""
+    if not rows:
+        return "-"
+    if scenario == "latency":
+        keys = ("p50_ms", "p95_ms", "p99_ms", "max_ms")
+        return "  ".join(f"{k[:-3]} {statistics.median(r[k] for r in rows):8.1f} ms" for k in keys)
+    if scenario == "raw":
+        parts = []
+        for pattern in rows[0]["patterns"]:
+            rates = [r["patterns"][pattern]["ops_per_s"] for r in rows]
+            cpu = statistics.median(r["patterns"][pattern]["cpu_ms_per_op"] for r in rows)
+            spread = f"({min(rates):.0f}-{max(rates):.0f})"
+            parts.append(f"{pattern}: {statistics.median(rates):8.0f} ops/s {spread}, cpu {cpu:.3f} ms")
+        return "\n  " + " " * 23 + ("\n  " + " " * 23).join(parts)
+    rates = [r["jobs_per_s"] for r in rows]
+    text = f"{statistics.median(rates):9.0f} jobs/s ({min(rates):.0f}-{max(rates):.0f})"
+    if all("cpu_ms_per_job" in r for r in rows):
+        text += f"  cpu {statistics.median(r['cpu_ms_per_job'] for r in rows):.3f} ms/job"
+    if all("server_cpu_ms_per_job" in r for r in rows):
+        text += f" + server {statistics.median(r['server_cpu_ms_per_job'] for r in rows):.3f}"
+    notes = {r["note"] for r in rows if "note" in r}
+    return text + (f"  ({', '.join(notes)})" if notes else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--systems", default=",".join([*SYSTEMS, *REDIS_PEERS]), help="comma-separated systems"
+    )
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated scenarios")
+    parser.add_argument(
+        "--jobs", type=int, default=10_000, help="jobs per throughput scenario (default 10,000)"
+    )
+    parser.add_argument("--latency-jobs", type=int, default=1_000, help="jobs of the latency scenario")
+    parser.add_argument("--rate", type=float, default=100.0, help="jobs/s of the latency producer")
+    parser.add_argument("--workers", type=int, default=10, help="worker processes of the drain scenario")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, interleaved across systems")
+    parser.add_argument("--dir", type=Path, default=None, help="where the queues go (default: a temp dir)")
+    parser.add_argument("--json", type=Path, default=None, help="write every result to this file")
+    options = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C: PostgreSQL too
+    names, scenarios = options.systems.split(","), options.scenarios.split(",")
+    unknown = [n for n in names if n not in SYSTEMS and n not in REDIS_PEERS] + [
+        s for s in scenarios if s not in SCENARIOS
+    ]
+    if unknown:
+        parser.error(f"unknown systems or scenarios: {', '.join(unknown)}")
+    print("$ " + " ".join([Path(sys.executable).name, *sys.argv]), flush=True)
+    skipped = {n: "needs redis-server, which is not on the PATH" for n in names if n in REDIS_PEERS}
+    skipped.update(
+        {
+            n: "needs redis-server; not measured by this tool yet"
+            for n in names
+            if n in REDIS_PEERS and shutil.which("redis-server")
+        }
+    )
+    wanted = [SYSTEMS[n] for n in names if n in SYSTEMS]
+    scratch = Path(tempfile.mkdtemp(prefix="jqueue-peers-", dir=options.dir))
+    bench = Bench(options, scratch)
+    started = time.monotonic()
+    try:
+        skipped.update(prepare_peers(bench, wanted))
+        for round_number in range(1, options.rounds + 1):
+            for scenario in scenarios:
+                for system in wanted:
+                    if system.name in skipped or scenario not in system.scenarios:
+                        continue
+                    row: dict[str, Any] = {"system": system.name, "scenario": scenario, "round": round_number}
+                    try:
+                        row |= bench.scenario(system, scenario)
+                    except (RuntimeError, TimeoutError, subprocess.TimeoutExpired, OSError) as exc:
+                        row["error"] = str(exc).splitlines()[-1][:300] if str(exc) else type(exc).__name__
+                    bench.results.append(row)
+                    print(f"[round {round_number}] {system.name} {scenario}: {short(row)}", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted: the results so far follow", file=sys.stderr)
+    finally:
+        if bench.postgres is not None:
+            bench.postgres.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(report(bench.results, skipped))
+    print(f"\nwall time {time.monotonic() - started:.0f} s")
+    if options.json is not None:
+        options.json.parent.mkdir(parents=True, exist_ok=True)
+        document = {"command": sys.argv, "options": {k: str(v) for k, v in vars(options).items()}}
+        options.json.write_text(
+            json.dumps({**document, "skipped": skipped, "results": bench.results}, indent=1)
+        )
+    return 0
+
+
+def short(row: dict[str, Any]) -> str:
+    """A progress line's figure."""
+    for key in ("error", "jobs_per_s", "p50_ms"):
+        if key in row:
+            return f"{key} {row[key]}"
+    return "done"
+
+
+if __name__ == "__main__":
+    with suppress(BrokenPipeError):
+        raise SystemExit(main())

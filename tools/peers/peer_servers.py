@@ -1,0 +1,121 @@
+"""A throwaway PostgreSQL cluster on 127.0.0.1 for ``benchmark_peers.py`` (``initdb`` and ``pg_ctl``
+from the PATH; ``fsync`` and ``synchronous_commit`` on, as by default)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _as_owner() -> list[str]:
+    """PostgreSQL refuses to run as root: then it runs as ``nobody`` (through ``runuser``)."""
+    return ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
+
+
+class Postgres:
+    """A running cluster: its directory (removed by ``stop``), data directory and port."""
+
+    def __init__(self, base: Path, port: int) -> None:
+        self.base = base
+        self.data = base / "data"
+        self.port = port
+
+    def dsn(self, database: str = "postgres") -> str:
+        """The connection string of a database."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def new_database(self, name: str) -> str:
+        """Create an empty database and return its connection string."""
+        self.sql(f"CREATE DATABASE {name}")
+        return self.dsn(name)
+
+    def sql(self, statement: str) -> None:
+        """Run one SQL statement as the superuser."""
+        psql = ["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-q", "-c", statement]
+        subprocess.run(psql, check=True, capture_output=True, timeout=60)
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the server and all its processes so far (reaped ones included)."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        total = 0
+        for pid in [postmaster, *_children(postmaster)]:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # it just ended
+                continue
+            total += sum(int(f) for f in fields[11:13])  # utime, stime
+            if pid == postmaster:
+                total += sum(int(f) for f in fields[13:15])  # cutime, cstime: its reaped children
+        return total / ticks
+
+    def stop(self) -> None:
+        """Stop the cluster (fast shutdown)."""
+        subprocess.run(
+            ["pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"], capture_output=True, timeout=60
+        )
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent:
+                found.append(int(entry.name))
+    return found
+
+
+def start_postgres() -> Postgres:
+    """Initialise a cluster in a new temporary directory and start it on a free port of 127.0.0.1."""
+    base = Path(tempfile.mkdtemp(prefix="jqueue-bench-pg-"))
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        os.chown(base, nobody.pw_uid, nobody.pw_gid)
+    data = base / "data"
+    try:
+        subprocess.run(
+            [*_as_owner(), "initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        port = free_port()
+        options = f"-p {port} -c listen_addresses=127.0.0.1 -k {data} -c fsync=on -c synchronous_commit=on"
+        subprocess.run(
+            [
+                *_as_owner(),
+                "pg_ctl",
+                "-D",
+                str(data),
+                "-o",
+                options,
+                "-l",
+                str(base / "server.log"),
+                "-w",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    return Postgres(base, port)
