@@ -9,6 +9,7 @@ every system.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -144,6 +145,20 @@ def record_latency(workdir: Path) -> Callable[[bytes], None]:
 def read_latencies(workdir: Path) -> list[float]:
     """The latencies a run recorded."""
     return [float(line) for line in latency_file(workdir).read_text().split()]
+
+
+def runner_arguments(kinds: list[str] | None = None) -> argparse.Namespace:
+    """Parse a runner's command line: ``[KIND] SCENARIO WORKDIR [--jobs --rate --concurrency --index]``."""
+    parser = argparse.ArgumentParser()
+    if kinds is not None:
+        parser.add_argument("kind", choices=kinds)
+    parser.add_argument("scenario")
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("--jobs", type=int, default=0)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--index", type=int, default=0)
+    return parser.parse_args()
 
 
 def emit(result: dict[str, Any]) -> None:

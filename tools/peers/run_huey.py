@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -12,7 +11,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import BATCH, Done, emit, measured, paced, payload, record_latency
+from common import BATCH, Done, emit, measured, paced, payload, record_latency, runner_arguments
 from huey import SqliteHuey
 
 WORKDIR = Path(os.environ["BENCH_WORKDIR"])
@@ -33,14 +32,7 @@ def work(data: bytes) -> None:
 def main() -> None:
     """Run one scenario and print its result."""
     global _done, _record
-    parser = argparse.ArgumentParser()
-    parser.add_argument("scenario")
-    parser.add_argument("workdir", type=Path)
-    parser.add_argument("--jobs", type=int, default=0)
-    parser.add_argument("--rate", type=float, default=100.0)
-    parser.add_argument("--concurrency", type=int, default=10)
-    parser.add_argument("--index", type=int, default=0)
-    args = parser.parse_args()
+    args = runner_arguments()
     result: dict[str, Any] = {}
     if args.scenario in ("sequential", "batch"):
         with measured(result, args.jobs):

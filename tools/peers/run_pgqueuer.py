@@ -14,7 +14,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import asyncpg
-from common import BATCH, ENTRYPOINT, Done, emit, measured, paced, payload, record_latency
+from common import BATCH, ENTRYPOINT, Done, emit, measured, paced, payload, record_latency, runner_arguments
 from pgqueuer.adapters.drivers.asyncpg import AsyncpgDriver
 from pgqueuer.core.qm import QueueManager
 from pgqueuer.models import Job
@@ -71,14 +71,7 @@ async def work(args: argparse.Namespace) -> None:
 
 def main() -> None:
     """Run one scenario and print its result."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("scenario")
-    parser.add_argument("workdir", type=Path)
-    parser.add_argument("--jobs", type=int, default=0)
-    parser.add_argument("--rate", type=float, default=100.0)
-    parser.add_argument("--concurrency", type=int, default=10)
-    parser.add_argument("--index", type=int, default=0)
-    args = parser.parse_args()
+    args = runner_arguments()
     if args.scenario.endswith("worker"):
         asyncio.run(work(args))
     else:
