@@ -63,10 +63,10 @@ class Postgres:
         return total / ticks
 
     def stop(self) -> None:
-        """Stop the cluster (fast shutdown)."""
-        subprocess.run(
-            ["pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"], capture_output=True, timeout=60
-        )
+        """Stop the cluster (fast shutdown) and remove its files."""
+        stop = [*_as_owner(), "pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"]
+        subprocess.run(stop, capture_output=True, timeout=60, check=False)
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
 def _children(parent: int) -> list[int]:
