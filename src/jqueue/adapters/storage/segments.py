@@ -1,20 +1,13 @@
 """``SegmentLog``: a local queue's named objects as records in append-only segment files.
 
-Creating an object appends one record (see ``segment_format``) to the newest segment and
-syncs that file once (``fdatasync``): segments are preallocated, so the sync writes data,
-not metadata. Writers hold an exclusive ``flock`` on ``lock``; readers take none, and stop
-at a torn or half-written record as at the end of the log. A writer zeroes a torn tail
-before appending; a bad record with a whole one after it is damage, reported, never
-overwritten.
+A create appends one record to the newest, preallocated segment under an exclusive
+``flock`` and syncs it once (``fdatasync``); readers take no lock and stop at a record that
+is not whole. Torn tails are zeroed by the next writer, damage is reported and left alone,
+deletes flip a flag in place and append a tombstone, and sparse segments are compacted and
+unlinked. The design and its reasons: ``docs/decisions/0006-file-segments.md``.
 
-Deleting flips the record's flags byte in place and syncs it; a tombstone appended to the
-log tells the other processes, so each one counts the live bytes of every segment exactly.
-A full segment is sealed with a record that points to the next one, which is created whole
-first (a temporary file, then a link). A sealed segment with nothing live is unlinked, and
-one less than a quarter live has its live records copied to the end first, so the files
-hold at most about four times the live data.
-
-Methods block and are thread-safe; the storage adapter calls them from worker threads.
+Methods block and are thread-safe (the adapter calls them from worker threads), except
+``try_get``, which never blocks and may run on the event loop.
 """
 
 from __future__ import annotations
