@@ -99,3 +99,14 @@ async def test_an_idle_worker_runs_a_job_enqueued_through_its_own_queue_at_once(
 
         waited = await _claims_within(q, here, 5.0)
     assert waited < 1.0
+
+
+async def test_a_worker_started_before_its_queue_exists_is_woken_when_it_is_created(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    async with BrokerQueue(LocalFileSystemStorage(path)) as q:
+
+        async def elsewhere() -> None:
+            await asyncio.to_thread(enqueue_in_another_process, path)
+
+        waited = await _claims_within(q, elsewhere, 15.0)
+    assert waited < 5.0

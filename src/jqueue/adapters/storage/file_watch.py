@@ -69,18 +69,19 @@ class DirectoryWatch:
         return unsubscribe
 
     def _readable(self) -> None:
-        with contextlib.suppress(BlockingIOError):
+        with contextlib.suppress(BlockingIOError, ValueError):  # ValueError: closed meanwhile
             self._inotify.read(timeout=0)
         for callback in list(self._callbacks):
             callback()
 
     def _detach(self) -> None:
-        if self._loop is not None and not self._loop.is_closed():
+        if self._loop is not None and not self._loop.is_closed() and not self._inotify.closed:
             self._loop.remove_reader(self._inotify.fileno())
         self._loop = None
 
     def close(self) -> None:
-        """Stop watching."""
+        """Stop watching (again is harmless)."""
         self._detach()
         self._callbacks.clear()
-        self._inotify.close()
+        if not self._inotify.closed:
+            self._inotify.close()

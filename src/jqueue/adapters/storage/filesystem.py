@@ -143,15 +143,42 @@ class LocalFileSystemStorage:
         await asyncio.to_thread(self._named, "delete", name, lambda objects: objects.delete(name))
 
     def watch_changes(self, callback: Callable[[], None]) -> Callable[[], None] | None:
-        """Call ``callback`` after another commit to this queue's segments (inotify, on Linux);
-        None for a queue not created yet, one made by an earlier version, or without inotify."""
+        """Call ``callback`` after another commit to this queue's segments (inotify, on Linux).
+        Until the queue is created, the directory of its file is watched, and the watch moves
+        to the segments when they appear. None for a queue made by an earlier version, or
+        without inotify."""
+        if self._files.directory.is_dir():
+            return None
+        segments = self._segment_watch()
+        if segments is not None:
+            return segments.subscribe(callback)
+        parent = DirectoryWatch.start(self.path.parent)
+        if parent is None:
+            return None
+        moved: list[Callable[[], None]] = []
+
+        def created_maybe() -> None:
+            if not moved and (watch := self._segment_watch()) is not None:
+                moved.append(watch.subscribe(callback))
+                parent.close()
+            callback()
+
+        stop_parent = parent.subscribe(created_maybe)
+        if self._segments.directory.is_dir():  # created while the watch was being set up
+            created_maybe()
+
+        def stop() -> None:
+            stop_parent()
+            parent.close()
+            for unsubscribe in moved:
+                unsubscribe()
+
+        return stop
+
+    def _segment_watch(self) -> DirectoryWatch | None:
         if self._watch is None:
-            if self._files.directory.is_dir():
-                return None
             self._watch = DirectoryWatch.start(self._segments.directory)
-            if self._watch is None:
-                return None
-        return self._watch.subscribe(callback)
+        return self._watch
 
     def _named(self, verb: str, name: str, call: Callable[[NamedObjects], T]) -> T:
         objects: NamedObjects = self._files if self._files.directory.is_dir() else self._segments
