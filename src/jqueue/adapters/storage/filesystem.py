@@ -54,12 +54,25 @@ class LocalFileSystemStorage:
         self._files = ObjectFiles(self.path.with_name(self.path.name + ".d"))
         self._segments = SegmentLog(self.path.with_name(self.path.name + ".segments"))
         self._watch: DirectoryWatch | None = None
+        self._chosen: NamedObjects | None = None
 
     @property
     def namespace(self) -> Path:
         """The directory of the named objects: ``<file>.segments``, or ``<file>.d`` for a queue
         an earlier version made."""
-        return self._files.directory if self._files.directory.is_dir() else self._segments.directory
+        return self._objects().directory
+
+    def _objects(self) -> NamedObjects:
+        """The named objects' layout: per-file where an earlier version made the queue, else
+        segments (decided once either directory exists)."""
+        if self._chosen is None:
+            if self._files.directory.is_dir():
+                self._chosen = self._files
+            elif self._segments.directory.is_dir():
+                self._chosen = self._segments
+            else:
+                return self._segments  # a new queue
+        return self._chosen
 
     async def read(self) -> tuple[bytes, str | None]:
         """Return the content and etag, or ``(b"", None)`` if the file does not exist."""
@@ -118,7 +131,7 @@ class LocalFileSystemStorage:
     async def get(self, name: str) -> bytes | None:
         """Return the named object's content, or None."""
         checked_name(name)
-        if not self._files.directory.is_dir():  # a small record in the page cache: no thread
+        if self._objects() is self._segments:  # a small record in the page cache: no thread
             found = self._named("read", name, lambda _: self._segments.try_get(name))
             if not isinstance(found, Busy):
                 return found
@@ -147,7 +160,7 @@ class LocalFileSystemStorage:
         Until the queue is created, the directory of its file is watched, and the watch moves
         to the segments when they appear. None for a queue made by an earlier version, or
         without inotify."""
-        if self._files.directory.is_dir():
+        if self._objects() is self._files:
             return None
         segments = self._segment_watch()
         if segments is not None:
@@ -181,7 +194,7 @@ class LocalFileSystemStorage:
         return self._watch
 
     def _named(self, verb: str, name: str, call: Callable[[NamedObjects], T]) -> T:
-        objects: NamedObjects = self._files if self._files.directory.is_dir() else self._segments
+        objects = self._objects()
         try:
             return call(objects)
         except OSError as exc:
