@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,45 +35,42 @@ def enqueued_at(data: bytes) -> float:
     return float(data.split(b" ", 1)[0])
 
 
+_DONE = "done"
+
+
 class Done:
     """The finished-job counter of one run: one byte per job in ``WORKDIR/done``."""
 
     def __init__(self, workdir: Path) -> None:
-        self.path = workdir / "done"
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = os.open(workdir / _DONE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def one(self) -> None:
         """Count one finished job."""
         os.write(self._fd, b"x")
 
-    def count(self) -> int:
-        """How many jobs finished, in every process."""
-        return self.path.stat().st_size
+
+def finished(workdir: Path) -> int:
+    """How many jobs of a run finished, in every process."""
+    try:
+        return (workdir / _DONE).stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def wait_until_done(
     workdir: Path, jobs: int, timeout: float, children: list[subprocess.Popen[bytes]]
 ) -> float:
     """Wait until ``jobs`` jobs are counted; return when that happened (monotonic). Raises
-    ``TimeoutError`` (or ``RuntimeError`` when every child exited early)."""
+    ``TimeoutError`` (or ``RuntimeError`` when every child exited first)."""
     deadline = time.monotonic() + timeout
-    done = workdir / "done"
     while time.monotonic() < deadline:
-        if done.exists() and done.stat().st_size >= jobs:
+        exited = bool(children) and all(child.poll() is not None for child in children)
+        if finished(workdir) >= jobs:
             return time.monotonic()
-        if children and all(child.poll() is not None for child in children):
-            if done.exists() and done.stat().st_size >= jobs:
-                return time.monotonic()
-            raise RuntimeError(
-                f"the workers exited with {done.stat().st_size if done.exists() else 0} of {jobs} jobs done"
-            )
+        if exited:
+            raise RuntimeError(f"the workers exited with {finished(workdir)} of {jobs} jobs done")
         time.sleep(0.002)
     raise TimeoutError(f"{jobs} jobs were not done within {timeout:g} s")
-
-
-def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start this runner again as a child process (a worker)."""
-    return subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.DEVNULL)
 
 
 def stop(children: list[subprocess.Popen[bytes]]) -> None:
