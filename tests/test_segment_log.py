@@ -16,7 +16,7 @@ import pytest
 
 from jqueue import CASConflictError, CorruptStateError, LocalFileSystemStorage
 from jqueue.adapters.storage.segment_format import FILE_HEADER, OBJECT, RECORD, encode_record
-from jqueue.adapters.storage.segments import SegmentLog
+from jqueue.adapters.storage.segments import BUSY, SegmentLog
 
 SMALL = 64 * 1024
 
@@ -188,8 +188,10 @@ from jqueue.adapters.storage.segments import SegmentLog
 log = SegmentLog(__import__("pathlib").Path(sys.argv[1]), segment_bytes=int(sys.argv[3]))
 for n in range(10**9):
     name = f"{sys.argv[2]}/{n:07d}"
+    content = name.encode() * (1 + n % 300)
     try:
-        log.create(name, name.encode() * (1 + n % 300))
+        if n % 2 or log.try_create(name, content) is not None:  # the quick path, half the time
+            log.create(name, content)
     except Exception as exc:
         if type(exc).__name__ != "CASConflictError":
             raise
@@ -306,3 +308,55 @@ def test_a_quick_read_never_waits_for_a_writer(tmp_path: Path) -> None:
     full.join(10)
     quick.join(10)
     assert not full.is_alive()
+
+
+def test_a_quick_create_writes_at_once_or_answers_busy_and_writes_nothing(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path / "s", segment_bytes=SMALL)
+    assert log.try_create("a", b"1") is BUSY  # the first write reads the whole store: not quick
+    log.create("a", b"1")
+    assert log.try_create("b", b"2") is None
+    assert SegmentLog(tmp_path / "s").get("b") == b"2"
+    with pytest.raises(CASConflictError):
+        log.try_create("a", b"again")
+    roomy = SegmentLog(tmp_path / "roomy")
+    roomy.create("first", b"x")
+    assert roomy.try_create("large", bytes(1 << 20)) is BUSY  # it fits, but is past the quick size
+    assert roomy.get("large") is None
+    answers: list[object] = []
+    with open(tmp_path / "s" / "lock", "rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a writer in another process
+        try:
+            quick = threading.Thread(target=lambda: answers.append(log.try_create("c", b"3")))
+            quick.start()
+            quick.join(5)
+            assert answers == [BUSY]  # answered without waiting for the lock
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    filled = [log.try_create(f"fill/{n}", bytes(1000)) for n in range(100)]
+    n = filled.index(BUSY)
+    assert set(filled[:n]) == {None}
+    assert set(filled[n:]) == {BUSY}
+    assert len(segment_files(tmp_path / "s")) == 1  # a full segment is left to the slow path
+    log.create(f"fill/{n}", bytes(1000))
+    assert len(segment_files(tmp_path / "s")) == 2
+    written = sorted(["a", "b", *(f"fill/{i}" for i in range(n + 1))])
+    assert SegmentLog(tmp_path / "s").list_names("", "") == written
+
+
+def test_quick_creates_stop_while_syncs_are_slow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = SegmentLog(tmp_path / "s")
+    log.create("first", b"x")
+    real_fdatasync = os.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        time.sleep(0.01)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    answers = [log.try_create(f"slow/{n}", b"x") for n in range(20)]
+    assert answers[0] is None
+    assert answers[-1] is BUSY  # the event loop is not held for a slow disk's syncs
+    monkeypatch.setattr(os, "fdatasync", real_fdatasync)
+    for n in range(40):
+        log.create(f"fast/{n}", b"x")
+    assert log.try_create("quick again", b"x") is None

@@ -7,7 +7,8 @@ deletes flip a flag in place and append a tombstone, and sparse segments are com
 unlinked. The design and its reasons: ``docs/decisions/0006-file-segments.md``.
 
 Methods block and are thread-safe (the adapter calls them from worker threads), except
-``try_get``, which never blocks and may run on the event loop.
+``try_get`` and ``try_create``, which never wait for another thread or process and may run
+on the event loop.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ import enum
 import fcntl
 import math
 import os
-import threading
+import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from jqueue.adapters.storage.object_files import fsync_dir
@@ -31,46 +30,34 @@ from jqueue.adapters.storage.segment_format import (
     FLAGS_AT,
     OBJECT,
     RECORD,
-    RECORD_MAGIC,
     SEAL,
     TOMBSTONE,
     TOMBSTONE_PLACE,
     ZEROS,
-    checksum_matches,
     encode_record,
-    head_matches,
     preallocate,
-    segment_numbers,
-    sweep_old_temporaries,
-    whole_record_after,
     write_at,
 )
-from jqueue.adapters.storage.segment_index import Place, SegmentIndex
+from jqueue.adapters.storage.segment_index import Place
+from jqueue.adapters.storage.segment_reader import Segment, SegmentReader
 from jqueue.domain.errors import CASConflictError, CorruptStateError
 
 SEGMENT_BYTES = 8 << 20
 _QUICK_BYTES = 1 << 20
+_QUICK_CREATE_BYTES = 256 << 10
+_QUICK_SYNC_SECONDS = 0.002
 
 
 class Busy(enum.Enum):
-    """``try_get`` could not answer without blocking."""
+    """``try_get`` or ``try_create`` could not answer without waiting."""
 
     BUSY = "busy"
 
 
 BUSY = Busy.BUSY
-_FIRST_READ = 4096
-_CHUNK = 1 << 20
 
 
-@dataclass(slots=True)
-class _Segment:
-    number: int
-    fd: int
-    capacity: int
-
-
-class SegmentLog:
+class SegmentLog(SegmentReader):
     """Named immutable objects in segment files under ``directory``.
 
     Parameters
@@ -82,20 +69,10 @@ class SegmentLog:
     """
 
     def __init__(self, directory: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
-        self.directory = directory
+        super().__init__(directory)
         self.segment_bytes = segment_bytes
-        self._lock_path = directory / "lock"
-        self._mutex = threading.Lock()
-        self._lock_fd = -1
-        self._lock_id: tuple[int, int] | None = None
-        self._holding = False
-        self._segments: dict[int, _Segment] = {}
-        self._index = SegmentIndex()
-        self._tail = 0
-        self._end = 0
-        self._dirty = False
         self._tidied = False
-        self._quick = False
+        self._sync_seconds = 0.0
 
     # --- the four calls -----------------------------------------------------------------
 
@@ -140,14 +117,36 @@ class SegmentLog:
         with self._mutex:
             self._ready(create=True)
             with self._locked(fcntl.LOCK_EX):
-                self._catch_up()
-                self._repair_tail()
-                place = self._index.places.get(name)
-                if place is not None and self._is_live(name, place):
-                    raise CASConflictError(f"{self.directory.as_uri()}/{name} exists")
-                tail = self._tail
-                os.fdatasync(self._append(OBJECT, name, content).fd)
-                self._tidy(since=tail)
+                self._create(name, content, quick=False)
+
+    def try_create(self, name: str, content: bytes) -> Busy | None:
+        """``create`` if it cannot wait for long: no other thread or process is writing, the
+        record is small and fits the newest segment, and this disk's syncs have been fast;
+        else ``BUSY`` (and nothing written)."""
+        if len(content) > _QUICK_CREATE_BYTES or self._sync_seconds > _QUICK_SYNC_SECONDS:
+            return BUSY
+        if not self._mutex.acquire(blocking=False):
+            return BUSY
+        try:
+            if not self._ready(create=True) or self._tail == 0 or not self._tidied:
+                return BUSY  # the first write reads every segment and tidies them
+            with self._locked(fcntl.LOCK_EX | fcntl.LOCK_NB) as held:
+                return self._create(name, content, quick=True) if held else BUSY
+        finally:
+            self._mutex.release()
+
+    def _create(self, name: str, content: bytes, *, quick: bool) -> Busy | None:
+        self._catch_up()
+        self._repair_tail()
+        place = self._index.places.get(name)
+        if place is not None and self._is_live(name, place):
+            raise CASConflictError(f"{self.directory.as_uri()}/{name} exists")
+        if quick and not self._fits(RECORD.size + len(name.encode()) + len(content)):
+            return BUSY  # rolling to a new segment costs more syncs, and may compact
+        tail = self._tail
+        self._sync(self._append(OBJECT, name, content).fd)
+        self._tidy(since=tail)
+        return None
 
     def list_names(self, prefix: str, start_after: str) -> list[str]:
         """Return the live names that start with ``prefix`` and sort after ``start_after``."""
@@ -176,175 +175,24 @@ class SegmentLog:
         with self._mutex:
             self._reset()
 
-    # --- opening and catching up ----------------------------------------------------------
+    # --- appending ----------------------------------------------------------------------
 
-    def _ready(self, *, create: bool) -> bool:
-        """Open the lock file (starting over if the directory was replaced); False if there is
-        no store and ``create`` is false."""
-        if self._lock_fd >= 0:
-            try:
-                found = os.stat(self._lock_path)
-            except FileNotFoundError:
-                found = None
-            if found is None or (found.st_dev, found.st_ino) != self._lock_id:
-                self._reset()
-        if self._lock_fd >= 0:
-            return True
-        if not self._lock_path.exists():
-            if not create:
-                return False
-            if not self.directory.is_dir():
-                self.directory.mkdir(parents=True, exist_ok=True)
-                fsync_dir(self.directory.parent)
-        self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        found = os.fstat(self._lock_fd)
-        self._lock_id = (found.st_dev, found.st_ino)
-        if create:
-            sweep_old_temporaries(self.directory)
-        return True
+    def _fits(self, size: int) -> bool:
+        """Whether a record of ``size`` bytes fits the newest segment (with room for a seal)."""
+        segment = self._segments.get(self._tail)
+        return segment is not None and self._end + size + RECORD.size <= segment.capacity
 
-    def _catch_up(self) -> None:
-        """Read the records appended since our last look, following seals to newer segments."""
-        if self._tail == 0:
-            for number in segment_numbers(self.directory):
-                segment = self._open_segment(number)
-                if segment is not None:  # else reclaimed since the listing
-                    if self._dirty:
-                        self._check_damage(self._segments[self._tail], self._end)
-                    self._tail = number
-                    self._end, _ = self._scan(segment, FILE_HEADER.size)
-        else:
-            self._end, sealed = self._scan(self._segments[self._tail], self._end)
-            while sealed:
-                later = segment_numbers(self.directory, after=self._tail)
-                segment = self._open_segment(later[0]) if later else None
-                if segment is None:
-                    raise CorruptStateError(
-                        self._path(self._tail).as_uri(), "sealed, but no newer segment exists"
-                    )
-                self._tail = segment.number
-                self._end, sealed = self._scan(segment, FILE_HEADER.size)
-        if self._dirty and self._quick:
-            return  # a writer may be mid-append: its record is not committed yet
-        if self._dirty and not self._holding:
-            with self._locked(fcntl.LOCK_SH):  # no writer is mid-append now: look again
-                self._catch_up()
-        elif self._dirty:
-            self._check_damage(self._segments[self._tail], self._end)
-
-    def _path(self, number: int) -> Path:
-        return self.directory / f"{number:012d}.seg"
-
-    def _open_segment(self, number: int) -> _Segment | None:
-        path = self._path(number)
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
-            return None
-        header = os.pread(fd, FILE_HEADER.size, 0)
-        if len(header) < FILE_HEADER.size or FILE_HEADER.unpack(header) != (FILE_MAGIC, number):
-            os.close(fd)
-            raise CorruptStateError(path.as_uri(), "not a jqueue segment file")
-        segment = self._segments[number] = _Segment(number, fd, os.fstat(fd).st_size)
-        return segment
-
-    def _scan(self, segment: _Segment, start: int) -> tuple[int, bool]:
-        """Index the whole records from ``start``; return where they end and whether a seal ends
-        them. Sets ``_dirty`` when bytes that are not a whole record follow them."""
-        position, buffer, buffered_at, read = start, b"", start, _FIRST_READ
-        self._dirty = False
-        while position + RECORD.size <= segment.capacity:
-            if position + RECORD.size > buffered_at + len(buffer):
-                buffer, buffered_at, read = os.pread(segment.fd, read, position), position, _CHUNK
-            at = position - buffered_at
-            magic, _, length, name_length, kind, flags = RECORD.unpack_from(buffer, at)
-            size = RECORD.size + name_length + length
-            if magic != RECORD_MAGIC or position + size > segment.capacity:
-                self._dirty = buffer[at : at + RECORD.size] != ZEROS
-                break
-            if at + size > len(buffer) and kind == OBJECT and self._followed(segment, position + size):
-                # A record with a whole header after it was complete when that one was written:
-                # its content (checked at every read) need not be read now.
-                name = os.pread(segment.fd, name_length, position + RECORD.size).decode()
-                self._note(Place(segment.number, position, size), kind, flags, name, b"")
-                position, buffer, buffered_at = position + size, b"", position + size
-                continue
-            if at + size > len(buffer):
-                buffer, buffered_at, at = os.pread(segment.fd, max(_CHUNK, size), position), position, 0
-            if not checksum_matches(buffer, at, at + size):
-                self._dirty = True
-                break
-            if kind == SEAL:
-                return position, True
-            body = memoryview(buffer)[at + RECORD.size : at + size]
-            name = bytes(body[:name_length]).decode()
-            self._note(Place(segment.number, position, size), kind, flags, name, body[name_length:])
-            position += size
-        return position, False
-
-    def _followed(self, segment: _Segment, position: int) -> bool:
-        """Whether a whole record header (of any kind) starts at ``position``."""
-        head = os.pread(segment.fd, RECORD.size, position)
-        return len(head) == RECORD.size and RECORD.unpack_from(head)[0] == RECORD_MAGIC
-
-    def _check_damage(self, segment: _Segment, end: int) -> None:
-        """Report a bad record that whole ones follow (nobody is appending: we hold a lock, or
-        the segment is sealed); what follows the last whole record alone is a torn tail."""
-        rest = os.pread(segment.fd, segment.capacity - end, end)
-        if rest[: RECORD.size] != ZEROS and (found := whole_record_after(rest)) is not None:
-            where = f"{self._path(segment.number).as_uri()}#{end}"
-            raise CorruptStateError(where, f"a damaged record, with a whole record {found} bytes after it")
-
-    # --- records --------------------------------------------------------------------------
-
-    def _note(self, place: Place, kind: int, flags: int, name: str, content: memoryview | bytes) -> None:
-        """Index a record just read or written."""
-        if kind == TOMBSTONE:
-            self._index.remove(name, *TOMBSTONE_PLACE.unpack(content))
-        elif kind == OBJECT and not flags & DELETED:
-            self._index.add(name, place)
-
-    def _read_live(self, name: str, place: Place) -> bytes | None:
-        """Return the record's content, or None (and forget it) if it was deleted."""
-        segment = self._segments.get(place.segment)
-        if segment is None:
-            return None
-        skip = RECORD.size + len(name.encode())
-        head = os.pread(segment.fd, skip, place.offset)  # apart from the content: no copy of it
-        content = os.pread(segment.fd, place.size - skip, place.offset + skip)
-        if (
-            len(head) + len(content) < place.size
-            or RECORD.unpack_from(head)[0] != RECORD_MAGIC
-            or not head_matches(head[: RECORD.size], head[RECORD.size :], content)
-        ):
-            where = f"{self._path(place.segment).as_uri()}#{place.offset}"
-            raise CorruptStateError(where, f"the record of {name!r} fails its checksum")
-        if head[FLAGS_AT] & DELETED:
-            self._index.remove(name, place.segment, place.offset)
-            return None
-        return content
-
-    def _is_live(self, name: str, place: Place) -> bool:
-        """Whether the record is not deleted (forgetting it if it is)."""
-        segment = self._segments.get(place.segment)
-        if segment is not None and not os.pread(segment.fd, 1, place.offset + FLAGS_AT)[0] & DELETED:
-            return True
-        self._index.remove(name, place.segment, place.offset)
-        return False
-
-    def _append(self, kind: int, name: str, content: bytes) -> _Segment:
+    def _append(self, kind: int, name: str, content: bytes) -> Segment:
         """Write a record at the end (not synced); return the segment it went to."""
         record = encode_record(kind, name, content)
-        segment = self._segments.get(self._tail)
-        if segment is None or self._end + len(record) + RECORD.size > segment.capacity:
-            segment = self._roll(len(record))
+        segment = self._segments[self._tail] if self._fits(len(record)) else self._roll(len(record))
         write_at(segment.fd, record, self._end)
         place = Place(segment.number, self._end, len(record))
         self._end += len(record)
         self._note(place, kind, 0, name, content)
         return segment
 
-    def _roll(self, size: int) -> _Segment:
+    def _roll(self, size: int) -> Segment:
         """Create the next segment whole, then seal the current one to point at it."""
         number = self._tail + 1
         capacity = max(self.segment_bytes, FILE_HEADER.size + size + RECORD.size)
@@ -355,7 +203,7 @@ class SegmentLog:
             preallocate(fd, capacity)
             os.fsync(fd)
             os.link(temporary, self._path(number))
-            segment = self._segments[number] = _Segment(number, fd, capacity)
+            segment = self._segments[number] = Segment(number, fd, capacity)
         except FileExistsError:  # a writer died between creating it and sealing the one before
             os.close(fd)
             segment = self._adopt(number, capacity)
@@ -368,11 +216,11 @@ class SegmentLog:
         if self._tail:
             current = self._segments[self._tail]
             write_at(current.fd, encode_record(SEAL, "", b""), self._end)
-            os.fdatasync(current.fd)
+            self._sync(current.fd)
         self._tail, self._end = number, FILE_HEADER.size
         return segment
 
-    def _adopt(self, number: int, capacity: int) -> _Segment:
+    def _adopt(self, number: int, capacity: int) -> Segment:
         segment = self._open_segment(number)
         if segment is None:
             raise CASConflictError(f"{self._path(number).as_uri()} vanished while being created")
@@ -394,7 +242,7 @@ class SegmentLog:
         segment = self._segments[self._tail]
         rest = os.pread(segment.fd, segment.capacity - self._end, self._end)
         write_at(segment.fd, bytes(len(rest.rstrip(b"\0"))), self._end)
-        os.fdatasync(segment.fd)
+        self._sync(segment.fd)
         self._dirty = False
 
     def _kill(self, name: str) -> None:
@@ -404,7 +252,7 @@ class SegmentLog:
         for place in places:
             write_at(touched[place.segment].fd, bytes([DELETED]), place.offset + FLAGS_AT)
         for segment in touched.values():
-            os.fdatasync(segment.fd)
+            self._sync(segment.fd)
         for place in places:
             self._append(TOMBSTONE, name, TOMBSTONE_PLACE.pack(place.segment, place.offset))
         for segment in touched.values():
@@ -420,7 +268,7 @@ class SegmentLog:
                 self._reclaim(segment)
         self._tidied = True
 
-    def _reclaim(self, segment: _Segment) -> None:
+    def _reclaim(self, segment: Segment) -> None:
         """Unlink a sealed segment with nothing live, moving the live records of a sparse one
         to the end first."""
         if segment.number == self._tail or self._index.live[segment.number] * 4 >= segment.capacity:
@@ -432,7 +280,7 @@ class SegmentLog:
                 target = self._append(OBJECT, name, content)
                 moved[target.number] = target
         for target in moved.values():
-            os.fdatasync(target.fd)
+            self._sync(target.fd)
         for name, place in self._index.shadows_in(segment.number):
             write_at(segment.fd, bytes([DELETED]), place.offset + FLAGS_AT)
             self._append(TOMBSTONE, name, TOMBSTONE_PLACE.pack(place.segment, place.offset))
@@ -445,22 +293,12 @@ class SegmentLog:
 
     # --- housekeeping ---------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _locked(self, mode: int) -> Iterator[None]:
-        fcntl.flock(self._lock_fd, mode)
-        self._holding = True
-        try:
-            yield
-        finally:
-            self._holding = False
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+    def _sync(self, fd: int) -> None:
+        """``fdatasync``, keeping a moving average of how long it takes."""
+        started = time.perf_counter()
+        os.fdatasync(fd)
+        self._sync_seconds += (time.perf_counter() - started - self._sync_seconds) / 8
 
     def _reset(self) -> None:
-        for segment in self._segments.values():
-            os.close(segment.fd)
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)
-        self._segments.clear()
-        self._index.clear()
-        self._lock_fd, self._lock_id, self._tail, self._end, self._dirty = -1, None, 0, 0, False
+        super()._reset()
         self._tidied = False
