@@ -7,7 +7,10 @@ kind, so a field added to ``JobFields`` is covered without editing this file.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +26,7 @@ from jqueue.core.log.payload_refs import payload_ref
 from jqueue.core.log.snapshot import IndexSnapshot
 from jqueue.domain.effects import Added, Beat, Claimed, Died, Effect, Published, Requeued
 from jqueue.domain.index import QueueIndex
+from jqueue.domain.models import new_job_id
 from jqueue.domain.records import JobRecord
 from jqueue.domain.schema import (
     CHANGING_FIELDS,
@@ -84,6 +88,32 @@ def test_the_public_job_round_trips() -> None:
     job = job_from(added, added.payload)  # type: ignore[arg-type]
     assert isinstance(job.created_at, datetime)
     assert Added(*domain_values(job)) == added
+
+
+def test_a_job_built_from_trusted_fields_is_the_job_pydantic_constructs() -> None:
+    added = full_job()
+    job = job_from(added, added.payload)  # type: ignore[arg-type]
+    constructed = Job.model_construct(**dict(job))
+    validated = Job.model_validate(job.model_dump())
+    for other in (constructed, validated):
+        assert job == other
+        assert repr(job) == repr(other)
+        assert job.model_fields_set == other.model_fields_set
+        assert job.model_dump_json() == other.model_dump_json()
+        assert hash(job) == hash(other)
+        assert job.model_copy(update={"attempts": 9}) == other.model_copy(update={"attempts": 9})
+        assert pickle.loads(pickle.dumps(job)) == other
+        assert copy.deepcopy(job) == other
+    assert job.model_fields_set is not job_from(added, b"").model_fields_set  # none shared
+    with pytest.raises(ValueError, match="frozen"):
+        job.attempts = 1
+
+
+def test_job_has_nothing_a_trusted_build_would_skip() -> None:
+    assert all(f.alias is None and f.validation_alias is None for f in Job.model_fields.values())
+    assert not Job.__private_attributes__
+    assert Job.__pydantic_post_init__ is None
+    assert Job.model_config.get("extra") in (None, "ignore", "forbid")
 
 
 def test_a_log_entry_keeps_every_field_in_schema_order() -> None:
@@ -166,3 +196,13 @@ def test_the_wire_history_has_every_field_of_a_history_record() -> None:
     from jqueue.domain.records import HistoryRecord
 
     assert WireHistory.__struct_fields__ == HistoryRecord.__slots__
+
+
+def test_job_ids_are_distinct_random_uuids_in_canonical_form() -> None:
+    ids = [new_job_id() for _ in range(2000)] + [Job(entrypoint="e", payload=b"").id]
+    assert len(set(ids)) == len(ids)
+    for job_id in ids:
+        parsed = uuid.UUID(job_id)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, job_id)
+    for shift in (0, 40, 80, 127):  # random bits, not fixed ones
+        assert {int(uuid.UUID(job_id)) >> shift & 1 for job_id in ids} == {0, 1}

@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -49,12 +50,15 @@ def run_workers(url: str, outdir: Path, env: dict[str, str], layout: Layout, pro
         )
         for i in range(processes)
     ]
-    try:
-        codes = [w.wait(timeout=300) for w in workers]
+    deadline = time.monotonic() + 300
+    try:  # a worker that fails leaves the others waiting for its jobs: stop at the first failure
+        while (codes := [w.poll() for w in workers]).count(0) < processes:
+            assert not any(codes), f"worker exit codes: {codes}"
+            assert time.monotonic() < deadline, f"workers still running after 300 s: {codes}"
+            time.sleep(0.05)
     finally:
         for w in workers:
             w.kill()
-    assert codes == [0] * processes
 
 
 def check_claims(outdir: Path, processes: int) -> None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import uuid
+import os
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer, field_validator
 
@@ -26,6 +27,15 @@ UNLEASED_CLAIM_TIMEOUT = timedelta(minutes=5)
 
 LEASE_EXPIRED = "lease expired"
 """The error recorded on a job whose lease ran out."""
+
+
+def new_job_id() -> str:
+    """Return a new job id: a random UUID (version 4) in its canonical text form."""
+    raw = bytearray(os.urandom(16))  # as uuid.uuid4(), at half its cost: a batch makes one per job
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class JobStatus(StrEnum):
@@ -94,7 +104,7 @@ class Job(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    id: str = Field(default_factory=lambda: str(uuid.uuid4()))
+    id: str = Field(default_factory=new_job_id)
     entrypoint: str
     payload: bytes
     status: JobStatus = JobStatus.QUEUED
@@ -127,6 +137,22 @@ class Job(BaseModel):
     @field_serializer("payload", when_used="json")
     def _payload_to_base64(self, value: bytes) -> str:
         return base64.b64encode(value).decode("ascii")
+
+
+_EVERY_JOB_FIELD = frozenset(Job.model_fields)
+_set = object.__setattr__
+
+
+def trusted_job(**fields: Any) -> Job:
+    """Return the ``Job`` of every field's value, each already valid: what
+    ``Job.model_construct`` makes, without its loop over aliases and defaults per field (a
+    batch builds one ``Job`` per job). ``tests/test_job_schema.py`` checks the two agree."""
+    job = Job.__new__(Job)
+    _set(job, "__dict__", fields)
+    _set(job, "__pydantic_fields_set__", set(_EVERY_JOB_FIELD))
+    _set(job, "__pydantic_extra__", None)
+    _set(job, "__pydantic_private__", None)
+    return job
 
 
 def _priority_order(job: Job) -> tuple[int, datetime]:

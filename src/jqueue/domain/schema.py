@@ -17,7 +17,7 @@ from enum import StrEnum
 from operator import attrgetter
 from typing import Any, TypeVar, get_args, get_type_hints
 
-from jqueue.domain.models import Job, JobStatus
+from jqueue.domain.models import Job, JobStatus, trusted_job
 from jqueue.domain.times import from_micros, to_micros
 
 T = TypeVar("T")
@@ -155,21 +155,21 @@ def _compile(name: str, body: str, target: Any = None) -> Any:
     return namespace[name]
 
 
-_KEYWORDS = ", ".join(
-    f"{f.public}={_converted(f, f.name, 'from_micros')}" for f in FIELDS if f.kind is not Kind.PAYLOAD
+_BY_PUBLIC_NAME = {f.public: f for f in FIELDS}
+_KEYWORDS = ", ".join(  # in the order of Job's fields, the order of the __dict__ a Job gets
+    f"{name}=payload" if f.kind is Kind.PAYLOAD else f"{name}={_converted(f, f.name, 'from_micros')}"
+    for name, f in ((name, _BY_PUBLIC_NAME[name]) for name in Job.model_fields)
 )
 
 
 def public_constructor(target: Callable[..., T]) -> Callable[[JobFields, bytes], T]:
     """Return a function that calls ``target`` with a job's fields as keywords named as on ``Job``
     (times as datetimes) and ``payload``: the public form of a job, or a format's object of it."""
-    made: Callable[[JobFields, bytes], T] = _compile(
-        "public_form", f"target(payload=payload, {_KEYWORDS})", target
-    )
+    made: Callable[[JobFields, bytes], T] = _compile("public_form", f"target({_KEYWORDS})", target)
     return made
 
 
-job_from = public_constructor(Job.model_construct)
+job_from = public_constructor(trusted_job)
 """Return the public ``Job`` for a job's fields, with its payload bytes."""
 
 domain_values: Callable[[Any], tuple[Any, ...]] = _compile(

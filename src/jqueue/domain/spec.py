@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jqueue.domain.effects import Added
-from jqueue.domain.models import JobStatus
+from jqueue.domain.models import JobStatus, new_job_id
 from jqueue.domain.times import to_micros
 from jqueue.domain.values import checked_int64, checked_text
 from jqueue.domain.values import span as span_text
@@ -81,7 +80,7 @@ class JobSpec:
         not_before = self.not_before if self.delay is None else now + self.delay
         ttl = self.ttl if self.ttl is not None else default_ttl
         return Added(
-            str(uuid.uuid4()),
+            new_job_id(),
             self.entrypoint,
             self.priority,
             to_micros(now),
