@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import shutil
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jqueue import CASConflictError, CorruptStateError, LocalFileSystemStorage
+from jqueue import CASConflictError, CorruptStateError, DirectQueue, LocalFileSystemStorage
 from jqueue.adapters.storage.segment_format import FILE_HEADER, OBJECT, RECORD, encode_record
 from jqueue.adapters.storage.segments import BUSY, SegmentLog
 
@@ -360,3 +361,23 @@ def test_quick_creates_stop_while_syncs_are_slow(tmp_path: Path, monkeypatch: py
     for n in range(40):
         log.create(f"fast/{n}", b"x")
     assert log.try_create("quick again", b"x") is None
+
+
+async def test_a_caller_committing_in_a_loop_lets_other_tasks_run(tmp_path: Path) -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "q.json")) as queue:
+        await queue.enqueue("e", b"creates the queue")
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        for _ in range(50):
+            await queue.enqueue("e", b"x")  # each create is written on the event loop
+        task.cancel()
+    assert ticks - before >= 50  # a heartbeat or a background checkpoint is not starved

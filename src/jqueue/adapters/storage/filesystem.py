@@ -143,6 +143,7 @@ class LocalFileSystemStorage:
         checked_name(name)
         quick = self._objects() is self._segments  # uncontended, small, on a fast disk: no thread
         if quick and self._named("create", name, lambda _: self._segments.try_create(name, content)) is None:
+            await asyncio.sleep(0)  # as a thread hop would: a caller in a loop must not starve other tasks
             return
         await asyncio.to_thread(self._named, "create", name, lambda objects: objects.create(name, content))
 
