@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -520,3 +520,35 @@ def _drain_stderr(server: Any) -> None:
                 pass
 
     threading.Thread(target=drain, name="fake-gcs-stderr", daemon=True).start()
+
+
+@contextlib.contextmanager
+def jqueue_serve(
+    root: str, log: Path, *, env: dict[str, str] | None = None, options: Sequence[str] = ()
+) -> Iterator[str]:
+    """Run ``jqueue serve`` on ``root`` in a subprocess on a free loopback port, its standard
+    error going to ``log``.
+
+    Yields
+    ------
+    str
+        The service's URL, once ``/healthz`` answers.
+    """
+    port = free_port()
+    url = f"http://{LOOPBACK}:{port}"
+    command = [sys.executable, "-m", "jqueue", "serve", "--storage", root, "--listen", f"{LOOPBACK}:{port}"]
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen([*command, *options], env=env, stderr=stderr, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"jqueue serve exited with {proc.returncode}: {_log_tail(log)}")
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/healthz", timeout=1):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"jqueue serve did not answer /healthz within 30 s: {_log_tail(log)}")
+            time.sleep(0.05)
+        yield url
+    finally:
+        _stop_process_group(proc, timeout=10)

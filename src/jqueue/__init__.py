@@ -34,6 +34,7 @@ from jqueue.domain.errors import (
     PayloadTooLargeError,
     QueueClosedError,
     QueuePausedError,
+    ServiceError,
     StorageError,
 )
 from jqueue.domain.models import Job, JobStatus, QueueState
@@ -45,6 +46,8 @@ from jqueue.ports.queue import Queue
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 if _typing.TYPE_CHECKING:
+    from jqueue.adapters.service.client import RemoteQueue as RemoteQueue
+    from jqueue.adapters.service.client import connect as connect
     from jqueue.adapters.storage.gcs import GCSStorage as GCSStorage
     from jqueue.adapters.storage.s3 import S3Storage as S3Storage
 
@@ -53,6 +56,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "S3Storage": "jqueue.adapters.storage.s3",
     "GCSStorage": "jqueue.adapters.storage.gcs",
+    "RemoteQueue": "jqueue.adapters.service.client",
+    "connect": "jqueue.adapters.service.client",
 }
 
 
@@ -68,7 +73,7 @@ def __dir__() -> list[str]:
     return sorted([*__all__, *_LAZY])
 
 
-# S3Storage and GCSStorage are left out, so that ``from jqueue import *`` needs no extra.
+# S3Storage, GCSStorage and the HTTP client are left out, so that ``from jqueue import *`` needs no extra.
 __all__ = [
     "Backoff",
     "BrokerQueue",
@@ -102,6 +107,7 @@ __all__ = [
     "QueueSet",
     "QueueState",
     "QueueStats",
+    "ServiceError",
     "StorageError",
     "Worker",
     "WorkerStats",

@@ -134,3 +134,20 @@ class QueuePausedError(JQueueError):
     def __init__(self, entrypoint: str) -> None:
         self.entrypoint = entrypoint
         super().__init__(f"enqueues of {entrypoint!r} are paused")
+
+
+class ServiceError(JQueueError):
+    """``jqueue serve`` answered a call with an error that has no class of its own here.
+
+    Attributes
+    ----------
+    status : int
+        The HTTP status (0 when the service could not be reached).
+    code : str
+        The stable code of the error (``"unreachable"`` when the service could not be reached).
+    """
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        self.status = status
+        self.code = code
+        super().__init__(f"{code} ({status}): {message}" if status else f"{code}: {message}")

@@ -86,7 +86,7 @@ class JobSpec:
             to_micros(now),
             JobStatus.QUEUED if batch is None else JobStatus.STAGED,
             None,
-            _payload_bytes(self.payload),
+            payload_bytes(self.payload),
             max_attempts=self.max_attempts,
             not_before=None if not_before is None else to_micros(not_before),
             deadline=None if ttl is None else to_micros(now + ttl),
@@ -95,7 +95,7 @@ class JobSpec:
         )
 
 
-def _payload_bytes(payload: bytes | bytearray | str) -> bytes:
+def payload_bytes(payload: bytes | bytearray | str) -> bytes:
     """Return a payload as bytes; a ``str`` is base64, as in the documented jqueue."""
     if isinstance(payload, str):
         try:

@@ -1,0 +1,78 @@
+"""``jqueue serve``: one process that commits for every client of the queues under a root."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jqueue.adapters.cli.common import errors, fail
+from jqueue.adapters.optional import require
+from jqueue.adapters.service.app import DEFAULT_MAX_BODY_BYTES
+from jqueue.domain.errors import InvalidURLError
+
+ROOT_HELP = (
+    "Where the queues live: a directory, or a URL prefix (s3://bucket/prefix, gs://bucket/prefix); "
+    "queue NAME is ROOT/NAME.json. Defaults to the global --storage."
+)
+
+
+def _split_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        fail(f"--listen wants HOST:PORT, as in 127.0.0.1:8080, not {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(
+    ctx: typer.Context,
+    storage: Annotated[str | None, typer.Option("--storage", help=ROOT_HELP)] = None,
+    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")] = "127.0.0.1:8080",
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="JQUEUE_TOKEN", help="Clients must send 'Authorization: Bearer TOKEN'."),
+    ] = None,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body accepted.")] = (
+        DEFAULT_MAX_BODY_BYTES
+    ),
+) -> None:
+    """Serve every queue under a storage root over HTTP, committing for all clients (Ctrl-C stops).
+
+    A call is answered only after its commit is durable. Off the loopback interface a
+    token is required.
+    """
+    root = storage or ctx.obj.storage
+    if not root:
+        fail("no root given: pass --storage DIRECTORY or URL (or the global --storage)")
+    host, port = _split_listen(listen)
+    if not _is_loopback(host) and not token:
+        fail(f"listening on {host} needs a token: pass --token or set JQUEUE_TOKEN")
+    uvicorn = require("uvicorn", extra="serve")
+    from jqueue.adapters.service.app import create_app
+
+    try:
+        app = create_app(root, token=token, max_body_bytes=max_body_bytes)
+    except InvalidURLError as exc:
+        fail(str(exc))
+    address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    shown = root if "://" in root else str(Path(root).absolute())
+    errors.print(
+        f"jqueue serve: the queues under {shown} at {address} (Ctrl-C stops)", highlight=False, soft_wrap=True
+    )
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="auto", http="auto")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` to the ``jqueue`` command."""
+    app.command()(serve)

@@ -1,0 +1,265 @@
+"""The ASGI application of ``jqueue serve``: the native HTTP API over a ``QueueHost``.
+
+Every route answers only after the commit it caused is durable (the queues are
+``BrokerQueue``: a call returns once its group commit has landed). Errors are
+``ErrorResponse`` bodies with a stable code; a batch of acks, nacks, heartbeats or
+releases answers per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from jqueue.adapters.service.host import BadQueueNameError, QueueHost, UnknownQueueError
+from jqueue.adapters.service.wire import (
+    JSON,
+    DequeueRequest,
+    EnqueueRequest,
+    ErrorBody,
+    ErrorResponse,
+    ItemResult,
+    JobRef,
+    JobsResponse,
+    PeekRequest,
+    ResultsResponse,
+    SettleRequest,
+    api_job,
+    decode,
+    encode,
+    is_msgpack,
+)
+from jqueue.core.broker import BrokerQueue
+from jqueue.domain.errors import (
+    CASConflictError,
+    CorruptStateError,
+    JobNotFoundError,
+    LeaseLostError,
+    PayloadTooLargeError,
+    QueueClosedError,
+    QueuePausedError,
+    StorageError,
+)
+from jqueue.domain.models import Job
+
+DEFAULT_MAX_BODY_BYTES = 64 << 20
+
+logger = logging.getLogger(__name__)
+
+_ERRORS: list[tuple[type[BaseException], int, str]] = [
+    (BadQueueNameError, 400, "bad_queue_name"),
+    (UnknownQueueError, 404, "queue_not_found"),
+    (JobNotFoundError, 404, "job_not_found"),
+    (LeaseLostError, 409, "lease_lost"),
+    (QueuePausedError, 409, "paused"),
+    (PayloadTooLargeError, 413, "payload_too_large"),
+    (CASConflictError, 503, "conflict"),
+    (QueueClosedError, 503, "closing"),
+    (StorageError, 503, "storage_unavailable"),
+    (CorruptStateError, 500, "corrupt_state"),
+    (msgspec.DecodeError, 400, "bad_body"),
+    (ValueError, 400, "invalid_argument"),
+]
+"""Each error a call can raise, by the first class that matches: its status and code."""
+
+
+class HTTPError(Exception):
+    """An answer that is not 2xx, decided before any queue call."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+def error_of(exc: BaseException) -> tuple[int, ErrorBody]:
+    """Return the status and body that report ``exc``."""
+    if isinstance(exc, HTTPError):
+        return exc.status, ErrorBody(exc.code, str(exc))
+    for kind, status, code in _ERRORS:
+        if isinstance(exc, kind):
+            text = str(exc) if not isinstance(exc, UnknownQueueError) else f"no queue named {exc}"
+            return status, ErrorBody(code, text)
+    logger.exception("an unexpected error answered with 500", exc_info=exc)
+    return 500, ErrorBody("internal", f"{type(exc).__name__}: {exc}")
+
+
+def fenced(ref: JobRef) -> Job | str:
+    """The argument that fences a call with the ref's lease (the id alone when it has none)."""
+    if ref.lease is None:
+        return ref.id
+    return Job.model_construct(id=ref.id, entrypoint="", payload=b"", lease=ref.lease)
+
+
+class Service:
+    """The routes of the native API over the queues of ``host``.
+
+    Parameters
+    ----------
+    host : QueueHost
+        The queues.
+    token : str or None
+        When set, every request but ``/healthz`` needs ``Authorization: Bearer TOKEN``.
+    max_body_bytes : int
+        Larger request bodies are refused with 413.
+    """
+
+    def __init__(
+        self, host: QueueHost, token: str | None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    ) -> None:
+        self.host = host
+        self.token = token
+        self.max_body_bytes = max_body_bytes
+
+    def routes(self) -> list[Route]:
+        """The routes, for a Starlette application."""
+        queue_calls: dict[str, Callable[[BrokerQueue, Request, bool], Awaitable[Any]]] = {
+            "dequeue": self._dequeue,
+            "peek": self._peek,
+            "ack": self._settle,
+            "nack": self._settle,
+            "heartbeat": self._settle,
+            "release": self._settle,
+        }
+        routes = [
+            Route("/healthz", self._healthz, methods=["GET"]),
+            Route("/v1/queues/{queue}/enqueue", self._endpoint(self._enqueue, create=True), methods=["POST"]),
+        ]
+        for verb, call in queue_calls.items():
+            routes.append(Route(f"/v1/queues/{{queue}}/{verb}", self._endpoint(call), methods=["POST"]))
+        return routes
+
+    async def _healthz(self, request: Request) -> Response:
+        return _answer({"ok": True}, is_msgpack(request.headers.get("accept")))
+
+    def _endpoint(
+        self, call: Callable[[BrokerQueue, Request, bool], Awaitable[Any]], *, create: bool = False
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            msgpack = is_msgpack(request.headers.get("accept"))
+            try:
+                self._authorize(request)
+                queue = await self.host.get(request.path_params["queue"], create=create)
+                return _answer(await call(queue, request, msgpack), msgpack)
+            except Exception as exc:
+                status, body = error_of(exc)
+                return _answer(ErrorResponse(body), msgpack, status)
+
+        return endpoint
+
+    def _authorize(self, request: Request) -> None:
+        if self.token is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+            raise HTTPError(401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is required")
+
+    async def _body(self, request: Request, kind: type[Any]) -> Any:
+        content_type = request.headers.get("content-type")
+        msgpack = is_msgpack(content_type)
+        if not msgpack and content_type is not None and not content_type.lower().startswith(JSON):
+            wanted = "send application/json or application/msgpack"
+            raise HTTPError(415, "unsupported_media_type", f"{wanted}, not {content_type}")
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise _too_large(self.max_body_bytes)
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise _too_large(self.max_body_bytes)
+            chunks.append(chunk)
+        return decode(b"".join(chunks), kind, msgpack)
+
+    async def _enqueue(self, queue: BrokerQueue, request: Request, _: bool) -> JobsResponse:
+        body: EnqueueRequest = await self._body(request, EnqueueRequest)
+        jobs = await queue.enqueue_many([job.spec() for job in body.jobs])
+        return JobsResponse([api_job(job) for job in jobs])
+
+    async def _dequeue(self, queue: BrokerQueue, request: Request, _: bool) -> JobsResponse:
+        body: DequeueRequest = await self._body(request, DequeueRequest)
+        seconds = body.visibility_timeout_seconds
+        jobs = await queue.dequeue(
+            body.entrypoints,
+            batch_size=body.batch_size,
+            visibility_timeout=None if seconds is None else timedelta(seconds=seconds),
+        )
+        return JobsResponse([api_job(job) for job in jobs])
+
+    async def _peek(self, queue: BrokerQueue, request: Request, _: bool) -> JobsResponse:
+        body: PeekRequest = await self._body(request, PeekRequest)
+        return JobsResponse([api_job(job) for job in await queue.peek(body.entrypoints, body.limit)])
+
+    async def _settle(self, queue: BrokerQueue, request: Request, _: bool) -> ResultsResponse:
+        body: SettleRequest = await self._body(request, SettleRequest)
+        verb = request.url.path.rsplit("/", 1)[1]
+        delay = None if body.delay_seconds is None else timedelta(seconds=body.delay_seconds)
+
+        def call(ref: JobRef) -> Awaitable[None]:
+            target = fenced(ref)
+            if verb == "nack":
+                return queue.nack(target, delay, body.error, max_attempts=body.max_attempts)
+            calls: dict[str, Callable[[Job | str], Awaitable[None]]] = {
+                "ack": queue.ack,
+                "heartbeat": queue.heartbeat,
+                "release": queue.release,
+            }
+            return calls[verb](target)
+
+        outcomes = await asyncio.gather(*(call(ref) for ref in body.jobs), return_exceptions=True)
+        return ResultsResponse(_results(outcomes))
+
+
+def _results(outcomes: Sequence[BaseException | None]) -> list[ItemResult]:
+    results = []
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            results.append(ItemResult(error_of(outcome)[1]))
+        else:
+            results.append(ItemResult())
+    return results
+
+
+def _too_large(limit: int) -> HTTPError:
+    return HTTPError(413, "body_too_large", f"the request body is larger than {limit} bytes")
+
+
+def _answer(body: Any, msgpack: bool, status: int = 200) -> Response:
+    media = "application/msgpack" if msgpack else "application/json"
+    return Response(encode(body, msgpack), status_code=status, media_type=media)
+
+
+def create_app(
+    root: str, *, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> Starlette:
+    """Return the ASGI application that serves every queue under ``root``."""
+    host = QueueHost(root)
+    service = Service(host, token, max_body_bytes)
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await host.close()
+
+    async def not_routed(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        code = {404: "not_found", 405: "method_not_allowed"}.get(status, "bad_request")
+        body = ErrorResponse(ErrorBody(code, f"{request.method} {request.url.path}: {exc}"))
+        return _answer(body, is_msgpack(request.headers.get("accept")), status)
+
+    return Starlette(
+        routes=service.routes(), lifespan=lifespan, exception_handlers={HTTPException: not_routed}
+    )

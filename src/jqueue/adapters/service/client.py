@@ -1,0 +1,260 @@
+"""``RemoteQueue``: a queue served by ``jqueue serve``, called over HTTP (``jqueue.connect``).
+
+It speaks the native API in MessagePack over a pool of keep-alive connections and
+satisfies the ``Queue`` protocol, so ``Worker`` and ``HeartbeatManager`` take it. A call
+returns once the service answered 2xx, that is, once its commit is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, overload
+
+from jqueue.adapters.optional import require
+from jqueue.adapters.service.host import QUEUE_NAME
+from jqueue.adapters.service.wire import (
+    MSGPACK,
+    DequeueRequest,
+    EnqueueRequest,
+    ErrorResponse,
+    JobRef,
+    JobsResponse,
+    NewJob,
+    PeekRequest,
+    ResultsResponse,
+    SettleRequest,
+    decode,
+    encode,
+    job_of,
+)
+from jqueue.core.queue import DEFAULT_VISIBILITY_TIMEOUT
+from jqueue.domain.errors import JobNotFoundError, LeaseLostError, ServiceError
+from jqueue.domain.models import Job
+from jqueue.domain.policy import QueuePolicy
+from jqueue.domain.spec import JobSpec, payload_bytes
+
+DEFAULT_CALL_TIMEOUT = timedelta(seconds=60)
+_PER_JOB_ERRORS: dict[str, type[JobNotFoundError] | type[LeaseLostError]] = {
+    "job_not_found": JobNotFoundError,
+    "lease_lost": LeaseLostError,
+}
+
+
+def _seconds(span: timedelta | None) -> float | None:
+    return None if span is None else span.total_seconds()
+
+
+def _new_job(spec: JobSpec) -> NewJob:
+    return NewJob(
+        entrypoint=spec.entrypoint,
+        payload=payload_bytes(spec.payload),
+        priority=spec.priority,
+        delay_seconds=_seconds(spec.delay),
+        not_before=spec.not_before,
+        dedup_key=spec.dedup_key,
+        max_attempts=spec.max_attempts,
+        ttl_seconds=_seconds(spec.ttl),
+    )
+
+
+def _entrypoints(entrypoint: str | Collection[str] | None) -> list[str] | None:
+    if entrypoint is None:
+        return None
+    return [entrypoint] if isinstance(entrypoint, str) else list(entrypoint)
+
+
+def _ref(job: Job | str) -> JobRef:
+    return JobRef(job) if isinstance(job, str) else JobRef(job.id, job.lease)
+
+
+class RemoteQueue:
+    """One queue of a ``jqueue serve`` service.
+
+    Parameters
+    ----------
+    url : str
+        The service, as ``http://host:port``.
+    queue : str
+        The queue's name under the service's root.
+    token : str or None
+        The service's token, if it needs one.
+    timeout : timedelta
+        The longest a call waits for its answer before it fails with ``ServiceError``.
+    policy : QueuePolicy or None
+        The queue's defaults for attempts and back-off, as the service's queue has them
+        (by default the library's).
+    visibility_timeout : timedelta
+        How long a claim holds a job without a heartbeat, as on the service.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        queue: str,
+        *,
+        token: str | None = None,
+        timeout: timedelta = DEFAULT_CALL_TIMEOUT,
+        policy: QueuePolicy | None = None,
+        visibility_timeout: timedelta = DEFAULT_VISIBILITY_TIMEOUT,
+    ) -> None:
+        if not QUEUE_NAME.fullmatch(queue):
+            raise ValueError(f"{queue!r} is not a queue name (letters, digits, '_' and '-', at most 128)")
+        self.url = url.rstrip("/")
+        self.queue = queue
+        self._headers = {"Content-Type": MSGPACK, "Accept": MSGPACK}
+        if token is not None:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._timeout = timeout
+        self._policy = policy or QueuePolicy()
+        self._visibility_timeout = visibility_timeout
+        self._session: Any = None
+
+    @property
+    def visibility_timeout(self) -> timedelta:
+        """How long a claim holds a job without a heartbeat."""
+        return self._visibility_timeout
+
+    @property
+    def policy(self) -> QueuePolicy:
+        """The queue's defaults for attempts and back-off."""
+        return self._policy
+
+    async def __aenter__(self) -> RemoteQueue:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open the connection pool (what entering ``async with`` does)."""
+        aiohttp = require("aiohttp", extra="client")
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(total=self._timeout.total_seconds())
+            self._session = aiohttp.ClientSession(timeout=timeout, headers=self._headers)
+
+    async def stop(self) -> None:
+        """Close the connection pool."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    async def _call(self, verb: str, body: Any, answer: type[Any]) -> Any:
+        if self._session is None:
+            await self.start()
+        aiohttp = require("aiohttp", extra="client")
+        where = f"{self.url}/v1/queues/{self.queue}/{verb}"
+        try:
+            async with self._session.post(where, data=encode(body, True)) as response:
+                data = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ServiceError(0, "unreachable", f"{where}: {type(exc).__name__}: {exc}") from exc
+        if status // 100 != 2:
+            try:
+                error = decode(data, ErrorResponse, True).error
+            except Exception:
+                raise ServiceError(status, "bad_answer", data[:200].decode(errors="replace")) from None
+            raise ServiceError(status, error.code, error.message)
+        return decode(data, answer, True)
+
+    async def enqueue(
+        self,
+        entrypoint: str,
+        payload: bytes,
+        priority: int = 0,
+        *,
+        delay: timedelta | None = None,
+        not_before: datetime | None = None,
+        dedup_key: str | None = None,
+        max_attempts: int | None = None,
+        ttl: timedelta | None = None,
+    ) -> Job:
+        """Add a job (see ``JobQueue.enqueue``); returns it once it is durably committed."""
+        spec = JobSpec(entrypoint, payload, priority, delay, not_before, dedup_key, max_attempts, ttl)
+        return (await self.enqueue_many([spec]))[0]
+
+    @overload
+    async def enqueue_many(self, jobs: Iterable[JobSpec], /) -> list[Job]: ...
+
+    @overload
+    async def enqueue_many(
+        self, entrypoint: str, payloads: Iterable[bytes], /, priority: int = 0
+    ) -> list[Job]: ...
+
+    async def enqueue_many(
+        self, jobs: str | Iterable[JobSpec], payloads: Iterable[bytes] = (), /, priority: int = 0
+    ) -> list[Job]:
+        """Add many jobs in one commit, all or none (see ``JobQueue.enqueue_many``)."""
+        if isinstance(jobs, str):
+            jobs = [JobSpec(jobs, payload, priority) for payload in payloads]
+        request = EnqueueRequest([_new_job(spec) for spec in jobs])
+        answer: JobsResponse = await self._call("enqueue", request, JobsResponse)
+        return [job_of(job) for job in answer.jobs]
+
+    async def dequeue(
+        self,
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> list[Job]:
+        """Claim up to ``batch_size`` jobs, best priority first (see ``JobQueue.dequeue``)."""
+        request = DequeueRequest(
+            entrypoints=_entrypoints(entrypoint),
+            batch_size=batch_size,
+            visibility_timeout_seconds=_seconds(visibility_timeout),
+        )
+        answer: JobsResponse = await self._call("dequeue", request, JobsResponse)
+        return [job_of(job) for job in answer.jobs]
+
+    async def peek(self, entrypoint: str | Collection[str] | None = None, limit: int = 1) -> list[Job]:
+        """Return the jobs ``dequeue`` would claim now, claiming none."""
+        request = PeekRequest(entrypoints=_entrypoints(entrypoint), limit=limit)
+        answer: JobsResponse = await self._call("peek", request, JobsResponse)
+        return [job_of(job) for job in answer.jobs]
+
+    async def _settle(self, verb: str, jobs: Sequence[Job | str], **options: Any) -> None:
+        refs = [_ref(job) for job in jobs]
+        answer: ResultsResponse = await self._call(verb, SettleRequest(jobs=refs, **options), ResultsResponse)
+        for ref, result in zip(refs, answer.results, strict=True):
+            if result.error is not None:
+                kind = _PER_JOB_ERRORS.get(result.error.code)
+                raise kind(ref.id) if kind else ServiceError(200, result.error.code, result.error.message)
+
+    async def ack(self, job_id: Job | str) -> None:
+        """Remove a finished job (fenced when given the claimed ``Job``)."""
+        await self._settle("ack", [job_id])
+
+    async def nack(
+        self,
+        job_id: Job | str,
+        delay: timedelta | None = None,
+        error: str | None = None,
+        *,
+        max_attempts: int | None = None,
+    ) -> None:
+        """Return a claimed job to the queue after a wait, or to the dead letters."""
+        options = {"delay_seconds": _seconds(delay), "error": error, "max_attempts": max_attempts}
+        await self._settle("nack", [job_id], **options)
+
+    async def release(self, job_id: Job | str) -> None:
+        """Return a claimed job to the queue at once, not as a failure."""
+        await self._settle("release", [job_id])
+
+    async def heartbeat(self, job_id: Job | str) -> None:
+        """Record that the worker on a job is alive, extending its lease."""
+        await self._settle("heartbeat", [job_id])
+
+
+def connect(url: str, queue: str, *, token: str | None = None) -> RemoteQueue:
+    """Return the queue ``queue`` of the ``jqueue serve`` service at ``url`` (``http://host:port``).
+
+    Use it as ``async with connect(url, "jobs") as queue:``; it takes the calls of a
+    ``BrokerQueue`` that the service's native API offers, and satisfies ``Queue``.
+    """
+    return RemoteQueue(url, queue, token=token)

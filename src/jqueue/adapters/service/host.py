@@ -1,0 +1,101 @@
+"""``QueueHost``: the queues under one storage root, each served by one group-commit loop."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
+from jqueue.adapters.storage.url import storage_from_url
+from jqueue.core.broker import BrokerQueue
+from jqueue.domain.errors import InvalidURLError
+from jqueue.ports.storage import ObjectStoragePort
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+"""A queue's name: letters, digits, ``_`` and ``-``, at most 128; the queue is ``ROOT/NAME.json``."""
+
+
+class UnknownQueueError(LookupError):
+    """No queue of this name exists under the root (create it first)."""
+
+
+class BadQueueNameError(ValueError):
+    """A queue name that is not ``QUEUE_NAME``: it could reach outside the root."""
+
+
+def queue_location(root: str, name: str) -> str:
+    """Return where queue ``name`` lives under ``root``: a path, or a storage URL."""
+    if not QUEUE_NAME.fullmatch(name):
+        raise BadQueueNameError(f"{name!r} is not a queue name (letters, digits, '_' and '-', at most 128)")
+    if "://" not in root:
+        return str(Path(root) / f"{name}.json")
+    parts = urlsplit(root)
+    return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{name}.json"))
+
+
+def root_storage(root: str, name: str) -> ObjectStoragePort:
+    """Return the storage of queue ``name`` under ``root``."""
+    location = queue_location(root, name)
+    if "://" not in location:
+        return LocalFileSystemStorage(location)
+    return storage_from_url(location)
+
+
+def checked_root(root: str) -> str:
+    """Return ``root`` if queues can live under it; a plain path must be a directory."""
+    if "://" in root:
+        storage_from_url(queue_location(root, "check"))  # raises InvalidURLError for a bad URL
+        return root
+    if not Path(root).is_dir():
+        raise InvalidURLError(
+            root, "is not a directory (create it, or give a URL such as s3://bucket/prefix)"
+        )
+    return str(Path(root).absolute())
+
+
+class QueueHost:
+    """Opens the queues under ``root`` on first use and keeps them open until ``close``.
+
+    Parameters
+    ----------
+    root : str
+        A directory, or a storage URL prefix (``s3://bucket/prefix``, ``gs://bucket/prefix``).
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = checked_root(root)
+        self._open: dict[str, BrokerQueue] = {}
+        self._lock = asyncio.Lock()
+
+    async def get(self, name: str, *, create: bool = False) -> BrokerQueue:
+        """Return the open queue ``name``; unless ``create`` (an enqueue, whose commit creates
+        the queue), it must exist in the storage.
+
+        Raises
+        ------
+        BadQueueNameError
+            For a name that is not ``QUEUE_NAME``.
+        UnknownQueueError
+            If the queue does not exist and ``create`` is false.
+        """
+        queue = self._open.get(name)
+        if queue is not None:
+            return queue
+        storage = root_storage(self.root, name)
+        async with self._lock:
+            if (queue := self._open.get(name)) is not None:
+                return queue
+            if not create and (await storage.read())[1] is None:
+                raise UnknownQueueError(name)
+            queue = BrokerQueue(storage)
+            await queue.start()
+            self._open[name] = queue
+            return queue
+
+    async def close(self) -> None:
+        """Commit what was submitted and close every open queue."""
+        queues, self._open = list(self._open.values()), {}
+        for queue in queues:
+            await queue.stop()

@@ -1,0 +1,167 @@
+"""The native HTTP API's bodies: msgspec types shared by ``jqueue serve`` and its client.
+
+A body is JSON (payloads as base64, times as ISO 8601) or MessagePack (payloads as binary,
+times as timestamps), chosen by ``Content-Type`` for requests and ``Accept`` for responses.
+Decoding validates a whole body in one pass; an error answers with a stable ``code``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Annotated, Any
+
+import msgspec
+
+from jqueue.core.formats.wire import AwareDatetime, Int64, wire_type
+from jqueue.domain.models import Job, trusted_job
+from jqueue.domain.schema import FIELDS
+from jqueue.domain.spec import JobSpec
+
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+_MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
+
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=365_000 * 86_400)]
+Attempts = Annotated[int, msgspec.Meta(ge=1, le=2**31)]
+BatchSize = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
+
+_BY_PUBLIC = {f.public: f for f in FIELDS}
+ApiJob: Any = msgspec.defstruct(
+    "ApiJob",
+    [(name, wire_type(_BY_PUBLIC[name], AwareDatetime)) for name in Job.model_fields],
+    kw_only=True,
+)
+"""A job in a response: every attribute of ``Job``, by the same names."""
+
+if TYPE_CHECKING:
+    _ApiJobs = list[Any]
+else:
+    _ApiJobs = list[ApiJob]
+
+
+class NewJob(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One job to enqueue, with the options of ``JobSpec`` (spans in seconds)."""
+
+    entrypoint: str
+    payload: bytes
+    priority: Int64 = 0
+    delay_seconds: Seconds | None = None
+    not_before: AwareDatetime | None = None
+    dedup_key: str | None = None
+    max_attempts: Attempts | None = None
+    ttl_seconds: Seconds | None = None
+
+    def spec(self) -> JobSpec:
+        """Return the ``JobSpec`` of this job (raises ``ValueError`` for options that clash)."""
+        return JobSpec(
+            self.entrypoint,
+            self.payload,
+            self.priority,
+            delay=_span(self.delay_seconds),
+            not_before=self.not_before,
+            dedup_key=self.dedup_key,
+            max_attempts=self.max_attempts,
+            ttl=_span(self.ttl_seconds),
+        )
+
+
+class EnqueueRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /v1/queues/{queue}/enqueue``: add jobs, all in one commit."""
+
+    jobs: list[NewJob]
+
+
+class DequeueRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/queues/{queue}/dequeue``: claim up to ``batch_size`` jobs (of these entrypoints)."""
+
+    entrypoints: list[str] | None = None
+    batch_size: BatchSize = 1
+    visibility_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
+
+
+class PeekRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/queues/{queue}/peek``: the jobs a dequeue would claim now, claiming none."""
+
+    entrypoints: list[str] | None = None
+    limit: BatchSize = 1
+
+
+class JobRef(msgspec.Struct, forbid_unknown_fields=True):
+    """A job by id; with the lease of its claim, the call is fenced by it."""
+
+    id: str
+    lease: str | None = None
+
+
+class SettleRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``ack``, ``heartbeat`` and ``release`` of jobs; ``nack`` also takes its options."""
+
+    jobs: list[JobRef]
+    delay_seconds: Seconds | None = None
+    error: str | None = None
+    max_attempts: Attempts | None = None
+
+
+class JobsResponse(msgspec.Struct):
+    """Jobs, in the order of the request."""
+
+    jobs: _ApiJobs
+
+
+class ErrorBody(msgspec.Struct):
+    """What failed: a stable ``code`` and a message for people."""
+
+    code: str
+    message: str
+
+
+class ErrorResponse(msgspec.Struct):
+    """The body of every response that is not 2xx."""
+
+    error: ErrorBody
+
+
+class ItemResult(msgspec.Struct, omit_defaults=True):
+    """The answer for one job of a batch: ``error`` is None when it succeeded."""
+
+    error: ErrorBody | None = None
+
+
+class ResultsResponse(msgspec.Struct):
+    """One answer per job of a batch, in the order of the request."""
+
+    results: list[ItemResult]
+
+
+def _span(seconds: float | None) -> timedelta | None:
+    return None if seconds is None else timedelta(seconds=seconds)
+
+
+def api_job(job: Job) -> Any:
+    """Return the wire form of a job."""
+    return ApiJob(**job.__dict__)
+
+
+def job_of(wire: Any) -> Job:
+    """Return the ``Job`` of a decoded wire job (msgspec checked every field's type)."""
+    return trusted_job(**{name: getattr(wire, name) for name in Job.model_fields})
+
+
+def is_msgpack(content_type: str | None) -> bool:
+    """Whether a ``Content-Type`` or ``Accept`` value asks for MessagePack."""
+    return content_type is not None and content_type.split(";", 1)[0].strip().lower() in _MSGPACK_TYPES
+
+
+_json_encoder = msgspec.json.Encoder()
+_msgpack_encoder = msgspec.msgpack.Encoder()
+
+
+def encode(body: Any, msgpack: bool) -> bytes:
+    """Encode a body as MessagePack or JSON."""
+    return _msgpack_encoder.encode(body) if msgpack else _json_encoder.encode(body)
+
+
+def decode(data: bytes, kind: type[Any], msgpack: bool) -> Any:
+    """Decode a body as ``kind`` from MessagePack or JSON (raises ``msgspec.DecodeError``, or
+    ``msgspec.ValidationError``, a subclass, for a body of the wrong shape)."""
+    return msgspec.msgpack.decode(data, type=kind) if msgpack else msgspec.json.decode(data, type=kind)

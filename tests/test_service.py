@@ -1,0 +1,228 @@
+"""``jqueue serve`` in a subprocess, called through ``jqueue.connect`` and over raw HTTP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from conftest import BUCKET, s3_env
+from jqueue import (
+    DirectQueue,
+    Job,
+    JobNotFoundError,
+    JobStatus,
+    LeaseLostError,
+    LocalFileSystemStorage,
+    RemoteQueue,
+    ServiceError,
+    Worker,
+    connect,
+    storage_from_url,
+)
+from servers import LOOPBACK, S3Endpoint, free_port, jqueue_serve
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "serve.log") as url:
+        yield url, root
+
+
+def post(url: str, body: bytes, content_type: str = "application/json", **headers: str) -> tuple[int, Any]:
+    """POST ``body``; return the status and the decoded JSON answer."""
+    request = urllib.request.Request(url, body, {"Content-Type": content_type, **headers}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+async def test_a_served_queue_takes_the_calls_of_a_broker_queue(served: tuple[str, Path]) -> None:
+    url, root = served
+    async with connect(url, "jobs") as queue:
+        with pytest.raises(ServiceError) as missing:
+            await queue.dequeue()
+        assert (missing.value.status, missing.value.code) == (404, "queue_not_found")
+        added = await queue.enqueue_many("mail", [b"a", b"b", b"\x00\xff"])
+        delayed = await queue.enqueue("mail", b"later", priority=-5, delay=timedelta(hours=1), dedup_key="k")
+        assert delayed.not_before is not None
+        assert (await queue.enqueue("mail", b"other", dedup_key="k")).id == delayed.id
+        assert [job.status for job in added] == [JobStatus.QUEUED] * 3
+        assert [job.id for job in await queue.peek("mail", 5)] == [job.id for job in added]
+        first, second = await queue.dequeue("mail", batch_size=2)
+        assert (first.payload, second.payload) == (b"a", b"b")
+        assert first.lease is not None
+        await queue.heartbeat(first)
+        await queue.ack(first)
+        await queue.nack(second, error="boom", delay=timedelta(0))
+        with pytest.raises(LeaseLostError):
+            await queue.ack(first)  # fenced: its lease is gone with it
+        with pytest.raises(JobNotFoundError):
+            await queue.ack(first.id)
+    async with DirectQueue(LocalFileSystemStorage(root / "jobs.json")) as direct:  # the storage is the truth
+        state = await direct.read_state()
+    by_id = {job.id: job for job in state.jobs}
+    assert first.id not in by_id
+    assert by_id[second.id].last_error == "boom"
+    assert by_id[added[2].id].payload == b"\x00\xff"
+    assert len(state.jobs) == 3
+
+
+async def test_a_worker_runs_jobs_through_the_service(served: tuple[str, Path]) -> None:
+    url, root = served
+    ran: list[bytes] = []
+    async with connect(url, "work") as queue:
+        await queue.enqueue_many("task", [b"%d" % n for n in range(40)])
+        worker = Worker(queue, concurrency=8)
+
+        @worker.handler("task")
+        async def handle(job: Job) -> None:
+            if job.payload == b"7" and job.attempts == 1:
+                raise RuntimeError("the first attempt fails")
+            ran.append(job.payload)
+
+        stats = await worker.run(until_empty=True, install_signals=False)
+    assert sorted(ran) == sorted(b"%d" % n for n in range(40))
+    assert stats.failed == 1
+    async with DirectQueue(LocalFileSystemStorage(root / "work.json")) as direct:
+        assert (await direct.read_state()).jobs == ()
+
+
+def jobs_body(**options: Any) -> bytes:
+    """An enqueue body of one job with these options (``count`` copies of it)."""
+    count = options.pop("count", 1)
+    return json.dumps({"jobs": [{"entrypoint": "e", "payload": "aGk=", **options}] * count}).encode()
+
+
+BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
+    ("q/enqueue", b"{not json", 400, "bad_body"),
+    ("q/enqueue", b'{"jobs": [{"entrypoint": "e"}]}', 400, "bad_body"),
+    ("q/enqueue", jobs_body(payload="%%"), 400, "bad_body"),
+    ("q/enqueue", b'{"jobs": [], "extra": 1}', 400, "bad_body"),
+    ("q/enqueue", jobs_body(priority=2**70), 400, "bad_body"),
+    ("q/enqueue", jobs_body(delay_seconds=1, not_before="2030-01-01T00:00:00Z"), 400, "invalid_argument"),
+    ("q/enqueue", jobs_body(count=100), 413, "body_too_large"),
+    ("q/dequeue", b'{"batch_size": 0}', 400, "bad_body"),
+    ("nope/dequeue", b"{}", 404, "queue_not_found"),
+    ("a.b/dequeue", b"{}", 400, "bad_queue_name"),
+    ("q/frobnicate", b"{}", 404, "not_found"),
+]
+
+
+def test_bad_requests_are_answered_with_their_status_and_change_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "serve.log", options=["--max-body-bytes", "2000"]) as url:
+        base = f"{url}/v1/queues"
+        assert post(f"{base}/q/enqueue", jobs_body())[0] == 200
+        segments = root / "q.json.segments"
+        before = segments.stat().st_mtime_ns, sorted(p.name for p in root.iterdir())
+        for path, body, status, code in BAD_REQUESTS:
+            answer = post(f"{base}/{path}", body)
+            assert (answer[0], answer[1].get("error", {}).get("code")) == (status, code), (path, answer)
+        form = post(f"{base}/q/enqueue", b"jobs=1", "application/x-www-form-urlencoded")
+        assert (form[0], form[1]["error"]["code"]) == (415, "unsupported_media_type")
+        assert (segments.stat().st_mtime_ns, sorted(p.name for p in root.iterdir())) == before
+        status, answer = post(f"{base}/q/ack", b'{"jobs": [{"id": "missing"}, {"id": "x", "lease": "y"}]}')
+        assert status == 200
+        assert [r["error"]["code"] for r in answer["results"]] == ["job_not_found", "lease_lost"]
+
+
+def test_a_token_is_required_when_set_and_off_the_loopback(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "serve.log", options=["--token", "s3cret"]) as url:
+        body = json.dumps({"jobs": [{"entrypoint": "e", "payload": ""}]}).encode()
+        assert post(f"{url}/v1/queues/q/enqueue", body)[0] == 401
+        assert post(f"{url}/v1/queues/q/enqueue", body, Authorization="Bearer wrong")[0] == 401
+        assert not (root / "q.json").exists()
+        assert post(f"{url}/v1/queues/q/enqueue", body, Authorization="Bearer s3cret")[0] == 200
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jqueue",
+            "serve",
+            "--storage",
+            str(root),
+            "--listen",
+            f"0.0.0.0:{free_port()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1
+    assert "needs a token" in refused.stderr
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jqueue",
+            "serve",
+            "--storage",
+            str(root / "typo"),
+            "--listen",
+            f"{LOOPBACK}:1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1
+    assert "is not a directory" in missing.stderr
+
+
+def test_answers_in_messagepack_and_json_agree(served: tuple[str, Path]) -> None:
+    url, _ = served
+    status, answer = post(f"{url}/v1/queues/mp/enqueue", jobs_body(payload="AQI=", priority=3))
+    assert status == 200
+    job_id = answer["jobs"][0]["id"]
+    status, answer = post(f"{url}/v1/queues/mp/peek", b'{"limit": 5}')
+    assert status == 200
+    [wire] = answer["jobs"]
+    assert (wire["id"], wire["payload"], wire["priority"], wire["status"]) == (job_id, "AQI=", 3, "queued")
+    request = urllib.request.Request(
+        f"{url}/v1/queues/mp/peek",
+        msgspec.msgpack.encode({"limit": 5}),
+        {"Content-Type": "application/msgpack", "Accept": "application/msgpack"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.headers["Content-Type"].startswith("application/msgpack")
+        [packed] = msgspec.msgpack.decode(response.read())["jobs"]
+    assert (packed["id"], packed["payload"]) == (job_id, b"\x01\x02")
+
+
+async def test_a_served_s3_root(tmp_path: Path, moto: S3Endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = s3_env(moto)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(name, env[name])
+    prefix = f"served-{uuid.uuid4().hex}"
+    root = f"s3://{BUCKET}/{prefix}?endpoint_url={moto.url}&region={moto.region}"
+    with jqueue_serve(root, tmp_path / "serve.log", env=env) as url:
+        async with RemoteQueue(url, "jobs") as queue:
+            await queue.enqueue_many("e", [b"1", b"2"])
+            [claimed] = await queue.dequeue()
+            await queue.ack(claimed)
+    storage = storage_from_url(
+        f"s3://{BUCKET}/{prefix}/jobs.json?endpoint_url={moto.url}&region={moto.region}"
+    )
+    async with DirectQueue(storage) as direct:
+        assert [job.payload for job in (await direct.read_state()).jobs] == [b"2"]
