@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -226,3 +228,18 @@ async def test_a_served_s3_root(tmp_path: Path, moto: S3Endpoint, monkeypatch: p
     )
     async with DirectQueue(storage) as direct:
         assert [job.payload for job in (await direct.read_state()).jobs] == [b"2"]
+
+
+async def test_an_idle_client_learns_of_a_new_job_by_a_long_poll(served: tuple[str, Path]) -> None:
+    url, _ = served
+    async with connect(url, "poll") as producer, connect(url, "poll") as consumer:
+        await producer.enqueue("e", b"creates the queue")
+        seen = await consumer.changes.wait(-1, 0)  # the service's count, at once
+        assert await consumer.changes.wait(seen, 0.2) == seen  # nothing happened: it timed out
+        waiting = asyncio.create_task(consumer.changes.wait(seen, 20))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        started = time.monotonic()
+        await producer.enqueue("e", b"new")
+        assert await asyncio.wait_for(waiting, 10) != seen
+        assert time.monotonic() - started < 5  # woken by the commit, not by the 20 s limit

@@ -1,7 +1,7 @@
 """Benchmark jqueue on a local file against the durable job queues a user would pick instead.
 
-Systems: jqueue (``BrokerQueue`` and ``DirectQueue`` on a file root, from the source tree this
-tool sits in), Huey on SQLite (WAL, ``synchronous=FULL``), persist-queue's ``SQLiteAckQueue``
+Systems: jqueue (``BrokerQueue`` and ``DirectQueue`` on a file root, and ``jqueue.connect`` to a
+``jqueue serve`` that the tool starts on a file root, all from the source tree this tool sits in), Huey on SQLite (WAL, ``synchronous=FULL``), persist-queue's ``SQLiteAckQueue``
 (WAL, ``synchronous=FULL``; producer scenarios only), pgqueuer on a PostgreSQL cluster that the
 tool starts on 127.0.0.1 with ``fsync`` and ``synchronous_commit`` on (skipped when ``initdb`` is
 not on the PATH), and ``raw``: loops of bare durable writes on the same disk. SAQ and arq need
@@ -51,7 +51,7 @@ PEERS = ROOT / "tools" / "peers"
 sys.path.insert(0, str(PEERS))
 
 from common import percentiles, read_latencies, stop, wait_until_done  # noqa: E402
-from peer_servers import Postgres, start_postgres  # noqa: E402
+from peer_servers import JqueueServer, Postgres, start_postgres  # noqa: E402
 from raw_writes import RAW_PATTERNS  # noqa: E402
 
 SCENARIOS = ("sequential", "batch", "drain", "latency", "raw")
@@ -68,6 +68,7 @@ class System:
     scenarios: tuple[str, ...]
     peer: bool = False
     postgres: bool = False
+    served: bool = False
 
 
 SYSTEMS = {
@@ -75,6 +76,7 @@ SYSTEMS = {
     for system in [
         System("jqueue-file-broker", "run_jqueue.py", ("broker",), SCENARIOS[:4]),
         System("jqueue-file-direct", "run_jqueue.py", ("direct",), SCENARIOS[:4]),
+        System("jqueue-file-serve", "run_jqueue.py", ("serve",), SCENARIOS[:4], served=True),
         System("huey-sqlite", "run_huey.py", (), SCENARIOS[:4], peer=True),
         System("persistqueue-sqlite", "run_persistqueue.py", (), ("sequential", "batch"), peer=True),
         System("pgqueuer-postgres", "run_pgqueuer.py", (), SCENARIOS[:4], peer=True, postgres=True),
@@ -94,6 +96,7 @@ class Bench:
         self.postgres: Postgres | None = None
         self.results: list[dict[str, Any]] = []
         self._databases = 0
+        self.server: JqueueServer | None = None
 
     def python_for(self, system: System) -> tuple[Path, dict[str, str]]:
         """The interpreter and environment of a system's runner."""
@@ -115,7 +118,18 @@ class Bench:
             self._databases += 1
             env["PGQ_DSN"] = self.postgres.new_database(f"bench{self._databases}")
             self.call(system, workdir, env, "install")
+        if system.served:
+            self.server = JqueueServer(workdir / "root", sys.executable, env)
+            env["JQUEUE_URL"] = self.server.url
         return env
+
+    def server_cpu(self, system: System) -> float | None:
+        """CPU seconds of the system's server so far (None without one)."""
+        if system.postgres and self.postgres is not None:
+            return self.postgres.cpu_seconds()
+        if system.served and self.server is not None:
+            return self.server.cpu_seconds()
+        return None
 
     def call(self, system: System, workdir: Path, env: dict[str, str], *arguments: str) -> dict[str, Any]:
         """Run a runner to its end and return the JSON it printed."""
@@ -167,7 +181,7 @@ class Bench:
             if scenario == "raw":
                 return {"patterns": {name: write(workdir, jobs) for name, write in RAW_PATTERNS.items()}}
             env = self.environment(system, workdir)
-            server_cpu = self.postgres.cpu_seconds() if system.postgres and self.postgres else None
+            server_cpu = self.server_cpu(system)
             if scenario in ("sequential", "batch"):
                 result = self.call(system, workdir, env, scenario, "--jobs", str(jobs))
             elif scenario == "drain":
@@ -188,11 +202,14 @@ class Bench:
                     )
                     wait_until_done(workdir, count, 120, [])
                 result = percentiles(read_latencies(workdir))
-            if server_cpu is not None and self.postgres is not None and "jobs_per_s" in result:
-                spent = self.postgres.cpu_seconds() - server_cpu
+            if server_cpu is not None and "jobs_per_s" in result:
+                spent = (self.server_cpu(system) or 0.0) - server_cpu
                 result["server_cpu_ms_per_job"] = round(spent * 1000 / jobs, 4)
             return result
         finally:
+            if self.server is not None:
+                self.server.stop()
+                self.server = None
             shutil.rmtree(workdir, ignore_errors=True)
 
 

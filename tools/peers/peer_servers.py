@@ -1,5 +1,5 @@
-"""A throwaway PostgreSQL cluster on 127.0.0.1 for ``benchmark_peers.py`` (``initdb`` and ``pg_ctl``
-from the PATH; ``fsync`` and ``synchronous_commit`` on, as by default)."""
+"""The servers of ``benchmark_peers.py``: a throwaway PostgreSQL cluster on 127.0.0.1 (``initdb`` and
+``pg_ctl`` from the PATH; ``fsync`` and ``synchronous_commit`` on, as by default), and ``jqueue serve``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
+from contextlib import suppress
 from pathlib import Path
 
 
@@ -119,3 +121,49 @@ def start_postgres() -> Postgres:
         shutil.rmtree(base, ignore_errors=True)
         raise
     return Postgres(base, port)
+
+
+class JqueueServer:
+    """``jqueue serve`` on a directory, on a free port of 127.0.0.1 (from the source tree)."""
+
+    def __init__(self, root: Path, python: str, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        root.mkdir(parents=True, exist_ok=True)
+        command = [
+            python,
+            "-m",
+            "jqueue",
+            "serve",
+            "--storage",
+            str(root),
+            "--listen",
+            f"127.0.0.1:{self.port}",
+        ]
+        self.process = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"jqueue serve exited with {self.process.returncode}")
+            with suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                break
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("jqueue serve did not listen within 60 s")
+            time.sleep(0.02)
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the server so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(f) for f in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s)."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)

@@ -1,10 +1,12 @@
 """jqueue on a local file root, for ``benchmark_peers.py``:
-``run_jqueue.py direct|broker SCENARIO WORKDIR ...``."""
+``run_jqueue.py direct|broker|serve SCENARIO WORKDIR ...``; ``serve`` calls the ``jqueue serve``
+at ``$JQUEUE_URL`` (``jqueue.connect``), which the benchmark starts on ``WORKDIR/root``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,11 +16,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import BATCH, ENTRYPOINT, Done, emit, measured, paced, payload, record_latency, runner_arguments
 
-from jqueue import BrokerQueue, DirectQueue, Job, LocalFileSystemStorage, Worker
+from jqueue import BrokerQueue, DirectQueue, Job, LocalFileSystemStorage, RemoteQueue, Worker, connect
 
 
-def open_queue(kind: str, workdir: Path) -> DirectQueue | BrokerQueue:
-    """The queue of a run, at ``WORKDIR/queue.json``."""
+def open_queue(kind: str, workdir: Path) -> DirectQueue | BrokerQueue | RemoteQueue:
+    """The queue of a run, at ``WORKDIR/queue.json`` (served: ``WORKDIR/root/queue.json``)."""
+    if kind == "serve":
+        return connect(os.environ["JQUEUE_URL"], "queue")
     storage = LocalFileSystemStorage(workdir / "queue.json")
     return BrokerQueue(storage) if kind == "broker" else DirectQueue(storage)
 
@@ -67,7 +71,7 @@ async def work(args: argparse.Namespace) -> None:
 
 def main() -> None:
     """Run one scenario and print its result."""
-    args = runner_arguments(["direct", "broker"])
+    args = runner_arguments(["direct", "broker", "serve"])
     started = time.time()
     if args.scenario.endswith("worker"):
         asyncio.run(work(args))

@@ -26,6 +26,8 @@ from starlette.routing import Route
 from jqueue.adapters.service.host import BadQueueNameError, QueueHost, UnknownQueueError
 from jqueue.adapters.service.wire import (
     JSON,
+    ChangesRequest,
+    ChangesResponse,
     DequeueRequest,
     EnqueueRequest,
     ErrorBody,
@@ -127,6 +129,7 @@ class Service:
         queue_calls: dict[str, Callable[[BrokerQueue, Request, bool], Awaitable[Any]]] = {
             "dequeue": self._dequeue,
             "peek": self._peek,
+            "changes": self._changes,
             "ack": self._settle,
             "nack": self._settle,
             "heartbeat": self._settle,
@@ -200,6 +203,10 @@ class Service:
     async def _peek(self, queue: BrokerQueue, request: Request, _: bool) -> JobsResponse:
         body: PeekRequest = await self._body(request, PeekRequest)
         return JobsResponse([api_job(job) for job in await queue.peek(body.entrypoints, body.limit)])
+
+    async def _changes(self, queue: BrokerQueue, request: Request, _: bool) -> ChangesResponse:
+        body: ChangesRequest = await self._body(request, ChangesRequest)
+        return ChangesResponse(await queue.changes.wait(body.seen, body.wait_seconds))
 
     async def _settle(self, queue: BrokerQueue, request: Request, _: bool) -> ResultsResponse:
         body: SettleRequest = await self._body(request, SettleRequest)

@@ -7,15 +7,21 @@ returns once the service answered 2xx, that is, once its commit is durable.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+import itertools
+from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, overload
 
 from jqueue.adapters.optional import require
+from jqueue.adapters.service.coalesce import Coalescer
 from jqueue.adapters.service.host import QUEUE_NAME
 from jqueue.adapters.service.wire import (
+    MAX_BATCH,
+    MAX_WAIT_SECONDS,
     MSGPACK,
+    ChangesRequest,
+    ChangesResponse,
     DequeueRequest,
     EnqueueRequest,
     ErrorResponse,
@@ -36,6 +42,10 @@ from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.spec import JobSpec, payload_bytes
 
 DEFAULT_CALL_TIMEOUT = timedelta(seconds=60)
+ClaimKey = tuple[tuple[str, ...] | None, float | None]
+"""Claims that can share a request: the same entrypoints and visibility timeout."""
+SettleKey = tuple[str, tuple[tuple[str, Any], ...]]
+"""Settling calls that can share a request: the same verb and options."""
 _PER_JOB_ERRORS: dict[str, type[JobNotFoundError] | type[LeaseLostError]] = {
     "job_not_found": JobNotFoundError,
     "lease_lost": LeaseLostError,
@@ -67,6 +77,22 @@ def _entrypoints(entrypoint: str | Collection[str] | None) -> list[str] | None:
 
 def _ref(job: Job | str) -> JobRef:
     return JobRef(job) if isinstance(job, str) else JobRef(job.id, job.lease)
+
+
+class RemoteChanges:
+    """The changes of a served queue, learnt by long polls: what ``Worker`` waits on when idle,
+    so that a job enqueued anywhere wakes it at once."""
+
+    def __init__(self, queue: RemoteQueue) -> None:
+        self._queue = queue
+        self.generation = 0
+
+    async def wait(self, seen: int, seconds: float) -> int:
+        """Return the service's change count once it is past ``seen``, or after ``seconds``."""
+        request = ChangesRequest(seen=seen, wait_seconds=min(max(seconds, 0.0), MAX_WAIT_SECONDS))
+        answer: ChangesResponse = await self._queue.call("changes", request, ChangesResponse)
+        self.generation = answer.generation
+        return self.generation
 
 
 class RemoteQueue:
@@ -110,6 +136,9 @@ class RemoteQueue:
         self._policy = policy or QueuePolicy()
         self._visibility_timeout = visibility_timeout
         self._session: Any = None
+        self._settles: Coalescer[SettleKey, JobRef, None] = Coalescer(self._send_settles)
+        self._claims: Coalescer[ClaimKey, int, list[Job]] = Coalescer(self._send_claims)
+        self.changes = RemoteChanges(self)
 
     @property
     def visibility_timeout(self) -> timedelta:
@@ -143,7 +172,14 @@ class RemoteQueue:
             session, self._session = self._session, None
             await session.close()
 
-    async def _call(self, verb: str, body: Any, answer: type[Any]) -> Any:
+    async def call(self, verb: str, body: Any, answer: type[Any]) -> Any:
+        """POST ``body`` to the queue's route ``verb``; return the answer decoded as ``answer``.
+
+        Raises
+        ------
+        ServiceError
+            For an answer that is not 2xx, or a service that could not be reached.
+        """
         if self._session is None:
             await self.start()
         aiohttp = require("aiohttp", extra="client")
@@ -193,7 +229,7 @@ class RemoteQueue:
         if isinstance(jobs, str):
             jobs = [JobSpec(jobs, payload, priority) for payload in payloads]
         request = EnqueueRequest([_new_job(spec) for spec in jobs])
-        answer: JobsResponse = await self._call("enqueue", request, JobsResponse)
+        answer: JobsResponse = await self.call("enqueue", request, JobsResponse)
         return [job_of(job) for job in answer.jobs]
 
     async def dequeue(
@@ -203,32 +239,55 @@ class RemoteQueue:
         batch_size: int = 1,
         visibility_timeout: timedelta | None = None,
     ) -> list[Job]:
-        """Claim up to ``batch_size`` jobs, best priority first (see ``JobQueue.dequeue``)."""
+        """Claim up to ``batch_size`` jobs, best priority first (see ``JobQueue.dequeue``).
+
+        Claims of the same entrypoints made while another claim is in flight go in one
+        request, and its jobs are shared out in the order of the calls.
+        """
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise ValueError(f"batch_size must be between 1 and {MAX_BATCH}, got {batch_size}")
+        entrypoints = _entrypoints(entrypoint)
+        key = (None if entrypoints is None else tuple(entrypoints), _seconds(visibility_timeout))
+        return await self._claims.call(key, batch_size)
+
+    async def _send_claims(self, key: ClaimKey, sizes: list[int]) -> list[list[Job]]:
+        entrypoints, seconds = key
         request = DequeueRequest(
-            entrypoints=_entrypoints(entrypoint),
-            batch_size=batch_size,
-            visibility_timeout_seconds=_seconds(visibility_timeout),
+            entrypoints=None if entrypoints is None else list(entrypoints),
+            batch_size=min(sum(sizes), MAX_BATCH),
+            visibility_timeout_seconds=seconds,
         )
-        answer: JobsResponse = await self._call("dequeue", request, JobsResponse)
-        return [job_of(job) for job in answer.jobs]
+        answer: JobsResponse = await self.call("dequeue", request, JobsResponse)
+        jobs = iter([job_of(job) for job in answer.jobs])
+        return [list(itertools.islice(jobs, size)) for size in sizes]
 
     async def peek(self, entrypoint: str | Collection[str] | None = None, limit: int = 1) -> list[Job]:
         """Return the jobs ``dequeue`` would claim now, claiming none."""
         request = PeekRequest(entrypoints=_entrypoints(entrypoint), limit=limit)
-        answer: JobsResponse = await self._call("peek", request, JobsResponse)
+        answer: JobsResponse = await self.call("peek", request, JobsResponse)
         return [job_of(job) for job in answer.jobs]
 
-    async def _settle(self, verb: str, jobs: Sequence[Job | str], **options: Any) -> None:
-        refs = [_ref(job) for job in jobs]
-        answer: ResultsResponse = await self._call(verb, SettleRequest(jobs=refs, **options), ResultsResponse)
+    async def _settle(self, verb: str, job: Job | str, **options: Any) -> None:
+        """Send a settling call, with the others of the same verb and options in flight meanwhile."""
+        await self._settles.call((verb, tuple(sorted(options.items()))), _ref(job))
+
+    async def _send_settles(self, key: SettleKey, refs: list[JobRef]) -> list[BaseException | None]:
+        verb, options = key
+        request = SettleRequest(jobs=refs, **dict(options))
+        answer: ResultsResponse = await self.call(verb, request, ResultsResponse)
+        errors: list[BaseException | None] = []
         for ref, result in zip(refs, answer.results, strict=True):
-            if result.error is not None:
-                kind = _PER_JOB_ERRORS.get(result.error.code)
-                raise kind(ref.id) if kind else ServiceError(200, result.error.code, result.error.message)
+            if result.error is None:
+                errors.append(None)
+            elif (kind := _PER_JOB_ERRORS.get(result.error.code)) is not None:
+                errors.append(kind(ref.id))
+            else:
+                errors.append(ServiceError(200, result.error.code, result.error.message))
+        return errors
 
     async def ack(self, job_id: Job | str) -> None:
         """Remove a finished job (fenced when given the claimed ``Job``)."""
-        await self._settle("ack", [job_id])
+        await self._settle("ack", job_id)
 
     async def nack(
         self,
@@ -240,15 +299,15 @@ class RemoteQueue:
     ) -> None:
         """Return a claimed job to the queue after a wait, or to the dead letters."""
         options = {"delay_seconds": _seconds(delay), "error": error, "max_attempts": max_attempts}
-        await self._settle("nack", [job_id], **options)
+        await self._settle("nack", job_id, **options)
 
     async def release(self, job_id: Job | str) -> None:
         """Return a claimed job to the queue at once, not as a failure."""
-        await self._settle("release", [job_id])
+        await self._settle("release", job_id)
 
     async def heartbeat(self, job_id: Job | str) -> None:
         """Record that the worker on a job is alive, extending its lease."""
-        await self._settle("heartbeat", [job_id])
+        await self._settle("heartbeat", job_id)
 
 
 def connect(url: str, queue: str, *, token: str | None = None) -> RemoteQueue:

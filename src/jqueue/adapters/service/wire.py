@@ -23,7 +23,9 @@ _MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
 
 Seconds = Annotated[float, msgspec.Meta(ge=0, le=365_000 * 86_400)]
 Attempts = Annotated[int, msgspec.Meta(ge=1, le=2**31)]
-BatchSize = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
+MAX_BATCH = 10_000
+"""The most jobs one dequeue or peek request asks for."""
+BatchSize = Annotated[int, msgspec.Meta(ge=1, le=MAX_BATCH)]
 
 _BY_PUBLIC = {f.public: f for f in FIELDS}
 ApiJob: Any = msgspec.defstruct(
@@ -84,6 +86,24 @@ class PeekRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     entrypoints: list[str] | None = None
     limit: BatchSize = 1
+
+
+MAX_WAIT_SECONDS = 30.0
+"""The longest a ``changes`` request waits for a change."""
+
+
+class ChangesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/queues/{queue}/changes``: wait until the queue's change count is past ``seen``
+    (a long poll), at most ``wait_seconds``."""
+
+    seen: int
+    wait_seconds: Annotated[float, msgspec.Meta(ge=0, le=MAX_WAIT_SECONDS)] = 10.0
+
+
+class ChangesResponse(msgspec.Struct):
+    """The queue's change count on the service (it starts anew when the service does)."""
+
+    generation: int
 
 
 class JobRef(msgspec.Struct, forbid_unknown_fields=True):
