@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import BUCKET, s3_env
 from jqueue import (
@@ -155,6 +156,10 @@ def test_a_token_is_required_when_set_and_off_the_loopback(tmp_path: Path) -> No
         assert post(f"{url}/v1/queues/q/enqueue", body, Authorization="Bearer wrong")[0] == 401
         assert not (root / "q.json").exists()
         assert post(f"{url}/v1/queues/q/enqueue", body, Authorization="Bearer s3cret")[0] == 200
+        with pytest.raises(urllib.error.HTTPError) as refused_scrape:
+            scrape(url)
+        assert refused_scrape.value.code == 401
+        assert scrape(url, Authorization="Bearer s3cret")
     refused = subprocess.run(
         [
             sys.executable,
@@ -243,3 +248,44 @@ async def test_an_idle_client_learns_of_a_new_job_by_a_long_poll(served: tuple[s
         await producer.enqueue("e", b"new")
         assert await asyncio.wait_for(waiting, 10) != seen
         assert time.monotonic() - started < 5  # woken by the commit, not by the 20 s limit
+
+
+def scrape(url: str, **headers: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of ``GET /metrics``, by name and labels."""
+    request = urllib.request.Request(f"{url}/metrics", headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def test_metrics_count_what_the_service_did(served: tuple[str, Path]) -> None:
+    url, _ = served
+    async with connect(url, "m") as queue:
+        await queue.enqueue_many("mail", [b"1", b"2", b"3"])
+        first, _ = await queue.dequeue(batch_size=2)
+        await queue.ack(first)
+        with pytest.raises(JobNotFoundError):
+            await queue.ack(first.id)
+        assert len(await queue.dequeue("nothing-here")) == 0
+    with pytest.raises(ServiceError):
+        async with connect(url, "no-such-queue") as missing:
+            await missing.dequeue()
+    samples = scrape(url)
+    mail = (("entrypoint", "mail"), ("queue", "m"))
+    assert samples[("jqueue_jobs_total", (("action", "enqueued"), *mail))] == 3
+    assert samples[("jqueue_jobs_total", (("action", "claimed"), *mail))] == 2
+    assert samples[("jqueue_settled_total", (("action", "ack"), ("queue", "m")))] == 1
+    error = (("code", "job_not_found"), ("queue", "m"), ("route", "ack"))
+    assert samples[("jqueue_settle_errors_total", error)] == 1
+    assert samples[("jqueue_empty_polls_total", (("queue", "m"),))] == 1
+    backlog = {
+        status: samples[("jqueue_backlog", (("entrypoint", "mail"), ("queue", "m"), ("status", status)))]
+        for status in ("queued", "in_progress", "dead")
+    }
+    assert backlog == {"queued": 1, "in_progress": 1, "dead": 0}
+    assert samples[("jqueue_requests_total", (("queue", ""), ("route", "dequeue"), ("status", "404")))] == 1
+    assert samples[("jqueue_request_seconds_count", (("route", "enqueue"),))] == 1

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
 import msgspec
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -24,6 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from jqueue.adapters.service.host import BadQueueNameError, QueueHost, UnknownQueueError
+from jqueue.adapters.service.metrics import ServiceMetrics
 from jqueue.adapters.service.wire import (
     JSON,
     ChangesRequest,
@@ -123,6 +126,7 @@ class Service:
         self.host = host
         self.token = token
         self.max_body_bytes = max_body_bytes
+        self.metrics = ServiceMetrics()
 
     def routes(self) -> list[Route]:
         """The routes, for a Starlette application."""
@@ -137,6 +141,7 @@ class Service:
         }
         routes = [
             Route("/healthz", self._healthz, methods=["GET"]),
+            Route("/metrics", self._metrics, methods=["GET"]),
             Route("/v1/queues/{queue}/enqueue", self._endpoint(self._enqueue, create=True), methods=["POST"]),
         ]
         for verb, call in queue_calls.items():
@@ -146,18 +151,33 @@ class Service:
     async def _healthz(self, request: Request) -> Response:
         return _answer({"ok": True}, is_msgpack(request.headers.get("accept")))
 
+    async def _metrics(self, request: Request) -> Response:
+        try:
+            self._authorize(request)
+        except HTTPError as exc:
+            status, body = error_of(exc)
+            return _answer(ErrorResponse(body), False, status)
+        text = await self.metrics.render(self.host.open_queues())
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
+
     def _endpoint(
         self, call: Callable[[BrokerQueue, Request, bool], Awaitable[Any]], *, create: bool = False
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
+            started = time.perf_counter()
             msgpack = is_msgpack(request.headers.get("accept"))
+            name, route = request.path_params["queue"], request.url.path.rsplit("/", 1)[1]
             try:
                 self._authorize(request)
-                queue = await self.host.get(request.path_params["queue"], create=create)
-                return _answer(await call(queue, request, msgpack), msgpack)
+                queue = await self.host.get(name, create=create)
+                answer, status = _answer(await call(queue, request, msgpack), msgpack), 200
             except Exception as exc:
                 status, body = error_of(exc)
-                return _answer(ErrorResponse(body), msgpack, status)
+                answer = _answer(ErrorResponse(body), msgpack, status)
+            label = name if self.host.is_open(name) else ""  # no series per unknown name sent
+            self.metrics.requests.labels(label, route, str(status)).inc()
+            self.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+            return answer
 
         return endpoint
 
@@ -188,6 +208,7 @@ class Service:
     async def _enqueue(self, queue: BrokerQueue, request: Request, _: bool) -> JobsResponse:
         body: EnqueueRequest = await self._body(request, EnqueueRequest)
         jobs = await queue.enqueue_many([job.spec() for job in body.jobs])
+        self._count(request, "enqueued", jobs)
         return JobsResponse([api_job(job) for job in jobs])
 
     async def _dequeue(self, queue: BrokerQueue, request: Request, _: bool) -> JobsResponse:
@@ -198,6 +219,9 @@ class Service:
             batch_size=body.batch_size,
             visibility_timeout=None if seconds is None else timedelta(seconds=seconds),
         )
+        self._count(request, "claimed", jobs)
+        if not jobs:
+            self.metrics.empty_polls.labels(request.path_params["queue"]).inc()
         return JobsResponse([api_job(job) for job in jobs])
 
     async def _peek(self, queue: BrokerQueue, request: Request, _: bool) -> JobsResponse:
@@ -225,7 +249,19 @@ class Service:
             return calls[verb](target)
 
         outcomes = await asyncio.gather(*(call(ref) for ref in body.jobs), return_exceptions=True)
-        return ResultsResponse(_results(outcomes))
+        results = _results(outcomes)
+        name = request.path_params["queue"]
+        self.metrics.batch_size.labels(verb).observe(len(results))
+        for result in results:
+            if result.error is None:
+                self.metrics.settled.labels(name, verb).inc()
+            else:
+                self.metrics.settle_errors.labels(name, verb, result.error.code).inc()
+        return ResultsResponse(results)
+
+    def _count(self, request: Request, action: str, jobs: list[Job]) -> None:
+        self.metrics.batch_size.labels(request.url.path.rsplit("/", 1)[1]).observe(len(jobs))
+        self.metrics.jobs(request.path_params["queue"], action, jobs)
 
 
 def _results(outcomes: Sequence[BaseException | None]) -> list[ItemResult]:

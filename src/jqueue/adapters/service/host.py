@@ -94,6 +94,14 @@ class QueueHost:
             self._open[name] = queue
             return queue
 
+    def is_open(self, name: str) -> bool:
+        """Whether queue ``name`` is open (it exists)."""
+        return name in self._open
+
+    def open_queues(self) -> dict[str, BrokerQueue]:
+        """The queues opened so far, by name."""
+        return dict(self._open)
+
     async def close(self) -> None:
         """Commit what was submitted and close every open queue."""
         queues, self._open = list(self._open.values()), {}

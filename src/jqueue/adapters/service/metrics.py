@@ -1,0 +1,85 @@
+"""``ServiceMetrics``: what ``jqueue serve`` counts, in Prometheus' text format at ``GET /metrics``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from jqueue.core.broker import BrokerQueue
+from jqueue.domain.models import Job
+
+STATUSES = ("queued", "scheduled", "in_progress", "dead", "staged")
+
+
+class ServiceMetrics:
+    """The service's counters, histograms and per-queue gauges, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self.requests = Counter(
+            "jqueue_requests",
+            "Requests answered, by queue, route and status.",
+            ["queue", "route", "status"],
+            registry=registry,
+        )
+        self.request_seconds = Histogram(
+            "jqueue_request_seconds",
+            "Time to answer a request (its commit included), by route.",
+            ["route"],
+            registry=registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.batch_size = Histogram(
+            "jqueue_request_jobs",
+            "Jobs in one request, by route.",
+            ["route"],
+            registry=registry,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 10_000),
+        )
+        self.jobs_done = Counter(
+            "jqueue_jobs",
+            "Jobs enqueued and claimed, by queue and entrypoint.",
+            ["queue", "entrypoint", "action"],
+            registry=registry,
+        )
+        self.settled = Counter(
+            "jqueue_settled",
+            "Jobs acked, nacked, heartbeaten and released, by queue.",
+            ["queue", "action"],
+            registry=registry,
+        )
+        self.empty_polls = Counter(
+            "jqueue_empty_polls",
+            "Dequeue requests that claimed nothing, by queue.",
+            ["queue"],
+            registry=registry,
+        )
+        self.settle_errors = Counter(
+            "jqueue_settle_errors",
+            "Jobs of a settling request that failed, by queue, route and code.",
+            ["queue", "route", "code"],
+            registry=registry,
+        )
+        self.backlog = Gauge(
+            "jqueue_backlog",
+            "Jobs in the queue by entrypoint and status, at the last scrape.",
+            ["queue", "entrypoint", "status"],
+            registry=registry,
+        )
+
+    def jobs(self, queue: str, action: str, jobs: Iterable[Job]) -> None:
+        """Count jobs an action went through."""
+        for job in jobs:
+            self.jobs_done.labels(queue, job.entrypoint, action).inc()
+
+    async def render(self, queues: dict[str, BrokerQueue]) -> bytes:
+        """The text exposition, with the backlog gauges of every open queue read now."""
+        self.backlog.clear()
+        for name, queue in queues.items():
+            stats = await queue.stats()
+            for entrypoint, counts in stats.entrypoints.items():
+                for status in STATUSES:
+                    self.backlog.labels(name, entrypoint, status).set(getattr(counts, status))
+        return generate_latest(self.registry)
