@@ -117,3 +117,27 @@ def test_a_star_import_needs_no_extra_and_dir_shows_the_api(tmp_path: Path) -> N
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.split() == ["BrokerQueue", jqueue.__version__]
+
+
+def test_the_command_line_needs_no_service_extra_but_serve_names_it(tmp_path: Path) -> None:
+    for missing in ("starlette", "uvicorn", "prometheus_client", "aiohttp"):
+        (tmp_path / f"{missing}.py").write_text("raise ImportError('not installed')\n")
+    env = os.environ | {"PYTHONPATH": str(tmp_path)}
+    queue = (tmp_path / "q.json").as_uri()
+    enqueued = subprocess.run(
+        [sys.executable, "-m", "jqueue", "--storage", queue, "enqueue", "e", "payload"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (enqueued.returncode, enqueued.stderr) == (0, "")
+    served = subprocess.run(
+        [sys.executable, "-m", "jqueue", "serve", "--storage", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert served.returncode == 1
+    assert "pip install 'jqueue[serve]'" in served.stderr

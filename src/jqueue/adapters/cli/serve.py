@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +11,8 @@ import typer
 
 from jqueue.adapters.cli.common import errors, fail
 from jqueue.adapters.optional import require
-from jqueue.adapters.service.app import DEFAULT_MAX_BODY_BYTES
+from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER
+from jqueue.adapters.service.wire import DEFAULT_MAX_BODY_BYTES
 from jqueue.domain.errors import InvalidURLError
 
 ROOT_HELP = (
@@ -46,11 +48,23 @@ def serve(
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body accepted.")] = (
         DEFAULT_MAX_BODY_BYTES
     ),
+    advertise: Annotated[
+        str | None,
+        typer.Option(help="HOST:PORT that clients reach this process at (default: --listen)."),
+    ] = None,
+    renew_every: Annotated[
+        float, typer.Option(min=0.05, help="Seconds between renewals of the broker record.")
+    ] = DEFAULT_RENEW_EVERY.total_seconds(),
+    stale_after: Annotated[
+        float, typer.Option(min=0.1, help="Seconds a standby waits for an unchanged record, then takes over.")
+    ] = DEFAULT_STALE_AFTER.total_seconds(),
 ) -> None:
     """Serve every queue under a storage root over HTTP, committing for all clients (Ctrl-C stops).
 
     A call is answered only after its commit is durable. Off the loopback interface a
-    token is required.
+    token is required. One process at a time serves a root: it keeps the record
+    ROOT/_broker.json fresh; others started on the same root stand by (answering 503
+    with the broker's address) and take over when the record goes stale.
     """
     root = storage or ctx.obj.storage
     if not root:
@@ -58,14 +72,30 @@ def serve(
     host, port = _split_listen(listen)
     if not _is_loopback(host) and not token:
         fail(f"listening on {host} needs a token: pass --token or set JQUEUE_TOKEN")
+    if stale_after <= renew_every:
+        fail(f"--stale-after ({stale_after:g} s) must be longer than --renew-every ({renew_every:g} s)")
+    shown_host, shown_port = _split_listen(advertise) if advertise else (host, port)
+    if advertise is None and host in ("0.0.0.0", "::"):
+        fail(f"listening on {host}: pass --advertise HOST:PORT, the address clients reach this process at")
+    address = (
+        f"http://[{shown_host}]:{shown_port}" if ":" in shown_host else f"http://{shown_host}:{shown_port}"
+    )
     uvicorn = require("uvicorn", extra="serve")
+    require("starlette", extra="serve")
+    require("prometheus_client", extra="serve")
     from jqueue.adapters.service.app import create_app
 
     try:
-        app = create_app(root, token=token, max_body_bytes=max_body_bytes)
+        app = create_app(
+            root,
+            address=address,
+            token=token,
+            max_body_bytes=max_body_bytes,
+            renew_every=timedelta(seconds=renew_every),
+            stale_after=timedelta(seconds=stale_after),
+        )
     except InvalidURLError as exc:
         fail(str(exc))
-    address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     shown = root if "://" in root else str(Path(root).absolute())
     errors.print(
         f"jqueue serve: the queues under {shown} at {address} (Ctrl-C stops)", highlight=False, soft_wrap=True

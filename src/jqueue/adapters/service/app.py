@@ -9,8 +9,10 @@ releases answers per job.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -25,9 +27,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from jqueue.adapters.service.host import BadQueueNameError, QueueHost, UnknownQueueError
+from jqueue.adapters.service.host import BadQueueNameError, QueueHost, UnknownQueueError, record_storage
+from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER, BrokerLease
 from jqueue.adapters.service.metrics import ServiceMetrics
 from jqueue.adapters.service.wire import (
+    DEFAULT_MAX_BODY_BYTES,
     JSON,
     ChangesRequest,
     ChangesResponse,
@@ -59,8 +63,6 @@ from jqueue.domain.errors import (
 )
 from jqueue.domain.models import Job
 
-DEFAULT_MAX_BODY_BYTES = 64 << 20
-
 logger = logging.getLogger(__name__)
 
 _ERRORS: list[tuple[type[BaseException], int, str]] = [
@@ -83,15 +85,15 @@ _ERRORS: list[tuple[type[BaseException], int, str]] = [
 class HTTPError(Exception):
     """An answer that is not 2xx, decided before any queue call."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, broker: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.code = status, code
+        self.status, self.code, self.broker = status, code, broker
 
 
 def error_of(exc: BaseException) -> tuple[int, ErrorBody]:
     """Return the status and body that report ``exc``."""
     if isinstance(exc, HTTPError):
-        return exc.status, ErrorBody(exc.code, str(exc))
+        return exc.status, ErrorBody(exc.code, str(exc), exc.broker)
     for kind, status, code in _ERRORS:
         if isinstance(exc, kind):
             text = str(exc) if not isinstance(exc, UnknownQueueError) else f"no queue named {exc}"
@@ -121,9 +123,14 @@ class Service:
     """
 
     def __init__(
-        self, host: QueueHost, token: str | None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+        self,
+        host: QueueHost,
+        lease: BrokerLease,
+        token: str | None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.host = host
+        self.lease = lease
         self.token = token
         self.max_body_bytes = max_body_bytes
         self.metrics = ServiceMetrics()
@@ -149,7 +156,18 @@ class Service:
         return routes
 
     async def _healthz(self, request: Request) -> Response:
-        return _answer({"ok": True}, is_msgpack(request.headers.get("accept")))
+        lease = self.lease
+        broker = lease.record.address if lease.record is not None else None
+        health = {"ok": True, "role": lease.role.value, "epoch": lease.epoch, "broker": broker}
+        health["pid"] = os.getpid()
+        return _answer(health, is_msgpack(request.headers.get("accept")))
+
+    def _check_serving(self) -> None:
+        if not self.lease.serving():
+            record = self.lease.record
+            broker = record.address if record is not None and record.address != self.lease.address else None
+            where = f"; the broker is {broker}" if broker else ""
+            raise HTTPError(503, "not_broker", f"this process is not the broker of its root{where}", broker)
 
     async def _metrics(self, request: Request) -> Response:
         try:
@@ -169,6 +187,7 @@ class Service:
             name, route = request.path_params["queue"], request.url.path.rsplit("/", 1)[1]
             try:
                 self._authorize(request)
+                self._check_serving()
                 queue = await self.host.get(name, create=create)
                 answer, status = _answer(await call(queue, request, msgpack), msgpack), 200
             except Exception as exc:
@@ -284,17 +303,31 @@ def _answer(body: Any, msgpack: bool, status: int = 200) -> Response:
 
 
 def create_app(
-    root: str, *, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    root: str,
+    *,
+    address: str,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    renew_every: timedelta = DEFAULT_RENEW_EVERY,
+    stale_after: timedelta = DEFAULT_STALE_AFTER,
 ) -> Starlette:
-    """Return the ASGI application that serves every queue under ``root``."""
+    """Return the ASGI application that serves every queue under ``root`` while it holds the
+    root's broker record (``address`` is the URL it advertises there)."""
     host = QueueHost(root)
-    service = Service(host, token, max_body_bytes)
+    lease = BrokerLease(record_storage(host.root), address, renew_every=renew_every, stale_after=stale_after)
+    service = Service(host, lease, token, max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        with contextlib.suppress(TimeoutError):  # a first look before the first request
+            await asyncio.wait_for(lease.look(), lease.stale_after)
+        keeping = asyncio.create_task(lease.run(), name="jqueue-broker-lease")
         try:
             yield
         finally:
+            keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeping
             await host.close()
 
     async def not_routed(request: Request, exc: Exception) -> Response:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from jqueue.adapters.service.lease import RECORD_NAME
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
@@ -29,18 +30,28 @@ def queue_location(root: str, name: str) -> str:
     """Return where queue ``name`` lives under ``root``: a path, or a storage URL."""
     if not QUEUE_NAME.fullmatch(name):
         raise BadQueueNameError(f"{name!r} is not a queue name (letters, digits, '_' and '-', at most 128)")
+    return _location(root, f"{name}.json")
+
+
+def _location(root: str, filename: str) -> str:
     if "://" not in root:
-        return str(Path(root) / f"{name}.json")
+        return str(Path(root) / filename)
     parts = urlsplit(root)
-    return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{name}.json"))
+    return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{filename}"))
+
+
+def _storage(location: str) -> ObjectStoragePort:
+    return storage_from_url(location) if "://" in location else LocalFileSystemStorage(location)
 
 
 def root_storage(root: str, name: str) -> ObjectStoragePort:
     """Return the storage of queue ``name`` under ``root``."""
-    location = queue_location(root, name)
-    if "://" not in location:
-        return LocalFileSystemStorage(location)
-    return storage_from_url(location)
+    return _storage(queue_location(root, name))
+
+
+def record_storage(root: str) -> ObjectStoragePort:
+    """Return the storage of the root's broker record (``ROOT/_broker.json``)."""
+    return _storage(_location(root, RECORD_NAME))
 
 
 def checked_root(root: str) -> str:

@@ -23,6 +23,8 @@ _MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
 
 Seconds = Annotated[float, msgspec.Meta(ge=0, le=365_000 * 86_400)]
 Attempts = Annotated[int, msgspec.Meta(ge=1, le=2**31)]
+DEFAULT_MAX_BODY_BYTES = 64 << 20
+"""Larger request bodies are refused (413) unless ``jqueue serve --max-body-bytes`` says more."""
 MAX_BATCH = 10_000
 """The most jobs one dequeue or peek request asks for."""
 BatchSize = Annotated[int, msgspec.Meta(ge=1, le=MAX_BATCH)]
@@ -128,11 +130,13 @@ class JobsResponse(msgspec.Struct):
     jobs: _ApiJobs
 
 
-class ErrorBody(msgspec.Struct):
-    """What failed: a stable ``code`` and a message for people."""
+class ErrorBody(msgspec.Struct, omit_defaults=True):
+    """What failed: a stable ``code`` and a message for people; for ``not_broker``, the URL of
+    the broker to call instead (when one is known)."""
 
     code: str
     message: str
+    broker: str | None = None
 
 
 class ErrorResponse(msgspec.Struct):

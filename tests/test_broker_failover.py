@@ -1,0 +1,81 @@
+"""Two ``jqueue serve`` processes on one root: one serves, the other stands by and takes over."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servers import jqueue_serve
+
+pytestmark = pytest.mark.slow
+
+FAST = ["--renew-every", "0.2", "--stale-after", "1"]
+
+
+def get(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def enqueue(url: str) -> tuple[int, dict[str, Any]]:
+    body = json.dumps({"jobs": [{"entrypoint": "e", "payload": ""}]}).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/queues/q/enqueue", body, {"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def wait_for(condition: Any, seconds: float) -> float:
+    """Poll ``condition`` until it holds; return how long that took (fails after ``seconds``)."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < seconds, f"not within {seconds} s"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def test_a_standby_refuses_calls_then_takes_over_when_the_broker_dies(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "first.log", options=FAST) as first:
+        wait_for(lambda: get(f"{first}/healthz")["role"] == "active", 10)
+        with jqueue_serve(str(root), tmp_path / "second.log", options=FAST) as second:
+            time.sleep(1.5)  # longer than stale_after: the first keeps its record fresh
+            health = get(f"{second}/healthz")
+            assert (health["role"], health["broker"]) == ("standby", first)
+            status, answer = enqueue(second)
+            assert (status, answer["error"]["code"], answer["error"]["broker"]) == (503, "not_broker", first)
+            assert enqueue(first)[0] == 200
+            pid = get(f"{first}/healthz")["pid"]
+            os.kill(pid, signal.SIGKILL)
+            took = wait_for(lambda: enqueue(second)[0] == 200, 15)
+            health = get(f"{second}/healthz")
+            assert (health["role"], health["broker"], health["epoch"]) == ("active", second, 2)
+    assert took < 5
+    record = json.loads((root / "_broker.json").read_text())
+    assert (record["address"], record["epoch"]) == (second, 2)
+
+
+def test_a_corrupt_broker_record_is_reported_and_left_alone(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "_broker.json").write_text("not a record")
+    with jqueue_serve(str(root), tmp_path / "serve.log", options=FAST) as url:
+        time.sleep(1.5)
+        assert get(f"{url}/healthz")["role"] == "standby"
+        assert enqueue(url)[0] == 503
+    assert (root / "_broker.json").read_text() == "not a record"
+    assert "not a broker record" in (tmp_path / "serve.log").read_text()
