@@ -1,8 +1,9 @@
 """Benchmark jqueue on a local file against the durable job queues a user would pick instead.
 
 Systems: jqueue (``BrokerQueue`` and ``DirectQueue`` on a file root, and ``jqueue.connect`` to a
-``jqueue serve`` that the tool starts on a file root, all from the source tree this tool sits in), Huey on SQLite (WAL, ``synchronous=FULL``), persist-queue's ``SQLiteAckQueue``
-(WAL, ``synchronous=FULL``; producer scenarios only), pgqueuer on a PostgreSQL cluster that the
+``jqueue serve`` that the tool starts on a file root, all from the source tree this tool sits in),
+Huey on SQLite (WAL, ``synchronous=FULL``), persist-queue's ``SQLiteAckQueue`` (WAL,
+``synchronous=FULL``; producer scenarios only), pgqueuer on a PostgreSQL cluster that the
 tool starts on 127.0.0.1 with ``fsync`` and ``synchronous_commit`` on (skipped when ``initdb`` is
 not on the PATH), and ``raw``: loops of bare durable writes on the same disk. SAQ and arq need
 ``redis-server``, which is skipped with a message when absent. The peers are installed into

@@ -1,0 +1,102 @@
+"""Measure how long a root goes unserved when its broker dies.
+
+Starts two ``jqueue serve`` processes on one directory (the default settings unless given
+``--renew-every``/``--stale-after``), waits until the second stands by, SIGKILLs the first
+and times, from the kill, the first enqueue that the second answers with 200. Repeats
+``--rounds`` times, each on a fresh directory.
+
+Example::
+
+    .venv/bin/python tools/benchmark_failover.py --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def enqueue(port: int) -> int:
+    """Enqueue one job through the service on ``port``; its HTTP status (0: no answer)."""
+    body = json.dumps({"jobs": [{"entrypoint": "e", "payload": ""}]}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/queues/q/enqueue", body, {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return 0
+
+
+def wait_for(port: int, status: int, seconds: float) -> float:
+    """Enqueue until the answer is ``status``; return the seconds it took."""
+    started = time.monotonic()
+    while enqueue(port) != status:
+        if time.monotonic() - started > seconds:
+            raise TimeoutError(f"port {port} did not answer {status} within {seconds:g} s")
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def one_round(options: list[str]) -> float:
+    """One kill and takeover; the seconds from the kill to the first enqueue answered."""
+    with tempfile.TemporaryDirectory(prefix="jqueue-failover-") as root:
+        ports = [free_port(), free_port()]
+        command = [sys.executable, "-m", "jqueue", "serve", "--storage", root, *options, "--listen"]
+        first = subprocess.Popen([*command, f"127.0.0.1:{ports[0]}"], stderr=subprocess.DEVNULL)
+        second: subprocess.Popen[bytes] | None = None
+        try:
+            wait_for(ports[0], 200, 60)
+            second = subprocess.Popen([*command, f"127.0.0.1:{ports[1]}"], stderr=subprocess.DEVNULL)
+            wait_for(ports[1], 503, 60)
+            first.send_signal(signal.SIGKILL)
+            return wait_for(ports[1], 200, 120)
+        finally:
+            for process in (first, second):
+                if process is not None:
+                    process.kill()
+                    process.wait()
+
+
+def main() -> None:
+    """Run the rounds and print the failover times."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--renew-every", type=float, default=None, help="passed to jqueue serve")
+    parser.add_argument("--stale-after", type=float, default=None, help="passed to jqueue serve")
+    args = parser.parse_args()
+    options = []
+    if args.renew_every is not None:
+        options += ["--renew-every", str(args.renew_every)]
+    if args.stale_after is not None:
+        options += ["--stale-after", str(args.stale_after)]
+    times = []
+    for number in range(args.rounds):
+        times.append(one_round(options))
+        print(f"round {number + 1}: {times[-1]:.2f} s from SIGKILL to the first answered enqueue")
+    print(f"median {statistics.median(times):.2f} s, max {max(times):.2f} s ({Path(sys.executable).name})")
+
+
+if __name__ == "__main__":
+    main()
