@@ -8,11 +8,14 @@ import signal
 import time
 import urllib.error
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from jqueue import BrokerQueue, DirectQueue, LocalFileSystemStorage, RemoteQueue, ServiceError, connect
+from jqueue.adapters.service.connection import Broker
 from servers import jqueue_serve
 
 pytestmark = pytest.mark.slow
@@ -79,3 +82,41 @@ def test_a_corrupt_broker_record_is_reported_and_left_alone(tmp_path: Path) -> N
         assert enqueue(url)[0] == 503
     assert (root / "_broker.json").read_text() == "not a record"
     assert "not a broker record" in (tmp_path / "serve.log").read_text()
+
+
+async def test_a_client_of_the_root_follows_the_broker_to_its_standby(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "first.log", options=FAST) as first:
+        wait_for(lambda: get(f"{first}/healthz")["role"] == "active", 10)
+        with jqueue_serve(str(root), tmp_path / "second.log", options=FAST) as second:
+            async with connect(str(root), "q") as queue:
+                assert isinstance(queue, RemoteQueue)
+                added = await queue.enqueue_many("e", [b"1", b"2"])
+                os.kill(get(f"{first}/healthz")["pid"], signal.SIGKILL)
+                started = time.monotonic()
+                [claimed] = await queue.dequeue()  # a claim may be repeated: it waits for the takeover
+                took = time.monotonic() - started
+                await queue.ack(claimed)
+                added.append(await queue.enqueue("e", b"3"))
+            assert get(f"{second}/healthz")["role"] == "active"
+    assert took < 10
+    async with DirectQueue(LocalFileSystemStorage(root / "q.json")) as direct:
+        left = (await direct.read_state()).jobs
+    assert sorted([*(job.id for job in left), claimed.id]) == sorted(job.id for job in added)
+
+
+async def test_without_a_broker_auto_and_off_commit_directly_and_require_fails(tmp_path: Path) -> None:
+    modes: tuple[Broker, ...] = ("auto", "off")
+    for mode in modes:
+        async with connect(str(tmp_path), "q", broker=mode) as queue:
+            assert isinstance(queue, BrokerQueue)
+            await queue.enqueue("e", mode.encode())
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "q.json")) as direct:
+        assert [job.payload for job in (await direct.read_state()).jobs] == [b"auto", b"off"]
+    async with connect(str(tmp_path), "q", failover_timeout=timedelta(seconds=0.5)) as remote:
+        with pytest.raises(ServiceError) as raised:
+            await remote.enqueue("e", b"nobody takes it")
+    assert raised.value.code == "no_broker"
+    with pytest.raises(ValueError, match="broker"):
+        connect("http://127.0.0.1:1", "q", broker="off")

@@ -47,7 +47,7 @@ from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 if _typing.TYPE_CHECKING:
     from jqueue.adapters.service.client import RemoteQueue as RemoteQueue
-    from jqueue.adapters.service.client import connect as connect
+    from jqueue.adapters.service.connection import connect as connect
     from jqueue.adapters.storage.gcs import GCSStorage as GCSStorage
     from jqueue.adapters.storage.s3 import S3Storage as S3Storage
 
@@ -57,7 +57,7 @@ _LAZY = {
     "S3Storage": "jqueue.adapters.storage.s3",
     "GCSStorage": "jqueue.adapters.storage.gcs",
     "RemoteQueue": "jqueue.adapters.service.client",
-    "connect": "jqueue.adapters.service.client",
+    "connect": "jqueue.adapters.service.connection",
 }
 
 

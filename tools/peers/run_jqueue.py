@@ -16,13 +16,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import BATCH, ENTRYPOINT, Done, emit, measured, paced, payload, record_latency, runner_arguments
 
-from jqueue import BrokerQueue, DirectQueue, Job, LocalFileSystemStorage, RemoteQueue, Worker, connect
+from jqueue import BrokerQueue, DirectQueue, Job, LocalFileSystemStorage, RemoteQueue, Worker
 
 
 def open_queue(kind: str, workdir: Path) -> DirectQueue | BrokerQueue | RemoteQueue:
     """The queue of a run, at ``WORKDIR/queue.json`` (served: ``WORKDIR/root/queue.json``)."""
     if kind == "serve":
-        return connect(os.environ["JQUEUE_URL"], "queue")
+        return RemoteQueue(os.environ["JQUEUE_URL"], "queue")
     storage = LocalFileSystemStorage(workdir / "queue.json")
     return BrokerQueue(storage) if kind == "broker" else DirectQueue(storage)
 

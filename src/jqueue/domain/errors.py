@@ -137,17 +137,23 @@ class QueuePausedError(JQueueError):
 
 
 class ServiceError(JQueueError):
-    """``jqueue serve`` answered a call with an error that has no class of its own here.
+    """``jqueue serve`` answered a call with an error that has no class of its own here, or
+    could not be asked.
 
     Attributes
     ----------
     status : int
-        The HTTP status (0 when the service could not be reached).
+        The HTTP status (0 when there was no answer).
     code : str
-        The stable code of the error (``"unreachable"`` when the service could not be reached).
+        The stable code of the error. Without an answer: ``"unreachable"`` (no connection:
+        nothing was sent), ``"no_answer"`` (sent, and the call may have landed) or
+        ``"no_broker"`` (no broker is registered for the root).
+    broker : str or None
+        For ``"not_broker"``, the URL of the broker to call instead, when known.
     """
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, broker: str | None = None) -> None:
         self.status = status
         self.code = code
+        self.broker = broker
         super().__init__(f"{code} ({status}): {message}" if status else f"{code}: {message}")

@@ -7,7 +7,9 @@ returns once the service answered 2xx, that is, once its commit is durable.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import time
 from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -15,6 +17,7 @@ from typing import Any, overload
 
 from jqueue.adapters.optional import require
 from jqueue.adapters.service.coalesce import Coalescer
+from jqueue.adapters.service.finder import BrokerFinder
 from jqueue.adapters.service.host import QUEUE_NAME
 from jqueue.adapters.service.wire import (
     MAX_BATCH,
@@ -42,6 +45,7 @@ from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.spec import JobSpec, payload_bytes
 
 DEFAULT_CALL_TIMEOUT = timedelta(seconds=60)
+DEFAULT_FAILOVER_TIMEOUT = timedelta(seconds=30)
 ClaimKey = tuple[tuple[str, ...] | None, float | None]
 """Claims that can share a request: the same entrypoints and visibility timeout."""
 SettleKey = tuple[str, tuple[tuple[str, Any], ...]]
@@ -101,13 +105,17 @@ class RemoteQueue:
     Parameters
     ----------
     url : str
-        The service, as ``http://host:port``.
+        The service, as ``http://host:port``; or the storage root that the services share,
+        whose broker record names the one serving it.
     queue : str
         The queue's name under the service's root.
     token : str or None
         The service's token, if it needs one.
     timeout : timedelta
-        The longest a call waits for its answer before it fails with ``ServiceError``.
+        The longest one request waits for its answer.
+    failover_timeout : timedelta
+        How long a call keeps looking for a broker that takes it (after a broker died, or
+        before one started) before it fails with ``ServiceError``.
     policy : QueuePolicy or None
         The queue's defaults for attempts and back-off, as the service's queue has them
         (by default the library's).
@@ -122,13 +130,16 @@ class RemoteQueue:
         *,
         token: str | None = None,
         timeout: timedelta = DEFAULT_CALL_TIMEOUT,
+        failover_timeout: timedelta = DEFAULT_FAILOVER_TIMEOUT,
         policy: QueuePolicy | None = None,
         visibility_timeout: timedelta = DEFAULT_VISIBILITY_TIMEOUT,
     ) -> None:
         if not QUEUE_NAME.fullmatch(queue):
             raise ValueError(f"{queue!r} is not a queue name (letters, digits, '_' and '-', at most 128)")
-        self.url = url.rstrip("/")
+        self.url = url
         self.queue = queue
+        self._finder = BrokerFinder(url)
+        self._failover_timeout = failover_timeout
         self._headers = {"Content-Type": MSGPACK, "Accept": MSGPACK}
         if token is not None:
             self._headers["Authorization"] = f"Bearer {token}"
@@ -175,27 +186,52 @@ class RemoteQueue:
     async def call(self, verb: str, body: Any, answer: type[Any]) -> Any:
         """POST ``body`` to the queue's route ``verb``; return the answer decoded as ``answer``.
 
+        A call the broker did not take (no connection, or a standby's ``not_broker``) goes to
+        the broker the answer or the root's record names, until ``failover_timeout``; so does
+        a call that may have landed, except an enqueue (it could be doubled).
+
         Raises
         ------
         ServiceError
-            For an answer that is not 2xx, or a service that could not be reached.
+            For an answer that is not 2xx, or no broker within ``failover_timeout``.
         """
         if self._session is None:
             await self.start()
+        deadline = time.monotonic() + self._failover_timeout.total_seconds()
+        pause = 0.05
+        while True:
+            address = await self._finder.find()
+            try:
+                if address is None:
+                    raise ServiceError(0, "no_broker", f"no broker is registered for {self._finder.root}")
+                return await self._post(address, verb, body, answer)
+            except ServiceError as exc:
+                repeatable = exc.code in ("unreachable", "not_broker", "no_broker") or (
+                    exc.code == "no_answer" and verb != "enqueue"
+                )
+                if not repeatable or time.monotonic() + pause > deadline:
+                    raise
+                self._finder.moved(exc.broker)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    async def _post(self, address: str, verb: str, body: Any, answer: type[Any]) -> Any:
         aiohttp = require("aiohttp", extra="client")
-        where = f"{self.url}/v1/queues/{self.queue}/{verb}"
+        where = f"{address}/v1/queues/{self.queue}/{verb}"
         try:
             async with self._session.post(where, data=encode(body, True)) as response:
                 data = await response.read()
                 status = response.status
+        except aiohttp.ClientConnectorError as exc:
+            raise ServiceError(0, "unreachable", f"{where}: {exc}") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ServiceError(0, "unreachable", f"{where}: {type(exc).__name__}: {exc}") from exc
+            raise ServiceError(0, "no_answer", f"{where}: {type(exc).__name__}: {exc}") from exc
         if status // 100 != 2:
             try:
                 error = decode(data, ErrorResponse, True).error
             except Exception:
                 raise ServiceError(status, "bad_answer", data[:200].decode(errors="replace")) from None
-            raise ServiceError(status, error.code, error.message)
+            raise ServiceError(status, error.code, error.message, error.broker)
         return decode(data, answer, True)
 
     async def enqueue(
@@ -308,12 +344,3 @@ class RemoteQueue:
     async def heartbeat(self, job_id: Job | str) -> None:
         """Record that the worker on a job is alive, extending its lease."""
         await self._settle("heartbeat", job_id)
-
-
-def connect(url: str, queue: str, *, token: str | None = None) -> RemoteQueue:
-    """Return the queue ``queue`` of the ``jqueue serve`` service at ``url`` (``http://host:port``).
-
-    Use it as ``async with connect(url, "jobs") as queue:``; it takes the calls of a
-    ``BrokerQueue`` that the service's native API offers, and satisfies ``Queue``.
-    """
-    return RemoteQueue(url, queue, token=token)
