@@ -172,6 +172,30 @@ async def test_a_dedup_key_enqueues_once_while_the_job_lives_or_was_acked_recent
         assert await q.count() == 2
 
 
+async def test_an_enqueue_repeated_with_its_job_ids_adds_nothing_twice(
+    file_or_s3: Backend, layout: Layout
+) -> None:
+    storage, name = file_or_s3.new()
+    async with (
+        DirectQueue(storage, layout=layout) as q,
+        DirectQueue(file_or_s3.handle(name), layout=layout) as other,
+    ):
+        first = await q.enqueue_many([JobSpec("e", b"1", id="job-1"), JobSpec("e", b"2", id="job-2")])
+        assert [job.id for job in first] == ["job-1", "job-2"]
+        again = await other.enqueue_many([JobSpec("e", b"1", id="job-1"), JobSpec("e", b"3", id="job-3")])
+        assert [(job.id, job.payload) for job in again] == [("job-1", b"1"), ("job-3", b"3")]
+        twice = await q.enqueue_many([JobSpec("e", b"4", id="job-4"), JobSpec("e", b"5", id="job-4")])
+        assert twice[0] == twice[1]
+        assert await q.count() == 4
+        [claimed] = await q.dequeue("e")
+        await q.ack(claimed)
+        late = (await other.enqueue_many([JobSpec("e", b"1", id=claimed.id)]))[0]
+        assert (late.id, late.status) == (claimed.id, JobStatus.ACKED)  # the history remembers it
+        assert await q.count() == 3
+    with pytest.raises(ValueError, match="id"):
+        JobSpec("e", b"", id="")
+
+
 async def test_enqueue_many_with_options_per_job_is_one_commit(file_or_s3: Backend, layout: Layout) -> None:
     storage, _ = file_or_s3.new()
     async with DirectQueue(storage, layout=layout) as q:

@@ -289,3 +289,13 @@ async def test_metrics_count_what_the_service_did(served: tuple[str, Path]) -> N
     assert backlog == {"queued": 1, "in_progress": 1, "dead": 0}
     assert samples[("jqueue_requests_total", (("queue", ""), ("route", "dequeue"), ("status", "404")))] == 1
     assert samples[("jqueue_request_seconds_count", (("route", "enqueue"),))] == 1
+
+
+def test_a_repeated_enqueue_request_adds_its_jobs_once(served: tuple[str, Path]) -> None:
+    url, _ = served
+    body = jobs_body(id="client-chosen-1")
+    first, again = post(f"{url}/v1/queues/ids/enqueue", body), post(f"{url}/v1/queues/ids/enqueue", body)
+    assert first[0] == again[0] == 200
+    assert first[1]["jobs"][0]["id"] == again[1]["jobs"][0]["id"] == "client-chosen-1"
+    _, peeked = post(f"{url}/v1/queues/ids/peek", b'{"limit": 10}')
+    assert [job["id"] for job in peeked["jobs"]] == ["client-chosen-1"]

@@ -227,11 +227,14 @@ class JobQueue(ManagementCalls):
             acked_since = to_micros(utc_now() - retention)
             found: list[Found] = []
             keyed: dict[str, Added] = {}
+            ids: dict[str, Added] = {}
             for job in new:
                 if index.controls.enqueues_paused(job.entrypoint):
                     raise QueuePausedError(job.entrypoint)
                 key = job.dedup_key
-                match = None if key is None else keyed.get(key) or index.dedup_match(key, acked_since)
+                match = ids.get(job.id) or index.known(job.id)
+                if match is None and key is not None:
+                    match = keyed.get(key) or index.dedup_match(key, acked_since)
                 if isinstance(match, JobRecord):
                     found.append(match.as_added())
                 elif match is not None:
@@ -239,6 +242,7 @@ class JobQueue(ManagementCalls):
                 else:
                     index.apply(job)
                     keyed.update({} if key is None else {key: job})
+                    ids[job.id] = job
                     found.append(job)
             return found
 

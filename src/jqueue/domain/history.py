@@ -1,4 +1,5 @@
-"""The records of finished jobs that a queue keeps, oldest first, and the dedup keys of acked ones."""
+"""The records of finished jobs that a queue keeps, oldest first, with the ids they hold and the
+dedup keys of acked ones."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class History:
     def __init__(self) -> None:
         self._records: deque[HistoryRecord] = deque()
         self._acked_keys: Counter[str] = Counter()
+        self._ids: Counter[str] = Counter()
 
     def __len__(self) -> int:
         return len(self._records)
@@ -29,14 +31,11 @@ class History:
     def add(self, record: HistoryRecord) -> Callable[[], None]:
         """Append a finished job; returns the undo."""
         self._records.append(record)
-        key = _acked_key(record)
-        if key is not None:
-            self._acked_keys[key] += 1
+        self._count_keys([record], 1)
 
         def undo() -> None:
             self._records.pop()
-            if key is not None:
-                self._acked_keys[key] -= 1
+            self._count_keys([record], -1)
 
         return undo
 
@@ -61,6 +60,7 @@ class History:
 
     def _count_keys(self, records: list[HistoryRecord], step: int) -> None:
         for record in records:
+            self._ids[record.job_id] += step
             key = _acked_key(record)
             if key is not None:
                 self._acked_keys[key] += step
@@ -73,6 +73,12 @@ class History:
         while count < len(records) and records[count].finished < finished_before:
             count += 1
         return count
+
+    def finished(self, job_id: str) -> HistoryRecord | None:
+        """Return the newest record of job ``job_id``, if history holds one."""
+        if self._ids[job_id] <= 0:
+            return None
+        return next(r for r in reversed(self._records) if r.job_id == job_id)
 
     def acked(self, key: str, since: int) -> HistoryRecord | None:
         """Return the newest job acked with dedup key ``key`` at or after ``since``, if any."""

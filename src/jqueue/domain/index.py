@@ -44,6 +44,11 @@ class QueueIndex(IndexState):
                 continue
             yield record
 
+    def known(self, job_id: str) -> JobRecord | HistoryRecord | None:
+        """Return the live job ``job_id``, else its newest history record, if either exists."""
+        record = self.records.get(job_id)
+        return record if record is not None else self.history.finished(job_id)
+
     def dedup_match(self, key: str, acked_since: int) -> JobRecord | HistoryRecord | None:
         """Return the live job enqueued with ``key``, else the newest one acked at or after
         ``acked_since`` that history still holds."""

@@ -13,6 +13,8 @@ from jqueue.domain.times import to_micros
 from jqueue.domain.values import checked_int64, checked_text
 from jqueue.domain.values import span as span_text
 
+MAX_ID_LENGTH = 256
+"""The longest job id a ``JobSpec`` takes."""
 LONGEST_SPAN = timedelta(days=365 * 1000)
 """The longest ``delay`` or ``ttl`` a job takes (a time past it would not fit a datetime)."""
 
@@ -40,6 +42,10 @@ class JobSpec:
         Claims allowed before a failure makes the job dead (else the queue's default).
     ttl : timedelta or None
         The job dies instead of being claimed once this old (else the queue's default).
+    id : str or None
+        The job's id (else a new random UUID). Enqueueing an id that a job in the queue or
+        in the history has returns that job and adds nothing, so that an enqueue repeated
+        after an unknown outcome is not doubled.
     """
 
     entrypoint: str
@@ -50,9 +56,12 @@ class JobSpec:
     dedup_key: str | None = None
     max_attempts: int | None = None
     ttl: timedelta | None = None
+    id: str | None = None
 
     def __post_init__(self) -> None:
         checked_text("entrypoint", self.entrypoint)
+        if self.id is not None and not 0 < len(checked_text("id", self.id)) <= MAX_ID_LENGTH:
+            raise ValueError(f"id must be 1 to {MAX_ID_LENGTH} characters, got {len(self.id)}")
         if not isinstance(self.payload, bytes | bytearray | str):  # a str is base64, as in jqueue
             raise ValueError(f"payload must be bytes, got {type(self.payload).__name__}")
         checked_int64("priority", self.priority)
@@ -80,7 +89,7 @@ class JobSpec:
         not_before = self.not_before if self.delay is None else now + self.delay
         ttl = self.ttl if self.ttl is not None else default_ttl
         return Added(
-            new_job_id(),
+            new_job_id() if self.id is None else self.id,
             self.entrypoint,
             self.priority,
             to_micros(now),

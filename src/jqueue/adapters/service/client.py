@@ -40,7 +40,7 @@ from jqueue.adapters.service.wire import (
 )
 from jqueue.core.queue import DEFAULT_VISIBILITY_TIMEOUT
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError, ServiceError
-from jqueue.domain.models import Job
+from jqueue.domain.models import Job, new_job_id
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.spec import JobSpec, payload_bytes
 
@@ -70,6 +70,7 @@ def _new_job(spec: JobSpec) -> NewJob:
         dedup_key=spec.dedup_key,
         max_attempts=spec.max_attempts,
         ttl_seconds=_seconds(spec.ttl),
+        id=new_job_id() if spec.id is None else spec.id,  # so that a repeated request is not doubled
     )
 
 
@@ -188,7 +189,9 @@ class RemoteQueue:
 
         A call the broker did not take (no connection, or a standby's ``not_broker``) goes to
         the broker the answer or the root's record names, until ``failover_timeout``; so does
-        a call that may have landed, except an enqueue (it could be doubled).
+        a call that may have landed: its repeat changes nothing twice (an enqueue carries its
+        jobs' ids, a settling call is fenced or finds its job gone, a claim held by a lost
+        answer runs out).
 
         Raises
         ------
@@ -206,9 +209,7 @@ class RemoteQueue:
                     raise ServiceError(0, "no_broker", f"no broker is registered for {self._finder.root}")
                 return await self._post(address, verb, body, answer)
             except ServiceError as exc:
-                repeatable = exc.code in ("unreachable", "not_broker", "no_broker") or (
-                    exc.code == "no_answer" and verb != "enqueue"
-                )
+                repeatable = exc.code in ("unreachable", "not_broker", "no_broker", "no_answer")
                 if not repeatable or time.monotonic() + pause > deadline:
                     raise
                 self._finder.moved(exc.broker)

@@ -44,7 +44,8 @@ else:
 
 
 class NewJob(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """One job to enqueue, with the options of ``JobSpec`` (spans in seconds)."""
+    """One job to enqueue, with the options of ``JobSpec`` (spans in seconds). With an ``id``,
+    a repeated request adds nothing twice (the client sets one for every job)."""
 
     entrypoint: str
     payload: bytes
@@ -54,6 +55,7 @@ class NewJob(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dedup_key: str | None = None
     max_attempts: Attempts | None = None
     ttl_seconds: Seconds | None = None
+    id: str | None = None
 
     def spec(self) -> JobSpec:
         """Return the ``JobSpec`` of this job (raises ``ValueError`` for options that clash)."""
@@ -66,6 +68,7 @@ class NewJob(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             dedup_key=self.dedup_key,
             max_attempts=self.max_attempts,
             ttl=_span(self.ttl_seconds),
+            id=self.id,
         )
 
 
