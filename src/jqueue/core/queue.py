@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Collection, Iterable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from types import TracebackType
-from typing import Self, overload
+from typing import Self
 
 from jqueue.core.changes import ChangeFeed
 from jqueue.core.commits import Commits, Housekeeping
+from jqueue.core.enqueue_calls import EnqueueCalls
 from jqueue.core.layout import Layout, StoreOpener
 from jqueue.core.management import ManagementCalls, entrypoint_set
 from jqueue.core.retry import RetryPolicy
@@ -61,7 +62,7 @@ Strategy = Callable[[StoreOpener, Housekeeping, StorageUse], Commits]
 """Makes a queue's commit strategy: ``DirectCommits`` or ``GroupedCommits``."""
 
 
-class JobQueue(ManagementCalls):
+class JobQueue(ManagementCalls, EnqueueCalls):
     """The queue API over a commit strategy: the documented calls, management and the lifecycle.
 
     ``DirectQueue``, ``GroupCommitLoop`` and ``BrokerQueue`` are this class with the strategy
@@ -125,62 +126,8 @@ class JobQueue(ManagementCalls):
         """Return a fresh snapshot of the whole queue straight from storage."""
         return await (await self._opener.store()).read_state()
 
-    async def enqueue(
-        self,
-        entrypoint: str,
-        payload: bytes,
-        priority: int = 0,
-        *,
-        delay: timedelta | None = None,
-        not_before: datetime | None = None,
-        dedup_key: str | None = None,
-        max_attempts: int | None = None,
-        ttl: timedelta | None = None,
-    ) -> Job:
-        """Add a job; returns it once it is durably committed.
-
-        The options are those of ``JobSpec``. With a ``dedup_key`` that a job in the
-        queue holds, that job is returned and nothing is added; for a key acked within
-        the history's retention, the acked job is returned (status ``ACKED``, empty
-        payload).
-
-        Raises
-        ------
-        PayloadTooLargeError
-            If ``payload`` is over ``max_payload_bytes``.
-        QueuePausedError
-            If enqueues of ``entrypoint`` are paused.
-        """
-        spec = JobSpec(entrypoint, payload, priority, delay, not_before, dedup_key, max_attempts, ttl)
-        return (await self.enqueue_many([spec]))[0]
-
-    @overload
-    async def enqueue_many(self, jobs: Iterable[JobSpec], /) -> list[Job]: ...
-
-    @overload
-    async def enqueue_many(
-        self, entrypoint: str, payloads: Iterable[bytes], /, priority: int = 0
-    ) -> list[Job]: ...
-
-    async def enqueue_many(
-        self, jobs: str | Iterable[JobSpec], payloads: Iterable[bytes] = (), /, priority: int = 0
-    ) -> list[Job]:
-        """Add many jobs in one commit, all or none; returns them in order.
-
-        Either ``enqueue_many(entrypoint, payloads, priority=0)``, one job per payload,
-        or ``enqueue_many(specs)`` with a ``JobSpec`` per job. Dedup keys work as in
-        ``enqueue``, also between jobs of the same call.
-
-        Raises
-        ------
-        PayloadTooLargeError
-            If a payload is over ``max_payload_bytes``; then none is added.
-        QueuePausedError
-            If enqueues of one of the entrypoints are paused; then none is added.
-        """
-        if isinstance(jobs, str):
-            jobs = [JobSpec(jobs, payload, priority) for payload in payloads]
-        return await self._add(jobs, None)
+    async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:
+        return await self._add(specs, None)
 
     async def stage_many(self, jobs: Iterable[JobSpec], batch: str) -> list[Job]:
         """Add jobs as part of bulk write ``batch``, staged: stored, but not claimable until

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Collection, Iterable
-from datetime import datetime, timedelta
+from collections.abc import Collection
+from datetime import timedelta
 from types import TracebackType
-from typing import Any, overload
+from typing import Any
 
 from jqueue.adapters.optional import require
 from jqueue.adapters.service.coalesce import Coalescer
@@ -38,6 +38,7 @@ from jqueue.adapters.service.wire import (
     encode,
     job_of,
 )
+from jqueue.core.enqueue_calls import EnqueueCalls
 from jqueue.core.queue import DEFAULT_VISIBILITY_TIMEOUT
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError, ServiceError
 from jqueue.domain.models import Job, new_job_id
@@ -100,7 +101,7 @@ class RemoteChanges:
         return self.generation
 
 
-class RemoteQueue:
+class RemoteQueue(EnqueueCalls):
     """One queue of a ``jqueue serve`` service.
 
     Parameters
@@ -235,37 +236,8 @@ class RemoteQueue:
             raise ServiceError(status, error.code, error.message, error.broker)
         return decode(data, answer, True)
 
-    async def enqueue(
-        self,
-        entrypoint: str,
-        payload: bytes,
-        priority: int = 0,
-        *,
-        delay: timedelta | None = None,
-        not_before: datetime | None = None,
-        dedup_key: str | None = None,
-        max_attempts: int | None = None,
-        ttl: timedelta | None = None,
-    ) -> Job:
-        """Add a job (see ``JobQueue.enqueue``); returns it once it is durably committed."""
-        spec = JobSpec(entrypoint, payload, priority, delay, not_before, dedup_key, max_attempts, ttl)
-        return (await self.enqueue_many([spec]))[0]
-
-    @overload
-    async def enqueue_many(self, jobs: Iterable[JobSpec], /) -> list[Job]: ...
-
-    @overload
-    async def enqueue_many(
-        self, entrypoint: str, payloads: Iterable[bytes], /, priority: int = 0
-    ) -> list[Job]: ...
-
-    async def enqueue_many(
-        self, jobs: str | Iterable[JobSpec], payloads: Iterable[bytes] = (), /, priority: int = 0
-    ) -> list[Job]:
-        """Add many jobs in one commit, all or none (see ``JobQueue.enqueue_many``)."""
-        if isinstance(jobs, str):
-            jobs = [JobSpec(jobs, payload, priority) for payload in payloads]
-        request = EnqueueRequest([_new_job(spec) for spec in jobs])
+    async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:
+        request = EnqueueRequest([_new_job(spec) for spec in specs])
         answer: JobsResponse = await self.call("enqueue", request, JobsResponse)
         return [job_of(job) for job in answer.jobs]
 
