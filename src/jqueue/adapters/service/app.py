@@ -103,7 +103,8 @@ def error_of(exc: BaseException) -> tuple[int, ErrorBody]:
 
 
 def fenced(ref: JobRef) -> Job | str:
-    """The argument that fences a call with the ref's lease (the id alone when it has none)."""
+    """The argument that fences a call with the ref's lease (the id alone when it has none): the
+    queue reads only the id and the lease of a ``Job`` it is given to fence a call."""
     if ref.lease is None:
         return ref.id
     return Job.model_construct(id=ref.id, entrypoint="", payload=b"", lease=ref.lease)
@@ -116,6 +117,8 @@ class Service:
     ----------
     host : QueueHost
         The queues.
+    lease : BrokerLease
+        The root's broker record: queue calls are served only while this process holds it.
     token : str or None
         When set, every request but ``/healthz`` needs ``Authorization: Bearer TOKEN``.
     max_body_bytes : int
@@ -137,7 +140,7 @@ class Service:
 
     def routes(self) -> list[Route]:
         """The routes, for a Starlette application."""
-        queue_calls: dict[str, Callable[[BrokerQueue, Request, bool], Awaitable[Any]]] = {
+        queue_calls: dict[str, Callable[[BrokerQueue, Request], Awaitable[Any]]] = {
             "dequeue": self._dequeue,
             "peek": self._peek,
             "changes": self._changes,
@@ -179,7 +182,7 @@ class Service:
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     def _endpoint(
-        self, call: Callable[[BrokerQueue, Request, bool], Awaitable[Any]], *, create: bool = False
+        self, call: Callable[[BrokerQueue, Request], Awaitable[Any]], *, create: bool = False
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
@@ -189,7 +192,7 @@ class Service:
                 self._authorize(request)
                 self._check_serving()
                 queue = await self.host.get(name, create=create)
-                answer, status = _answer(await call(queue, request, msgpack), msgpack), 200
+                answer, status = _answer(await call(queue, request), msgpack), 200
             except Exception as exc:
                 status, body = error_of(exc)
                 answer = _answer(ErrorResponse(body), msgpack, status)
@@ -224,13 +227,13 @@ class Service:
             chunks.append(chunk)
         return decode(b"".join(chunks), kind, msgpack)
 
-    async def _enqueue(self, queue: BrokerQueue, request: Request, _: bool) -> JobsResponse:
+    async def _enqueue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
         body: EnqueueRequest = await self._body(request, EnqueueRequest)
         jobs = await queue.enqueue_many([job.spec() for job in body.jobs])
         self._count(request, "enqueued", jobs)
         return JobsResponse([api_job(job) for job in jobs])
 
-    async def _dequeue(self, queue: BrokerQueue, request: Request, _: bool) -> JobsResponse:
+    async def _dequeue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
         body: DequeueRequest = await self._body(request, DequeueRequest)
         seconds = body.visibility_timeout_seconds
         jobs = await queue.dequeue(
@@ -243,15 +246,15 @@ class Service:
             self.metrics.empty_polls.labels(request.path_params["queue"]).inc()
         return JobsResponse([api_job(job) for job in jobs])
 
-    async def _peek(self, queue: BrokerQueue, request: Request, _: bool) -> JobsResponse:
+    async def _peek(self, queue: BrokerQueue, request: Request) -> JobsResponse:
         body: PeekRequest = await self._body(request, PeekRequest)
         return JobsResponse([api_job(job) for job in await queue.peek(body.entrypoints, body.limit)])
 
-    async def _changes(self, queue: BrokerQueue, request: Request, _: bool) -> ChangesResponse:
+    async def _changes(self, queue: BrokerQueue, request: Request) -> ChangesResponse:
         body: ChangesRequest = await self._body(request, ChangesRequest)
         return ChangesResponse(await queue.changes.wait(body.seen, body.wait_seconds))
 
-    async def _settle(self, queue: BrokerQueue, request: Request, _: bool) -> ResultsResponse:
+    async def _settle(self, queue: BrokerQueue, request: Request) -> ResultsResponse:
         body: SettleRequest = await self._body(request, SettleRequest)
         verb = request.url.path.rsplit("/", 1)[1]
         delay = None if body.delay_seconds is None else timedelta(seconds=body.delay_seconds)
