@@ -120,3 +120,14 @@ async def test_without_a_broker_auto_and_off_commit_directly_and_require_fails(t
     assert raised.value.code == "no_broker"
     with pytest.raises(ValueError, match="broker"):
         connect("http://127.0.0.1:1", "q", broker="off")
+
+
+def test_a_broker_stopped_gracefully_hands_the_root_over_at_once(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "first.log") as first:  # default settings: stale after 3 s
+        assert enqueue(first)[0] == 200
+    assert json.loads((root / "_broker.json").read_text())["released"] is True
+    with jqueue_serve(str(root), tmp_path / "second.log") as second:
+        assert enqueue(second)[0] == 200  # no wait for the record to go stale
+        assert get(f"{second}/healthz")["epoch"] == 2

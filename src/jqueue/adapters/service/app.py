@@ -332,6 +332,7 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await keeping
             await host.close()
+            await lease.release()
 
     async def not_routed(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500

@@ -40,14 +40,15 @@ class Role(StrEnum):
 
 
 class BrokerRecord(msgspec.Struct, forbid_unknown_fields=True):
-    """The record: who serves the root (its advertised URL), since which epoch, and a beat that
-    every renewal raises."""
+    """The record: who serves the root (its advertised URL), since which epoch, a beat that
+    every renewal raises, and whether its broker stopped (then anyone may take over at once)."""
 
     address: str
     epoch: int
     beat: int
     owner: str
     renewed_at: str
+    released: bool = False
 
 
 _decoder = msgspec.json.Decoder(BrokerRecord)
@@ -122,11 +123,20 @@ class BrokerLease:
         if etag != self._etag or self.record is None:
             self.record = _decoded(content, self.storage) if etag is not None else None
             self._etag, self._seen_at = etag, now
-        if etag is None or now - self._seen_at >= self.stale_after:
+        released = self.record is not None and self.record.released
+        if etag is None or released or now - self._seen_at >= self.stale_after:
             await self._write(self.epoch + 1, 1)
 
-    async def _write(self, epoch: int, beat: int) -> None:
-        record = BrokerRecord(self.address, epoch, beat, self.owner, utc_now().isoformat())
+    async def release(self) -> None:
+        """Stop serving, marking the record released so that a standby takes over at once."""
+        if self.role is Role.ACTIVE and self.record is not None:
+            self._renewed_at = -float("inf")
+            with contextlib.suppress(JQueueError):
+                await self._write(self.epoch, self.record.beat + 1, released=True)
+            self.role = Role.STANDBY
+
+    async def _write(self, epoch: int, beat: int, *, released: bool = False) -> None:
+        record = BrokerRecord(self.address, epoch, beat, self.owner, utc_now().isoformat(), released)
         try:
             self._etag = await self.storage.write(msgspec.json.encode(record), if_match=self._etag)
         except CASConflictError:
@@ -136,6 +146,9 @@ class BrokerLease:
             with contextlib.suppress(JQueueError):
                 content, self._etag = await self.storage.read()
                 self.record = _decoded(content, self.storage) if self._etag is not None else None
+            return
+        if released:
+            self.record = record
             return
         if self.role is Role.STANDBY:
             logger.warning("serving as the broker of %s, epoch %d", _where(self.storage), epoch)
