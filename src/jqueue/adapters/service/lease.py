@@ -142,10 +142,7 @@ class BrokerLease:
         except CASConflictError:
             if self.role is Role.ACTIVE:
                 logger.warning("deposed: another broker took over %s", _where(self.storage))
-            self.role, self._seen_at = Role.STANDBY, time.monotonic()
-            with contextlib.suppress(JQueueError):
-                content, self._etag = await self.storage.read()
-                self.record = _decoded(content, self.storage) if self._etag is not None else None
+            self.role, self._etag, self.record = Role.STANDBY, None, None  # the next step reads it
             return
         if released:
             self.record = record
