@@ -80,9 +80,12 @@ def serve(
     address = (
         f"http://[{shown_host}]:{shown_port}" if ":" in shown_host else f"http://{shown_host}:{shown_port}"
     )
-    uvicorn = require("uvicorn", extra="serve")
-    require("starlette", extra="serve")
-    require("prometheus_client", extra="serve")
+    try:
+        uvicorn = require("uvicorn", extra="serve")
+        require("starlette", extra="serve")
+        require("prometheus_client", extra="serve")
+    except ImportError as exc:
+        fail(str(exc))
     from jqueue.adapters.service.app import create_app
 
     try:
