@@ -136,3 +136,27 @@ async def test_an_explicit_sweep_returns_expired_leases_and_counts_them(
         assert await q.sweep() == 2
         assert await q.sweep() == 0
         assert await q.count(JobStatus.QUEUED) == 2
+
+
+async def test_a_heartbeat_can_set_the_lease_to_a_new_length(
+    file_or_s3: Backend, layout: Layout, clock: Clock
+) -> None:
+    storage, name = file_or_s3.new()
+    async with (
+        DirectQueue(storage, layout=layout) as holder,
+        DirectQueue(file_or_s3.handle(name), layout=layout) as other,
+    ):
+        await holder.enqueue("work", b"x")
+        [job] = await holder.dequeue(visibility_timeout=LEASE)
+        await holder.heartbeat(job, visibility_timeout=LEASE * 10)
+        seen = (await other.read_state()).find(job.id)
+        assert seen is not None
+        assert seen.lease_expires_at == clock.now + LEASE * 10
+        clock.advance(LEASE * 5)
+        assert await other.dequeue() == [], "the longer lease still holds"
+        await holder.heartbeat(job, visibility_timeout=timedelta(0))
+        clock.advance(SHORT)
+        [again] = await other.dequeue()
+        assert (again.id, again.attempts) == (job.id, 2)
+        with pytest.raises(LeaseLostError):
+            await holder.heartbeat(job, visibility_timeout=LEASE)

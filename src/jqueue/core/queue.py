@@ -10,7 +10,7 @@ one commit per call (``DirectQueue``), or many folded into one (``GroupCommitLoo
 from __future__ import annotations
 
 import logging
-import uuid
+import secrets
 from collections.abc import Callable, Collection, Iterable
 from datetime import timedelta
 from types import TracebackType
@@ -44,9 +44,31 @@ a lease sweeps leases that are still valid for their holders."""
 logger = logging.getLogger("jqueue")
 
 
+LEASE_BITS = 52
+"""A lease token is this many random bits, so that it is also a number that JSON clients in
+any language read exactly (``lease_number``)."""
+_LEASE_DIGITS = -(-LEASE_BITS // 4)
+
+
 def new_lease() -> str:
-    """Return a fresh lease token."""
-    return uuid.uuid4().hex
+    """Return a fresh lease token: ``LEASE_BITS`` random bits in hexadecimal."""
+    return f"{secrets.randbits(LEASE_BITS):0{_LEASE_DIGITS}x}"
+
+
+def lease_number(lease: str) -> int | None:
+    """Return the lease token as a number (the queued API's poll tag), or None for a token
+    that is not one (made by an earlier version)."""
+    if len(lease) != _LEASE_DIGITS:
+        return None
+    try:
+        return int(lease, 16)
+    except ValueError:
+        return None
+
+
+def lease_of_number(number: int) -> str:
+    """Return the lease token whose number is ``number`` (the inverse of ``lease_number``)."""
+    return f"{number:0{_LEASE_DIGITS}x}"
 
 
 def fence(job: Job | str) -> tuple[str, str | None]:
@@ -317,15 +339,18 @@ class JobQueue(ManagementCalls, EnqueueCalls):
         plain_id, lease = fence(job_id)
         await self._commits.run(lambda index: index.release(plain_id, lease))
 
-    async def heartbeat(self, job_id: Job | str) -> None:
-        """Record that the worker on a job is alive, extending its lease by its visibility timeout.
+    async def heartbeat(self, job_id: Job | str, *, visibility_timeout: timedelta | None = None) -> None:
+        """Record that the worker on a job is alive, extending its lease by its visibility timeout
+        (or to ``visibility_timeout`` from now, when given).
 
         Fenced when given the claimed ``Job``: a lost lease raises ``LeaseLostError``.
         """
         plain_id, lease = fence(job_id)
 
         def operation(index: QueueIndex) -> None:
-            index.heartbeat(plain_id, to_micros(utc_now()), lease)
+            now = utc_now()
+            expires = None if visibility_timeout is None else to_micros(now + visibility_timeout)
+            index.heartbeat(plain_id, to_micros(now), lease, expires)
 
         await self._commits.run(operation)
 

@@ -108,10 +108,12 @@ class ThrottleSet:
 
 @dataclass(frozen=True, slots=True)
 class Beat:
-    """A claimed job's heartbeat moved to ``at``; its lease, if it expires, is as long again from ``at``."""
+    """A claimed job's heartbeat moved to ``at``; its lease, if it expires, now expires at
+    ``expires``, or when None as long again from ``at`` as it was from the last heartbeat."""
 
     job_id: str
     at: int
+    expires: int | None = None
 
 
 Effect = (

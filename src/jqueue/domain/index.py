@@ -165,12 +165,14 @@ class QueueIndex(IndexState):
             dead = [job_id for job_id in job_ids if self._require(job_id).status is JobStatus.DEAD]
         return [self._applied(Requeued(job_id, reset=True)) for job_id in dict.fromkeys(dead)]
 
-    def heartbeat(self, job_id: str, now: int, lease: str | None = None) -> list[Beat]:
-        """Move a claimed job's heartbeat to ``now`` and extend its lease; unfenced, nothing for
-        a job in another status."""
+    def heartbeat(
+        self, job_id: str, now: int, lease: str | None = None, expires: int | None = None
+    ) -> list[Beat]:
+        """Move a claimed job's heartbeat to ``now`` and extend its lease (to ``expires`` when
+        given); unfenced, nothing for a job in another status."""
         if self._holding(job_id, lease).status is not JobStatus.IN_PROGRESS:
             return []
-        return [self._applied(Beat(job_id, now))]
+        return [self._applied(Beat(job_id, now, expires))]
 
     def requeue_expired(self, now: int, max_attempts: int | None = None) -> list[Requeued | Died]:
         """Return the claimed jobs whose lease ran out before ``now`` to the queue; one that used

@@ -233,10 +233,12 @@ class IndexState:
                 self._record_undo(self.controls.count_claim(record.entrypoint, at))
             case Requeued(job_id, not_before, error, reset):
                 self._requeue(self._existing(job_id, effect), not_before, error, reset)
-            case Beat(job_id, at):
+            case Beat(job_id, at, new_expiry):
                 record = self._existing(job_id, effect)
                 expires = record.expires
-                if expires is not None and record.heartbeat is not None:
+                if new_expiry is not None:
+                    expires = new_expiry
+                elif expires is not None and record.heartbeat is not None:
                     expires = at + (expires - record.heartbeat)
                 self._update(record, record.changed(heartbeat=at, expires=expires))
             case Died(job_id, at, reason, error):

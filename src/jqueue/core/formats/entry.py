@@ -68,6 +68,7 @@ class _Remove(msgspec.Struct, tag="remove", array_like=True, omit_defaults=True)
 class _Beat(msgspec.Struct, tag="beat", array_like=True):
     id: str
     at: Micros
+    expires: Micros | None = None
 
 
 class _Die(msgspec.Struct, tag="die", array_like=True):
@@ -141,8 +142,8 @@ def _wire_effect(effect: Effect) -> _WireEffect:
             return _Requeue(job_id, not_before, error, reset)
         case Removed(job_id, at):
             return _Remove(job_id, at)
-        case Beat(job_id, at):
-            return _Beat(job_id, at)
+        case Beat(job_id, at, expires):
+            return _Beat(job_id, at, expires)
         case Died(job_id, at, reason, error):
             return _Die(job_id, at, reason, error)
         case Forgotten(count):
@@ -191,8 +192,8 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
                 effects.append(Requeued(job_id, not_before, error, reset))
             case _Remove(job_id, at):
                 effects.append(Removed(job_id, at))
-            case _Beat(job_id, at):
-                effects.append(Beat(job_id, at))
+            case _Beat(job_id, at, expires):
+                effects.append(Beat(job_id, at, expires))
             case _Die(job_id, at, reason, error):
                 effects.append(Died(job_id, at, reason, error))
             case _Forget(count):
