@@ -19,7 +19,6 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -27,9 +26,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from jqueue.adapters.service.host import BadQueueNameError, QueueHost, UnknownQueueError, record_storage
+from jqueue.adapters.service.answers import HTTPError, error_of
+from jqueue.adapters.service.host import QueueHost, record_storage
 from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER, BrokerLease
 from jqueue.adapters.service.metrics import ServiceMetrics
+from jqueue.adapters.service.queued import QueuedRoutes
 from jqueue.adapters.service.wire import (
     DEFAULT_MAX_BODY_BYTES,
     JSON,
@@ -51,55 +52,9 @@ from jqueue.adapters.service.wire import (
     is_msgpack,
 )
 from jqueue.core.broker import BrokerQueue
-from jqueue.domain.errors import (
-    CASConflictError,
-    CorruptStateError,
-    JobNotFoundError,
-    LeaseLostError,
-    PayloadTooLargeError,
-    QueueClosedError,
-    QueuePausedError,
-    StorageError,
-)
 from jqueue.domain.models import Job
 
 logger = logging.getLogger(__name__)
-
-_ERRORS: list[tuple[type[BaseException], int, str]] = [
-    (BadQueueNameError, 400, "bad_queue_name"),
-    (UnknownQueueError, 404, "queue_not_found"),
-    (JobNotFoundError, 404, "job_not_found"),
-    (LeaseLostError, 409, "lease_lost"),
-    (QueuePausedError, 409, "paused"),
-    (PayloadTooLargeError, 413, "payload_too_large"),
-    (CASConflictError, 503, "conflict"),
-    (QueueClosedError, 503, "closing"),
-    (StorageError, 503, "storage_unavailable"),
-    (CorruptStateError, 500, "corrupt_state"),
-    (msgspec.DecodeError, 400, "bad_body"),
-    (ValueError, 400, "invalid_argument"),
-]
-"""Each error a call can raise, by the first class that matches: its status and code."""
-
-
-class HTTPError(Exception):
-    """An answer that is not 2xx, decided before any queue call."""
-
-    def __init__(self, status: int, code: str, message: str, broker: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.broker = status, code, broker
-
-
-def error_of(exc: BaseException) -> tuple[int, ErrorBody]:
-    """Return the status and body that report ``exc``."""
-    if isinstance(exc, HTTPError):
-        return exc.status, ErrorBody(exc.code, str(exc), exc.broker)
-    for kind, status, code in _ERRORS:
-        if isinstance(exc, kind):
-            text = str(exc) if not isinstance(exc, UnknownQueueError) else f"no queue named {exc}"
-            return status, ErrorBody(code, text)
-    logger.exception("an unexpected error answered with 500", exc_info=exc)
-    return 500, ErrorBody("internal", f"{type(exc).__name__}: {exc}")
 
 
 def fenced(ref: JobRef) -> Job | str:
@@ -165,8 +120,10 @@ class Service:
         health["pid"] = os.getpid()
         return _answer(health, is_msgpack(request.headers.get("accept")))
 
-    def _check_serving(self) -> None:
-        if not self.lease.serving():
+    async def check_serving(self) -> None:
+        if self.lease.serving():
+            await self.host.serve_epoch(self.lease.epoch)
+        else:
             record = self.lease.record
             broker = record.address if record is not None and record.address != self.lease.address else None
             where = f"; the broker is {broker}" if broker else ""
@@ -174,7 +131,7 @@ class Service:
 
     async def _metrics(self, request: Request) -> Response:
         try:
-            self._authorize(request)
+            self.authorize(request)
         except HTTPError as exc:
             status, body = error_of(exc)
             return _answer(ErrorResponse(body), False, status)
@@ -189,8 +146,8 @@ class Service:
             msgpack = is_msgpack(request.headers.get("accept"))
             name, route = request.path_params["queue"], request.url.path.rsplit("/", 1)[1]
             try:
-                self._authorize(request)
-                self._check_serving()
+                self.authorize(request)
+                await self.check_serving()
                 queue = await self.host.get(name, create=create)
                 answer, status = _answer(await call(queue, request), msgpack), 200
             except Exception as exc:
@@ -203,14 +160,14 @@ class Service:
 
         return endpoint
 
-    def _authorize(self, request: Request) -> None:
+    def authorize(self, request: Request) -> None:
         if self.token is None:
             return
         given = request.headers.get("authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
             raise HTTPError(401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is required")
 
-    async def _body(self, request: Request, kind: type[Any]) -> Any:
+    async def read_body(self, request: Request, kind: type[Any]) -> Any:
         content_type = request.headers.get("content-type")
         msgpack = is_msgpack(content_type)
         if not msgpack and content_type is not None and not content_type.lower().startswith(JSON):
@@ -228,13 +185,13 @@ class Service:
         return decode(b"".join(chunks), kind, msgpack)
 
     async def _enqueue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
-        body: EnqueueRequest = await self._body(request, EnqueueRequest)
+        body: EnqueueRequest = await self.read_body(request, EnqueueRequest)
         jobs = await queue.enqueue_many([job.spec() for job in body.jobs])
         self._count(request, "enqueued", jobs)
         return JobsResponse([api_job(job) for job in jobs])
 
     async def _dequeue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
-        body: DequeueRequest = await self._body(request, DequeueRequest)
+        body: DequeueRequest = await self.read_body(request, DequeueRequest)
         seconds = body.visibility_timeout_seconds
         jobs = await queue.dequeue(
             body.entrypoints,
@@ -247,15 +204,15 @@ class Service:
         return JobsResponse([api_job(job) for job in jobs])
 
     async def _peek(self, queue: BrokerQueue, request: Request) -> JobsResponse:
-        body: PeekRequest = await self._body(request, PeekRequest)
+        body: PeekRequest = await self.read_body(request, PeekRequest)
         return JobsResponse([api_job(job) for job in await queue.peek(body.entrypoints, body.limit)])
 
     async def _changes(self, queue: BrokerQueue, request: Request) -> ChangesResponse:
-        body: ChangesRequest = await self._body(request, ChangesRequest)
+        body: ChangesRequest = await self.read_body(request, ChangesRequest)
         return ChangesResponse(await queue.changes.wait(body.seen, body.wait_seconds))
 
     async def _settle(self, queue: BrokerQueue, request: Request) -> ResultsResponse:
-        body: SettleRequest = await self._body(request, SettleRequest)
+        body: SettleRequest = await self.read_body(request, SettleRequest)
         verb = request.url.path.rsplit("/", 1)[1]
         delay = None if body.delay_seconds is None else timedelta(seconds=body.delay_seconds)
 
@@ -341,5 +298,7 @@ def create_app(
         return _answer(body, is_msgpack(request.headers.get("accept")), status)
 
     return Starlette(
-        routes=service.routes(), lifespan=lifespan, exception_handlers={HTTPException: not_routed}
+        routes=service.routes() + QueuedRoutes(service).routes(),
+        lifespan=lifespan,
+        exception_handlers={HTTPException: not_routed},
     )

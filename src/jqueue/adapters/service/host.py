@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from jqueue.adapters.service.catalog import CATALOG_NAME, Catalog, added, removed
 from jqueue.adapters.service.lease import RECORD_NAME
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
@@ -67,7 +68,8 @@ def checked_root(root: str) -> str:
 
 
 class QueueHost:
-    """Opens the queues under ``root`` on first use and keeps them open until ``close``.
+    """Opens the queues under ``root`` on first use and keeps them open until ``close``; the
+    root's ``Catalog`` says which queues exist.
 
     Parameters
     ----------
@@ -77,12 +79,28 @@ class QueueHost:
 
     def __init__(self, root: str) -> None:
         self.root = checked_root(root)
+        self.catalog = Catalog(
+            _storage(_location(self.root, CATALOG_NAME)), _location(self.root, CATALOG_NAME)
+        )
         self._open: dict[str, BrokerQueue] = {}
         self._lock = asyncio.Lock()
+        self._epoch = -1
+
+    async def serve_epoch(self, epoch: int) -> None:
+        """Read the catalog afresh when this process starts serving ``epoch``: the broker
+        before it may have changed it."""
+        if epoch != self._epoch:
+            async with self._lock:
+                if epoch != self._epoch:
+                    await self.catalog.load()
+                    self._epoch = epoch
 
     async def get(self, name: str, *, create: bool = False) -> BrokerQueue:
         """Return the open queue ``name``; unless ``create`` (an enqueue, whose commit creates
-        the queue), it must exist in the storage.
+        the queue, or a queued ``PUT``), it must exist.
+
+        A queue exists if the catalog lists it, or if its storage holds a queue that the
+        catalog does not say was deleted (one made by the Python API); that one is listed.
 
         Raises
         ------
@@ -98,12 +116,28 @@ class QueueHost:
         async with self._lock:
             if (queue := self._open.get(name)) is not None:
                 return queue
-            if not create and (await storage.read())[1] is None:
-                raise UnknownQueueError(name)
+            if name not in self.catalog.record.queues:
+                if not create and (name in self.catalog.record.deleted or (await storage.read())[1] is None):
+                    raise UnknownQueueError(name)
+                await self.catalog.change(added(name))
             queue = BrokerQueue(storage)
             await queue.start()
             self._open[name] = queue
             return queue
+
+    async def delete(self, name: str) -> None:
+        """Delete queue ``name``: purge its jobs, close it and mark it deleted in the catalog
+        (its storage stays, empty, for any process that still has it open)."""
+        queue = await self.get(name)
+        await queue.purge(status=None)
+        async with self._lock:
+            self._open.pop(name, None)
+            await self.catalog.change(removed(name))
+        await queue.stop()
+
+    def names(self) -> list[str]:
+        """The queues the catalog lists, sorted."""
+        return sorted(self.catalog.record.queues)
 
     def is_open(self, name: str) -> bool:
         """Whether queue ``name`` is open (it exists)."""

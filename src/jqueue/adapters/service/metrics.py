@@ -62,6 +62,13 @@ class ServiceMetrics:
             ["queue", "route", "code"],
             registry=registry,
         )
+        self.queued_calls = Counter(
+            "jqueue_queued_calls",
+            "Calls of the queued-compatible routes by queue, endpoint and outcome (messages for"
+            " successful pushes and deletes, requests otherwise).",
+            ["queue", "endpoint", "outcome"],
+            registry=registry,
+        )
         self.backlog = Gauge(
             "jqueue_backlog",
             "Jobs in the queue by entrypoint and status, at the last scrape.",

@@ -1,0 +1,58 @@
+"""How ``jqueue serve`` reports a failed call: a status and an ``ErrorBody`` with a stable code."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+
+from jqueue.adapters.service.host import BadQueueNameError, UnknownQueueError
+from jqueue.adapters.service.wire import ErrorBody
+from jqueue.domain.errors import (
+    CASConflictError,
+    CorruptStateError,
+    JobNotFoundError,
+    LeaseLostError,
+    PayloadTooLargeError,
+    QueueClosedError,
+    QueuePausedError,
+    StorageError,
+)
+
+logger = logging.getLogger(__name__)
+
+_ERRORS: list[tuple[type[BaseException], int, str]] = [
+    (BadQueueNameError, 400, "bad_queue_name"),
+    (UnknownQueueError, 404, "queue_not_found"),
+    (JobNotFoundError, 404, "job_not_found"),
+    (LeaseLostError, 409, "lease_lost"),
+    (QueuePausedError, 409, "paused"),
+    (PayloadTooLargeError, 413, "payload_too_large"),
+    (CASConflictError, 503, "conflict"),
+    (QueueClosedError, 503, "closing"),
+    (StorageError, 503, "storage_unavailable"),
+    (CorruptStateError, 500, "corrupt_state"),
+    (msgspec.DecodeError, 400, "bad_body"),
+    (ValueError, 400, "invalid_argument"),
+]
+"""Each error a call can raise, by the first class that matches: its status and code."""
+
+
+class HTTPError(Exception):
+    """An answer that is not 2xx, decided before any queue call."""
+
+    def __init__(self, status: int, code: str, message: str, broker: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.broker = status, code, broker
+
+
+def error_of(exc: BaseException) -> tuple[int, ErrorBody]:
+    """Return the status and body that report ``exc``."""
+    if isinstance(exc, HTTPError):
+        return exc.status, ErrorBody(exc.code, str(exc), exc.broker)
+    for kind, status, code in _ERRORS:
+        if isinstance(exc, kind):
+            text = str(exc) if not isinstance(exc, UnknownQueueError) else f"no queue named {exc}"
+            return status, ErrorBody(code, text)
+    logger.exception("an unexpected error answered with 500", exc_info=exc)
+    return 500, ErrorBody("internal", f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,153 @@
+"""The bodies of the queued-compatible API (``/queue/NAME/...``), as queued's clients send them.
+
+JSON or MessagePack, chosen by ``Content-Type`` (requests) and ``Accept`` (responses), as in
+the native API. Message contents are text in JSON and binary in MessagePack; ids and poll
+tags are integers. Times are RFC 3339 text in both.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+
+from jqueue.domain.spec import LONGEST_SPAN
+
+VisibilitySecs = Annotated[int, msgspec.Meta(ge=0, le=int(LONGEST_SPAN.total_seconds()))]
+MessageId = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+PollTag = Annotated[int, msgspec.Meta(ge=0)]
+Contents = Any
+"""Text (JSON, or a MessagePack str) or bytes (a MessagePack bin); checked by ``contents_bytes``."""
+
+
+class NewMessage(msgspec.Struct, forbid_unknown_fields=True):
+    """A message to push; it becomes visible after ``visibility_timeout_secs``."""
+
+    contents: Contents
+    visibility_timeout_secs: VisibilitySecs = 0
+
+    def contents_bytes(self) -> bytes:
+        """The contents as bytes (text is UTF-8)."""
+        if isinstance(self.contents, str):
+            return self.contents.encode()
+        if isinstance(self.contents, bytes):
+            return self.contents
+        raise msgspec.ValidationError(f"contents must be text or binary, not {type(self.contents).__name__}")
+
+
+class PushRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /queue/NAME/messages/push``."""
+
+    messages: list[NewMessage]
+
+
+class PushResponse(msgspec.Struct):
+    """The new messages' ids, in the order pushed."""
+
+    ids: list[int]
+
+
+class PollRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /queue/NAME/messages/poll``: up to ``count`` visible messages, hidden for
+    ``visibility_timeout_secs`` (or until updated or deleted)."""
+
+    visibility_timeout_secs: VisibilitySecs
+    count: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1
+
+
+class PolledMessage(msgspec.Struct):
+    """A polled message: ``poll_tag`` is what updates and deletes it."""
+
+    contents: Contents
+    created: datetime
+    id: int
+    poll_count: int
+    poll_tag: int
+
+
+class PollResponse(msgspec.Struct):
+    """The polled messages (none when nothing is visible)."""
+
+    messages: list[PolledMessage]
+
+
+class UpdateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /queue/NAME/messages/update``: make a polled message visible again after
+    ``visibility_timeout_secs`` from now."""
+
+    id: MessageId
+    poll_tag: PollTag
+    visibility_timeout_secs: VisibilitySecs
+
+
+class UpdateResponse(msgspec.Struct):
+    """The poll tag that now updates or deletes the message."""
+
+    new_poll_tag: int
+
+
+class MessageRef(msgspec.Struct, forbid_unknown_fields=True):
+    """A polled message by its id and poll tag."""
+
+    id: MessageId
+    poll_tag: PollTag
+
+
+class DeleteRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /queue/NAME/messages/delete``."""
+
+    messages: list[MessageRef]
+
+
+class Suspension(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Which endpoints are suspended (a request sets only those it names)."""
+
+    push: bool | None = None
+    poll: bool | None = None
+    update: bool | None = None
+    delete: bool | None = None
+
+
+class ThrottleBody(msgspec.Struct, forbid_unknown_fields=True):
+    """At most ``max_polls_per_time_window`` polls per ``time_window_sec`` seconds."""
+
+    max_polls_per_time_window: Annotated[int, msgspec.Meta(ge=1)]
+    time_window_sec: Annotated[int, msgspec.Meta(ge=1, le=86_400 * 365)]
+
+
+class ThrottleSetting(msgspec.Struct, forbid_unknown_fields=True):
+    """``GET|POST /queue/NAME/throttle``: the poll throttle, or None for none."""
+
+    throttle: ThrottleBody | None
+
+
+class QueueEntry(msgspec.Struct):
+    """A queue in ``GET /queues``."""
+
+    name: str
+
+
+class QueuesResponse(msgspec.Struct):
+    """``GET /queues``: every queue of the root."""
+
+    queues: list[QueueEntry]
+
+
+class QueueMetrics(msgspec.Struct):
+    """``GET /queue/NAME/metrics``: the queue's message counts and request counters."""
+
+    visible: int
+    invisible: int
+    empty_poll: int
+    missing_delete: int
+    missing_update: int
+    successful_delete: int
+    successful_poll: int
+    successful_push: int
+    successful_update: int
+    suspended_delete: int
+    suspended_poll: int
+    suspended_push: int
+    suspended_update: int
+    throttled_poll: int
