@@ -1,0 +1,230 @@
+"""The queued-compatible routes of ``jqueue serve``, over raw HTTP, on a file root and on S3 (moto)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from conftest import BUCKET, s3_env
+from servers import S3Endpoint, jqueue_serve
+
+pytestmark = pytest.mark.slow
+
+MSGPACK = "application/msgpack"
+
+
+class Client:
+    """Calls one ``jqueue serve`` the way queued's clients do."""
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.url, self.token = url, token
+
+    def call(self, method: str, path: str, body: Any = None, *, msgpack: bool = False) -> tuple[int, Any]:
+        """Send ``body`` (JSON, or MessagePack); return the status and the decoded answer (the
+        text of an error)."""
+        kind = MSGPACK if msgpack else "application/json"
+        headers = {"Content-Type": kind, "Accept": kind}
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = msgspec.msgpack.encode(body) if msgpack else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.url}{path}", data, headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+                if not raw:
+                    return response.status, None
+                return response.status, msgspec.msgpack.decode(raw) if msgpack else json.loads(raw)
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def push(self, queue: str, *contents: Any, msgpack: bool = False, delay: int = 0) -> list[int]:
+        messages = [{"contents": c, "visibility_timeout_secs": delay} for c in contents]
+        status, answer = self.call(
+            "POST", f"/queue/{queue}/messages/push", {"messages": messages}, msgpack=msgpack
+        )
+        assert status == 200, answer
+        ids: list[int] = answer["ids"]
+        return ids
+
+    def poll(self, queue: str, count: int = 1, visibility: int = 30, *, msgpack: bool = False) -> list[Any]:
+        body = {"count": count, "visibility_timeout_secs": visibility}
+        status, answer = self.call("POST", f"/queue/{queue}/messages/poll", body, msgpack=msgpack)
+        assert status == 200, answer
+        messages: list[Any] = answer["messages"]
+        return messages
+
+    def delete(self, queue: str, *pairs: tuple[int, int]) -> tuple[int, Any]:
+        body = {"messages": [{"id": i, "poll_tag": tag} for i, tag in pairs]}
+        return self.call("POST", f"/queue/{queue}/messages/delete", body)
+
+    def update(self, queue: str, message_id: int, tag: int, visibility: int) -> tuple[int, Any]:
+        body = {"id": message_id, "poll_tag": tag, "visibility_timeout_secs": visibility}
+        return self.call("POST", f"/queue/{queue}/messages/update", body)
+
+    def counts(self, queue: str) -> dict[str, int]:
+        status, answer = self.call("GET", f"/queue/{queue}/metrics")
+        assert status == 200, answer
+        return dict(answer)
+
+
+@pytest.fixture(params=["file", "s3"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str] | None]]:
+    """A storage root and the environment a ``jqueue serve`` on it needs."""
+    if request.param == "file":
+        path = tmp_path / "root"
+        path.mkdir()
+        yield str(path), None
+        return
+    moto: S3Endpoint = request.getfixturevalue("moto")
+    prefix = f"queued-{uuid.uuid4().hex}"
+    yield f"s3://{BUCKET}/{prefix}?endpoint_url={moto.url}&region={moto.region}", s3_env(moto)
+
+
+def test_push_poll_update_and_delete_a_message(
+    root: tuple[str, dict[str, str] | None], tmp_path: Path
+) -> None:
+    where, env = root
+    with jqueue_serve(where, tmp_path / "serve.log", env=env) as url:
+        client = Client(url)
+        assert client.call("POST", "/queue/q/messages/push", {"messages": [{"contents": "x"}]})[0] == 404
+        assert client.call("PUT", "/queue/q")[0] == 200
+        assert client.call("GET", "/queues") == (200, {"queues": [{"name": "q"}]})
+        first, second = client.push("q", "hello", "world")
+        [later] = client.push("q", "later", delay=3600)
+        assert len({first, second, later}) == 3
+        assert client.counts("q")["visible"] == 2
+
+        polled = client.poll("q", count=5)
+        assert [(m["id"], m["contents"], m["poll_count"]) for m in polled] == [
+            (first, "hello", 1),
+            (second, "world", 1),
+        ]
+        assert client.poll("q") == []
+        one, two = polled
+        wrong = one["poll_tag"] ^ 1
+        assert client.update("q", one["id"], wrong, 0)[0] == 404
+        assert client.delete("q", (one["id"], wrong))[0] == 404
+        assert client.counts("q")["invisible"] == 3, "a stale tag changed nothing"
+
+        assert client.update("q", one["id"], one["poll_tag"], 0) == (200, {"new_poll_tag": one["poll_tag"]})
+        [again] = client.poll("q", visibility=30)
+        assert (again["id"], again["poll_count"]) == (first, 2)
+        assert client.delete("q", (one["id"], one["poll_tag"]))[0] == 404, "the old poll's tag is stale"
+        assert client.delete("q", (again["id"], again["poll_tag"]), (two["id"], two["poll_tag"])) == (
+            200,
+            None,
+        )
+        counts = client.counts("q")
+        assert (counts["visible"], counts["invisible"]) == (0, 1)
+        assert (counts["successful_push"], counts["successful_delete"], counts["missing_delete"]) == (3, 2, 2)
+
+        assert client.call("DELETE", "/queue/q")[0] == 200
+        assert client.call("GET", "/queues") == (200, {"queues": []})
+        assert client.call("POST", "/queue/q/messages/poll", {"visibility_timeout_secs": 1})[0] == 404
+        assert client.call("PUT", "/queue/q")[0] == 200
+        assert client.counts("q")["invisible"] == 0, "a queue made again starts empty"
+
+
+def test_an_expired_poll_hands_the_message_out_again_and_fences_the_old_tag(tmp_path: Path) -> None:
+    where = tmp_path / "root"
+    where.mkdir()
+    with jqueue_serve(str(where), tmp_path / "serve.log") as url:
+        client = Client(url)
+        client.call("PUT", "/queue/q")
+        [pushed] = client.push("q", "m")
+        [first] = client.poll("q", visibility=1)
+        time.sleep(1.5)
+        [second] = client.poll("q", visibility=30)
+        assert (second["id"], second["poll_count"]) == (pushed, 2)
+        assert second["poll_tag"] != first["poll_tag"]
+        assert client.update("q", pushed, first["poll_tag"], 60)[0] == 404
+        assert client.delete("q", (pushed, first["poll_tag"]))[0] == 404
+        assert client.delete("q", (pushed, second["poll_tag"]))[0] == 200
+
+
+def test_messagepack_carries_binary_contents(tmp_path: Path) -> None:
+    where = tmp_path / "root"
+    where.mkdir()
+    with jqueue_serve(str(where), tmp_path / "serve.log") as url:
+        client = Client(url)
+        client.call("PUT", "/queue/q")
+        [pushed] = client.push("q", b"\x00\xffbin", msgpack=True)
+        status, text = client.call("POST", "/queue/q/messages/poll", {"visibility_timeout_secs": 30})
+        assert status == 406, "binary contents cannot be JSON text"
+        assert "msgpack" in text
+        [message] = client.poll("q", msgpack=True)
+        assert (message["id"], message["contents"]) == (pushed, b"\x00\xffbin"), (
+            "the refused poll released it"
+        )
+
+
+def test_suspensions_and_throttles_survive_a_new_broker(tmp_path: Path) -> None:
+    where = tmp_path / "root"
+    where.mkdir()
+    with jqueue_serve(str(where), tmp_path / "first.log") as url:
+        client = Client(url)
+        client.call("PUT", "/queue/q")
+        client.push("q", "a", "b", "c")
+        assert client.call("POST", "/queue/q/suspend", {"push": True})[1] == {
+            "push": True,
+            "poll": False,
+            "update": False,
+            "delete": False,
+        }
+        status, _ = client.call("POST", "/queue/q/messages/push", {"messages": [{"contents": "x"}]})
+        assert status == 503
+        throttle = {"max_polls_per_time_window": 1, "time_window_sec": 3600}
+        assert client.call("POST", "/queue/q/throttle", {"throttle": throttle}) == (
+            200,
+            {"throttle": throttle},
+        )
+    with jqueue_serve(str(where), tmp_path / "second.log") as url:
+        client = Client(url)
+        assert client.call("GET", "/queue/q/suspend")[1]["push"] is True
+        assert client.call("GET", "/queue/q/throttle") == (200, {"throttle": throttle})
+        assert len(client.poll("q")) == 1
+        assert client.call("POST", "/queue/q/messages/poll", {"visibility_timeout_secs": 30})[0] == 429
+        counts = client.counts("q")
+        assert (counts["visible"], counts["throttled_poll"], counts["suspended_push"]) == (2, 1, 0)
+        client.call("POST", "/queue/q/throttle", {"throttle": None})
+        client.call("POST", "/queue/q/suspend", {"push": False})
+        assert len(client.push("q", "d")) == 1
+        assert len(client.poll("q", count=10)) == 3
+
+
+def test_bad_requests_get_their_status_and_change_nothing(tmp_path: Path) -> None:
+    where = tmp_path / "root"
+    where.mkdir()
+    token = "s3cret"
+    options = ["--token", token, "--max-body-bytes", "4096"]
+    with jqueue_serve(str(where), tmp_path / "serve.log", options=options) as url:
+        client, stranger = Client(url, token), Client(url, "wrong")
+        assert stranger.call("PUT", "/queue/q")[0] == 401
+        assert client.call("GET", "/queues") == (200, {"queues": []})
+        client.call("PUT", "/queue/q")
+        client.push("q", "kept")
+        for body in ({"messages": [{"contents": "x", "bogus": 1}]}, {"messages": "no"}, {}):
+            status, text = client.call("POST", "/queue/q/messages/push", body)
+            assert status == 400, text
+        huge = {"messages": [{"contents": "x" * 10_000}]}
+        assert client.call("POST", "/queue/q/messages/push", huge)[0] == 413
+        assert stranger.call("POST", "/queue/q/messages/poll", {"visibility_timeout_secs": 1})[0] == 401
+        assert client.call("POST", "/queue/no-such/messages/push", {"messages": []})[0] == 404
+        assert client.call("PUT", "/queue/..%2Fescape")[0] in (400, 404)
+        assert client.update("q", 1, 1, 1)[0] == 404
+        assert client.call("POST", "/queue/q/messages/update", {"id": -1, "poll_tag": 1})[0] == 400
+        counts = client.counts("q")
+        assert (counts["visible"], counts["invisible"], counts["successful_push"]) == (1, 0, 1)
+        assert [m["contents"] for m in client.poll("q", count=5)] == ["kept"]
+    assert sorted(p.name for p in where.iterdir() if not p.name.startswith(("q.json", "_"))) == []
