@@ -17,6 +17,7 @@ import pytest
 from jqueue import BrokerQueue, DirectQueue, LocalFileSystemStorage, RemoteQueue, ServiceError, connect
 from jqueue.adapters.service.connection import Broker
 from servers import jqueue_serve
+from test_service import scrape
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +42,14 @@ def enqueue(url: str) -> tuple[int, dict[str, Any]]:
         return error.code, json.loads(error.read())
 
 
+def broker_gauges(url: str) -> tuple[float, float, float]:
+    """The epoch, active and standby gauges of ``GET /metrics``."""
+    samples = scrape(url)
+    role = "jqueue_broker_role"
+    active, standby = samples[(role, (("role", "active"),))], samples[(role, (("role", "standby"),))]
+    return samples[("jqueue_broker_epoch", ())], active, standby
+
+
 def wait_for(condition: Any, seconds: float) -> float:
     """Poll ``condition`` until it holds; return how long that took (fails after ``seconds``)."""
     started = time.monotonic()
@@ -59,6 +68,8 @@ def test_a_standby_refuses_calls_then_takes_over_when_the_broker_dies(tmp_path: 
             time.sleep(1.5)  # longer than stale_after: the first keeps its record fresh
             health = get(f"{second}/healthz")
             assert (health["role"], health["broker"]) == ("standby", first)
+            assert broker_gauges(second) == (1, 0, 1)
+            assert broker_gauges(first) == (1, 1, 0)
             status, answer = enqueue(second)
             assert (status, answer["error"]["code"], answer["error"]["broker"]) == (503, "not_broker", first)
             assert enqueue(first)[0] == 200
@@ -67,6 +78,7 @@ def test_a_standby_refuses_calls_then_takes_over_when_the_broker_dies(tmp_path: 
             took = wait_for(lambda: enqueue(second)[0] == 200, 15)
             health = get(f"{second}/healthz")
             assert (health["role"], health["broker"], health["epoch"]) == ("active", second, 2)
+            assert broker_gauges(second) == (2, 1, 0)
     assert took < 5
     record = json.loads((root / "_broker.json").read_text())
     assert (record["address"], record["epoch"]) == (second, 2)

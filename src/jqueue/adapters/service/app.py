@@ -135,7 +135,7 @@ class Service:
         except HTTPError as exc:
             status, body = error_of(exc)
             return _answer(ErrorResponse(body), False, status)
-        text = await self.metrics.render(self.host.open_queues())
+        text = await self.metrics.render(self.host.open_queues(), self.lease)
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     def _endpoint(

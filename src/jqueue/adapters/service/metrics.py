@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from jqueue.adapters.service.lease import BrokerLease, Role
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.models import Job
 
@@ -69,6 +70,17 @@ class ServiceMetrics:
             ["queue", "endpoint", "outcome"],
             registry=registry,
         )
+        self.broker_epoch = Gauge(
+            "jqueue_broker_epoch",
+            "The epoch of the root's broker record as this process last saw it.",
+            registry=registry,
+        )
+        self.broker_role = Gauge(
+            "jqueue_broker_role",
+            "1 for this process's role for its root (active: it serves; standby: it waits).",
+            ["role"],
+            registry=registry,
+        )
         self.backlog = Gauge(
             "jqueue_backlog",
             "Jobs in the queue by entrypoint and status, at the last scrape.",
@@ -81,8 +93,12 @@ class ServiceMetrics:
         for job in jobs:
             self.jobs_done.labels(queue, job.entrypoint, action).inc()
 
-    async def render(self, queues: dict[str, BrokerQueue]) -> bytes:
-        """The text exposition, with the backlog gauges of every open queue read now."""
+    async def render(self, queues: dict[str, BrokerQueue], lease: BrokerLease) -> bytes:
+        """The text exposition, with the broker gauges and the backlog of every open queue read now."""
+        self.broker_epoch.set(lease.epoch)
+        current = Role.ACTIVE if lease.serving() else Role.STANDBY
+        for role in Role:
+            self.broker_role.labels(role.value).set(1 if role is current else 0)
         self.backlog.clear()
         for name, queue in queues.items():
             stats = await queue.stats()
