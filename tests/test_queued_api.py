@@ -228,3 +228,29 @@ def test_bad_requests_get_their_status_and_change_nothing(tmp_path: Path) -> Non
         assert (counts["visible"], counts["invisible"], counts["successful_push"]) == (1, 0, 1)
         assert [m["contents"] for m in client.poll("q", count=5)] == ["kept"]
     assert sorted(p.name for p in where.iterdir() if not p.name.startswith(("q.json", "_"))) == []
+
+
+def test_the_openapi_document_describes_every_route(tmp_path: Path) -> None:
+    from openapi_spec_validator import validate
+    from starlette.routing import Route
+
+    from jqueue.adapters.service.app import create_app
+
+    where = tmp_path / "root"
+    where.mkdir()
+    with jqueue_serve(str(where), tmp_path / "serve.log") as url:
+        status, document = Client(url).call("GET", "/openapi.json")
+    assert status == 200
+    validate(document)
+    documented = {(path, method.upper()) for path, calls in document["paths"].items() for method in calls}
+    app = create_app(str(where), address="http://127.0.0.1:1")
+    served = {
+        (route.path, method)
+        for route in app.routes
+        if isinstance(route, Route)
+        for method in route.methods or ()
+        if method != "HEAD"
+    }
+    assert documented == served
+    push = document["paths"]["/queue/{queue}/messages/push"]["post"]
+    assert set(push["requestBody"]["content"]) == {"application/json", "application/msgpack"}

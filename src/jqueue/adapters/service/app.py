@@ -26,10 +26,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from jqueue import __version__
 from jqueue.adapters.service.answers import HTTPError, error_of
 from jqueue.adapters.service.host import QueueHost, record_storage
 from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER, BrokerLease
 from jqueue.adapters.service.metrics import ServiceMetrics
+from jqueue.adapters.service.openapi import openapi_document
 from jqueue.adapters.service.queued import QueuedRoutes
 from jqueue.adapters.service.wire import (
     DEFAULT_MAX_BODY_BYTES,
@@ -107,6 +109,7 @@ class Service:
         routes = [
             Route("/healthz", self._healthz, methods=["GET"]),
             Route("/metrics", self._metrics, methods=["GET"]),
+            Route("/openapi.json", self._openapi, methods=["GET"]),
             Route("/v1/queues/{queue}/enqueue", self._endpoint(self._enqueue, create=True), methods=["POST"]),
         ]
         for verb, call in queue_calls.items():
@@ -128,6 +131,9 @@ class Service:
             broker = record.address if record is not None and record.address != self.lease.address else None
             where = f"; the broker is {broker}" if broker else ""
             raise HTTPError(503, "not_broker", f"this process is not the broker of its root{where}", broker)
+
+    async def _openapi(self, request: Request) -> Response:
+        return _answer(openapi_document(__version__), False)
 
     async def _metrics(self, request: Request) -> Response:
         try:
