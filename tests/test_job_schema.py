@@ -26,7 +26,7 @@ from jqueue.core.log.payload_refs import payload_ref
 from jqueue.core.log.snapshot import IndexSnapshot
 from jqueue.domain.effects import Added, Beat, Claimed, Died, Effect, Published, Requeued
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import new_job_id
+from jqueue.domain.models import fencing_job, new_job_id
 from jqueue.domain.records import JobRecord
 from jqueue.domain.schema import (
     CHANGING_FIELDS,
@@ -107,6 +107,14 @@ def test_a_job_built_from_trusted_fields_is_the_job_pydantic_constructs() -> Non
     assert job.model_fields_set is not job_from(added, b"").model_fields_set  # none shared
     with pytest.raises(ValueError, match="frozen"):
         job.attempts = 1
+
+
+def test_a_fencing_job_is_a_plain_job_with_an_id_and_a_lease() -> None:
+    fence = fencing_job("j1", "lease-1")
+    made = Job.model_construct(id="j1", entrypoint="", payload=b"", lease="lease-1")
+    assert fence.model_dump(exclude={"created_at"}) == made.model_dump(exclude={"created_at"})
+    assert (fence.id, fence.lease, fencing_job("j2", "l2").id) == ("j1", "lease-1", "j2")
+    assert Job.model_validate(fence.model_dump()) == fence
 
 
 def test_job_has_nothing_a_trusted_build_would_skip() -> None:

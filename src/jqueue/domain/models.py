@@ -155,6 +155,15 @@ def trusted_job(**fields: Any) -> Job:
     return job
 
 
+_FENCE_TEMPLATE = Job(id="", entrypoint="", payload=b"").__dict__
+
+
+def fencing_job(job_id: str, lease: str) -> Job:
+    """Return a ``Job`` that carries only an id and a lease: what a queue call reads of the
+    ``Job`` it is given to fence the call with that lease."""
+    return trusted_job(**{**_FENCE_TEMPLATE, "id": job_id, "lease": lease})
+
+
 def _priority_order(job: Job) -> tuple[int, datetime]:
     return (job.priority, job.created_at)
 

@@ -54,7 +54,7 @@ from jqueue.adapters.service.wire import (
     is_msgpack,
 )
 from jqueue.core.broker import BrokerQueue
-from jqueue.domain.models import Job
+from jqueue.domain.models import Job, fencing_job
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def fenced(ref: JobRef) -> Job | str:
     queue reads only the id and the lease of a ``Job`` it is given to fence a call."""
     if ref.lease is None:
         return ref.id
-    return Job.model_construct(id=ref.id, entrypoint="", payload=b"", lease=ref.lease)
+    return fencing_job(ref.id, ref.lease)
 
 
 class Service:

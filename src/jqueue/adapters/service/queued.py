@@ -42,7 +42,7 @@ from jqueue.adapters.service.wire import encode, is_msgpack
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.queue import lease_number, lease_of_number
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
-from jqueue.domain.models import Job
+from jqueue.domain.models import Job, fencing_job
 from jqueue.domain.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -101,8 +101,7 @@ def message_of(job: Job) -> PolledMessage | None:
 
 def held(message_id: int, poll_tag: int) -> Job:
     """The argument that fences a call with the lease whose number is ``poll_tag``."""
-    lease = lease_of_number(poll_tag)
-    return Job.model_construct(id=str(message_id), entrypoint="", payload=b"", lease=lease)
+    return fencing_job(str(message_id), lease_of_number(poll_tag))
 
 
 class QueuedRoutes:
@@ -253,9 +252,12 @@ class QueuedRoutes:
     async def _delete(self, queue: BrokerQueue, request: Request) -> None:
         name = self._gate(request, "delete")
         body: DeleteRequest = await self.service.read_body(request, DeleteRequest)
-        outcomes = await asyncio.gather(
-            *(queue.ack(held(m.id, m.poll_tag)) for m in body.messages), return_exceptions=True
-        )
+        fences = [held(m.id, m.poll_tag) for m in body.messages]
+        try:  # one commit for the whole batch; if one is stale, each on its own
+            await queue.ack_many(fences)
+            outcomes: list[BaseException | None] = [None] * len(fences)
+        except (JobNotFoundError, LeaseLostError):
+            outcomes = await asyncio.gather(*(queue.ack(job) for job in fences), return_exceptions=True)
         missing = [m.id for m, outcome in zip(body.messages, outcomes, strict=True) if outcome is not None]
         for outcome in outcomes:
             if outcome is not None and not isinstance(outcome, JobNotFoundError | LeaseLostError):
