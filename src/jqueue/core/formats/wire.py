@@ -7,6 +7,7 @@ is rejected before anything could overwrite it.
 
 from __future__ import annotations
 
+import operator
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -70,9 +71,12 @@ class WireControls(msgspec.Struct):
     usage: list[tuple[str | None, Count, Count]] = []
 
 
+_history_fields = operator.attrgetter(*HistoryRecord.__slots__)
+
+
 def wire_history(history: list[HistoryRecord]) -> list[WireHistory]:
     """Return history records in their wire form."""
-    return [WireHistory(*(getattr(h, name) for name in HistoryRecord.__slots__)) for h in history]
+    return [WireHistory(*_history_fields(h)) for h in history]
 
 
 def history_from_wire(wire: list[WireHistory]) -> list[HistoryRecord]:
