@@ -50,6 +50,7 @@ if _typing.TYPE_CHECKING:
     from jqueue.adapters.service.connection import connect as connect
     from jqueue.adapters.storage.gcs import GCSStorage as GCSStorage
     from jqueue.adapters.storage.s3 import S3Storage as S3Storage
+    from jqueue.adapters.worker_metrics import WorkerMetrics as WorkerMetrics
 
 __version__ = "0.1.0"
 
@@ -58,6 +59,7 @@ _LAZY = {
     "GCSStorage": "jqueue.adapters.storage.gcs",
     "RemoteQueue": "jqueue.adapters.service.client",
     "connect": "jqueue.adapters.service.connection",
+    "WorkerMetrics": "jqueue.adapters.worker_metrics",
 }
 
 

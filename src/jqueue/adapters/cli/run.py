@@ -201,6 +201,15 @@ def worker(
     log_format: LogFormatOption = LogFormat.TEXT,
     log_level: LogLevelOption = LogLevel.INFO,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Serve the worker's metrics (job run times by entrypoint and outcome) at"
+            " http://127.0.0.1:PORT/metrics (needs the serve extra).",
+        ),
+    ] = None,
 ) -> None:
     """Run a Worker defined in your module until stopped (SIGTERM/SIGINT), or with --burst until idle.
 
@@ -228,6 +237,12 @@ def worker(
             else:
                 fail(f"{target} is a {type(found).__name__}, not a Worker or a function")
             _configure(chosen, concurrency, entrypoints, timeout, max_attempts, retry_delay)
+            if metrics_port is not None:
+                from jqueue.adapters.worker_metrics import WorkerMetrics  # here: it needs the serve extra
+
+                metrics = WorkerMetrics(chosen)
+                metrics.serve(metrics_port)
+                stack.callback(metrics.close)
             stats = await chosen.run(until_empty=burst)
             if burst and stats.claimed == 0:
                 errors.print(f"claimed nothing: {await _why_idle(chosen)}", highlight=False)
