@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import msgspec
 import pytest
@@ -29,8 +30,7 @@ class Client:
         self.url, self.token = url, token
 
     def call(self, method: str, path: str, body: Any = None, *, msgpack: bool = False) -> tuple[int, Any]:
-        """Send ``body`` (JSON, or MessagePack); return the status and the decoded answer (the
-        text of an error)."""
+        """Send ``body`` (JSON, or MessagePack); return the status and the decoded answer."""
         kind = MSGPACK if msgpack else "application/json"
         headers = {"Content-Type": kind, "Accept": kind}
         if self.token is not None:
@@ -42,11 +42,10 @@ class Client:
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 raw = response.read()
-                if not raw:
-                    return response.status, None
                 return response.status, msgspec.msgpack.decode(raw) if msgpack else json.loads(raw)
         except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
+            raw = error.read()
+            return error.code, msgspec.msgpack.decode(raw) if msgpack else json.loads(raw)
 
     def push(self, queue: str, *contents: Any, msgpack: bool = False, delay: int = 0) -> list[int]:
         messages = [{"contents": c, "visibility_timeout_secs": delay} for c in contents]
@@ -91,48 +90,57 @@ def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, 
     yield f"s3://{BUCKET}/{prefix}?endpoint_url={moto.url}&region={moto.region}", s3_env(moto)
 
 
-def test_push_poll_update_and_delete_a_message(
+def test_push_poll_update_and_delete_messages(
     root: tuple[str, dict[str, str] | None], tmp_path: Path
 ) -> None:
     where, env = root
     with jqueue_serve(where, tmp_path / "serve.log", env=env) as url:
         client = Client(url)
-        assert client.call("POST", "/queue/q/messages/push", {"messages": [{"contents": "x"}]})[0] == 404
-        assert client.call("PUT", "/queue/q")[0] == 200
+        status, error = client.call("POST", "/queue/q/messages/push", {"messages": [{"contents": "x"}]})
+        assert (status, error["error"]) == (404, "QueueNotFound")
+        assert client.call("PUT", "/queue/q") == (200, None)
+        assert client.call("PUT", "/queue/q")[1]["error"] == "QueueAlreadyExists"
         assert client.call("GET", "/queues") == (200, {"queues": [{"name": "q"}]})
         first, second = client.push("q", "hello", "world")
         [later] = client.push("q", "later", delay=3600)
         assert len({first, second, later}) == 3
-        assert client.counts("q")["visible"] == 2
+        assert client.counts("q")["message_counter"] == 3
 
         polled = client.poll("q", count=5)
         assert [(m["id"], m["contents"], m["poll_count"]) for m in polled] == [
             (first, "hello", 1),
             (second, "world", 1),
         ]
+        assert all(0 <= m["poll_tag"] < 2**32 for m in polled)
         assert client.poll("q") == []
         one, two = polled
         wrong = one["poll_tag"] ^ 1
-        assert client.update("q", one["id"], wrong, 0)[0] == 404
-        assert client.delete("q", (one["id"], wrong))[0] == 404
-        assert client.counts("q")["invisible"] == 3, "a stale tag changed nothing"
+        assert client.update("q", one["id"], wrong, 0) == (
+            404,
+            {"error": "MessageNotFound", "error_details": ANY},
+        )
+        assert client.delete("q", (one["id"], wrong)) == (200, {}), "as queued: a stale tag is skipped"
+        assert client.poll("q") == [], "a stale tag changed nothing"
 
         assert client.update("q", one["id"], one["poll_tag"], 0) == (200, {"new_poll_tag": one["poll_tag"]})
         [again] = client.poll("q", visibility=30)
         assert (again["id"], again["poll_count"]) == (first, 2)
-        status, text = client.delete("q", (one["id"], one["poll_tag"]), (two["id"], two["poll_tag"]))
-        assert (status, str(first) in text, str(second) in text) == (404, True, False), "one tag is stale"
-        assert client.counts("q")["invisible"] == 2, "the other message of the batch is deleted"
-        assert client.delete("q", (again["id"], again["poll_tag"])) == (200, None)
+        assert client.delete("q", (one["id"], one["poll_tag"]), (two["id"], two["poll_tag"])) == (200, {})
+        assert client.counts("q")["message_counter"] == 2, "only the message whose tag held is deleted"
+        assert client.delete("q", (again["id"], again["poll_tag"])) == (200, {})
         counts = client.counts("q")
-        assert (counts["visible"], counts["invisible"]) == (0, 1)
-        assert (counts["successful_push"], counts["successful_delete"], counts["missing_delete"]) == (3, 2, 2)
+        assert counts["message_counter"] == 1
+        assert (counts["successful_push_counter"], counts["successful_poll_counter"]) == (3, 3)
+        assert (counts["successful_delete_counter"], counts["missing_delete_counter"]) == (2, 2)
+        assert (counts["successful_update_counter"], counts["missing_update_counter"]) == (1, 1)
+        assert counts["empty_poll_counter"] == 2
 
-        assert client.call("DELETE", "/queue/q")[0] == 200
+        assert client.call("DELETE", "/queue/q") == (200, None)
+        assert client.call("DELETE", "/queue/q")[1]["error"] == "NotFound"
         assert client.call("GET", "/queues") == (200, {"queues": []})
         assert client.call("POST", "/queue/q/messages/poll", {"visibility_timeout_secs": 1})[0] == 404
         assert client.call("PUT", "/queue/q")[0] == 200
-        assert client.counts("q")["invisible"] == 0, "a queue made again starts empty"
+        assert client.counts("q")["message_counter"] == 0, "a queue made again starts empty"
 
 
 def test_an_expired_poll_hands_the_message_out_again_and_fences_the_old_tag(tmp_path: Path) -> None:
@@ -148,24 +156,31 @@ def test_an_expired_poll_hands_the_message_out_again_and_fences_the_old_tag(tmp_
         assert (second["id"], second["poll_count"]) == (pushed, 2)
         assert second["poll_tag"] != first["poll_tag"]
         assert client.update("q", pushed, first["poll_tag"], 60)[0] == 404
-        assert client.delete("q", (pushed, first["poll_tag"]))[0] == 404
-        assert client.delete("q", (pushed, second["poll_tag"]))[0] == 200
+        assert client.delete("q", (pushed, first["poll_tag"])) == (200, {})
+        assert client.counts("q")["message_counter"] == 1, "the old poll's tag deleted nothing"
+        assert client.delete("q", (pushed, second["poll_tag"])) == (200, {})
+        assert client.counts("q")["message_counter"] == 0
 
 
-def test_messagepack_carries_binary_contents(tmp_path: Path) -> None:
+def test_messagepack_as_queued_speaks_it(tmp_path: Path) -> None:
     where = tmp_path / "root"
     where.mkdir()
     with jqueue_serve(str(where), tmp_path / "serve.log") as url:
         client = Client(url)
-        client.call("PUT", "/queue/q")
+        assert client.call("PUT", "/queue/q", msgpack=True) == (200, None)
         [pushed] = client.push("q", b"\x00\xffbin", msgpack=True)
-        status, text = client.call("POST", "/queue/q/messages/poll", {"visibility_timeout_secs": 30})
-        assert status == 406, "binary contents cannot be JSON text"
-        assert "msgpack" in text
+        status, error = client.call("POST", "/queue/q/messages/poll", {"visibility_timeout_secs": 30})
+        assert (status, error["error"]) == (406, "BinaryContents"), "binary contents cannot be JSON text"
         [message] = client.poll("q", msgpack=True)
         assert (message["id"], message["contents"]) == (pushed, b"\x00\xffbin"), (
             "the refused poll released it"
         )
+        status, error = client.call("POST", "/queue/nope/messages/poll", {"count": 1}, msgpack=True)
+        assert (status, error["error"]) == (404, "QueueNotFound")
+        assert client.call("GET", "/queue/q/metrics", msgpack=True)[1]["message_counter"] == 1
+        status, health = client.call("GET", "/healthz", msgpack=True)
+        assert (status, health["role"]) == (200, "active")
+        assert isinstance(health["version"], str)
 
 
 def test_suspensions_and_throttles_survive_a_new_broker(tmp_path: Path) -> None:
@@ -175,14 +190,10 @@ def test_suspensions_and_throttles_survive_a_new_broker(tmp_path: Path) -> None:
         client = Client(url)
         client.call("PUT", "/queue/q")
         client.push("q", "a", "b", "c")
-        assert client.call("POST", "/queue/q/suspend", {"push": True})[1] == {
-            "push": True,
-            "poll": False,
-            "update": False,
-            "delete": False,
-        }
-        status, _ = client.call("POST", "/queue/q/messages/push", {"messages": [{"contents": "x"}]})
-        assert status == 503
+        suspended = {"push": True, "poll": False, "update": False, "delete": False}
+        assert client.call("POST", "/queue/q/suspend", {"push": True}) == (200, suspended)
+        status, error = client.call("POST", "/queue/q/messages/push", {"messages": [{"contents": "x"}]})
+        assert (status, error["error"]) == (503, "Suspended")
         throttle = {"max_polls_per_time_window": 1, "time_window_sec": 3600}
         assert client.call("POST", "/queue/q/throttle", {"throttle": throttle}) == (
             200,
@@ -190,16 +201,53 @@ def test_suspensions_and_throttles_survive_a_new_broker(tmp_path: Path) -> None:
         )
     with jqueue_serve(str(where), tmp_path / "second.log") as url:
         client = Client(url)
-        assert client.call("GET", "/queue/q/suspend")[1]["push"] is True
+        assert client.call("GET", "/queue/q/suspend") == (200, suspended)
         assert client.call("GET", "/queue/q/throttle") == (200, {"throttle": throttle})
         assert len(client.poll("q")) == 1
-        assert client.call("POST", "/queue/q/messages/poll", {"visibility_timeout_secs": 30})[0] == 429
+        status, error = client.call("POST", "/queue/q/messages/poll", {"visibility_timeout_secs": 30})
+        assert (status, error["error"]) == (429, "Throttled")
         counts = client.counts("q")
-        assert (counts["visible"], counts["throttled_poll"], counts["suspended_push"]) == (2, 1, 0)
+        assert (
+            counts["message_counter"],
+            counts["throttled_poll_counter"],
+            counts["suspended_push_counter"],
+        ) == (
+            3,
+            1,
+            0,
+        )
         client.call("POST", "/queue/q/throttle", {"throttle": None})
         client.call("POST", "/queue/q/suspend", {"push": False})
         assert len(client.push("q", "d")) == 1
         assert len(client.poll("q", count=10)) == 3
+
+
+def test_api_keys_open_the_queues_of_their_prefix(tmp_path: Path) -> None:
+    where = tmp_path / "root"
+    where.mkdir()
+    with jqueue_serve(str(where), tmp_path / "serve.log", options=["--token", "admin"]) as url:
+        admin, team, stranger = Client(url, "admin"), Client(url, "team-key"), Client(url, "nope")
+        for name in ("team-a", "other"):
+            assert admin.call("PUT", f"/queue/{name}")[0] == 200
+        assert team.call("PUT", "/api-key/team-key", {"prefix": "team-"})[0] == 401
+        assert admin.call("PUT", "/api-key/team-key", {"prefix": "team-"}) == (200, None)
+        assert admin.call("GET", "/api-keys") == (200, {"keys": [{"key": "team-key", "prefix": "team-"}]})
+        assert team.push("team-a", "x")
+        status, error = team.call("POST", "/queue/other/messages/push", {"messages": [{"contents": "x"}]})
+        assert (status, error["error"]) == (401, "NotAuthorized")
+        assert team.call("GET", "/queues")[0] == 401, "listing queues needs the token"
+        assert stranger.call("POST", "/queue/team-a/messages/poll", {"visibility_timeout_secs": 1})[0] == 401
+        bare = urllib.request.Request(
+            f"{url}/queue/team-a/messages/poll",
+            json.dumps({"visibility_timeout_secs": 30}).encode(),
+            {"Content-Type": "application/json", "Authorization": "team-key"},  # queued's own form
+        )
+        with urllib.request.urlopen(bare, timeout=30) as answer:
+            assert [m["contents"] for m in json.loads(answer.read())["messages"]] == ["x"]
+        assert admin.call("DELETE", "/api-key/team-key") == (200, None)
+        assert team.call("POST", "/queue/team-a/messages/poll", {"visibility_timeout_secs": 1})[0] == 401
+    with jqueue_serve(str(where), tmp_path / "open.log") as url:
+        assert Client(url).call("GET", "/api-keys")[1]["error"] == "NotFound", "no keys without a token"
 
 
 def test_bad_requests_get_their_status_and_change_nothing(tmp_path: Path) -> None:
@@ -214,17 +262,18 @@ def test_bad_requests_get_their_status_and_change_nothing(tmp_path: Path) -> Non
         client.call("PUT", "/queue/q")
         client.push("q", "kept")
         for body in ({"messages": [{"contents": "x", "bogus": 1}]}, {"messages": "no"}, {}):
-            status, text = client.call("POST", "/queue/q/messages/push", body)
-            assert status == 400, text
+            status, error = client.call("POST", "/queue/q/messages/push", body)
+            assert (status, error["error"]) == (400, "BadBody"), error
         huge = {"messages": [{"contents": "x" * 10_000}]}
-        assert client.call("POST", "/queue/q/messages/push", huge)[0] == 413
+        assert client.call("POST", "/queue/q/messages/push", huge)[1]["error"] == "BodyTooLarge"
         assert stranger.call("POST", "/queue/q/messages/poll", {"visibility_timeout_secs": 1})[0] == 401
         assert client.call("POST", "/queue/no-such/messages/push", {"messages": []})[0] == 404
         assert client.call("PUT", "/queue/..%2Fescape")[0] in (400, 404)
         assert client.update("q", 1, 1, 1)[0] == 404
         assert client.call("POST", "/queue/q/messages/update", {"id": -1, "poll_tag": 1})[0] == 400
+        assert client.update("q", 1, 2**32, 1)[0] == 400, "a poll tag is 32 bits"
         counts = client.counts("q")
-        assert (counts["visible"], counts["invisible"], counts["successful_push"]) == (1, 0, 1)
+        assert (counts["message_counter"], counts["successful_push_counter"]) == (1, 1)
         assert [m["contents"] for m in client.poll("q", count=5)] == ["kept"]
     assert sorted(p.name for p in where.iterdir() if not p.name.startswith(("q.json", "_"))) == []
 

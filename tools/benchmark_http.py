@@ -88,8 +88,9 @@ async def run_clients(url: str, batch: int, clients: int, warmup: float, seconds
 
 
 def http(method: str, url: str) -> bytes:
-    """Send a request without a body; return the answer's body."""
-    with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=30) as answer:
+    """Send a request without a body, asking for JSON; return the answer's body."""
+    request = urllib.request.Request(url, method=method, headers={"Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
         body: bytes = answer.read()
         return body
 
@@ -127,8 +128,8 @@ def measure(args: argparse.Namespace, batch: int, root: Path) -> dict[str, Any]:
         metrics = json.loads(http("GET", f"{server.url}/queue/bench/metrics"))
     finally:
         server.stop()
-    pushed_all, deleted_all = metrics["successful_push"], metrics["successful_delete"]
-    left = metrics["visible"] + metrics["invisible"]
+    pushed_all, deleted_all = metrics["successful_push_counter"], metrics["successful_delete_counter"]
+    left = metrics["message_counter"]
     if pushed_all != deleted_all + left:
         raise RuntimeError(
             f"messages do not balance: pushed {pushed_all}, deleted {deleted_all}, left {left}"

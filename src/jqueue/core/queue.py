@@ -44,9 +44,9 @@ a lease sweeps leases that are still valid for their holders."""
 logger = logging.getLogger("jqueue")
 
 
-LEASE_BITS = 52
-"""A lease token is this many random bits, so that it is also a number that JSON clients in
-any language read exactly (``lease_number``)."""
+LEASE_BITS = 32
+"""A lease token is this many random bits, so that it is also the 32-bit poll tag of queued's
+API (``lease_number``). A stale holder's lease matches the next claim's once in 2**32."""
 _LEASE_DIGITS = -(-LEASE_BITS // 4)
 
 

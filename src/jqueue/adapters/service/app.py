@@ -119,7 +119,13 @@ class Service:
     async def _healthz(self, request: Request) -> Response:
         lease = self.lease
         broker = lease.record.address if lease.record is not None else None
-        health = {"ok": True, "role": lease.role.value, "epoch": lease.epoch, "broker": broker}
+        health = {
+            "ok": True,
+            "role": lease.role.value,
+            "epoch": lease.epoch,
+            "broker": broker,
+            "version": __version__,
+        }
         health["pid"] = os.getpid()
         return _answer(health, is_msgpack(request.headers.get("accept")))
 
@@ -137,7 +143,7 @@ class Service:
 
     async def _metrics(self, request: Request) -> Response:
         try:
-            self.authorize(request)
+            await self.authorize(request)
         except HTTPError as exc:
             status, body = error_of(exc)
             return _answer(ErrorResponse(body), False, status)
@@ -152,7 +158,7 @@ class Service:
             msgpack = is_msgpack(request.headers.get("accept"))
             name, route = request.path_params["queue"], request.url.path.rsplit("/", 1)[1]
             try:
-                self.authorize(request)
+                await self.authorize(request, name)
                 await self.check_serving()
                 queue = await self.host.get(name, create=create)
                 answer, status = _answer(await call(queue, request), msgpack), 200
@@ -166,12 +172,21 @@ class Service:
 
         return endpoint
 
-    def authorize(self, request: Request) -> None:
+    async def authorize(self, request: Request, queue: str | None = None) -> None:
+        """Let the request through if it carries the token, or an API key of the catalog whose
+        prefix starts ``queue`` (``Authorization: Bearer KEY``, or the bare key as queued's
+        server takes it); every request passes when the service has no token."""
         if self.token is None:
             return
         given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
-            raise HTTPError(401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is required")
+        key = given.removeprefix("Bearer ")
+        if hmac.compare_digest(key.encode(), self.token.encode()):
+            return
+        if queue is not None and self.lease.serving():
+            await self.host.serve_epoch(self.lease.epoch)
+            if self.host.catalog.record.key_opens(key, queue):
+                return
+        raise HTTPError(401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is required")
 
     async def read_body(self, request: Request, kind: type[Any]) -> Any:
         content_type = request.headers.get("content-type")

@@ -10,6 +10,7 @@ remembered as deleted, so that its (emptied) storage is not taken for a live que
 from __future__ import annotations
 
 import asyncio
+import hmac
 from collections.abc import Callable
 
 import msgspec
@@ -39,10 +40,20 @@ class QueueSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
 
 
 class CatalogRecord(msgspec.Struct, forbid_unknown_fields=True):
-    """The record: the live queues with their settings, and the deleted ones."""
+    """The record: the live queues with their settings, the deleted ones, and the API keys
+    of the queued API (each key opens the queues whose names start with its prefix)."""
 
     queues: dict[str, QueueSettings] = msgspec.field(default_factory=dict)
     deleted: list[str] = msgspec.field(default_factory=list)
+    api_keys: dict[str, str] = msgspec.field(default_factory=dict)
+
+    def key_opens(self, key: str, queue: str) -> bool:
+        """Whether API key ``key`` opens ``queue`` (every key is compared in constant time)."""
+        matches = [
+            hmac.compare_digest(key.encode(), k.encode()) and queue.startswith(p)
+            for k, p in self.api_keys.items()
+        ]
+        return any(matches)
 
 
 class Catalog:

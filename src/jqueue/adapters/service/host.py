@@ -112,18 +112,28 @@ class QueueHost:
         queue = self._open.get(name)
         if queue is not None:
             return queue
-        storage = root_storage(self.root, name)
         async with self._lock:
             if (queue := self._open.get(name)) is not None:
                 return queue
             if name not in self.catalog.record.queues:
-                if not create and (name in self.catalog.record.deleted or (await storage.read())[1] is None):
+                if not create and not await self._in_storage(name):
                     raise UnknownQueueError(name)
                 await self.catalog.change(added(name))
-            queue = BrokerQueue(storage)
+            queue = BrokerQueue(root_storage(self.root, name))
             await queue.start()
             self._open[name] = queue
             return queue
+
+    async def exists(self, name: str) -> bool:
+        """Whether queue ``name`` exists (as ``get`` judges it)."""
+        if name in self._open or name in self.catalog.record.queues:
+            return True
+        return await self._in_storage(name)
+
+    async def _in_storage(self, name: str) -> bool:
+        if name in self.catalog.record.deleted:
+            return False
+        return (await root_storage(self.root, name).read())[1] is not None
 
     async def delete(self, name: str) -> None:
         """Delete queue ``name``: purge its jobs, close it and mark it deleted in the catalog

@@ -49,6 +49,9 @@ OPERATIONS = (
     Operation("post", f"{_NATIVE}/heartbeat", "Extend leases.", wire.SettleRequest, wire.ResultsResponse),
     Operation("post", f"{_NATIVE}/release", "Return claimed jobs.", wire.SettleRequest, wire.ResultsResponse),
     Operation("get", "/queues", "queued: every queue of the root.", None, queued.QueuesResponse),
+    Operation("get", "/api-keys", "queued: the API keys and their prefixes.", None, queued.ApiKeysResponse),
+    Operation("put", "/api-key/{key}", "queued: set an API key's queue prefix.", queued.ApiKeyRequest),
+    Operation("delete", "/api-key/{key}", "queued: remove an API key."),
     Operation("put", _QUEUED, "queued: create a queue."),
     Operation("delete", _QUEUED, "queued: delete a queue and its messages."),
     Operation("post", f"{_QUEUED}/messages/push", "queued: push.", queued.PushRequest, queued.PushResponse),
@@ -73,15 +76,16 @@ _MEDIA = ("application/json", "application/msgpack")
 def openapi_document(version: str) -> dict[str, Any]:
     """Return the OpenAPI 3.1 document of every operation in ``OPERATIONS``."""
     kinds = [kind for op in OPERATIONS for kind in (op.request, op.response) if kind is not None]
-    kinds.append(wire.ErrorResponse)
+    kinds += [wire.ErrorResponse, queued.QueuedError]
     schemas, components = msgspec.json.schema_components(kinds, ref_template="#/components/schemas/{name}")
     schema_of = dict(zip(kinds, schemas, strict=True))
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
         call: dict[str, Any] = {"summary": op.summary, "responses": _responses(op, schema_of)}
-        if "{queue}" in op.path:
+        names = [name for name in ("queue", "key") if f"{{{name}}}" in op.path]
+        if names:
             call["parameters"] = [
-                {"name": "queue", "in": "path", "required": True, "schema": {"type": "string"}}
+                {"name": name, "in": "path", "required": True, "schema": {"type": "string"}} for name in names
             ]
         if op.request is not None:
             content = {media: {"schema": schema_of[op.request]} for media in _MEDIA}
@@ -104,13 +108,10 @@ def _responses(op: Operation, schema_of: dict[type[Any], Any]) -> dict[str, Any]
     ok: dict[str, Any] = {"description": "Done, and durable."}
     if op.response is not None:
         ok["content"] = {media: {"schema": schema_of[op.response]} for media in _MEDIA}
+    native = op.path.startswith(("/v1/", "/healthz", "/metrics", "/openapi"))
+    kind = wire.ErrorResponse if native else queued.QueuedError
     error = {
         "description": "Not done: a typed error.",
-        "content": {"application/json": {"schema": schema_of[wire.ErrorResponse]}},
+        "content": {media: {"schema": schema_of[kind]} for media in _MEDIA},
     }
-    if op.path.startswith(_QUEUED) or op.path == "/queues":
-        error = {
-            "description": "Not done: the reason as text.",
-            "content": {"text/plain": {"schema": {"type": "string"}}},
-        }
     return {"200": ok, "default": error}

@@ -1,11 +1,10 @@
 """The queued-compatible API of ``jqueue serve``: queued's routes over the same queues.
 
-A queued message is a job of entrypoint ``QUEUED_ENTRYPOINT`` whose id is a decimal integer;
-its poll tag is the number of its lease (``lease_number``), so the fencing of every queue
-call guards updates and deletes: a stale tag answers 404 and changes nothing. Message ids
-are the broker's epoch in the high bits and a counter in the low ones, so two brokers of a
-root never hand out the same id. Suspensions and throttles live in the root's catalog, so
-they survive a failover; the request counters are the broker's own.
+A queued message is a job of entrypoint ``QUEUED_ENTRYPOINT`` whose id is a number; its
+poll tag is its lease as a number (``lease_number``), so the fencing of every queue call
+guards updates and deletes: a stale tag changes nothing. Suspensions, throttles and API keys
+live in the root's catalog, so they survive a failover; the request counters are the
+broker's own. Errors are queued's ``{"error": NAME, "error_details": ...}`` bodies.
 """
 
 from __future__ import annotations
@@ -16,15 +15,26 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from jqueue.adapters.service.answers import HTTPError, error_of
+from jqueue.adapters.service.answers import HTTPError
 from jqueue.adapters.service.catalog import ENDPOINTS, CatalogRecord, QueueSettings, Throttle
+from jqueue.adapters.service.queued_parts import (
+    QUEUED_ENTRYPOINT,
+    MessageIds,
+    PollWindows,
+    held,
+    message_of,
+    queued_error,
+)
 from jqueue.adapters.service.queued_wire import (
+    ApiKey,
+    ApiKeyRequest,
+    ApiKeysResponse,
     DeleteRequest,
-    PolledMessage,
     PollRequest,
     PollResponse,
     PushRequest,
@@ -38,70 +48,15 @@ from jqueue.adapters.service.queued_wire import (
     UpdateRequest,
     UpdateResponse,
 )
-from jqueue.adapters.service.wire import encode, is_msgpack
-from jqueue.core.broker import BrokerQueue
-from jqueue.core.queue import lease_number, lease_of_number
+from jqueue.adapters.service.wire import JSON, encode, is_msgpack
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
-from jqueue.domain.models import Job, fencing_job
 from jqueue.domain.spec import JobSpec
+from jqueue.domain.times import utc_now
 
 if TYPE_CHECKING:
     from jqueue.adapters.service.app import Service
 
-QUEUED_ENTRYPOINT = "queued"
-"""The entrypoint of the jobs that the queued routes push and poll."""
-_COUNTER_BITS = 40
-
-
-class MessageIds:
-    """Hands out message ids: the broker's epoch above ``_COUNTER_BITS`` bits of a counter."""
-
-    def __init__(self) -> None:
-        self._epoch, self._next = -1, 0
-
-    def take(self, epoch: int, count: int) -> list[int]:
-        """Return ``count`` new ids for a broker serving ``epoch``."""
-        if epoch != self._epoch:
-            self._epoch, self._next = epoch, 0
-        start, self._next = self._next, self._next + count
-        if self._next >= 1 << _COUNTER_BITS:
-            raise HTTPError(
-                503, "ids_exhausted", "this broker has handed out all its message ids; restart it"
-            )
-        return [(epoch << _COUNTER_BITS) | n for n in range(start, self._next)]
-
-
-class PollWindows:
-    """Counts poll requests per queue in fixed windows, for the throttle."""
-
-    def __init__(self) -> None:
-        self._windows: dict[str, tuple[int, int]] = {}
-
-    def admit(self, queue: str, throttle: Throttle | None) -> bool:
-        """Count one poll of ``queue``; False if ``throttle`` allows no more in this window."""
-        if throttle is None:
-            return True
-        window = int(time.time() // throttle.time_window_sec)
-        current, count = self._windows.get(queue, (window, 0))
-        if current != window:
-            count = 0
-        if count >= throttle.max_polls_per_time_window:
-            return False
-        self._windows[queue] = (window, count + 1)
-        return True
-
-
-def message_of(job: Job) -> PolledMessage | None:
-    """Return a polled job as a queued message (None if its id or lease is not a number)."""
-    tag = None if job.lease is None else lease_number(job.lease)
-    if not job.id.isdigit() or tag is None:
-        return None
-    return PolledMessage(job.payload, job.created_at, int(job.id), job.attempts, tag)
-
-
-def held(message_id: int, poll_tag: int) -> Job:
-    """The argument that fences a call with the lease whose number is ``poll_tag``."""
-    return fencing_job(str(message_id), lease_of_number(poll_tag))
+Call = Callable[[Request, str], Awaitable[Any]]
 
 
 class QueuedRoutes:
@@ -115,55 +70,45 @@ class QueuedRoutes:
 
     def routes(self) -> list[Route]:
         """The routes, for a Starlette application."""
-        calls: dict[str, Callable[[BrokerQueue, Request], Awaitable[Any]]] = {
-            "push": self._push,
-            "poll": self._poll,
-            "update": self._update,
-            "delete": self._delete,
-        }
-        routes = [
-            Route("/queues", self._wrap("queues", self._queues, queue=False), methods=["GET"]),
-            Route("/queue/{queue}", self._wrap("create", self._create, create=True), methods=["PUT"]),
-            Route("/queue/{queue}", self._wrap("drop", self._drop), methods=["DELETE"]),
-            Route("/queue/{queue}/suspend", self._wrap("suspend", self._suspend), methods=["GET", "POST"]),
-            Route("/queue/{queue}/throttle", self._wrap("throttle", self._throttle), methods=["GET", "POST"]),
+        get, post, get_or_post = ["GET"], ["POST"], ["GET", "POST"]
+        queue = "/queue/{queue}"
+        return [
+            Route("/queues", self._wrap("queues", self._queues, admin=True), methods=get),
+            Route("/api-keys", self._wrap("api_keys", self._api_keys, admin=True), methods=get),
             Route(
-                "/queue/{queue}/metrics", self._wrap("queue_metrics", self._queue_metrics), methods=["GET"]
+                "/api-key/{key}", self._wrap("api_key", self._api_key, admin=True), methods=["PUT", "DELETE"]
             ),
+            Route(queue, self._wrap("create", self._create, admin=True), methods=["PUT"]),
+            Route(queue, self._wrap("drop", self._drop, admin=True), methods=["DELETE"]),
+            Route(f"{queue}/suspend", self._wrap("suspend", self._suspend), methods=get_or_post),
+            Route(f"{queue}/throttle", self._wrap("throttle", self._throttle), methods=get_or_post),
+            Route(f"{queue}/metrics", self._wrap("queue_metrics", self._queue_metrics), methods=get),
+            Route(f"{queue}/messages/push", self._wrap("push", self._push), methods=post),
+            Route(f"{queue}/messages/poll", self._wrap("poll", self._poll), methods=post),
+            Route(f"{queue}/messages/update", self._wrap("update", self._update), methods=post),
+            Route(f"{queue}/messages/delete", self._wrap("delete", self._delete), methods=post),
         ]
-        for verb, call in calls.items():
-            routes.append(
-                Route(f"/queue/{{queue}}/messages/{verb}", self._wrap(verb, call), methods=["POST"])
-            )
-        return routes
 
     def _wrap(
-        self,
-        route: str,
-        call: Callable[[BrokerQueue, Request], Awaitable[Any]],
-        *,
-        create: bool = False,
-        queue: bool = True,
+        self, route: str, call: Call, *, admin: bool = False
     ) -> Callable[[Request], Awaitable[Response]]:
+        """The endpoint: authorization (the token, or for a queue's own routes an API key of
+        its prefix), the broker check, the call, queued's answer and the metrics."""
         service = self.service
 
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
             name = request.path_params.get("queue", "")
-            msgpack = is_msgpack(request.headers.get("accept"))
+            msgpack = is_msgpack(request.headers.get("accept") or request.headers.get("content-type"))
+            status, body = 200, None
             try:
-                service.authorize(request)
+                await service.authorize(request, None if admin else name)
                 await service.check_serving()
-                opened: Any = await service.host.get(name, create=create) if queue else None
-                body = await call(opened, request)
-                status = 200
-                answer = Response(
-                    encode(body, msgpack) if body is not None else b"",
-                    media_type="application/msgpack" if msgpack else "application/json",
-                )
+                body = await call(request, name)
+                answer = _response(body, msgpack)
             except Exception as exc:
-                status, text = _error_of(exc)
-                answer = Response(text, status_code=status, media_type="text/plain")
+                status, error = queued_error(exc)
+                answer = _response(error, msgpack, status)
             label = name if service.host.is_open(name) else ""
             service.metrics.requests.labels(label, f"queued_{route}", str(status)).inc()
             service.metrics.request_seconds.labels(f"queued_{route}").observe(time.perf_counter() - started)
@@ -174,27 +119,58 @@ class QueuedRoutes:
     def _settings(self, name: str) -> QueueSettings:
         return self.service.host.catalog.record.queues.get(name) or QueueSettings()
 
-    def _gate(self, request: Request, endpoint: str) -> str:
-        name: str = request.path_params["queue"]
+    def _gate(self, name: str, endpoint: str) -> None:
         if endpoint in self._settings(name).suspended:
             self._count(name, endpoint, "suspended")
             raise HTTPError(503, "suspended", f"the {endpoint} endpoint of queue {name} is suspended")
-        return name
 
     def _count(self, queue: str, endpoint: str, outcome: str, amount: int = 1) -> None:
-        self.service.metrics.queued_calls.labels(queue, endpoint, outcome).inc(amount)
+        if amount:
+            self.service.metrics.queued_calls.labels(queue, endpoint, outcome).inc(amount)
 
-    async def _queues(self, _: BrokerQueue, request: Request) -> QueuesResponse:
+    async def _queues(self, request: Request, _: str) -> QueuesResponse:
         return QueuesResponse([QueueEntry(name) for name in self.service.host.names()])
 
-    async def _create(self, queue: BrokerQueue, request: Request) -> None:
-        return None
+    async def _api_keys(self, request: Request, _: str) -> ApiKeysResponse:
+        self._require_auth()
+        keys = self.service.host.catalog.record.api_keys
+        return ApiKeysResponse([ApiKey(key, prefix) for key, prefix in sorted(keys.items())])
 
-    async def _drop(self, queue: BrokerQueue, request: Request) -> None:
-        await self.service.host.delete(request.path_params["queue"])
+    async def _api_key(self, request: Request, _: str) -> None:
+        self._require_auth()
+        key: str = request.path_params["key"]
+        prefix = (
+            None
+            if request.method == "DELETE"
+            else (await self.service.read_body(request, ApiKeyRequest)).prefix
+        )
 
-    async def _push(self, queue: BrokerQueue, request: Request) -> PushResponse:
-        name = self._gate(request, "push")
+        def edit(record: CatalogRecord) -> None:
+            if prefix is None:
+                record.api_keys.pop(key, None)
+            else:
+                record.api_keys[key] = prefix
+
+        await self.service.host.catalog.change(edit)
+
+    def _require_auth(self) -> None:
+        if self.service.token is None:  # as queued: no keys without authentication
+            raise HTTPError(404, "not_found", "API keys need jqueue serve --token")
+
+    async def _create(self, request: Request, name: str) -> None:
+        host = self.service.host
+        if await host.exists(name):
+            raise HTTPError(409, "queue_exists", f"queue {name} exists")
+        await host.get(name, create=True)
+
+    async def _drop(self, request: Request, name: str) -> None:
+        if not await self.service.host.exists(name):
+            raise HTTPError(404, "not_found", f"no queue named {name}")
+        await self.service.host.delete(name)
+
+    async def _push(self, request: Request, name: str) -> PushResponse:
+        queue = await self.service.host.get(name)
+        self._gate(name, "push")
         body: PushRequest = await self.service.read_body(request, PushRequest)
         ids = self.ids.take(self.service.lease.epoch, len(body.messages))
         specs = [
@@ -210,9 +186,12 @@ class QueuedRoutes:
         self._count(name, "push", "successful", len(specs))
         return PushResponse(ids)
 
-    async def _poll(self, queue: BrokerQueue, request: Request) -> PollResponse:
-        name = self._gate(request, "poll")
+    async def _poll(self, request: Request, name: str) -> PollResponse:
+        queue = await self.service.host.get(name)
+        self._gate(name, "poll")
         body: PollRequest = await self.service.read_body(request, PollRequest)
+        if body.ignore_existing_visibility_timeouts:
+            raise HTTPError(400, "unsupported", "ignore_existing_visibility_timeouts is not supported")
         if not self.polls.admit(name, self._settings(name).throttle):
             self._count(name, "poll", "throttled")
             raise HTTPError(429, "throttled", f"polls of queue {name} are throttled")
@@ -221,36 +200,40 @@ class QueuedRoutes:
             batch_size=body.count,
             visibility_timeout=timedelta(seconds=body.visibility_timeout_secs),
         )
-        ours = [(job, message) for job in jobs if (message := message_of(job)) is not None]
-        for job in jobs:  # made by other means: kept among the dead letters, not handed out
-            if message_of(job) is None:
+        text = not is_msgpack(request.headers.get("accept"))
+        try:
+            found = [(job, message_of(job, text)) for job in jobs]
+        except HTTPError:
+            await asyncio.gather(*(queue.release(job) for job in jobs))
+            raise
+        for job, message in found:  # added by other means: kept among the dead letters
+            if message is None:
                 await queue.nack(job, error="not a queued message: its id is not a number", max_attempts=1)
-        messages = [message for _, message in ours]
-        if not is_msgpack(request.headers.get("accept")):
-            try:
-                messages = [_as_text(message) for message in messages]
-            except HTTPError:
-                await asyncio.gather(*(queue.release(job) for job, _ in ours))
-                raise
-        self._count(name, "poll", "successful" if messages else "empty")
+        messages = [message for _, message in found if message is not None]
+        self._count(name, "poll", "successful", len(messages))
+        if not messages:
+            self._count(name, "poll", "empty")
         return PollResponse(messages)
 
-    async def _update(self, queue: BrokerQueue, request: Request) -> UpdateResponse:
-        name = self._gate(request, "update")
+    async def _update(self, request: Request, name: str) -> UpdateResponse:
+        queue = await self.service.host.get(name)
+        self._gate(name, "update")
         body: UpdateRequest = await self.service.read_body(request, UpdateRequest)
         timeout = timedelta(seconds=body.visibility_timeout_secs)
         try:
             await queue.heartbeat(held(body.id, body.poll_tag), visibility_timeout=timeout)
         except (JobNotFoundError, LeaseLostError) as exc:
             self._count(name, "update", "missing")
-            raise HTTPError(
-                404, "message_not_found", f"message {body.id} with poll tag {body.poll_tag} not found"
-            ) from exc
+            text = f"message {body.id} with poll tag {body.poll_tag} not found"
+            raise HTTPError(404, "message_not_found", text) from exc
         self._count(name, "update", "successful")
         return UpdateResponse(body.poll_tag)
 
-    async def _delete(self, queue: BrokerQueue, request: Request) -> None:
-        name = self._gate(request, "delete")
+    async def _delete(self, request: Request, name: str) -> dict[str, Any]:
+        """Delete the messages whose tags hold; as queued, one whose tag is stale (or that is
+        gone) is skipped and counted, not reported."""
+        queue = await self.service.host.get(name)
+        self._gate(name, "delete")
         body: DeleteRequest = await self.service.read_body(request, DeleteRequest)
         fences = [held(m.id, m.poll_tag) for m in body.messages]
         try:  # one commit for the whole batch; if one is stale, each on its own
@@ -258,19 +241,16 @@ class QueuedRoutes:
             outcomes: list[BaseException | None] = [None] * len(fences)
         except (JobNotFoundError, LeaseLostError):
             outcomes = await asyncio.gather(*(queue.ack(job) for job in fences), return_exceptions=True)
-        missing = [m.id for m, outcome in zip(body.messages, outcomes, strict=True) if outcome is not None]
         for outcome in outcomes:
             if outcome is not None and not isinstance(outcome, JobNotFoundError | LeaseLostError):
                 raise outcome
-        self._count(name, "delete", "successful", len(body.messages) - len(missing))
-        if missing:
-            self._count(name, "delete", "missing", len(missing))
-            raise HTTPError(
-                404, "message_not_found", f"messages not found (or their poll tags are stale): {missing}"
-            )
+        missing = sum(outcome is not None for outcome in outcomes)
+        self._count(name, "delete", "successful", len(fences) - missing)
+        self._count(name, "delete", "missing", missing)
+        return {}
 
-    async def _suspend(self, queue: BrokerQueue, request: Request) -> Suspension:
-        name = request.path_params["queue"]
+    async def _suspend(self, request: Request, name: str) -> Suspension:
+        await self.service.host.get(name)
         if request.method == "POST":
             wanted: Suspension = await self.service.read_body(request, Suspension)
 
@@ -285,72 +265,68 @@ class QueuedRoutes:
 
             await self.service.host.catalog.change(edit)
         suspended = self._settings(name).suspended
-        return Suspension(*(endpoint in suspended for endpoint in ENDPOINTS))
+        return Suspension(**{endpoint: endpoint in suspended for endpoint in ENDPOINTS})
 
-    async def _throttle(self, queue: BrokerQueue, request: Request) -> ThrottleSetting:
-        name = request.path_params["queue"]
+    async def _throttle(self, request: Request, name: str) -> ThrottleSetting:
+        await self.service.host.get(name)
         if request.method == "POST":
             wanted: ThrottleSetting = await self.service.read_body(request, ThrottleSetting)
             limit = wanted.throttle
 
             def edit(record: CatalogRecord) -> None:
                 settings = record.queues.setdefault(name, QueueSettings())
-                settings.throttle = None if limit is None else Throttle(**_fields(limit))
+                settings.throttle = None if limit is None else Throttle(**throttle_fields(limit))
 
             await self.service.host.catalog.change(edit)
         throttle = self._settings(name).throttle
-        return ThrottleSetting(None if throttle is None else ThrottleBody(**_fields(throttle)))
+        return ThrottleSetting(None if throttle is None else ThrottleBody(**throttle_fields(throttle)))
 
-    async def _queue_metrics(self, queue: BrokerQueue, request: Request) -> QueueMetrics:
-        name = request.path_params["queue"]
+    async def _queue_metrics(self, request: Request, name: str) -> QueueMetrics | Response:
+        queue = await self.service.host.get(name)
+        accept = request.headers.get("accept", "")
+        if not (is_msgpack(accept) or accept.startswith(JSON)):  # as queued: Prometheus by default
+            text = await self.service.metrics.render(self.service.host.open_queues(), self.service.lease)
+            return Response(text, media_type=CONTENT_TYPE_LATEST)
         counts = (await queue.stats()).entrypoints.get(QUEUED_ENTRYPOINT)
-        visible = 0 if counts is None else counts.queued
-        invisible = 0 if counts is None else counts.scheduled + counts.in_progress
         sample = self.service.metrics.registry.get_sample_value
 
         def calls(endpoint: str, outcome: str) -> int:
-            found = sample(
-                "jqueue_queued_calls_total", {"queue": name, "endpoint": endpoint, "outcome": outcome}
-            )
-            return int(found or 0)
+            labels = {"queue": name, "endpoint": endpoint, "outcome": outcome}
+            return int(sample("jqueue_queued_calls_total", labels) or 0)
 
+        oldest = None if counts is None else counts.oldest_queued_at
+        waited = 0 if oldest is None else max(0, int((utc_now() - oldest).total_seconds()))
+        messages = 0 if counts is None else counts.queued + counts.scheduled + counts.in_progress
         return QueueMetrics(
-            visible=visible,
-            invisible=invisible,
-            empty_poll=calls("poll", "empty"),
-            missing_delete=calls("delete", "missing"),
-            missing_update=calls("update", "missing"),
-            successful_delete=calls("delete", "successful"),
-            successful_poll=calls("poll", "successful"),
-            successful_push=calls("push", "successful"),
-            successful_update=calls("update", "successful"),
-            suspended_delete=calls("delete", "suspended"),
-            suspended_poll=calls("poll", "suspended"),
-            suspended_push=calls("push", "suspended"),
-            suspended_update=calls("update", "suspended"),
-            throttled_poll=calls("poll", "throttled"),
+            **{f"{outcome}_{endpoint}_counter": calls(endpoint, outcome) for endpoint, outcome in _COUNTERS},
+            message_counter=messages,
+            first_message_visibility_timeout_sec_gauge=0,
+            last_message_visibility_timeout_sec_gauge=0,
+            longest_unpolled_message_sec_gauge=waited,
         )
 
 
-def _fields(struct: Throttle | ThrottleBody) -> dict[str, int]:
+_COUNTERS = [
+    ("poll", "empty"),
+    ("delete", "missing"),
+    ("update", "missing"),
+    *((endpoint, "successful") for endpoint in ENDPOINTS),
+    *((endpoint, "suspended") for endpoint in ENDPOINTS),
+    ("poll", "throttled"),
+]
+"""queued's counters by endpoint and outcome (``{outcome}_{endpoint}_counter``)."""
+
+
+def throttle_fields(struct: Throttle | ThrottleBody) -> dict[str, int]:
+    """The two fields a throttle has, by name."""
     return {
         "max_polls_per_time_window": struct.max_polls_per_time_window,
         "time_window_sec": struct.time_window_sec,
     }
 
 
-def _as_text(message: PolledMessage) -> PolledMessage:
-    contents = message.contents
-    if isinstance(contents, bytes):
-        try:
-            contents = contents.decode()
-        except UnicodeDecodeError:
-            raise HTTPError(
-                406, "binary_contents", "a polled message is binary: ask for Accept: application/msgpack"
-            ) from None
-    return PolledMessage(contents, message.created, message.id, message.poll_count, message.poll_tag)
-
-
-def _error_of(exc: Exception) -> tuple[int, str]:
-    status, body = error_of(exc)
-    return status, body.message
+def _response(body: Any, msgpack: bool, status: int = 200) -> Response:
+    if isinstance(body, Response):
+        return body
+    media = "application/msgpack" if msgpack else "application/json"
+    return Response(encode(body, msgpack), status_code=status, media_type=media)

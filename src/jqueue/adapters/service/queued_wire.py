@@ -1,8 +1,8 @@
 """The bodies of the queued-compatible API (``/queue/NAME/...``), as queued's clients send them.
 
-JSON or MessagePack, chosen by ``Content-Type`` (requests) and ``Accept`` (responses), as in
-the native API. Message contents are text in JSON and binary in MessagePack; ids and poll
-tags are integers. Times are RFC 3339 text in both.
+MessagePack (queued's own encoding) or JSON, chosen by ``Content-Type`` (requests) and
+``Accept`` (responses), as in the native API. Message contents are binary in MessagePack and
+text in JSON; ids are integers and poll tags 32-bit integers, as in queued.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from jqueue.domain.spec import LONGEST_SPAN
 
 VisibilitySecs = Annotated[int, msgspec.Meta(ge=0, le=int(LONGEST_SPAN.total_seconds()))]
 MessageId = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-PollTag = Annotated[int, msgspec.Meta(ge=0)]
+PollTag = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 Contents = Any
 """Text (JSON, or a MessagePack str) or bytes (a MessagePack bin); checked by ``contents_bytes``."""
 
@@ -50,20 +50,23 @@ class PushResponse(msgspec.Struct):
 
 class PollRequest(msgspec.Struct, forbid_unknown_fields=True):
     """``POST /queue/NAME/messages/poll``: up to ``count`` visible messages, hidden for
-    ``visibility_timeout_secs`` (or until updated or deleted)."""
+    ``visibility_timeout_secs`` (or until updated or deleted). queued's debugging switch
+    ``ignore_existing_visibility_timeouts`` is taken only when false."""
 
     visibility_timeout_secs: VisibilitySecs
-    count: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1
+    count: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 1
+    ignore_existing_visibility_timeouts: bool | None = None
 
 
 class PolledMessage(msgspec.Struct):
-    """A polled message: ``poll_tag`` is what updates and deletes it."""
+    """A polled message: ``poll_tag`` is what updates and deletes it (``created`` and
+    ``poll_count`` as earlier versions of queued gave them)."""
 
     contents: Contents
-    created: datetime
     id: int
-    poll_count: int
     poll_tag: int
+    created: datetime
+    poll_count: int
 
 
 class PollResponse(msgspec.Struct):
@@ -135,19 +138,49 @@ class QueuesResponse(msgspec.Struct):
 
 
 class QueueMetrics(msgspec.Struct):
-    """``GET /queue/NAME/metrics``: the queue's message counts and request counters."""
+    """``GET /queue/NAME/metrics`` (with ``Accept`` JSON or MessagePack): queued's counters
+    of this broker, the messages in the queue and how long the oldest visible one has
+    waited. jqueue does not keep queued's two visibility-time gauges; they are 0."""
 
-    visible: int
-    invisible: int
-    empty_poll: int
-    missing_delete: int
-    missing_update: int
-    successful_delete: int
-    successful_poll: int
-    successful_push: int
-    successful_update: int
-    suspended_delete: int
-    suspended_poll: int
-    suspended_push: int
-    suspended_update: int
-    throttled_poll: int
+    empty_poll_counter: int
+    message_counter: int
+    missing_delete_counter: int
+    missing_update_counter: int
+    successful_delete_counter: int
+    successful_poll_counter: int
+    successful_push_counter: int
+    successful_update_counter: int
+    suspended_delete_counter: int
+    suspended_poll_counter: int
+    suspended_push_counter: int
+    suspended_update_counter: int
+    throttled_poll_counter: int
+    first_message_visibility_timeout_sec_gauge: int
+    last_message_visibility_timeout_sec_gauge: int
+    longest_unpolled_message_sec_gauge: int
+
+
+class QueuedError(msgspec.Struct):
+    """The body of a queued answer that is not 2xx."""
+
+    error: str
+    error_details: Any = None
+
+
+class ApiKeyRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """``PUT /api-key/KEY``: the key opens the queues whose names start with ``prefix``."""
+
+    prefix: str
+
+
+class ApiKey(msgspec.Struct):
+    """A key and its prefix."""
+
+    key: str
+    prefix: str
+
+
+class ApiKeysResponse(msgspec.Struct):
+    """``GET /api-keys``."""
+
+    keys: list[ApiKey]
