@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from jqueue.adapters.service.coalesce import Coalescer
+from jqueue.adapters.service.coalesce import SLOW_REQUEST, Coalescer
 
 
 async def test_calls_of_one_turn_share_a_request_and_later_ones_the_next() -> None:
@@ -52,3 +52,24 @@ async def test_a_failed_request_fails_every_call_in_it_and_a_cancelled_caller_is
 
 async def _echo(key: str, items: list[int]) -> list[int | BaseException]:
     return list(items)
+
+
+async def test_after_a_slow_request_the_next_calls_do_not_wait_for_one_in_flight() -> None:
+    started: list[tuple[list[int], float]] = []
+
+    async def send(key: str, items: list[int]) -> list[int | BaseException]:
+        started.append((items, asyncio.get_running_loop().time()))
+        await asyncio.sleep(SLOW_REQUEST * 2)
+        return list(items)
+
+    coalescer: Coalescer[str, int, int] = Coalescer(send, max_in_flight=2)
+    assert await coalescer.call("ack", 0) == 0  # slow: the key now sends up to two at once
+    first = asyncio.create_task(coalescer.call("ack", 1))
+    await asyncio.sleep(0.001)
+    second = asyncio.create_task(coalescer.call("ack", 2))
+    await asyncio.sleep(0.001)
+    third = asyncio.create_task(coalescer.call("ack", 3))  # two in flight: waits for the next
+    assert await asyncio.gather(first, second, third) == [1, 2, 3]
+    assert [items for items, _ in started] == [[0], [1], [2], [3]]
+    assert started[2][1] - started[1][1] < SLOW_REQUEST, "the second went while the first was in flight"
+    assert started[3][1] - started[1][1] >= SLOW_REQUEST * 2 * 0.9, "the third waited for a free slot"

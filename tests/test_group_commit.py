@@ -160,3 +160,19 @@ def test_visibility_timeout_is_the_name_and_stale_timeout_its_documented_alias()
     assert GroupCommitLoop(storage, timedelta(seconds=40)).visibility_timeout == timedelta(seconds=40)
     with pytest.raises(ValueError, match="not both"):
         BrokerQueue(storage, stale_timeout=timedelta(seconds=40), visibility_timeout=timedelta(seconds=45))
+
+
+async def test_after_a_slow_round_the_callers_coming_back_share_the_next_one() -> None:
+    """Callers answered by a slow round (over HTTP, through ``jqueue serve``) come back a few
+    milliseconds apart; the next round gathers them instead of leaving with the first."""
+    storage = instrumented(InMemoryStorage(name="gather"), Faults(write_latency=timedelta(milliseconds=100)))
+    async with BrokerQueue(storage) as queue:
+        await queue.enqueue("warm", b"")  # a slow round: the next one gathers
+        before = storage.commits
+
+        async def comes_back(n: int) -> None:
+            await asyncio.sleep(n * 0.0002)
+            await queue.enqueue("e", b"")
+
+        await asyncio.gather(*(comes_back(n) for n in range(8)))
+        assert storage.commits - before == 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -24,6 +25,13 @@ from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.times import to_micros, utc_now
 
 T = TypeVar("T")
+
+SLOW_ROUND = 0.02
+"""Seconds: a round at least this long (a remote store) makes the next one gather first."""
+GATHER_SHARE, MAX_GATHER = 0.05, 0.005
+"""After a slow round, the next waits this share of its length (at most ``MAX_GATHER``
+seconds) before it takes the pending calls: the callers that the last round answered (over
+HTTP, through ``jqueue serve``) are back by then, and ride in it instead of the one after."""
 Operation = Callable[[QueueIndex], T]
 logger = logging.getLogger("jqueue")
 
@@ -136,6 +144,7 @@ class GroupedCommits:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._gather = 0.0
 
     async def open(self) -> None:
         """Start the writer task."""
@@ -183,8 +192,13 @@ class GroupedCommits:
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 while self._pending:
+                    if self._gather and not self._stopping:
+                        await asyncio.sleep(self._gather)
                     batch, self._pending = self._pending, []
+                    started = time.monotonic()
                     await self._commit_batch(batch)
+                    took = time.monotonic() - started
+                    self._gather = min(MAX_GATHER, took * GATHER_SHARE) if took >= SLOW_ROUND else 0.0
                 if self._stopping:
                     return
         finally:  # stopped, cancelled (a deadline on close()) or broken: no caller waits forever

@@ -123,6 +123,10 @@ class RemoteQueue(EnqueueCalls):
         (by default the library's).
     visibility_timeout : timedelta
         How long a claim holds a job without a heartbeat, as on the service.
+    requests_in_flight : int
+        The most claiming or settling requests of one kind in flight at once, where requests
+        are slow (a root on S3 or GCS); where they are quick, one at a time, and the calls
+        made meanwhile go together in the next (``Coalescer``).
     """
 
     def __init__(
@@ -135,6 +139,7 @@ class RemoteQueue(EnqueueCalls):
         failover_timeout: timedelta = DEFAULT_FAILOVER_TIMEOUT,
         policy: QueuePolicy | None = None,
         visibility_timeout: timedelta = DEFAULT_VISIBILITY_TIMEOUT,
+        requests_in_flight: int = 8,
     ) -> None:
         if not QUEUE_NAME.fullmatch(queue):
             raise ValueError(f"{queue!r} is not a queue name (letters, digits, '_' and '-', at most 128)")
@@ -149,8 +154,8 @@ class RemoteQueue(EnqueueCalls):
         self._policy = policy or QueuePolicy()
         self._visibility_timeout = visibility_timeout
         self._session: Any = None
-        self._settles: Coalescer[SettleKey, JobRef, None] = Coalescer(self._send_settles)
-        self._claims: Coalescer[ClaimKey, int, list[Job]] = Coalescer(self._send_claims)
+        self._settles: Coalescer[SettleKey, JobRef, None] = Coalescer(self._send_settles, requests_in_flight)
+        self._claims: Coalescer[ClaimKey, int, list[Job]] = Coalescer(self._send_claims, requests_in_flight)
         self.changes = RemoteChanges(self)
 
     @property

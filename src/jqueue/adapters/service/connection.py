@@ -25,7 +25,8 @@ class connect:  # noqa: N801  (used as a function: ``async with connect(...) as 
     commits directly as a ``BrokerQueue`` on the root; ``"auto"`` calls the broker if the
     root has one when the queue is opened, and else commits directly. The queue yielded
     satisfies ``Queue`` and takes the calls of a ``BrokerQueue`` (a ``RemoteQueue``, or a
-    ``BrokerQueue`` when committing directly).
+    ``BrokerQueue`` when committing directly). ``token``, ``failover_timeout`` and
+    ``requests_in_flight`` go to the ``RemoteQueue``.
     """
 
     def __init__(
@@ -36,13 +37,18 @@ class connect:  # noqa: N801  (used as a function: ``async with connect(...) as 
         token: str | None = None,
         broker: Broker = "require",
         failover_timeout: timedelta = DEFAULT_FAILOVER_TIMEOUT,
+        requests_in_flight: int = 8,
     ) -> None:
         if broker not in ("auto", "require", "off"):
             raise ValueError(f"broker must be 'auto', 'require' or 'off', not {broker!r}")
         if broker != "require" and is_service_url(target):
             raise ValueError(f"broker={broker!r} needs the storage root, not a service URL")
         self.target, self.queue, self.broker = target, queue, broker
-        self._options: dict[str, Any] = {"token": token, "failover_timeout": failover_timeout}
+        self._options: dict[str, Any] = {
+            "token": token,
+            "failover_timeout": failover_timeout,
+            "requests_in_flight": requests_in_flight,
+        }
         self._opened: RemoteQueue | BrokerQueue | None = None
 
     async def __aenter__(self) -> RemoteQueue | BrokerQueue:
