@@ -69,7 +69,7 @@ async def test_after_a_slow_request_the_next_calls_do_not_wait_for_one_in_flight
     second = asyncio.create_task(coalescer.call("ack", 2))
     await asyncio.sleep(0.001)
     third = asyncio.create_task(coalescer.call("ack", 3))  # two in flight: waits for the next
-    assert await asyncio.gather(first, second, third) == [1, 2, 3]
+    assert list(await asyncio.gather(first, second, third)) == [1, 2, 3]
     assert [items for items, _ in started] == [[0], [1], [2], [3]]
     assert started[2][1] - started[1][1] < SLOW_REQUEST, "the second went while the first was in flight"
     assert started[3][1] - started[1][1] >= SLOW_REQUEST * 2 * 0.9, "the third waited for a free slot"
