@@ -6,10 +6,13 @@ import asyncio
 from datetime import timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from jqueue import CorruptStateError, LocalFileSystemStorage
-from jqueue.adapters.service.lease import BrokerLease, Role
+from jqueue.adapters.service import finder as finder_module
+from jqueue.adapters.service.lease import BrokerLease, BrokerRecord, Role
+from jqueue.testing import instrumented
 
 QUICK = {"renew_every": timedelta(milliseconds=10), "stale_after": timedelta(milliseconds=100)}
 
@@ -51,3 +54,15 @@ async def test_a_foreign_record_is_never_overwritten_even_after_a_lost_race(tmp_
         with pytest.raises(CorruptStateError, match="not a broker record"):
             await broker.step()
     assert path.read_text() == "somebody else's file"
+
+
+async def test_concurrent_first_calls_of_a_client_read_the_record_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = instrumented(LocalFileSystemStorage(tmp_path / "_broker.json"))
+    await record.write(msgspec.json.encode(BrokerRecord("http://127.0.0.1:1", 1, 1, "o", "t")))
+    monkeypatch.setattr(finder_module, "record_storage", lambda root: record)
+    finder = finder_module.BrokerFinder(str(tmp_path))
+    found = await asyncio.gather(*(finder.find() for _ in range(50)))
+    assert set(found) == {"http://127.0.0.1:1"}
+    assert record.calls["read"] == 1, "fifty first calls made fifty storage clients before"
