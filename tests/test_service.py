@@ -299,3 +299,23 @@ def test_a_repeated_enqueue_request_adds_its_jobs_once(served: tuple[str, Path])
     assert first[1]["jobs"][0]["id"] == again[1]["jobs"][0]["id"] == "client-chosen-1"
     _, peeked = post(f"{url}/v1/queues/ids/peek", b'{"limit": 10}')
     assert [job["id"] for job in peeked["jobs"]] == ["client-chosen-1"]
+
+
+async def test_concurrent_enqueues_share_a_request_and_a_refused_one_fails_alone(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "serve.log", options=["--max-body-bytes", "30000"]) as url:
+        async with connect(url, "shared") as queue:
+            await queue.enqueue("warm", b"")
+            small = await asyncio.gather(*(queue.enqueue("e", f"{n}".encode()) for n in range(20)))
+            assert [job.payload for job in small] == [f"{n}".encode() for n in range(20)]
+            samples = scrape(url)
+            requests = samples[("jqueue_request_jobs_count", (("route", "enqueue"),))]
+            assert requests <= 3, f"20 concurrent enqueues took {requests - 1:g} requests"
+            big = [queue.enqueue("e", b"x" * 8_000) for _ in range(4)]  # together over the limit
+            huge = queue.enqueue("e", b"y" * 40_000)  # alone over it
+            *fine, refused = await asyncio.gather(*big, huge, return_exceptions=True)
+            assert all(isinstance(job, Job) for job in fine), fine
+            assert isinstance(refused, ServiceError)
+            assert (refused.status, refused.code) == (413, "body_too_large")
+            assert len(await queue.peek(limit=100)) == 1 + 20 + 4

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Collection
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -156,6 +156,9 @@ class RemoteQueue(EnqueueCalls):
         self._session: Any = None
         self._settles: Coalescer[SettleKey, JobRef, None] = Coalescer(self._send_settles, requests_in_flight)
         self._claims: Coalescer[ClaimKey, int, list[Job]] = Coalescer(self._send_claims, requests_in_flight)
+        self._enqueues: Coalescer[str, list[NewJob], list[Job]] = Coalescer(
+            self._send_enqueues, requests_in_flight
+        )
         self.changes = RemoteChanges(self)
 
     @property
@@ -242,8 +245,26 @@ class RemoteQueue(EnqueueCalls):
         return decode(data, answer, True)
 
     async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:
-        request = EnqueueRequest([_new_job(spec) for spec in specs])
-        answer: JobsResponse = await self.call("enqueue", request, JobsResponse)
+        """Enqueue with the other enqueues in flight meanwhile, in one request (one commit)."""
+        return await self._enqueues.call("enqueue", [_new_job(spec) for spec in specs])
+
+    async def _send_enqueues(self, _: str, calls: list[list[NewJob]]) -> list[list[Job] | BaseException]:
+        try:
+            jobs = await self._enqueue_request([job for call in calls for job in call])
+        except ServiceError as exc:
+            if len(calls) == 1 or exc.status // 100 != 4:
+                raise
+            # a job of one call was refused (too large, say): each call on its own, so that
+            # the others do not share its error
+            return [await _outcome(self._enqueue_request(call)) for call in calls]
+        answers: list[list[Job] | BaseException] = []
+        for call in calls:
+            answers.append(jobs[: len(call)])
+            jobs = jobs[len(call) :]
+        return answers
+
+    async def _enqueue_request(self, jobs: list[NewJob]) -> list[Job]:
+        answer: JobsResponse = await self.call("enqueue", EnqueueRequest(jobs), JobsResponse)
         return [job_of(job) for job in answer.jobs]
 
     async def dequeue(
@@ -322,3 +343,10 @@ class RemoteQueue(EnqueueCalls):
     async def heartbeat(self, job_id: Job | str) -> None:
         """Record that the worker on a job is alive, extending its lease."""
         await self._settle("heartbeat", job_id)
+
+
+async def _outcome(call: Awaitable[list[Job]]) -> list[Job] | BaseException:
+    try:
+        return await call
+    except ServiceError as exc:
+        return exc
