@@ -272,6 +272,9 @@ def test_bad_requests_get_their_status_and_change_nothing(tmp_path: Path) -> Non
         assert client.update("q", 1, 1, 1)[0] == 404
         assert client.call("POST", "/queue/q/messages/update", {"id": -1, "poll_tag": 1})[0] == 400
         assert client.update("q", 1, 2**32, 1)[0] == 400, "a poll tag is 32 bits"
+        no_polls = {"throttle": {"max_polls_per_time_window": 0, "time_window_sec": 1}}
+        assert client.call("POST", "/queue/q/throttle", no_polls)[1]["error"] == "BadBody"
+        assert client.call("GET", "/queue/q/throttle") == (200, {"throttle": None})
         counts = client.counts("q")
         assert (counts["message_counter"], counts["successful_push_counter"]) == (1, 1)
         assert [m["contents"] for m in client.poll("q", count=5)] == ["kept"]

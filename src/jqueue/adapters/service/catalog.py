@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Callable
+from typing import Annotated
 
 import msgspec
 
@@ -26,10 +27,11 @@ _ATTEMPTS = 20
 
 
 class Throttle(msgspec.Struct, forbid_unknown_fields=True):
-    """At most ``max_polls_per_time_window`` poll requests per ``time_window_sec`` seconds."""
+    """At most ``max_polls_per_time_window`` poll requests per ``time_window_sec`` seconds
+    (queued's throttle, as its API and the catalog both spell it)."""
 
-    max_polls_per_time_window: int
-    time_window_sec: int
+    max_polls_per_time_window: Annotated[int, msgspec.Meta(ge=1)]
+    time_window_sec: Annotated[int, msgspec.Meta(ge=1, le=86_400 * 365)]
 
 
 class QueueSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from jqueue.adapters.service.answers import HTTPError
-from jqueue.adapters.service.catalog import ENDPOINTS, CatalogRecord, QueueSettings, Throttle
+from jqueue.adapters.service.catalog import ENDPOINTS, CatalogRecord, QueueSettings
 from jqueue.adapters.service.queued_parts import (
     QUEUED_ENTRYPOINT,
     MessageIds,
@@ -43,7 +43,6 @@ from jqueue.adapters.service.queued_wire import (
     QueueMetrics,
     QueuesResponse,
     Suspension,
-    ThrottleBody,
     ThrottleSetting,
     UpdateRequest,
     UpdateResponse,
@@ -275,11 +274,10 @@ class QueuedRoutes:
 
             def edit(record: CatalogRecord) -> None:
                 settings = record.queues.setdefault(name, QueueSettings())
-                settings.throttle = None if limit is None else Throttle(**throttle_fields(limit))
+                settings.throttle = limit
 
             await self.service.host.catalog.change(edit)
-        throttle = self._settings(name).throttle
-        return ThrottleSetting(None if throttle is None else ThrottleBody(**throttle_fields(throttle)))
+        return ThrottleSetting(self._settings(name).throttle)
 
     async def _queue_metrics(self, request: Request, name: str) -> QueueMetrics | Response:
         queue = await self.service.host.get(name)
@@ -315,14 +313,6 @@ _COUNTERS = [
     ("poll", "throttled"),
 ]
 """queued's counters by endpoint and outcome (``{outcome}_{endpoint}_counter``)."""
-
-
-def throttle_fields(struct: Throttle | ThrottleBody) -> dict[str, int]:
-    """The two fields a throttle has, by name."""
-    return {
-        "max_polls_per_time_window": struct.max_polls_per_time_window,
-        "time_window_sec": struct.time_window_sec,
-    }
 
 
 def _response(body: Any, msgpack: bool, status: int = 200) -> Response:

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from jqueue.adapters.service.catalog import Throttle
 from jqueue.domain.spec import LONGEST_SPAN
 
 VisibilitySecs = Annotated[int, msgspec.Meta(ge=0, le=int(LONGEST_SPAN.total_seconds()))]
@@ -112,17 +113,10 @@ class Suspension(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     delete: bool | None = None
 
 
-class ThrottleBody(msgspec.Struct, forbid_unknown_fields=True):
-    """At most ``max_polls_per_time_window`` polls per ``time_window_sec`` seconds."""
-
-    max_polls_per_time_window: Annotated[int, msgspec.Meta(ge=1)]
-    time_window_sec: Annotated[int, msgspec.Meta(ge=1, le=86_400 * 365)]
-
-
 class ThrottleSetting(msgspec.Struct, forbid_unknown_fields=True):
     """``GET|POST /queue/NAME/throttle``: the poll throttle, or None for none."""
 
-    throttle: ThrottleBody | None
+    throttle: Throttle | None
 
 
 class QueueEntry(msgspec.Struct):
