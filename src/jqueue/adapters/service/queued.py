@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -29,6 +28,7 @@ from jqueue.adapters.service.queued_parts import (
     held,
     message_of,
     queued_error,
+    seconds,
 )
 from jqueue.adapters.service.queued_wire import (
     ApiKey,
@@ -176,7 +176,7 @@ class QueuedRoutes:
             JobSpec(
                 QUEUED_ENTRYPOINT,
                 m.contents_bytes(),
-                delay=timedelta(seconds=m.visibility_timeout_secs) if m.visibility_timeout_secs else None,
+                delay=seconds(m.visibility_timeout_secs) if m.visibility_timeout_secs > 0 else None,
                 id=str(message_id),
             )
             for m, message_id in zip(body.messages, ids, strict=True)
@@ -197,7 +197,7 @@ class QueuedRoutes:
         jobs = await queue.dequeue(
             QUEUED_ENTRYPOINT,
             batch_size=body.count,
-            visibility_timeout=timedelta(seconds=body.visibility_timeout_secs),
+            visibility_timeout=seconds(body.visibility_timeout_secs),
         )
         text = not is_msgpack(request.headers.get("accept"))
         try:
@@ -218,7 +218,7 @@ class QueuedRoutes:
         queue = await self.service.host.get(name)
         self._gate(name, "update")
         body: UpdateRequest = await self.service.read_body(request, UpdateRequest)
-        timeout = timedelta(seconds=body.visibility_timeout_secs)
+        timeout = seconds(body.visibility_timeout_secs)
         try:
             await queue.heartbeat(held(body.id, body.poll_tag), visibility_timeout=timeout)
         except (JobNotFoundError, LeaseLostError) as exc:

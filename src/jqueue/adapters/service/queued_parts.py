@@ -4,6 +4,7 @@ poll throttle's windows and queued's error bodies."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 from jqueue.adapters.service.answers import HTTPError, error_of
 from jqueue.adapters.service.catalog import Throttle
@@ -78,7 +79,12 @@ def message_of(job: Job, text: bool) -> PolledMessage | None:
             contents = job.payload.decode()
         except UnicodeDecodeError:
             raise HTTPError(406, "binary_contents", "a message is binary: poll it with MessagePack") from None
-    return PolledMessage(contents, int(job.id), tag, job.created_at, job.attempts)
+    return PolledMessage(contents, int(job.id), tag)
+
+
+def seconds(visibility_timeout_secs: int) -> timedelta:
+    """queued's visibility timeout as a span (a negative one is none)."""
+    return timedelta(seconds=max(0, visibility_timeout_secs))
 
 
 def held(message_id: int, poll_tag: int) -> Job:

@@ -7,7 +7,6 @@ text in JSON; ids are integers and poll tags 32-bit integers, as in queued.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -15,7 +14,9 @@ import msgspec
 from jqueue.adapters.service.catalog import Throttle
 from jqueue.domain.spec import LONGEST_SPAN
 
-VisibilitySecs = Annotated[int, msgspec.Meta(ge=0, le=int(LONGEST_SPAN.total_seconds()))]
+_LONGEST = int(LONGEST_SPAN.total_seconds())
+VisibilitySecs = Annotated[int, msgspec.Meta(ge=-_LONGEST, le=_LONGEST)]
+"""Seconds from now; as in queued, a negative one means at once."""
 MessageId = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 PollTag = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 Contents = Any
@@ -60,14 +61,12 @@ class PollRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class PolledMessage(msgspec.Struct):
-    """A polled message: ``poll_tag`` is what updates and deletes it (``created`` and
-    ``poll_count`` as earlier versions of queued gave them)."""
+    """A polled message: ``poll_tag`` is what updates and deletes it (the fields of queued
+    0.9, and no others: its clients check them strictly)."""
 
     contents: Contents
     id: int
     poll_tag: int
-    created: datetime
-    poll_count: int
 
 
 class PollResponse(msgspec.Struct):
