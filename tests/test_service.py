@@ -266,18 +266,31 @@ async def test_metrics_count_what_the_service_did(served: tuple[str, Path]) -> N
     url, _ = served
     async with connect(url, "m") as queue:
         await queue.enqueue_many("mail", [b"1", b"2", b"3"])
-        first, _ = await queue.dequeue(batch_size=2)
+        first, second = await queue.dequeue(batch_size=2)
         await queue.ack(first)
         with pytest.raises(JobNotFoundError):
             await queue.ack(first.id)
         assert len(await queue.dequeue("nothing-here")) == 0
+        await queue.nack(second, max_attempts=1)  # its last attempt: dead
+        assert len(await queue.dequeue(visibility_timeout=timedelta(milliseconds=100))) == 1
+        await asyncio.sleep(0.3)
+        await queue.enqueue("mail", b"4")  # this commit finds the third's lease run out
     with pytest.raises(ServiceError):
         async with connect(url, "no-such-queue") as missing:
             await missing.dequeue()
     samples = scrape(url)
     mail = (("entrypoint", "mail"), ("queue", "m"))
-    assert samples[("jqueue_jobs_total", (("action", "enqueued"), *mail))] == 3
-    assert samples[("jqueue_jobs_total", (("action", "claimed"), *mail))] == 2
+    assert samples[("jqueue_jobs_total", (("action", "enqueued"), *mail))] == 4
+    assert samples[("jqueue_jobs_total", (("action", "claimed"), *mail))] == 3
+    queue_m = (("queue", "m"),)
+    assert samples[("jqueue_dead_jobs_total", queue_m)] == 1
+    assert samples[("jqueue_expired_leases_total", queue_m)] == 1
+    assert samples[("jqueue_conflicts_total", queue_m)] == 0
+    assert samples[("jqueue_commit_seconds_count", queue_m)] >= 6
+    assert (
+        samples[("jqueue_commit_conflicts_bucket", (("le", "0"), ("queue", "m")))]
+        == samples[("jqueue_commit_conflicts_count", queue_m)]
+    )
     assert samples[("jqueue_settled_total", (("action", "ack"), ("queue", "m")))] == 1
     error = (("code", "job_not_found"), ("queue", "m"), ("route", "ack"))
     assert samples[("jqueue_settle_errors_total", error)] == 1
@@ -286,9 +299,9 @@ async def test_metrics_count_what_the_service_did(served: tuple[str, Path]) -> N
         status: samples[("jqueue_backlog", (("entrypoint", "mail"), ("queue", "m"), ("status", status)))]
         for status in ("queued", "in_progress", "dead")
     }
-    assert backlog == {"queued": 1, "in_progress": 1, "dead": 0}
+    assert backlog == {"queued": 2, "in_progress": 0, "dead": 1}
     assert samples[("jqueue_requests_total", (("queue", ""), ("route", "dequeue"), ("status", "404")))] == 1
-    assert samples[("jqueue_request_seconds_count", (("route", "enqueue"),))] == 1
+    assert samples[("jqueue_request_seconds_count", (("route", "enqueue"),))] == 2
 
 
 def test_a_repeated_enqueue_request_adds_its_jobs_once(served: tuple[str, Path]) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
+from jqueue.core.commit_stats import CommitStats
 from jqueue.core.commits import Commits
 from jqueue.core.layout import StoreOpener
 from jqueue.domain.effects import PauseSet, ThrottleSet
@@ -96,6 +97,10 @@ class ManagementCalls:
             return index.peek(entrypoints, limit, to_micros(utc_now()))
 
         return await self._jobs([record.as_added() for record in await self._view(look)])
+
+    async def commit_stats(self) -> CommitStats:
+        """Return the counts of this process's commits to the queue (for metrics)."""
+        return (await self._opener.store()).stats
 
     async def stats(self) -> QueueStats:
         """Return counts per entrypoint and status, the oldest waiting job, pauses and throttles."""

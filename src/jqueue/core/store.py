@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TypeVar
 
+from jqueue.core.commit_stats import CommitStats
 from jqueue.core.formats.single import decode_index, encode_index
 from jqueue.core.retry import RetryPolicy
 from jqueue.domain.effects import Added, Effect
@@ -87,6 +89,7 @@ class CommitStore(ABC):
         self._turn = asyncio.Lock()  # a refresh must never run inside another call's transaction
         self.on_commit: Callable[[], None] = _nothing
         """Called after each commit that landed (the queue wakes its idle callers)."""
+        self.stats = CommitStats()
 
     @abstractmethod
     async def refresh(self) -> None:
@@ -155,6 +158,7 @@ class CommitStore(ABC):
             return await self._apply(transition)
 
     async def _apply(self, transition: Callable[[QueueIndex], T]) -> T:
+        started = time.monotonic()
         verified = False
         if self.needs_refresh():
             await self.refresh()
@@ -186,6 +190,7 @@ class CommitStore(ABC):
                 index.rollback()
                 retries += 1
                 if retries > self.retry.max_retries:
+                    self.stats.failed(retries)
                     raise
                 await self.retry.wait(retries)
                 await self.refresh()
@@ -195,6 +200,7 @@ class CommitStore(ABC):
                 index.rollback()
                 raise
             index.commit()
+            self.stats.landed(time.monotonic() - started, retries, effects)
             try:
                 self._landed(effects)
             except Exception:  # a landed commit is never undone; bookkeeping may be retried later

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from jqueue.adapters.service.lease import BrokerLease, Role
 from jqueue.core.broker import BrokerQueue
+from jqueue.core.commit_stats import LATENCY_BUCKETS, CommitStats
 from jqueue.domain.models import Job
 
 STATUSES = ("queued", "scheduled", "in_progress", "dead", "staged")
+CONFLICT_BUCKETS = (0, 1, 2, 4, 8, 16)
 
 
 class ServiceMetrics:
@@ -81,6 +86,8 @@ class ServiceMetrics:
             ["role"],
             registry=registry,
         )
+        self.commits = CommitCollector()
+        registry.register(self.commits)
         self.backlog = Gauge(
             "jqueue_backlog",
             "Jobs in the queue by entrypoint and status, at the last scrape.",
@@ -94,7 +101,9 @@ class ServiceMetrics:
             self.jobs_done.labels(queue, job.entrypoint, action).inc()
 
     async def render(self, queues: dict[str, BrokerQueue], lease: BrokerLease) -> bytes:
-        """The text exposition, with the broker gauges and the backlog of every open queue read now."""
+        """The text exposition, with the broker gauges, the commits and the backlog of every
+        open queue read now."""
+        self.commits.queues = {name: await queue.commit_stats() for name, queue in queues.items()}
         self.broker_epoch.set(lease.epoch)
         current = Role.ACTIVE if lease.serving() else Role.STANDBY
         for role in Role:
@@ -106,3 +115,42 @@ class ServiceMetrics:
                 for status in STATUSES:
                     self.backlog.labels(name, entrypoint, status).set(getattr(counts, status))
         return generate_latest(self.registry)
+
+
+class CommitCollector(Collector):
+    """The commits of each open queue, from its ``CommitStats``: their latency, the conflicts
+    each lost, and the jobs they killed or whose lease they found expired."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, CommitStats] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        """The families, as of the last ``ServiceMetrics.render``."""
+        latency = HistogramMetricFamily(
+            "jqueue_commit_seconds",
+            "Time from a call's turn to its commit landing, by queue.",
+            labels=["queue"],
+        )
+        conflicts = HistogramMetricFamily(
+            "jqueue_commit_conflicts", "Races a commit lost before it landed, by queue.", labels=["queue"]
+        )
+        lost = CounterMetricFamily("jqueue_conflicts", "Races lost by commits, by queue.", labels=["queue"])
+        dead = CounterMetricFamily(
+            "jqueue_dead_jobs", "Jobs moved to the dead letters, by queue.", labels=["queue"]
+        )
+        expired = CounterMetricFamily(
+            "jqueue_expired_leases", "Claims whose lease ran out, by queue.", labels=["queue"]
+        )
+        for name, stats in self.queues.items():
+            bounds = [str(bound) for bound in LATENCY_BUCKETS] + ["+Inf"]
+            latency.add_metric(
+                [name], list(zip(bounds, itertools.accumulate(stats.buckets), strict=True)), stats.seconds
+            )
+            counts = sorted(stats.conflict_counts.items())
+            lost_buckets = [(str(n), sum(c for k, c in counts if k <= n)) for n in CONFLICT_BUCKETS]
+            lost_buckets.append(("+Inf", stats.commits))
+            conflicts.add_metric([name], lost_buckets, sum(k * c for k, c in counts))
+            lost.add_metric([name], stats.conflicts)
+            dead.add_metric([name], stats.died)
+            expired.add_metric([name], stats.expired_leases)
+        yield from (latency, conflicts, lost, dead, expired)
