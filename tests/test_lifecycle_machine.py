@@ -23,7 +23,10 @@ from jqueue.domain.effects import Added, PauseSet, ThrottleSet
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
+from jqueue.domain.records import RECORD_COLUMNS
 from jqueue.domain.schema import FIELD_NAMES
+from jqueue.domain.stats import stats_of
+from jqueue.domain.tally import DEAD
 
 SECOND = 1_000_000
 T0 = 1_800_000_000 * SECOND
@@ -382,6 +385,30 @@ class Lifecycle(RuleBasedStateMachine):
     @invariant()
     def history_holds_every_finished_job_not_forgotten(self) -> None:
         assert len(self.index.history) == self.finished - self.forgotten
+
+    @invariant()
+    def the_kept_counts_agree_with_the_jobs(self) -> None:
+        # stats_of reads counts kept as jobs change; here they are counted afresh, job by job.
+        records = list(self.index.records.values())
+        columns = {name: [getattr(r, name) for r in records] for name in RECORD_COLUMNS}
+        for index in (self.index, self.replica, QueueIndex.from_columns(1, columns)):
+            expected: dict[str, list[int]] = {}
+            for record in index.records.values():
+                counts = expected.setdefault(record.entrypoint, [0] * 5)
+                if record.status is JobStatus.QUEUED:
+                    counts[int(record.not_before is not None and record.not_before > self.clock)] += 1
+                else:
+                    counts[
+                        [JobStatus.IN_PROGRESS, JobStatus.DEAD, JobStatus.STAGED].index(record.status) + 2
+                    ] += 1
+            stats = stats_of(index, self.clock)
+            found = {
+                name: [s.queued, s.scheduled, s.in_progress, s.dead, s.staged]
+                for name, s in stats.entrypoints.items()
+            }
+            assert found == expected
+            dead = [r.id for r in index.records.values() if r.status is JobStatus.DEAD]
+            assert sorted(index.tally.ids(DEAD)) == sorted(dead)
 
     @invariant()
     def the_replayed_log_agrees(self) -> None:

@@ -11,6 +11,16 @@ from jqueue.core.commits import Commits
 from jqueue.core.layout import StoreOpener
 from jqueue.domain.effects import PauseSet, ThrottleSet
 from jqueue.domain.index import QueueIndex
+from jqueue.domain.insight import (
+    DeadGroup,
+    Throughput,
+    Timings,
+    browse,
+    dead_groups,
+    matches,
+    throughput,
+    timings,
+)
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.schema import JobFields
@@ -144,18 +154,30 @@ class ManagementCalls:
         found = await self._jobs([record.as_added() for record in await self._view(look)])
         return found[0] if found else None
 
+    async def finished(self, job_id: str) -> HistoryRecord | None:
+        """Return the newest history record of job ``job_id``, if the history holds one."""
+        return await self._view(lambda index: index.history.finished(job_id))
+
     async def purge(
         self,
         status: JobStatus | None = JobStatus.DEAD,
         entrypoint: str | None = None,
         older_than: timedelta | None = None,
+        ids: Iterable[str] | None = None,
     ) -> int:
         """Delete jobs with ``status`` (dead letters by default; None for every status), of
-        ``entrypoint``, enqueued more than ``older_than`` ago; returns how many. Purged
-        jobs leave no history record."""
+        ``entrypoint``, enqueued more than ``older_than`` ago, among ``ids`` (each filter when
+        given; ids not in the queue are skipped); returns how many. Purged jobs leave no
+        history record."""
+        wanted = None if ids is None else list(ids)
 
         def operation(index: QueueIndex) -> int:
-            chosen = self._selected(index, status, entrypoint, older_than)
+            if wanted is None:
+                chosen = self._selected(index, status, entrypoint, older_than)
+            else:
+                before = _micros_before(older_than)
+                found = (index.records.get(job_id) for job_id in dict.fromkeys(wanted))
+                chosen = [r for r in found if r is not None and matches(r, status, entrypoint, before)]
             for record in chosen:
                 index.remove(record.id)
             return len(chosen)
@@ -215,3 +237,45 @@ class ManagementCalls:
             return chosen if limit is None else chosen[len(chosen) - limit :] if limit else []
 
         return await self._view(look)
+
+    async def throughput(
+        self, window: timedelta = timedelta(hours=1), bucket: timedelta = timedelta(minutes=1)
+    ) -> Throughput:
+        """Return how many jobs were acked and how many died in each ``bucket`` of the last
+        ``window``, from the history (at a cost bounded by ``HISTORY_BUDGET`` records)."""
+        micros = timedelta(microseconds=1)
+        if bucket <= timedelta(0) or window <= timedelta(0):
+            raise ValueError("window and bucket must be positive")
+        now = to_micros(utc_now())
+        return await self._view(lambda index: throughput(index, now, window // micros, bucket // micros))
+
+    async def timings(self, sample: int = 1_000) -> dict[str, Timings]:
+        """Return, per entrypoint, the outcomes and the wait and run time percentiles of its
+        newest ``sample`` finished jobs, from the history."""
+        return await self._view(lambda index: timings(index, sample))
+
+    async def browse(
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+        dedup_key: str | None = None,
+        cursor: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[Job], int | None]:
+        """Return one page of jobs (as ``jobs`` filters them, and by ``dedup_key``) from
+        ``cursor``, and the cursor of the next page (None at the end). Unlike ``jobs``, a page
+        costs O(``limit``) on a large queue, not O(jobs); jobs come in insertion order."""
+        before = _micros_before(older_than)
+
+        def look(index: QueueIndex) -> tuple[list[JobFields], int | None]:
+            page = browse(index, status, entrypoint, before, dedup_key, cursor, limit)
+            return [record.as_added() for record in page.records], page.next_cursor
+
+        snapshots, next_cursor = await self._view(look)
+        return await self._jobs(snapshots), next_cursor
+
+    async def dead_groups(self, entrypoint: str | None = None) -> list[DeadGroup]:
+        """Return the dead jobs (of ``entrypoint`` if given) grouped by the first line of their
+        error, largest group first (at most ``GROUP_BUDGET`` dead jobs are looked at)."""
+        return await self._view(lambda index: dead_groups(index, entrypoint))

@@ -125,6 +125,13 @@ class ClaimOrder:
                 best = heap
         return None if best is None else heapq.heappop(best)[4]
 
+    def head(self, entrypoint: str, now: int) -> JobRecord | None:
+        """Return the claimable job of ``entrypoint`` next in line at ``now`` (pauses and throttles
+        aside), or None; it moves due jobs to the claimable heaps and drops outdated entries."""
+        self.release_due(now)
+        heap = self._clean_top(entrypoint)
+        return None if heap is None else self.records[heap[0][4]]
+
     def _clean_top(self, entrypoint: str) -> list[ReadyEntry] | None:
         heap = self._ready.get(entrypoint)
         while heap and not self._ready_entry_live(heap[0]):

@@ -28,6 +28,10 @@ class History:
     def __iter__(self) -> Iterator[HistoryRecord]:
         return iter(self._records)
 
+    def newest_first(self) -> Iterator[HistoryRecord]:
+        """Iterate from the newest record to the oldest."""
+        return reversed(self._records)
+
     def add(self, record: HistoryRecord) -> Callable[[], None]:
         """Append a finished job; returns the undo."""
         self._records.append(record)

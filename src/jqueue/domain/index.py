@@ -49,13 +49,16 @@ class QueueIndex(IndexState):
         record = self.records.get(job_id)
         return record if record is not None else self.history.finished(job_id)
 
+    def with_dedup_key(self, key: str) -> JobRecord | None:
+        """Return the live job enqueued with dedup key ``key``, if any."""
+        job_id = self._dedup.get(key)
+        return None if job_id is None else self.records[job_id]
+
     def dedup_match(self, key: str, acked_since: int) -> JobRecord | HistoryRecord | None:
         """Return the live job enqueued with ``key``, else the newest one acked at or after
         ``acked_since`` that history still holds."""
-        job_id = self._dedup.get(key)
-        if job_id is not None:
-            return self.records[job_id]
-        return self.history.acked(key, acked_since)
+        live = self.with_dedup_key(key)
+        return live if live is not None else self.history.acked(key, acked_since)
 
     def claim(
         self,

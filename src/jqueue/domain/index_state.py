@@ -44,6 +44,7 @@ from jqueue.domain.records import (
     JobRecord,
 )
 from jqueue.domain.schema import FIELDS
+from jqueue.domain.tally import Tally
 
 REQUIRED_COLUMNS = (*(f.name for f in FIELDS if f.required), "order")
 """The columns ``from_columns`` needs; the others may be left out (their default in every row)."""
@@ -64,6 +65,8 @@ class IndexState:
         Finished jobs, oldest first.
     controls : Controls
         Pauses and throttles.
+    tally : Tally
+        Jobs per entrypoint and status, kept as they change.
     """
 
     def __init__(self) -> None:
@@ -71,6 +74,7 @@ class IndexState:
         self.records: dict[str, JobRecord] = {}
         self.history = History()
         self.controls = Controls()
+        self.tally = Tally()
         self._dedup: dict[str, str] = {}
         self._staged: dict[str, set[str]] = {}
         self._next_order = 0
@@ -120,6 +124,7 @@ class IndexState:
                 index._stage(record)
         index.order = ClaimOrder(index.records)
         index.order.rebuild()
+        index.tally.rebuild(records)
         index.restore(history, controls or Controls())
         index._next_order = max(columns["order"], default=-1) + 1
         index.version = version
@@ -365,7 +370,9 @@ class IndexState:
             frozen[record.id] = record.claim_state()
         if record.status is JobStatus.STAGED:
             self._unstage(record)
+        self.tally.discard(record)
         record.set_claim_state(state)
+        self.tally.add(record)
         if record.status is JobStatus.STAGED:
             self._stage(record)
         self._push(record)
@@ -376,6 +383,7 @@ class IndexState:
             self._dedup[record.dedup_key] = record.id
         if record.status is JobStatus.STAGED:
             self._stage(record)
+        self.tally.add(record)
         self._push(record)
 
     def _delete(self, record: JobRecord) -> None:
@@ -384,6 +392,7 @@ class IndexState:
             del self._dedup[record.dedup_key]
         if record.status is JobStatus.STAGED:
             self._unstage(record)
+        self.tally.discard(record)
 
     def _push(self, record: JobRecord) -> None:
         self._last_stamp += 1  # unique in this index: an entry left by an undone change never matches

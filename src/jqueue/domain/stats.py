@@ -7,6 +7,7 @@ from datetime import datetime
 
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
+from jqueue.domain.tally import DEAD, DELAYED, IN_PROGRESS, QUEUED, STAGED
 from jqueue.domain.times import from_micros
 
 
@@ -20,7 +21,8 @@ class EntrypointStats:
         Jobs claimable now, queued but not due yet, claimed, dead letters, and staged by
         a bulk write not yet published.
     oldest_queued_at : datetime or None
-        Enqueue time of the oldest claimable job.
+        Enqueue time of the claimable job next in line: the oldest one waiting, unless
+        priorities put a younger one first.
     """
 
     queued: int = 0
@@ -71,32 +73,29 @@ class QueueStats:
 
 
 def stats_of(index: QueueIndex, now: int) -> QueueStats:
-    """Return the statistics of ``index`` at ``now`` (epoch microseconds); O(jobs)."""
+    """Return the statistics of ``index`` at ``now`` (epoch microseconds), from the counts the
+    index keeps: O(entrypoints + delayed jobs), whatever the number of jobs."""
+    not_due: dict[str, int] = {}
+    for job_id in index.tally.ids(DELAYED):
+        record = index.records[job_id]
+        if record.not_before is not None and record.not_before > now:
+            not_due[record.entrypoint] = not_due.get(record.entrypoint, 0) + 1
     per: dict[str, EntrypointStats] = {}
-    oldest: dict[str, int] = {}
-    for record in index.records.values():
-        stats = per.get(record.entrypoint)
-        if stats is None:
-            stats = per[record.entrypoint] = EntrypointStats()
-        if record.status is JobStatus.QUEUED:
-            if record.not_before is not None and record.not_before > now:
-                stats.scheduled += 1
-            else:
-                stats.queued += 1
-                if record.created < oldest.get(record.entrypoint, record.created + 1):
-                    oldest[record.entrypoint] = record.created
-        elif record.status is JobStatus.IN_PROGRESS:
-            stats.in_progress += 1
-        elif record.status is JobStatus.DEAD:
-            stats.dead += 1
-        elif record.status is JobStatus.STAGED:
-            stats.staged += 1
-    for name, created in oldest.items():
-        per[name].oldest_queued_at = from_micros(created)
+    for name, counts in sorted(index.tally.counts.items()):
+        scheduled = not_due.get(name, 0)
+        head = index.order.head(name, now)
+        per[name] = EntrypointStats(
+            queued=counts[QUEUED] + counts[DELAYED] - scheduled,
+            scheduled=scheduled,
+            in_progress=counts[IN_PROGRESS],
+            dead=counts[DEAD],
+            staged=counts[STAGED],
+            oldest_queued_at=None if head is None else from_micros(head.created),
+        )
     controls = index.controls
     return QueueStats(
         version=index.version,
-        entrypoints=dict(sorted(per.items())),
+        entrypoints=per,
         paused_claims=sorted(controls.paused_claims, key=str),
         paused_enqueues=sorted(controls.paused_enqueues, key=str),
         throttles={scope: (limit, window / 1e6) for scope, (limit, window) in controls.throttles.items()},

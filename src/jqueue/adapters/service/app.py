@@ -27,12 +27,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from jqueue import __version__
+from jqueue.adapters.dashboard.pages import Dashboard
 from jqueue.adapters.service.answers import HTTPError, error_of
 from jqueue.adapters.service.host import QueueHost, record_storage
 from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER, BrokerLease
 from jqueue.adapters.service.metrics import ServiceMetrics
 from jqueue.adapters.service.openapi import openapi_document
 from jqueue.adapters.service.queued import QueuedRoutes
+from jqueue.adapters.service.served import ServedQueues
+from jqueue.adapters.service.sightings import Sightings
 from jqueue.adapters.service.wire import (
     DEFAULT_MAX_BODY_BYTES,
     JSON,
@@ -94,6 +97,7 @@ class Service:
         self.token = token
         self.max_body_bytes = max_body_bytes
         self.metrics = ServiceMetrics()
+        self.sightings = Sightings()
 
     def routes(self) -> list[Route]:
         """The routes, for a Starlette application."""
@@ -213,6 +217,7 @@ class Service:
 
     async def _dequeue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
         body: DequeueRequest = await self.read_body(request, DequeueRequest)
+        self.sightings.saw(request.path_params["queue"], request)
         seconds = body.visibility_timeout_seconds
         jobs = await queue.dequeue(
             body.entrypoints,
@@ -318,8 +323,9 @@ def create_app(
         body = ErrorResponse(ErrorBody(code, f"{request.method} {request.url.path}: {exc}"))
         return _answer(body, is_msgpack(request.headers.get("accept")), status)
 
+    dashboard = Dashboard(ServedQueues(service), token)
     return Starlette(
-        routes=service.routes() + QueuedRoutes(service).routes(),
+        routes=service.routes() + QueuedRoutes(service).routes() + dashboard.routes(),
         lifespan=lifespan,
         exception_handlers={HTTPException: not_routed},
     )

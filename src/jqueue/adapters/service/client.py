@@ -20,6 +20,7 @@ from jqueue.adapters.service.coalesce import Coalescer
 from jqueue.adapters.service.finder import BrokerFinder
 from jqueue.adapters.service.host import QUEUE_NAME
 from jqueue.adapters.service.wire import (
+    CLIENT_HEADER,
     MAX_BATCH,
     MAX_WAIT_SECONDS,
     MSGPACK,
@@ -34,6 +35,7 @@ from jqueue.adapters.service.wire import (
     PeekRequest,
     ResultsResponse,
     SettleRequest,
+    client_name,
     decode,
     encode,
     job_of,
@@ -147,7 +149,7 @@ class RemoteQueue(EnqueueCalls):
         self.queue = queue
         self._finder = BrokerFinder(url)
         self._failover_timeout = failover_timeout
-        self._headers = {"Content-Type": MSGPACK, "Accept": MSGPACK}
+        self._headers = {"Content-Type": MSGPACK, "Accept": MSGPACK, CLIENT_HEADER: client_name()}
         if token is not None:
             self._headers["Authorization"] = f"Bearer {token}"
         self._timeout = timeout

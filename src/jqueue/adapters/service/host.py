@@ -149,6 +149,18 @@ class QueueHost:
         """The queues the catalog lists, sorted."""
         return sorted(self.catalog.record.queues)
 
+    def found(self) -> list[str]:
+        """The queues the catalog lists and, under a directory root, the queue files made by the
+        Python API that it does not say were deleted; sorted. (Object-store roots are not
+        listed: their queues appear once used through the service.)"""
+        names = set(self.catalog.record.queues)
+        if "://" not in self.root:
+            on_disk = {
+                path.stem for path in Path(self.root).glob("*.json") if QUEUE_NAME.fullmatch(path.stem)
+            }
+            names |= on_disk - set(self.catalog.record.deleted)
+        return sorted(names)
+
     def is_open(self, name: str) -> bool:
         """Whether queue ``name`` is open (it exists)."""
         return name in self._open

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 import msgspec
@@ -66,6 +66,11 @@ class BrokerLease:
     renew_every, stale_after : timedelta
         How often the record is renewed (or looked at), and how long a record that does not
         change is trusted before a standby takes over.
+
+    Attributes
+    ----------
+    since : datetime or None
+        When this process last became the broker.
     """
 
     def __init__(
@@ -85,6 +90,7 @@ class BrokerLease:
         self.stale_after = stale_after.total_seconds()
         self.role = Role.STANDBY
         self.record: BrokerRecord | None = None
+        self.since: datetime | None = None
         self._etag: str | None = None
         self._seen_at = time.monotonic()
         self._renewed_at = -float("inf")
@@ -149,6 +155,7 @@ class BrokerLease:
             return
         if self.role is Role.STANDBY:
             logger.warning("serving as the broker of %s, epoch %d", _where(self.storage), epoch)
+            self.since = utc_now()
         self.role, self.record, self._renewed_at = Role.ACTIVE, record, time.monotonic()
 
 

@@ -194,6 +194,7 @@ class QueuedRoutes:
         if not self.polls.admit(name, self._settings(name).throttle):
             self._count(name, "poll", "throttled")
             raise HTTPError(429, "throttled", f"polls of queue {name} are throttled")
+        self.service.sightings.saw(name, request)
         jobs = await queue.dequeue(
             QUEUED_ENTRYPOINT,
             batch_size=body.count,

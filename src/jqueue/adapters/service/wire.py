@@ -7,6 +7,8 @@ Decoding validates a whole body in one pass; an error answers with a stable ``co
 
 from __future__ import annotations
 
+import os
+import socket
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -20,6 +22,15 @@ from jqueue.domain.spec import JobSpec
 JSON = "application/json"
 MSGPACK = "application/msgpack"
 _MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
+
+CLIENT_HEADER = "X-JQueue-Client"
+"""A request header naming the client process (``host:pid``), for the dashboard's list of workers."""
+
+
+def client_name() -> str:
+    """Return this process's name for ``CLIENT_HEADER``: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
 
 Seconds = Annotated[float, msgspec.Meta(ge=0, le=365_000 * 86_400)]
 Attempts = Annotated[int, msgspec.Meta(ge=1, le=2**31)]

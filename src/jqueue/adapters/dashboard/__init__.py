@@ -1,0 +1,1 @@
+"""The web dashboard of ``jqueue serve`` and ``jqueue dashboard`` (needs the ``serve`` extra)."""

@@ -1,0 +1,133 @@
+"""The dashboard's actions: each form POST runs one queue operation, committed like any other.
+
+Purges, and requeues of many dead letters at once, first answer a page that says how many
+jobs they touch and asks to confirm; the confirmed form repeats the request with
+``confirmed=yes``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import Response
+
+from jqueue.adapters.dashboard.guard import FormTooLargeError, read_form
+from jqueue.core.broker import BrokerQueue
+from jqueue.domain.errors import JQueueError
+from jqueue.domain.models import JobStatus
+
+if TYPE_CHECKING:
+    from jqueue.adapters.dashboard.pages import Dashboard
+
+CONFIRMED = ("purge", "requeue_dead", "purge_dead")
+
+
+def _plural(n: int, what: str = "job") -> str:
+    return f"{n:,} {what}" + ("" if n == 1 else "s")
+
+
+class Actions:
+    """The POST handler of ``/q/{queue}/act`` for ``dashboard``."""
+
+    def __init__(self, dashboard: Dashboard) -> None:
+        self.dashboard = dashboard
+
+    async def act(self, request: Request) -> Response:
+        """Run (or ask to confirm) the action a form posted."""
+        dashboard = self.dashboard
+        name = request.path_params["queue"]
+        try:
+            form = await read_form(request)
+        except FormTooLargeError as exc:
+            return dashboard.render(request, "message.html", 413, title="Too large", text=str(exc))
+        if not dashboard.guard.form_allowed(request, str(form.get("csrf", ""))):
+            text = "This form did not come from this dashboard (reload the page and try again)."
+            return dashboard.render(request, "message.html", 403, title="Refused", text=text)
+        queue = await dashboard.source.get(name)
+        back = str(form.get("back", ""))
+        back = back if back.startswith("/") and not back.startswith("//") else f"/q/{name}"
+        action = str(form.get("action", ""))
+        try:
+            if action in CONFIRMED and form.get("confirmed") != "yes":
+                return await self._confirm(request, queue, name, action, form, back)
+            message = await self._run(queue, action, form)
+        except (ValueError, JQueueError) as exc:
+            return dashboard.back(back, f"Not done: {exc}")
+        return dashboard.back(back, message)
+
+    async def _chosen(self, queue: BrokerQueue, form: FormData) -> list[str] | None:
+        """The jobs an action names: ``ids``, or the dead letters of error group ``group``
+        (None: every dead letter)."""
+        ids = [str(v) for v in form.getlist("ids") if str(v)]
+        if ids:
+            return ids
+        group = form.get("group")
+        if group is None or group == "":
+            return None
+        for found in await queue.dead_groups():
+            if found.error == group:
+                return found.ids
+        return []
+
+    async def _confirm(
+        self, request: Request, queue: BrokerQueue, name: str, action: str, form: FormData, back: str
+    ) -> Response:
+        chosen = await self._chosen(queue, form)
+        dead = (await queue.stats()).total(JobStatus.DEAD)
+        count = dead if chosen is None else len(chosen)
+        group = str(form.get("group", ""))
+        verb = "Purge" if action.startswith("purge") else "Requeue"
+        what = "dead " if action != "purge" else ""
+        question = f"{verb} {_plural(count, what + 'job')} of queue {name}"
+        question += f" that failed with “{group}”?" if group else "?"
+        fields = [(key, str(value)) for key, value in form.multi_items() if key not in ("csrf", "confirmed")]
+        return self.dashboard.render(
+            request,
+            "confirm.html",
+            queue=name,
+            question=question,
+            destructive=verb == "Purge",
+            count=count,
+            fields=fields,
+            back=back,
+        )
+
+    async def _run(self, queue: BrokerQueue, action: str, form: FormData) -> str:
+        scope = str(form.get("entrypoint", "")) or None
+        where = f"entrypoint {scope}" if scope else "the queue"
+        if action == "requeue":
+            ids = [str(v) for v in form.getlist("ids")]
+            return f"Requeued {_plural(await queue.requeue(ids))}."
+        if action == "purge":
+            ids = [str(v) for v in form.getlist("ids")]
+            return f"Purged {_plural(await queue.purge(status=None, ids=ids))}."
+        if action == "requeue_dead":
+            done = await queue.requeue_dead(await self._chosen(queue, form))
+            return f"Requeued {_plural(done, 'dead job')}."
+        if action == "purge_dead":
+            chosen = await self._chosen(queue, form)
+            return f"Purged {_plural(await queue.purge(JobStatus.DEAD, ids=chosen), 'dead job')}."
+        if action == "pause":
+            await queue.pause(scope)
+            return f"Paused claims of {where}."
+        if action == "resume":
+            await queue.resume(scope)
+            return f"Resumed {where}."
+        if action == "throttle":
+            limit, per = _number(form, "limit"), _number(form, "per")
+            await queue.throttle(limit, timedelta(seconds=per), scope)
+            return f"Throttled {where} to {limit} claims per {per:g} s."
+        if action == "unthrottle":
+            await queue.throttle(None, timedelta(seconds=1), scope)
+            return f"Lifted the throttle of {where}."
+        raise ValueError(f"unknown action {action!r}")
+
+
+def _number(form: FormData, key: str) -> int:
+    text = str(form.get(key, "")).strip()
+    if not text.isdigit():
+        raise ValueError(f"{key} must be a whole number, not {text!r}")
+    return int(text)

@@ -1,0 +1,201 @@
+"""``Dashboard``: the pages and forms of the web dashboard, as Starlette routes.
+
+Pages are rendered on the server; a small script re-fetches the page's main part every few
+seconds (a request with ``X-Dashboard-Refresh: 1``) and swaps it in. Every action is a form
+POST that runs one queue operation and redirects back; destructive ones first answer a
+confirmation page that says how many jobs they touch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from importlib import resources
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from jqueue.adapters.dashboard import filters
+from jqueue.adapters.dashboard.actions import Actions
+from jqueue.adapters.dashboard.charts import sparkline, throughput_chart
+from jqueue.adapters.dashboard.guard import FLASH_COOKIE, SESSION_COOKIE, Guard, read_form
+from jqueue.adapters.dashboard.source import NotServingError, QueueSource
+from jqueue.adapters.dashboard.views import entrypoint_rows, job_detail, queue_summary
+from jqueue.adapters.service.host import BadQueueNameError, UnknownQueueError
+from jqueue.domain.models import JobStatus
+
+REFRESH_SECONDS = 2
+PAGE_SIZE = 50
+AGES = {"": None, "1m": timedelta(minutes=1), "10m": timedelta(minutes=10), "1h": timedelta(hours=1),
+        "1d": timedelta(days=1)}  # fmt: skip
+STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
+
+Page = Callable[[Request], Awaitable[Response]]
+
+
+class Dashboard:
+    """The dashboard over the queues of ``source``, guarded by ``token``.
+
+    Parameters
+    ----------
+    source : QueueSource
+        The queues.
+    token : str or None
+        The token a browser signs in with (None: no sign-in).
+    """
+
+    def __init__(self, source: QueueSource, token: str | None) -> None:
+        self.source = source
+        self.guard = Guard(token)
+        self.templates = Environment(
+            loader=PackageLoader("jqueue.adapters.dashboard"), autoescape=select_autoescape(default=True)
+        )
+        self.templates.filters.update(filters.ALL)
+        self.templates.globals.update(sparkline=sparkline, chart=throughput_chart, statuses=list(JobStatus))
+        self.actions = Actions(self)
+
+    def routes(self) -> list[Route]:
+        """The routes, for a Starlette application (pages, not API: outside the OpenAPI document)."""
+        return [
+            Route("/", self._page(self._overview), methods=["GET"], include_in_schema=False),
+            Route("/login", self._login, methods=["GET", "POST"], include_in_schema=False),
+            Route("/logout", self._logout, methods=["POST"], include_in_schema=False),
+            Route("/static/{name}", self._static, methods=["GET"], include_in_schema=False),
+            Route("/q/{queue}", self._page(self._queue), methods=["GET"], include_in_schema=False),
+            Route("/q/{queue}/jobs", self._page(self._jobs), methods=["GET"], include_in_schema=False),
+            Route(
+                "/q/{queue}/jobs/{job_id}", self._page(self._job), methods=["GET"], include_in_schema=False
+            ),
+            Route("/q/{queue}/dead", self._page(self._dead), methods=["GET"], include_in_schema=False),
+            Route("/q/{queue}/act", self._page(self.actions.act), methods=["POST"], include_in_schema=False),
+        ]
+
+    def render(self, request: Request, template: str, status: int = 200, **values: Any) -> Response:
+        """Render a page (its main part alone for a refresh)."""
+        partial = request.headers.get("x-dashboard-refresh") == "1"
+        flash = request.cookies.get(FLASH_COOKIE)
+        page = self.templates.get_template(template).render(
+            partial=partial,
+            csrf=self.guard.csrf(),
+            signed=self.guard.token is not None,
+            refresh=REFRESH_SECONDS,
+            flash=None if partial else flash,
+            broker=self.source.broker(),
+            path=request.url.path,
+            **values,
+        )
+        response = HTMLResponse(page, status_code=status, headers={"Cache-Control": "no-store"})
+        if flash and not partial:
+            response.delete_cookie(FLASH_COOKIE, path="/")
+        return response
+
+    def back(self, to: str, message: str) -> Response:
+        """Redirect to ``to`` with ``message`` shown once there."""
+        response = RedirectResponse(to, status_code=303)
+        response.set_cookie(FLASH_COOKIE, quote(message), path="/", httponly=True, samesite="strict")
+        return response
+
+    def _page(self, page: Page) -> Page:
+        async def guarded(request: Request) -> Response:
+            if not self.guard.signed_in(request):
+                if request.method == "GET":
+                    return RedirectResponse(
+                        f"/login?{urlencode({'next': request.url.path})}", status_code=303
+                    )
+                return self.render(request, "message.html", 401, title="Sign in first", text="Sign in first.")
+            try:
+                return await page(request)
+            except NotServingError as exc:
+                return self.render(request, "standby.html", 503, elsewhere=exc.broker)
+            except (UnknownQueueError, BadQueueNameError):
+                name = request.path_params.get("queue", "")
+                return self.render(
+                    request, "message.html", 404, title="No such queue", text=f"No queue {name!r}."
+                )
+
+        return guarded
+
+    async def _login(self, request: Request) -> Response:
+        wanted = request.query_params.get("next", "/")
+        target = wanted if wanted.startswith("/") and not wanted.startswith("//") else "/"
+        if self.guard.token is None:
+            return RedirectResponse(target, status_code=303)
+        if request.method == "GET":
+            return self.render(request, "login.html", next=target, failed=False)
+        form = await read_form(request)
+        if not self.guard.token_matches(str(form.get("token", ""))):
+            return self.render(request, "login.html", 401, next=target, failed=True)
+        response = RedirectResponse(target, status_code=303)
+        secure = request.url.scheme == "https"
+        response.set_cookie(
+            SESSION_COOKIE, self.guard.session(), path="/", httponly=True, samesite="strict", secure=secure
+        )
+        return response
+
+    async def _logout(self, request: Request) -> Response:
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    async def _static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC:
+            return Response("not found", status_code=404)
+        body = resources.files("jqueue.adapters.dashboard").joinpath("static", name).read_bytes()
+        return Response(body, media_type=STATIC[name], headers={"Cache-Control": "max-age=60"})
+
+    async def _overview(self, request: Request) -> Response:
+        summaries = [await queue_summary(self.source, name) for name in await self.source.names()]
+        return self.render(request, "overview.html", queues=summaries)
+
+    async def _queue(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        summary = await queue_summary(self.source, name)
+        timings = await (await self.source.get(name)).timings()
+        rows = entrypoint_rows(summary, timings)
+        return self.render(request, "queue.html", queue=name, summary=summary, rows=rows)
+
+    async def _jobs(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        queue = await self.source.get(name)
+        params = request.query_params
+        status = params.get("status") or None
+        chosen = JobStatus(status) if status in set(JobStatus) else None
+        entrypoint = params.get("entrypoint") or None
+        age = params.get("age", "")
+        dedup_key = params.get("dedup_key") or None
+        cursor = int(params["cursor"]) if params.get("cursor", "").isdigit() else 0
+        jobs, next_cursor = await queue.browse(
+            chosen, entrypoint, AGES.get(age), dedup_key, cursor=cursor, limit=PAGE_SIZE
+        )
+        filters_now = {
+            "status": status or "",
+            "entrypoint": entrypoint or "",
+            "age": age,
+            "dedup_key": dedup_key or "",
+        }
+        next_url = None
+        if next_cursor is not None:
+            next_url = f"/q/{name}/jobs?{urlencode({**filters_now, 'cursor': next_cursor})}"
+        entrypoints = sorted((await queue.stats()).entrypoints)
+        return self.render(
+            request, "jobs.html", queue=name, jobs=jobs, filters=filters_now, ages=list(AGES),
+            entrypoints=entrypoints, next_url=next_url, first=cursor == 0,
+        )  # fmt: skip
+
+    async def _job(self, request: Request) -> Response:
+        name, job_id = request.path_params["queue"], request.path_params["job_id"]
+        detail = await job_detail(await self.source.get(name), job_id)
+        status = 200 if detail.job is not None or detail.finished is not None else 404
+        return self.render(request, "job.html", status, queue=name, detail=detail)
+
+    async def _dead(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        queue = await self.source.get(name)
+        groups = await queue.dead_groups()
+        total = (await queue.stats()).total(JobStatus.DEAD)
+        return self.render(request, "dead.html", queue=name, groups=groups, total=total)

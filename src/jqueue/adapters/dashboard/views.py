@@ -1,0 +1,140 @@
+"""What each page shows, gathered from the queues: plain data for the templates.
+
+A refresh of any page costs O(entrypoints + what it lists) on a queue of any depth: counts
+come from the index's tally, the charts and timings from a bounded slice of the history.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from jqueue.adapters.dashboard.source import QueueSource
+from jqueue.core.broker import BrokerQueue
+from jqueue.domain.insight import Throughput, Timings
+from jqueue.domain.models import Job
+from jqueue.domain.records import HistoryRecord
+from jqueue.domain.stats import EntrypointStats, QueueStats
+
+PREVIEW_BYTES = 4_096
+"""The most payload bytes a job's page shows."""
+HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
+
+
+@dataclass
+class QueueSummary:
+    """One queue on the overview."""
+
+    name: str
+    stats: QueueStats
+    throughput: Throughput
+    expired_leases: int
+    workers: dict[str, float] | None
+
+    @property
+    def totals(self) -> EntrypointStats:
+        """The counts of every entrypoint added up (``oldest_queued_at``: the oldest of theirs)."""
+        total = EntrypointStats()
+        for counts in self.stats.entrypoints.values():
+            total.queued += counts.queued
+            total.scheduled += counts.scheduled
+            total.in_progress += counts.in_progress
+            total.dead += counts.dead
+            total.staged += counts.staged
+            oldest = counts.oldest_queued_at
+            if oldest is not None and (total.oldest_queued_at is None or oldest < total.oldest_queued_at):
+                total.oldest_queued_at = oldest
+        return total
+
+
+async def queue_summary(source: QueueSource, name: str) -> QueueSummary:
+    """Gather what the overview and the queue page show of queue ``name``."""
+    queue = await source.get(name)
+    stats = await queue.stats()
+    found = await queue.throughput(HOUR, MINUTE)
+    expired = (await queue.commit_stats()).expired_leases
+    return QueueSummary(name, stats, found, expired, source.workers(name))
+
+
+@dataclass
+class EntrypointRow:
+    """One entrypoint on the queue page: its counts now and how its newest jobs went."""
+
+    name: str
+    counts: EntrypointStats
+    timings: Timings
+    per_minute: list[int]
+    paused: bool
+    throttle: tuple[int, float] | None
+
+
+def entrypoint_rows(summary: QueueSummary, timings: dict[str, Timings]) -> list[EntrypointRow]:
+    """Return a row per entrypoint that has jobs now or in the history."""
+    stats = summary.stats
+    names = sorted(set(stats.entrypoints) | set(timings) | set(summary.throughput.per_entrypoint))
+    buckets = len(summary.throughput.acked)
+    return [
+        EntrypointRow(
+            name,
+            stats.entrypoints.get(name, EntrypointStats()),
+            timings.get(name, Timings()),
+            summary.throughput.per_entrypoint.get(name, [0] * buckets),
+            name in stats.paused_claims,
+            stats.throttles.get(name),
+        )
+        for name in names
+    ]
+
+
+@dataclass
+class Preview:
+    """A payload as the job page shows it."""
+
+    kind: str
+    text: str
+    size: int
+    truncated: bool
+
+
+def preview(payload: bytes) -> Preview:
+    """Return ``payload`` as pretty JSON, text, or hex, cut at ``PREVIEW_BYTES``."""
+    head, truncated = payload[:PREVIEW_BYTES], len(payload) > PREVIEW_BYTES
+    try:  # a character cut in two at the end of a truncated payload is left out
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=not truncated)
+    except UnicodeDecodeError:
+        return Preview("hex", head.hex(" ", 1), len(payload), truncated)
+    if not truncated:
+        try:
+            return Preview(
+                "json", json.dumps(json.loads(text), indent=2, ensure_ascii=False), len(payload), False
+            )
+        except ValueError:
+            pass
+    printable = all(ch.isprintable() or ch in "\n\r\t" for ch in text)
+    if not printable:
+        return Preview("hex", head.hex(" ", 1), len(payload), truncated)
+    return Preview("text", text, len(payload), truncated)
+
+
+@dataclass
+class JobDetail:
+    """A job's page: the live job, or only its history record once it finished."""
+
+    job_id: str
+    job: Job | None
+    finished: HistoryRecord | None
+    payload: Preview | None = None
+    claims: list[str] = field(default_factory=list)
+
+
+async def job_detail(queue: BrokerQueue, job_id: str) -> JobDetail:
+    """Gather a job's page."""
+    job = await queue.find(job_id)
+    finished = await queue.finished(job_id)
+    detail = JobDetail(job_id, job, finished)
+    if job is not None:
+        detail.payload = preview(job.payload)
+    return detail

@@ -1,0 +1,45 @@
+"""``ServedQueues``: the dashboard's view of the queues a ``jqueue serve`` process serves."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from jqueue.adapters.dashboard.source import BrokerView, NotServingError
+from jqueue.adapters.service.answers import HTTPError
+from jqueue.core.broker import BrokerQueue
+
+if TYPE_CHECKING:
+    from jqueue.adapters.service.app import Service
+
+
+class ServedQueues:
+    """The queues of ``service``'s root, shown only while this process is their broker."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def _serving(self) -> None:
+        try:
+            await self.service.check_serving()
+        except HTTPError as exc:
+            raise NotServingError(exc.broker) from exc
+
+    async def names(self) -> list[str]:
+        """The queues of the root (see ``QueueHost.found``)."""
+        await self._serving()
+        return self.service.host.found()
+
+    async def get(self, name: str) -> BrokerQueue:
+        """The open queue ``name``."""
+        await self._serving()
+        return await self.service.host.get(name)
+
+    def broker(self) -> BrokerView | None:
+        """This process, as the broker (or as it last saw the record)."""
+        lease = self.service.lease
+        record = lease.record
+        return BrokerView(record.address if record else lease.address, lease.epoch, lease.since)
+
+    def workers(self, name: str) -> dict[str, float] | None:
+        """The clients that claimed from ``name`` through this broker in the last minute."""
+        return self.service.sightings.live(name)

@@ -1,0 +1,71 @@
+"""``Tally``: counts of an index's jobs per entrypoint and status, kept as the jobs change.
+
+The index tells the tally of every record it inserts, deletes or changes (undoes included), so
+the counts are exact at any moment and reading them costs nothing per job. The ids of delayed
+and dead jobs are also kept (ordered sets), so that they are found without looking at the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from jqueue.domain.models import JobStatus
+from jqueue.domain.records import JobRecord
+
+QUEUED, DELAYED, IN_PROGRESS, DEAD, STAGED = range(5)
+"""The slots of a tally: a queued job with no ``not_before`` (ready), one with a ``not_before``
+(due later, or due now but not claimed yet), claimed, dead, staged."""
+
+_SLOTS = {JobStatus.IN_PROGRESS: IN_PROGRESS, JobStatus.DEAD: DEAD, JobStatus.STAGED: STAGED}
+
+
+def slot_of(record: JobRecord) -> int:
+    """Return the slot that counts ``record``."""
+    if record.status is JobStatus.QUEUED:
+        return QUEUED if record.not_before is None else DELAYED
+    return _SLOTS[record.status]
+
+
+class Tally:
+    """Jobs per entrypoint and slot, and the ids of delayed and of dead jobs."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}
+        self._ids: dict[int, dict[str, None]] = {DELAYED: {}, DEAD: {}}
+
+    def rebuild(self, records: Iterable[JobRecord]) -> None:
+        """Count ``records`` afresh."""
+        self.counts, self._ids = {}, {DELAYED: {}, DEAD: {}}
+        for record in records:
+            self.add(record)
+
+    def add(self, record: JobRecord) -> None:
+        """Count a record that enters the index (or whose new state was just set)."""
+        slot = slot_of(record)
+        counts = self.counts.get(record.entrypoint)
+        if counts is None:
+            counts = self.counts[record.entrypoint] = [0, 0, 0, 0, 0]
+        counts[slot] += 1
+        ids = self._ids.get(slot)
+        if ids is not None:
+            ids[record.id] = None
+
+    def discard(self, record: JobRecord) -> None:
+        """Stop counting a record that leaves the index (or whose state is about to change)."""
+        slot = slot_of(record)
+        counts = self.counts[record.entrypoint]
+        counts[slot] -= 1
+        if not any(counts):
+            del self.counts[record.entrypoint]
+        ids = self._ids.get(slot)
+        if ids is not None:
+            del ids[record.id]
+
+    def ids(self, slot: int) -> Iterator[str]:
+        """Yield the ids of the jobs in ``slot`` (``DELAYED`` or ``DEAD``), in the order they
+        entered it (or were loaded)."""
+        return iter(self._ids[slot])
+
+    def total(self, slot: int) -> int:
+        """Return how many jobs of every entrypoint are in ``slot``."""
+        return sum(counts[slot] for counts in self.counts.values())

@@ -1,0 +1,231 @@
+"""The dashboard of ``jqueue serve`` in a real headless Chromium, on a file root and on S3 (moto).
+
+A served queue is filled with known jobs through ``jqueue.connect``; the browser signs in,
+reads the numbers each page shows, requeues and purges dead letters through confirmations,
+pauses an entrypoint (and a client stops getting its jobs), and watches a page update by
+itself. Screenshots of each page are checked to be images of the window's size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Page, ViewportSize, expect
+
+from browser import chromium, png_size
+from conftest import BUCKET, s3_env
+from jqueue import BrokerQueue, JobStatus, RemoteQueue, connect
+from jqueue.adapters.service.host import root_storage
+from servers import S3Endpoint, jqueue_serve
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "dashboard-test-token"
+WINDOW: ViewportSize = {"width": 1280, "height": 900}
+
+
+@pytest.fixture(params=["file", "s3"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str] | None]]:
+    """A storage root and the environment a ``jqueue serve`` on it needs."""
+    if request.param == "file":
+        path = tmp_path / "root"
+        path.mkdir()
+        yield str(path), None
+        return
+    moto: S3Endpoint = request.getfixturevalue("moto")
+    prefix = f"dashboard-{uuid.uuid4().hex}"
+    yield f"s3://{BUCKET}/{prefix}?endpoint_url={moto.url}&region={moto.region}", s3_env(moto)
+
+
+async def fill(queue: RemoteQueue | BrokerQueue) -> dict[str, str]:
+    """Put known jobs in ``queue``: 12 email jobs and one delayed, 3 sms jobs; 2 email jobs
+    acked, 2 dead of an SMTP error, 1 sms job dead of a KeyError. Returns some of their ids."""
+    emails = await queue.enqueue_many(
+        "email", [json.dumps({"to": f"u{i}@example.com"}).encode() for i in range(12)]
+    )
+    await queue.enqueue("email", b"later", delay=timedelta(hours=1), dedup_key="weekly-digest")
+    await queue.enqueue_many("sms", [b"\x00\x01\x02binary"] * 3)
+    claimed = await queue.dequeue("email", batch_size=4)
+    assert [job.id for job in claimed] == [job.id for job in emails[:4]]
+    for job in claimed[:2]:
+        await queue.ack(job)
+    for job in claimed[2:]:
+        await queue.nack(
+            job, error="SMTPError: connection refused\nTraceback (most recent call last): ...", max_attempts=1
+        )
+    [sms] = await queue.dequeue("sms")
+    await queue.nack(sms, error="KeyError: 'phone'", max_attempts=1)
+    return {"email": emails[5].id, "dead_email": claimed[2].id, "dead_sms": sms.id}
+
+
+def row(selector: str, count: str) -> str:
+    return f"{selector} td[data-count='{count}']"
+
+
+async def expect_counts(page: Page, selector: str, **counts: int) -> None:
+    for name, value in counts.items():
+        await expect(page.locator(row(selector, name))).to_have_text(f"{value:,}")
+
+
+async def shot(page: Page, path: Path) -> None:
+    await page.screenshot(path=str(path))
+    assert png_size(path) == (WINDOW["width"], WINDOW["height"])
+    assert path.stat().st_size > 10_000  # a rendered page, not a blank one
+
+
+def unsigned_post(url: str) -> int:
+    """POST a form with neither the token nor a session; return the status."""
+    return post_form(url, {"action": "pause"}, {})
+
+
+def forged_post(url: str, fields: dict[str, str]) -> int:
+    """POST a form with the token but without the page's CSRF value; return the status."""
+    return post_form(url, fields, {"Authorization": f"Bearer {TOKEN}"})
+
+
+def post_form(url: str, fields: dict[str, str], headers: dict[str, str]) -> int:
+    body = urllib.parse.urlencode(fields).encode()
+    headers = {**headers, "Content-Type": "application/x-www-form-urlencoded"}
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, body, headers, method="POST"), timeout=10
+        ) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+async def test_the_dashboard_in_a_browser(
+    root: tuple[str, dict[str, str] | None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where, env = root
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    direct = BrokerQueue(root_storage(where, "shop"))  # reads the storage itself, beside the broker
+    with jqueue_serve(where, tmp_path / "serve.log", env=env, options=["--token", TOKEN]) as url:
+        async with connect(url, "shop", token=TOKEN) as queue:
+            ids = await fill(queue)
+            async with chromium() as browser:
+                page = await browser.new_page(viewport=WINDOW)
+
+                # Signing in: the dashboard sends a stranger to the form; a wrong token is refused.
+                await page.goto(f"{url}/")
+                await expect(page).to_have_url(f"{url}/login?next=%2F")
+                await page.get_by_label("Token").fill("wrong")
+                await page.get_by_role("button", name="Sign in").click()
+                await expect(page.get_by_role("alert")).to_contain_text("not the right one")
+                await shot(page, tmp_path / "login.png")
+                await page.get_by_label("Token").fill(TOKEN)
+                await page.get_by_role("button", name="Sign in").click()
+                await expect(page).to_have_url(f"{url}/")
+
+                # The overview: the queue's counts, the broker, the last hour's finished jobs.
+                shop = "#queues tr[data-queue='shop']"
+                await expect_counts(
+                    page, shop, queued=10, scheduled=1, in_progress=0, dead=3, acked=2, failed=3
+                )
+                await expect(page.locator("#broker-address")).to_have_text(url)
+                await expect(page.locator(f"{shop} td[data-count='workers']")).to_have_text("1")
+                await shot(page, tmp_path / "overview.png")
+
+                # The queue page: one row per entrypoint.
+                await page.get_by_role("link", name="shop", exact=True).click()
+                await expect_counts(page, "tr[data-entrypoint='email']", queued=8, scheduled=1, dead=2)
+                await expect_counts(page, "tr[data-entrypoint='sms']", queued=2, scheduled=0, dead=1)
+                await shot(page, tmp_path / "queue.png")
+
+                # Jobs: filtered by status and by dedup key; a job's page previews its payload.
+                await page.get_by_role("link", name="Jobs", exact=True).click()
+                await page.get_by_label("Status").select_option("dead")
+                await page.get_by_role("button", name="Filter").click()
+                await expect(page.locator("#jobs tbody tr")).to_have_count(3)
+                await page.get_by_label("Status").select_option("")
+                await page.get_by_label("Dedup key").fill("weekly-digest")
+                await page.get_by_role("button", name="Filter").click()
+                await expect(page.locator("#jobs tbody tr")).to_have_count(1)
+                await page.goto(f"{url}/q/shop/jobs/{ids['email']}")
+                await expect(page.locator("#payload")).to_contain_text('"to": "u5@example.com"')
+                await expect(page.locator("#job-status")).to_have_text("queued")
+                await shot(page, tmp_path / "job.png")
+                await page.goto(f"{url}/q/shop/jobs/{ids['dead_email']}")
+                await expect(page.locator("#job-error")).to_contain_text("SMTPError: connection refused")
+
+                # Dead letters grouped by error; requeue one group through its confirmation.
+                await page.get_by_role("link", name="Dead letters").click()
+                await expect(page.locator("#dead-total")).to_have_text("3")
+                groups = page.locator("#groups tbody tr")
+                await expect(groups).to_have_count(2)
+                await expect(groups.nth(0).locator("td[data-count='jobs']")).to_have_text("2")
+                await shot(page, tmp_path / "dead.png")
+                await groups.filter(has_text="KeyError").get_by_role("button", name="Requeue").click()
+                await expect(page.locator("#question")).to_have_text(
+                    "Requeue 1 dead job of queue shop that failed with “KeyError: 'phone'”?"
+                )
+                await page.get_by_role("button", name="Requeue 1").click()
+                await expect(page.get_by_role("status")).to_have_text("Requeued 1 dead job.")
+                back = await direct.find(ids["dead_sms"])
+                assert back is not None
+                assert (back.status, back.attempts) == (JobStatus.QUEUED, 0)
+
+                # Purge the rest, after a confirmation that says how many.
+                await page.get_by_role("button", name="Purge all").click()
+                await expect(page.locator("#question")).to_have_text("Purge 2 dead jobs of queue shop?")
+                await page.get_by_role("button", name="Purge 2").click()
+                await expect(page.get_by_role("status")).to_have_text("Purged 2 dead jobs.")
+                assert await direct.find(ids["dead_email"]) is None
+
+                # Pausing an entrypoint: a client stops getting its jobs, and gets the others.
+                await page.goto(f"{url}/q/shop")
+                await page.locator("tr[data-entrypoint='email']").get_by_role("button", name="Pause").click()
+                await expect(page.locator("tr[data-entrypoint='email'] [data-paused]")).to_be_visible()
+                claimed = await queue.dequeue(batch_size=20)
+                assert [job.entrypoint for job in claimed] == ["sms"] * 3
+                await page.locator("tr[data-entrypoint='email']").get_by_role("button", name="Resume").click()
+                assert {job.entrypoint for job in await queue.dequeue(batch_size=1)} == {"email"}
+
+                # Live: new jobs show up without a reload.
+                await page.goto(f"{url}/")
+                before = await page.locator(row(shop, "queued")).inner_text()
+                await queue.enqueue_many("email", [b"x"] * 5)
+                await expect(page.locator(row(shop, "queued"))).to_have_text(
+                    f"{int(before) + 5:,}", timeout=10_000
+                )
+                assert int(await page.locator("#main").get_attribute("data-version") or "0") >= 1
+
+                # A form without the page's CSRF value changes nothing, even with the token.
+                status = await asyncio.to_thread(
+                    forged_post, f"{url}/q/shop/act", {"action": "pause", "back": "/"}
+                )
+                assert status == 403
+                assert (await direct.stats()).paused_claims == []
+
+
+async def test_the_dashboard_refuses_strangers_and_bad_names(tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()
+    with jqueue_serve(str(tmp_path / "root"), tmp_path / "serve.log", options=["--token", TOKEN]) as url:
+        assert await asyncio.to_thread(unsigned_post, f"{url}/q/shop/act") == 401
+        async with chromium() as browser:
+            page = await browser.new_page(viewport=WINDOW)
+            await page.goto(f"{url}/login")
+            await page.get_by_label("Token").fill(TOKEN)
+            await page.get_by_role("button", name="Sign in").click()
+            answer = await page.goto(f"{url}/q/no-such-queue")
+            assert answer is not None
+            assert answer.status == 404
+            await expect(page.locator("#message")).to_have_text("No queue 'no-such-queue'.")
+            answer = await page.goto(f"{url}/q/..%2Fetc")
+            assert answer is not None
+            assert answer.status in (400, 404)
+            await page.goto(f"{url}/")
+            await page.get_by_role("button", name="Sign out").click()
+            await page.goto(f"{url}/q/shop")
+            await expect(page).to_have_url(f"{url}/login?next=%2Fq%2Fshop")
