@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,7 +28,7 @@ from browser import chromium, png_size
 from conftest import BUCKET, s3_env
 from jqueue import BrokerQueue, JobStatus, RemoteQueue, connect
 from jqueue.adapters.service.host import root_storage
-from servers import S3Endpoint, jqueue_serve
+from servers import LOOPBACK, S3Endpoint, free_port, jqueue_serve
 
 pytestmark = pytest.mark.slow
 
@@ -192,6 +195,16 @@ async def test_the_dashboard_in_a_browser(
                 await page.locator("tr[data-entrypoint='email']").get_by_role("button", name="Resume").click()
                 assert {job.entrypoint for job in await queue.dequeue(batch_size=1)} == {"email"}
 
+                # A throttle set from the page holds for every client, and is lifted from it.
+                await page.get_by_label("Claims").first.fill("2")
+                await page.get_by_role("button", name="Throttle").first.click()
+                await expect(page.get_by_role("status")).to_have_text(
+                    "Throttled the queue to 2 claims per 1 s."
+                )
+                assert (await direct.stats()).throttles == {None: (2, 1.0)}
+                await page.get_by_role("button", name="Lift the queue's throttle").click()
+                assert (await direct.stats()).throttles == {}
+
                 # Live: new jobs show up without a reload.
                 await page.goto(f"{url}/")
                 before = await page.locator(row(shop, "queued")).inner_text()
@@ -229,3 +242,51 @@ async def test_the_dashboard_refuses_strangers_and_bad_names(tmp_path: Path) -> 
             await page.get_by_role("button", name="Sign out").click()
             await page.goto(f"{url}/q/shop")
             await expect(page).to_have_url(f"{url}/login?next=%2Fq%2Fshop")
+
+
+def get(url: str, token: str | None = None) -> tuple[int, str]:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError:  # not listening yet
+        return 0, ""
+
+
+async def test_a_standby_points_to_the_broker_and_a_lone_queue_has_its_own_dashboard(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    async with BrokerQueue(root_storage(str(root), "mail")) as queue:
+        await queue.enqueue_many("send", [b"a", b"b"])
+    with (
+        jqueue_serve(str(root), tmp_path / "active.log", options=["--token", TOKEN]) as active,
+        jqueue_serve(str(root), tmp_path / "standby.log", options=["--token", TOKEN]) as standby,
+    ):
+        status, page = await asyncio.to_thread(get, f"{active}/", TOKEN)
+        assert status == 200
+        assert '<td data-count="queued">2</td>' in page  # a queue file the catalog never listed
+        status, page = await asyncio.to_thread(get, f"{standby}/", TOKEN)
+        assert status == 503
+        assert f'<a href="{active}/">' in page
+
+    lone = [sys.executable, "-m", "jqueue", "dashboard", "--storage"]
+    typo = await asyncio.create_subprocess_exec(*lone, str(root / "mial.json"), stderr=subprocess.PIPE)
+    _, said = await typo.communicate()
+    assert typo.returncode == 1
+    assert f"no queue at {root / 'mial.json'}" in said.decode()
+    port = free_port()
+    command = [*lone, str(root / "mail.json"), "--listen", f"{LOOPBACK}:{port}"]
+    proc = await asyncio.create_subprocess_exec(*command, stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            status, page = await asyncio.to_thread(get, f"http://{LOOPBACK}:{port}/q/mail")
+            if status == 200:
+                break
+            await asyncio.sleep(0.1)
+        assert '<dd id="count-queued">2</dd>' in page
+        assert "No broker" in (await asyncio.to_thread(get, f"http://{LOOPBACK}:{port}/"))[1]
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        assert await asyncio.wait_for(proc.wait(), 20) == 0

@@ -7,6 +7,7 @@ at, never O(every job) on a large queue: counts come from the index's ``Tally``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -102,7 +103,7 @@ def percentiles(values: list[int], points: Iterable[float] = (0.5, 0.95, 0.99)) 
         return ()
     ordered = sorted(values)
     last = len(ordered) - 1
-    return tuple(ordered[min(last, max(0, round(p * len(ordered) + 0.5) - 1))] / 1e6 for p in points)
+    return tuple(ordered[min(last, max(0, math.ceil(p * len(ordered)) - 1))] / 1e6 for p in points)
 
 
 def timings(index: QueueIndex, sample: int = 1_000) -> dict[str, Timings]:

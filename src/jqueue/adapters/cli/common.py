@@ -15,10 +15,11 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
-from jqueue.domain.errors import JQueueError
+from jqueue.domain.errors import InvalidURLError, JQueueError
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.times import utc_now
 from jqueue.ports.storage import ObjectStoragePort
@@ -45,14 +46,21 @@ def storage_url(ctx: typer.Context) -> str:
     return options.storage
 
 
-def _shared_storage(ctx: typer.Context) -> ObjectStoragePort:
-    """The storage of a queue that several commands (processes) share: not memory://."""
+def shared_storage(ctx: typer.Context) -> ObjectStoragePort:
+    """The storage of a queue that several commands (processes) share: not memory://. A plain
+    path (no scheme) is a file."""
     url = storage_url(ctx)
     if url.lower().startswith("memory:"):
         fail(
             "a memory:// queue lives in one process and each command is a new one: use file://, s3:// or gs://"
         )
-    return storage_from_url(url)
+    if "://" not in url:
+        return LocalFileSystemStorage(url)
+    try:
+        return storage_from_url(url)
+    except InvalidURLError as exc:
+        fail(str(exc))
+        raise
 
 
 def fail(message: str) -> None:
@@ -73,7 +81,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 @contextlib.asynccontextmanager
 async def direct_queue(ctx: typer.Context) -> AsyncIterator[DirectQueue]:
     """Open the queue for a command that commits a few calls."""
-    async with DirectQueue(_shared_storage(ctx)) as queue:
+    async with DirectQueue(shared_storage(ctx)) as queue:
         yield queue
 
 
@@ -90,7 +98,7 @@ async def existing_queue(ctx: typer.Context) -> AsyncIterator[DirectQueue]:
 @contextlib.asynccontextmanager
 async def broker_queue(ctx: typer.Context, **options: Any) -> AsyncIterator[BrokerQueue]:
     """Open the queue for a command that makes many concurrent calls."""
-    async with BrokerQueue(_shared_storage(ctx), **options) as queue:
+    async with BrokerQueue(shared_storage(ctx), **options) as queue:
         yield queue
 
 

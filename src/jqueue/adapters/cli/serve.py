@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from jqueue.adapters.cli.common import errors, fail
+from jqueue.adapters.cli.common import errors, fail, run, shared_storage, storage_url
 from jqueue.adapters.optional import require
 from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER
 from jqueue.adapters.service.wire import DEFAULT_MAX_BODY_BYTES
@@ -84,6 +84,7 @@ def serve(
         uvicorn = require("uvicorn", extra="serve")
         require("starlette", extra="serve")
         require("prometheus_client", extra="serve")
+        require("jinja2", extra="serve")
     except ImportError as exc:
         fail(str(exc))
     from jqueue.adapters.service.app import create_app
@@ -106,6 +107,37 @@ def serve(
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="auto", http="auto")
 
 
+def dashboard(
+    ctx: typer.Context,
+    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")] = "127.0.0.1:8080",
+    token: Annotated[
+        str | None, typer.Option(envvar="JQUEUE_TOKEN", help="The token to sign in to the dashboard with.")
+    ] = None,
+) -> None:
+    """Serve the web dashboard of one queue (--storage URL), opened directly without a broker
+    (Ctrl-C stops). Off the loopback interface a token is required."""
+    url = storage_url(ctx)
+    host, port = _split_listen(listen)
+    if not _is_loopback(host) and not token:
+        fail(f"listening on {host} needs a token: pass --token or set JQUEUE_TOKEN")
+    try:
+        uvicorn = require("uvicorn", extra="serve")
+        require("starlette", extra="serve")
+        require("jinja2", extra="serve")
+    except ImportError as exc:
+        fail(str(exc))
+    from jqueue.adapters.dashboard.app import create_dashboard_app, queue_name
+
+    storage = shared_storage(ctx)
+    if run(storage.read())[1] is None:
+        fail(f"no queue at {url}: nothing was ever enqueued there (is the path right?)")
+    app = create_dashboard_app(storage, queue_name(url), token)
+    shown = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    errors.print(f"jqueue dashboard: {url} at {shown}/ (Ctrl-C stops)", highlight=False, soft_wrap=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="auto", http="auto")
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``serve`` to the ``jqueue`` command."""
+    """Add ``serve`` and ``dashboard`` to the ``jqueue`` command."""
     app.command()(serve)
+    app.command()(dashboard)

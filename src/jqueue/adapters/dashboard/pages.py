@@ -22,7 +22,7 @@ from starlette.routing import Route
 from jqueue.adapters.dashboard import filters
 from jqueue.adapters.dashboard.actions import Actions
 from jqueue.adapters.dashboard.charts import sparkline, throughput_chart
-from jqueue.adapters.dashboard.guard import FLASH_COOKIE, SESSION_COOKIE, Guard, read_form
+from jqueue.adapters.dashboard.guard import FLASH_COOKIE, SESSION_COOKIE, FormTooLargeError, Guard, read_form
 from jqueue.adapters.dashboard.source import NotServingError, QueueSource
 from jqueue.adapters.dashboard.views import entrypoint_rows, job_detail, queue_summary
 from jqueue.adapters.service.host import BadQueueNameError, UnknownQueueError
@@ -126,7 +126,10 @@ class Dashboard:
             return RedirectResponse(target, status_code=303)
         if request.method == "GET":
             return self.render(request, "login.html", next=target, failed=False)
-        form = await read_form(request)
+        try:
+            form = await read_form(request)
+        except FormTooLargeError as exc:
+            return self.render(request, "message.html", 413, title="Too large", text=str(exc))
         if not self.guard.token_matches(str(form.get("token", ""))):
             return self.render(request, "login.html", 401, next=target, failed=True)
         response = RedirectResponse(target, status_code=303)

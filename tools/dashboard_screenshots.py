@@ -1,0 +1,125 @@
+"""Take the README's screenshots of the dashboard: a ``jqueue serve`` on a temporary root, two
+queues with jobs in every state, and a headless Chromium (the system's) driven by Playwright.
+
+Example::
+
+    .venv/bin/python tools/dashboard_screenshots.py --out docs/screenshots
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+from playwright.async_api import async_playwright
+
+from jqueue import BrokerQueue, RemoteQueue, connect
+
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+ERRORS = ["SMTPError: 421 try again later", "TimeoutError: upstream took more than 30 s", "KeyError: 'phone'"]
+
+
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [
+        sys.executable,
+        "-m",
+        "jqueue",
+        "serve",
+        "--storage",
+        str(root),
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
+    proc = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(f"{url}/healthz", timeout=1).close()
+                break
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+async def work(queue: RemoteQueue | BrokerQueue, entrypoints: list[str], seconds: float) -> None:
+    """Claim and finish jobs for ``seconds``, one in ten failing for good."""
+    rng = random.Random(7)
+    stop = time.monotonic() + seconds
+    while time.monotonic() < stop:
+        for job in await queue.dequeue(entrypoints, batch_size=rng.randint(5, 30)):
+            if rng.random() < 0.1:
+                await queue.nack(
+                    job, error=rng.choice(ERRORS) + "\nTraceback (most recent call last): ...", max_attempts=1
+                )
+            else:
+                await queue.ack(job)
+        await asyncio.sleep(0.2)
+
+
+async def fill(url: str) -> str:
+    async with connect(url, "orders") as orders, connect(url, "emails") as emails:
+        await orders.enqueue_many(
+            "charge", [json.dumps({"order": i, "cents": 1999 + i}).encode() for i in range(900)]
+        )
+        await orders.enqueue_many("ship", [json.dumps({"order": i}).encode() for i in range(400)])
+        await orders.enqueue(
+            "invoice", b'{"month": "2026-11"}', delay=timedelta(hours=6), dedup_key="invoice-2026-11"
+        )
+        await emails.enqueue_many(
+            "welcome", [json.dumps({"to": f"user{i}@example.com"}).encode() for i in range(300)]
+        )
+        await asyncio.gather(work(orders, ["charge", "ship"], 12), work(emails, ["welcome"], 12))
+        held = await orders.dequeue("ship", batch_size=3, visibility_timeout=timedelta(minutes=5))
+        return held[0].id
+
+
+async def shoot(url: str, job_id: str, out: Path) -> None:
+    async with async_playwright() as driver:
+        browser = await driver.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+        page = await browser.new_page(viewport={"width": 1280, "height": 860})
+        pages = {
+            "overview": "/",
+            "queue": "/q/orders",
+            "jobs": "/q/orders/jobs?status=in_progress",
+            "job": f"/q/orders/jobs/{job_id}",
+            "dead": "/q/orders/dead",
+        }
+        for name, path in pages.items():
+            await page.goto(url + path)
+            await page.screenshot(path=str(out / f"dashboard-{name}.png"))
+            print(out / f"dashboard-{name}.png")
+        await browser.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/screenshots"))
+    options = parser.parse_args()
+    options.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, serving(Path(tmp)) as url:
+        job_id = asyncio.run(fill(url))
+        asyncio.run(shoot(url, job_id, options.out))
+
+
+if __name__ == "__main__":
+    main()
