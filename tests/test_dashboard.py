@@ -260,6 +260,7 @@ async def test_a_standby_points_to_the_broker_and_a_lone_queue_has_its_own_dashb
     root.mkdir()
     async with BrokerQueue(root_storage(str(root), "mail")) as queue:
         await queue.enqueue_many("send", [b"a", b"b"])
+    (root / "notes.json").write_text("not a queue")
     with (
         jqueue_serve(str(root), tmp_path / "active.log", options=["--token", TOKEN]) as active,
         jqueue_serve(str(root), tmp_path / "standby.log", options=["--token", TOKEN]) as standby,
@@ -267,6 +268,8 @@ async def test_a_standby_points_to_the_broker_and_a_lone_queue_has_its_own_dashb
         status, page = await asyncio.to_thread(get, f"{active}/", TOKEN)
         assert status == 200
         assert '<td data-count="queued">2</td>' in page  # a queue file the catalog never listed
+        assert "Queue notes cannot be read" in page  # and a foreign file, reported, left as it is
+        assert (root / "notes.json").read_text() == "not a queue"
         status, page = await asyncio.to_thread(get, f"{standby}/", TOKEN)
         assert status == 503
         assert f'<a href="{active}/">' in page

@@ -4,9 +4,9 @@ For each depth, a fresh file root gets one queue of ``depth`` jobs over five ent
 (100-byte payloads), of which 2,000 were claimed: 1,500 acked (history) and 500 dead. A
 ``jqueue serve`` subprocess serves it; every page is then refreshed ``--refreshes`` times the
 way the page's script does it (``X-Dashboard-Refresh: 1``); "jobs: none match" is the worst
-case of the jobs page, a filter nothing matches (a page looks at up to 200,000 jobs). The figures are the median
-and p95 wall time per refresh as the client sees it, and the server process's CPU time per
-refresh (from ``/proc/PID/stat``).
+case of the jobs page, a filter nothing matches (a page looks at up to 200,000 jobs). The
+figures are the median and p95 wall time per refresh as the client sees it, and the server
+process's CPU time per refresh (from ``/proc/PID/stat``).
 
 Examples
 --------

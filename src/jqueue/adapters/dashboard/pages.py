@@ -26,6 +26,7 @@ from jqueue.adapters.dashboard.guard import FLASH_COOKIE, SESSION_COOKIE, FormTo
 from jqueue.adapters.dashboard.source import NotServingError, QueueSource
 from jqueue.adapters.dashboard.views import entrypoint_rows, job_detail, queue_summary
 from jqueue.adapters.service.host import BadQueueNameError, UnknownQueueError
+from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import JobStatus
 
 REFRESH_SECONDS = 2
@@ -152,8 +153,13 @@ class Dashboard:
         return Response(body, media_type=STATIC[name], headers={"Cache-Control": "max-age=60"})
 
     async def _overview(self, request: Request) -> Response:
-        summaries = [await queue_summary(self.source, name) for name in await self.source.names()]
-        return self.render(request, "overview.html", queues=summaries)
+        summaries, unreadable = [], {}
+        for name in await self.source.names():
+            try:
+                summaries.append(await queue_summary(self.source, name))
+            except JQueueError as exc:  # one corrupt or foreign file must not hide the others
+                unreadable[name] = str(exc)
+        return self.render(request, "overview.html", queues=summaries, unreadable=unreadable)
 
     async def _queue(self, request: Request) -> Response:
         name = request.path_params["queue"]

@@ -115,12 +115,17 @@ class QueueHost:
         async with self._lock:
             if (queue := self._open.get(name)) is not None:
                 return queue
-            if name not in self.catalog.record.queues:
-                if not create and not await self._in_storage(name):
-                    raise UnknownQueueError(name)
-                await self.catalog.change(added(name))
+            listed = name in self.catalog.record.queues
+            if not listed and not create and not await self._in_storage(name):
+                raise UnknownQueueError(name)
             queue = BrokerQueue(root_storage(self.root, name))
-            await queue.start()
+            await queue.start()  # a file that is not a queue fails here, before the catalog lists it
+            if not listed:
+                try:
+                    await self.catalog.change(added(name))
+                except BaseException:
+                    await queue.stop()
+                    raise
             self._open[name] = queue
             return queue
 
