@@ -158,6 +158,22 @@ async def file_or_s3(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     await made.close()
 
 
+@pytest.fixture(params=["file", "s3"])
+def served_root(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[str, dict[str, str] | None]]:
+    """A storage root for a ``jqueue serve`` subprocess (a directory, or a prefix on S3 in moto),
+    and the environment it needs (None: this process's)."""
+    if request.param == "file":
+        path = tmp_path / "root"
+        path.mkdir()
+        yield str(path), None
+        return
+    moto: S3Endpoint = request.getfixturevalue("moto")
+    prefix = f"root-{uuid.uuid4().hex}"
+    yield f"s3://{BUCKET}/{prefix}?endpoint_url={moto.url}&region={moto.region}", s3_env(moto)
+
+
 class Clock:
     """The time the queues' operations see (claims, heartbeats, sweeps), moved only by the test."""
 

@@ -16,8 +16,6 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,28 +23,14 @@ import pytest
 from playwright.async_api import Page, ViewportSize, expect
 
 from browser import chromium, png_size
-from conftest import BUCKET, s3_env
 from jqueue import BrokerQueue, JobStatus, RemoteQueue, connect
 from jqueue.adapters.service.host import root_storage
-from servers import LOOPBACK, S3Endpoint, free_port, jqueue_serve
+from servers import LOOPBACK, free_port, jqueue_serve
 
 pytestmark = pytest.mark.slow
 
 TOKEN = "dashboard-test-token"
 WINDOW: ViewportSize = {"width": 1280, "height": 900}
-
-
-@pytest.fixture(params=["file", "s3"])
-def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str] | None]]:
-    """A storage root and the environment a ``jqueue serve`` on it needs."""
-    if request.param == "file":
-        path = tmp_path / "root"
-        path.mkdir()
-        yield str(path), None
-        return
-    moto: S3Endpoint = request.getfixturevalue("moto")
-    prefix = f"dashboard-{uuid.uuid4().hex}"
-    yield f"s3://{BUCKET}/{prefix}?endpoint_url={moto.url}&region={moto.region}", s3_env(moto)
 
 
 async def fill(queue: RemoteQueue | BrokerQueue) -> dict[str, str]:
@@ -108,9 +92,9 @@ def post_form(url: str, fields: dict[str, str], headers: dict[str, str]) -> int:
 
 
 async def test_the_dashboard_in_a_browser(
-    root: tuple[str, dict[str, str] | None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    served_root: tuple[str, dict[str, str] | None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    where, env = root
+    where, env = served_root
     for name, value in (env or {}).items():
         monkeypatch.setenv(name, value)
     direct = BrokerQueue(root_storage(where, "shop"))  # reads the storage itself, beside the broker

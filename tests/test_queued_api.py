@@ -6,8 +6,6 @@ import json
 import time
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -15,8 +13,7 @@ from unittest.mock import ANY
 import msgspec
 import pytest
 
-from conftest import BUCKET, s3_env
-from servers import S3Endpoint, jqueue_serve
+from servers import jqueue_serve
 
 pytestmark = pytest.mark.slow
 
@@ -77,23 +74,10 @@ class Client:
         return dict(answer)
 
 
-@pytest.fixture(params=["file", "s3"])
-def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str] | None]]:
-    """A storage root and the environment a ``jqueue serve`` on it needs."""
-    if request.param == "file":
-        path = tmp_path / "root"
-        path.mkdir()
-        yield str(path), None
-        return
-    moto: S3Endpoint = request.getfixturevalue("moto")
-    prefix = f"queued-{uuid.uuid4().hex}"
-    yield f"s3://{BUCKET}/{prefix}?endpoint_url={moto.url}&region={moto.region}", s3_env(moto)
-
-
 def test_push_poll_update_and_delete_messages(
-    root: tuple[str, dict[str, str] | None], tmp_path: Path
+    served_root: tuple[str, dict[str, str] | None], tmp_path: Path
 ) -> None:
-    where, env = root
+    where, env = served_root
     with jqueue_serve(where, tmp_path / "serve.log", env=env) as url:
         client = Client(url)
         status, error = client.call("POST", "/queue/q/messages/push", {"messages": [{"contents": "x"}]})

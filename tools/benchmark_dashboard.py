@@ -23,20 +23,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 from jqueue import BrokerQueue, JobSpec, LocalFileSystemStorage
+from served import jqueue_serve
 
 ENTRYPOINTS = ["email", "sms", "push", "report", "resize"]
 CHUNK = 20_000
@@ -60,42 +57,6 @@ async def fill(path: Path, depth: int) -> dict[str, str]:
         )
         assert first is not None
         return {"job": first, "key": "key-1000" if depth > 1000 else "key-0"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def serving(root: Path) -> Iterator[tuple[str, int]]:
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "jqueue",
-        "serve",
-        "--storage",
-        str(root),
-        "--listen",
-        f"127.0.0.1:{port}",
-    ]
-    proc = subprocess.Popen(command, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(f"{url}/healthz", timeout=1).close()
-                break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("jqueue serve did not start")
-            time.sleep(0.1)
-        yield url, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -130,7 +91,7 @@ def measure(depth: int, refreshes: int) -> dict[str, dict[str, float]]:
             "dead letters": "/q/q/dead",
         }
         results: dict[str, dict[str, float]] = {}
-        with serving(root) as (url, pid):
+        with jqueue_serve(root) as (url, pid):
             started = time.perf_counter()
             refresh(f"{url}/q/q")  # opens the queue: reads its checkpoint and log
             results["open"] = {"first_load_ms": (time.perf_counter() - started) * 1000}

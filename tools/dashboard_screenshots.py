@@ -10,55 +10,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import random
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 from playwright.async_api import async_playwright
 
 from jqueue import BrokerQueue, RemoteQueue, connect
+from served import jqueue_serve
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
 ERRORS = ["SMTPError: 421 try again later", "TimeoutError: upstream took more than 30 s", "KeyError: 'phone'"]
-
-
-@contextlib.contextmanager
-def serving(root: Path) -> Iterator[str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [
-        sys.executable,
-        "-m",
-        "jqueue",
-        "serve",
-        "--storage",
-        str(root),
-        "--listen",
-        f"127.0.0.1:{port}",
-    ]
-    proc = subprocess.Popen(command, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(f"{url}/healthz", timeout=1).close()
-                break
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 async def work(queue: RemoteQueue | BrokerQueue, entrypoints: list[str], seconds: float) -> None:
@@ -116,7 +82,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/screenshots"))
     options = parser.parse_args()
     options.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp, serving(Path(tmp)) as url:
+    with tempfile.TemporaryDirectory() as tmp, jqueue_serve(Path(tmp)) as (url, _):
         job_id = asyncio.run(fill(url))
         asyncio.run(shoot(url, job_id, options.out))
 
