@@ -13,3 +13,10 @@ def square_in_process(job: Job) -> None:
         raise ValueError("negative")
     if os.environ.get("JQUEUE_TEST_PARENT_PID") == str(os.getpid()):
         raise RuntimeError("ran in the parent process")
+
+
+def give_up_in_process(job: Job) -> None:
+    """Dead-letter the job from a handler process."""
+    from jqueue import Fail
+
+    raise Fail(f"cannot use {job.payload.decode()}")

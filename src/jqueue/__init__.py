@@ -16,6 +16,7 @@ from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.memory import InMemoryStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
+from jqueue.core.control import Fail, Retry
 from jqueue.core.direct import DirectQueue
 from jqueue.core.group_commit import GroupCommitLoop
 from jqueue.core.heartbeat import HeartbeatManager
@@ -83,6 +84,7 @@ __all__ = [
     "CorruptStateError",
     "DirectQueue",
     "EntrypointStats",
+    "Fail",
     "GroupCommitLoop",
     "HeartbeatManager",
     "HistoryRecord",
@@ -109,6 +111,7 @@ __all__ = [
     "QueueSet",
     "QueueState",
     "QueueStats",
+    "Retry",
     "ServiceError",
     "StorageError",
     "Worker",

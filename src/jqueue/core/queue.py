@@ -292,15 +292,18 @@ class JobQueue(ManagementCalls, EnqueueCalls):
         error: str | None = None,
         *,
         max_attempts: int | None = None,
+        dead: bool = False,
     ) -> None:
         """Return a claimed job to the queue after a wait: ``delay``, else the queue's back-off
         (none by default); a job that used its last attempt dies instead.
 
         ``error`` is recorded as the job's last error (what UTF-8 cannot store is escaped).
         ``max_attempts`` is the limit for a job without one of its own (by default the
-        queue policy's). Fenced when given the claimed ``Job``, as in ``ack``.
+        queue policy's). With ``dead``, the claimed job goes to the dead letters at once
+        (``dead_reason`` ``failed``), whatever attempts it has left. Fenced when given the
+        claimed ``Job``, as in ``ack``.
         """
-        await self.nack_many([job_id], delay, error, max_attempts=max_attempts)
+        await self.nack_many([job_id], delay, error, max_attempts=max_attempts, dead=dead)
 
     async def nack_many(
         self,
@@ -309,6 +312,7 @@ class JobQueue(ManagementCalls, EnqueueCalls):
         error: str | None = None,
         *,
         max_attempts: int | None = None,
+        dead: bool = False,
     ) -> None:
         """Return claimed jobs to the queue as ``nack`` does, all in one commit.
 
@@ -329,7 +333,7 @@ class JobQueue(ManagementCalls, EnqueueCalls):
                 record = index.records.get(job_id)
                 wait = delay if delay is not None else policy.retry_delay(record.attempts if record else 1)
                 retry_at = None if not wait else to_micros(now + wait)
-                index.nack(job_id, lease, to_micros(now), retry_at, text, limit)
+                index.nack(job_id, lease, to_micros(now), retry_at, text, limit, dead)
 
         await self._commits.run(operation)
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 
+from jqueue.core.control import Fail, Retry
 from jqueue.core.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
 from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.hooks import Hook, call_hooks
@@ -338,6 +339,8 @@ class Worker:
         await call_hooks(self.hooks["before_job"], job)
         started = time.monotonic()
         error: str | None = None
+        delay: timedelta | None = None  # a Retry's own delay; None: the usual back-off
+        give_up = False  # a Fail: dead at once
         async with HeartbeatManager(queue, job, interval=interval):  # the lease holds until settled
             try:
                 await pools.call(spec, job)
@@ -347,14 +350,19 @@ class Worker:
             except HandlerTimeoutError as exc:
                 self.stats.timed_out += 1
                 error = str(exc)
+            except Retry as exc:
+                error, delay = f"Retry: {exc}", exc.delay
+            except Fail as exc:
+                error, give_up = f"Fail: {exc}", True
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
             if error is None:
                 await self._finish(queue, job, Outcome.ACKED, None, waited, started)
             else:
                 limit = self._attempts_limit(queue, job)
-                outcome = Outcome.DEAD if limit is not None and job.attempts >= limit else Outcome.RETRIED
-                await self._finish(queue, job, outcome, error, waited, started)
+                dies = give_up or (limit is not None and job.attempts >= limit)
+                outcome = Outcome.DEAD if dies else Outcome.RETRIED
+                await self._finish(queue, job, outcome, error, waited, started, delay, give_up)
 
     def _attempts_limit(self, queue: Queue, job: Job) -> int | None:
         """The job's own limit, else the queue policy's, else this worker's."""
@@ -369,8 +377,17 @@ class Worker:
             return queue.policy.retry_delay(attempts)
         return None if self.backoff is None else self.backoff.delay(attempts)
 
-    async def _settle(self, queue: Queue, job: Job, outcome: Outcome, error: str | None) -> None:
-        """Ack, nack or release the job, retrying transient storage failures within ``max_outage``."""
+    async def _settle(
+        self,
+        queue: Queue,
+        job: Job,
+        outcome: Outcome,
+        error: str | None,
+        delay: timedelta | None,
+        give_up: bool,
+    ) -> None:
+        """Ack, nack (after ``delay``, else the back-off; with ``give_up`` to the dead letters at
+        once) or release the job, retrying transient storage failures within ``max_outage``."""
         pause = self.poll_interval.total_seconds()
         while True:
             try:
@@ -379,9 +396,15 @@ class Worker:
                 elif outcome is Outcome.RELEASED:
                     await queue.release(job)
                 else:
-                    delay = self._retry_delay(queue, job.attempts)  # chosen here, so until_empty knows when
+                    if delay is None:
+                        delay = self._retry_delay(
+                            queue, job.attempts
+                        )  # chosen here, so until_empty knows when
                     limit = self._attempts_limit(queue, job)
-                    await queue.nack(job, delay=delay, error=error, max_attempts=limit)
+                    dead: dict[str, bool] = (
+                        {"dead": True} if give_up else {}
+                    )  # a Queue of old may not take it
+                    await queue.nack(job, delay=delay, error=error, max_attempts=limit, **dead)
                     if outcome is Outcome.RETRIED and delay:
                         self._retry_due = max(self._retry_due, time.monotonic() + delay.total_seconds())
             except TRANSIENT as exc:
@@ -394,10 +417,18 @@ class Worker:
             return
 
     async def _finish(
-        self, queue: Queue, job: Job, outcome: Outcome, error: str | None, waited: float, started: float
+        self,
+        queue: Queue,
+        job: Job,
+        outcome: Outcome,
+        error: str | None,
+        waited: float,
+        started: float,
+        delay: timedelta | None = None,
+        give_up: bool = False,
     ) -> None:
         try:
-            await asyncio.shield(self._settle(queue, job, outcome, error))
+            await asyncio.shield(self._settle(queue, job, outcome, error, delay, give_up))
         except (LeaseLostError, JobNotFoundError):
             outcome = Outcome.LOST
         except TRANSIENT:

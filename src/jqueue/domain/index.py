@@ -118,13 +118,17 @@ class QueueIndex(IndexState):
         retry_at: int | None = None,
         error: str | None = None,
         max_attempts: int | None = None,
+        dead: bool = False,
     ) -> Requeued | Died:
         """Return a job to the queue, claimable from ``retry_at`` (fenced by ``lease`` if given);
-        a claimed job that used its last attempt dies instead.
+        a claimed job that used its last attempt dies instead, and with ``dead`` a claimed job
+        dies at once (reason ``failed``).
 
         ``max_attempts`` is the queue's default for jobs that have none of their own.
         """
         record = self._holding(job_id, lease)
+        if record.status is JobStatus.IN_PROGRESS and dead:
+            return self._applied(Died(job_id, now, "failed", error))
         limit = record.max_attempts if record.max_attempts is not None else max_attempts
         if record.status is JobStatus.IN_PROGRESS and limit is not None and record.attempts >= limit:
             return self._applied(Died(job_id, now, "max_attempts", error))

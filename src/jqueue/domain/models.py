@@ -93,7 +93,8 @@ class Job(BaseModel):
     last_error : str or None
         The error of the last failed attempt.
     dead_reason : str or None
-        Why a ``DEAD`` job died: ``max_attempts`` or ``ttl``.
+        Why a ``DEAD`` job died: ``max_attempts``, ``ttl``, or ``failed`` (its handler gave up on
+        it, or a ``nack`` with ``dead``).
     dead_at : datetime or None
         When a ``DEAD`` job died.
     claimed_at : tuple of datetime

@@ -62,8 +62,10 @@ class Queue(SupportsHeartbeat, Protocol):
         error: str | None = None,
         *,
         max_attempts: int | None = None,
+        dead: bool = False,
     ) -> None:
-        """Return a claimed job to the queue after a wait, or to the dead letters."""
+        """Return a claimed job to the queue after a wait, or to the dead letters (at once with
+        ``dead``)."""
         ...
 
     async def release(self, job_id: Job | str) -> None:

@@ -245,7 +245,7 @@ class Service:
         def call(ref: JobRef) -> Awaitable[None]:
             target = fenced(ref)
             if verb == "nack":
-                return queue.nack(target, delay, body.error, max_attempts=body.max_attempts)
+                return queue.nack(target, delay, body.error, max_attempts=body.max_attempts, dead=body.dead)
             calls: dict[str, Callable[[Job | str], Awaitable[None]]] = {
                 "ack": queue.ack,
                 "heartbeat": queue.heartbeat,

@@ -333,9 +333,16 @@ class RemoteQueue(EnqueueCalls):
         error: str | None = None,
         *,
         max_attempts: int | None = None,
+        dead: bool = False,
     ) -> None:
-        """Return a claimed job to the queue after a wait, or to the dead letters."""
-        options = {"delay_seconds": _seconds(delay), "error": error, "max_attempts": max_attempts}
+        """Return a claimed job to the queue after a wait, or to the dead letters (at once with
+        ``dead``)."""
+        options = {
+            "delay_seconds": _seconds(delay),
+            "error": error,
+            "max_attempts": max_attempts,
+            "dead": dead,
+        }
         await self._settle("nack", job_id, **options)
 
     async def release(self, job_id: Job | str) -> None:

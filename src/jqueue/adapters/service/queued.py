@@ -208,7 +208,7 @@ class QueuedRoutes:
             raise
         for job, message in found:  # added by other means: kept among the dead letters
             if message is None:
-                await queue.nack(job, error="not a queued message: its id is not a number", max_attempts=1)
+                await queue.nack(job, error="not a queued message: its id is not a number", dead=True)
         messages = [message for _, message in found if message is not None]
         self._count(name, "poll", "successful", len(messages))
         if not messages:

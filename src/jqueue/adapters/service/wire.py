@@ -129,13 +129,14 @@ class JobRef(msgspec.Struct, forbid_unknown_fields=True):
     lease: str | None = None
 
 
-class SettleRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class SettleRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """``ack``, ``heartbeat`` and ``release`` of jobs; ``nack`` also takes its options."""
 
     jobs: list[JobRef]
     delay_seconds: Seconds | None = None
     error: str | None = None
     max_attempts: Attempts | None = None
+    dead: bool = False
 
 
 class JobsResponse(msgspec.Struct):

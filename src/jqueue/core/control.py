@@ -1,0 +1,50 @@
+"""What a handler may raise to steer its job: ``Retry`` after a delay, or ``Fail`` for good."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from jqueue.domain.spec import LONGEST_SPAN
+from jqueue.domain.values import span
+
+
+class Retry(Exception):  # noqa: N818 - the name users of other queues know
+    """Raise in a handler to end this attempt and run the job again after ``delay``.
+
+    The attempt counts: a job that has used its last attempt dies as after any failure.
+
+    Parameters
+    ----------
+    delay : timedelta or None
+        How long the job waits before it can be claimed again; None for the usual back-off.
+    reason : str
+        Recorded as the job's last error.
+    """
+
+    def __init__(self, delay: timedelta | None = None, reason: str = "retry requested") -> None:
+        if delay is not None and not timedelta(0) <= delay <= LONGEST_SPAN:
+            raise ValueError(f"delay must be between 0 and {LONGEST_SPAN.days} days, got {span(delay)}")
+        super().__init__(delay, reason)
+        self.delay = delay
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class Fail(Exception):  # noqa: N818 - the name users of other queues know
+    """Raise in a handler to send the job to the dead letters at once, whatever attempts it has
+    left (its ``dead_reason`` is ``failed``).
+
+    Parameters
+    ----------
+    reason : str
+        Recorded as the job's last error.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
