@@ -1,0 +1,200 @@
+"""Producing jobs from synchronous code (Django, Flask, scripts): no event loop to manage.
+
+A ``SyncQueue`` runs its own event loop in a daemon thread and its calls block until their
+commit is durable. Calls from many threads at once share that loop, so they are folded into
+group commits as concurrent async calls are::
+
+    from jqueue import JobStatus, sync
+
+    jobs = sync.open_queue("s3://bucket/jobs.json")       # or sync.connect("http://broker:8080", "jobs")
+    job = jobs.enqueue("send_email", b'{"to": "a@example.com"}')
+    print(jobs.stats().total(JobStatus.QUEUED))
+    jobs.close()                                            # also at interpreter exit
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from jqueue.adapters.service.client import RemoteQueue
+from jqueue.adapters.service.connection import connect as async_connect
+from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
+from jqueue.adapters.storage.url import storage_from_url
+from jqueue.core.broker import BrokerQueue
+from jqueue.domain.errors import QueueClosedError
+from jqueue.domain.models import Job
+from jqueue.domain.spec import JobSpec
+from jqueue.domain.stats import QueueStats
+from jqueue.ports.storage import ObjectStoragePort
+
+T = TypeVar("T")
+DEFAULT_TIMEOUT = timedelta(seconds=60)
+"""How long a call waits for its commit before it raises ``TimeoutError``."""
+
+_open_queues: weakref.WeakSet[SyncQueue] = weakref.WeakSet()
+
+
+class SyncQueue:
+    """A queue whose calls block: ``enqueue``, ``enqueue_many`` and ``stats``.
+
+    Parameters
+    ----------
+    opener : callable
+        Returns, in the queue's own event loop, the async queue to call and a coroutine
+        function that closes it.
+    timeout : timedelta
+        How long a call waits for its answer.
+    """
+
+    def __init__(
+        self,
+        opener: Callable[[], Awaitable[tuple[BrokerQueue | RemoteQueue, Callable[[], Awaitable[None]]]]],
+        timeout: timedelta = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.timeout = timeout.total_seconds()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="jqueue-sync", daemon=True)
+        self._thread.start()
+        self._closed = False
+        try:
+            self._queue, self._close = self._run(opener())
+        except BaseException:
+            self._stop_loop()
+            raise
+        _open_queues.add(self)
+
+    def _run(self, call: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
+        async def wrapped() -> T:
+            return await call
+
+        future = asyncio.run_coroutine_threadsafe(wrapped(), self._loop)
+        try:
+            return future.result(self.timeout)
+        except TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer within {self.timeout:g} s") from None
+
+    def _call(self, call: Callable[[], Awaitable[T]]) -> T:
+        if self._closed:
+            raise QueueClosedError("this SyncQueue is closed")
+        return self._run(call())
+
+    def enqueue(
+        self,
+        entrypoint: str,
+        payload: bytes,
+        priority: int = 0,
+        *,
+        delay: timedelta | None = None,
+        not_before: datetime | None = None,
+        dedup_key: str | None = None,
+        max_attempts: int | None = None,
+        ttl: timedelta | None = None,
+    ) -> Job:
+        """Add a job, as the async ``enqueue`` does; returns it once it is durable."""
+        return self._call(
+            lambda: self._queue.enqueue(
+                entrypoint,
+                payload,
+                priority,
+                delay=delay,
+                not_before=not_before,
+                dedup_key=dedup_key,
+                max_attempts=max_attempts,
+                ttl=ttl,
+            )
+        )
+
+    def enqueue_many(
+        self, jobs: str | Iterable[JobSpec], payloads: Iterable[bytes] = (), priority: int = 0
+    ) -> list[Job]:
+        """Add jobs in one commit, as the async ``enqueue_many`` does (``enqueue_many(entrypoint,
+        payloads)`` or ``enqueue_many(specs)``)."""
+        specs = (
+            [JobSpec(jobs, payload, priority) for payload in payloads]
+            if isinstance(jobs, str)
+            else list(jobs)
+        )
+        return self._call(lambda: self._queue.enqueue_many(specs))
+
+    def stats(self) -> QueueStats:
+        """Return the queue's counts, as the async ``stats`` does.
+
+        Raises
+        ------
+        TypeError
+            For a queue called through a broker (``connect``), whose API has no counts: open
+            the queue on its storage (``open_queue``) to read them.
+        """
+        queue = self._queue
+        if not isinstance(queue, BrokerQueue):
+            raise TypeError("stats() needs the queue opened on its storage (sync.open_queue), not a broker's")
+        return self._call(queue.stats)
+
+    def close(self) -> None:
+        """Commit what is pending, close the queue and stop the loop; calls then raise
+        ``QueueClosedError``. Called at interpreter exit for queues still open."""
+        if self._closed:
+            return
+        self._closed = True
+        _open_queues.discard(self)
+        try:
+            self._run(self._close())
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(self.timeout)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def open_queue(
+    storage: ObjectStoragePort | str, *, timeout: timedelta = DEFAULT_TIMEOUT, **options: Any
+) -> SyncQueue:
+    """Open the queue on ``storage`` (a storage, a storage URL, or a file path) as a
+    ``BrokerQueue`` (``options`` go to it) whose calls block."""
+    if isinstance(storage, str):
+        storage = storage_from_url(storage) if "://" in storage else LocalFileSystemStorage(storage)
+    where = storage
+
+    async def opener() -> tuple[BrokerQueue, Callable[[], Awaitable[None]]]:
+        queue = BrokerQueue(where, **options)
+        await queue.start()
+        return queue, queue.stop
+
+    return SyncQueue(opener, timeout)
+
+
+def connect(target: str, queue: str, *, timeout: timedelta = DEFAULT_TIMEOUT, **options: Any) -> SyncQueue:
+    """Open queue ``queue`` through the broker of ``target``, as ``jqueue.connect`` does
+    (``options``: ``token``, ``broker``, ``failover_timeout``, ...), with calls that block."""
+    connection = async_connect(target, queue, **options)
+
+    async def opener() -> tuple[BrokerQueue | RemoteQueue, Callable[[], Awaitable[None]]]:
+        opened = await connection.__aenter__()
+        return opened, lambda: connection.__aexit__(None, None, None)
+
+    return SyncQueue(opener, timeout)
+
+
+@atexit.register
+def _close_open_queues() -> None:
+    for queue in list(_open_queues):
+        queue.close()

@@ -1,0 +1,84 @@
+"""``jqueue.sync``: producing from synchronous code, on a file and through ``jqueue serve``."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from jqueue import (
+    BrokerQueue,
+    CorruptStateError,
+    JobSpec,
+    JobStatus,
+    LocalFileSystemStorage,
+    QueueClosedError,
+    sync,
+)
+from jqueue.testing import instrumented
+from servers import jqueue_serve
+
+
+def test_calls_block_until_durable_and_threads_share_commits(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    counted = instrumented(LocalFileSystemStorage(path))
+    with sync.open_queue(counted) as jobs:
+        job = jobs.enqueue("mail", b"a", delay=timedelta(hours=1), dedup_key="k")
+        assert job.not_before is not None
+        assert jobs.enqueue("mail", b"again", dedup_key="k").id == job.id
+        added = jobs.enqueue_many("mail", [b"b", b"c"])
+        assert [j.payload for j in added] == [b"b", b"c"]
+        assert len(jobs.enqueue_many([JobSpec("sms", b"d")])) == 1
+        before = counted.writes
+        barrier = threading.Barrier(20)
+
+        def produce(i: int) -> str:
+            barrier.wait()
+            return jobs.enqueue("bulk", b"%d" % i).id
+
+        with ThreadPoolExecutor(20) as pool:
+            ids = list(pool.map(produce, range(20)))
+        commits = counted.writes - before
+        assert len(set(ids)) == 20
+        assert commits < 20  # concurrent calls from threads were folded together
+        stats = jobs.stats()
+        assert stats.total(JobStatus.QUEUED) == 24
+    with pytest.raises(QueueClosedError):
+        jobs.enqueue("mail", b"late")
+
+
+async def test_what_a_sync_producer_added_is_there_for_async_readers(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    jobs = sync.open_queue(str(path))
+    jobs.enqueue("mail", b"x")
+    jobs.close()
+    jobs.close()  # twice is fine
+    async with BrokerQueue(LocalFileSystemStorage(path)) as q:
+        [job] = await q.dequeue("mail")
+        assert job.payload == b"x"
+
+
+def test_through_a_broker(tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()
+    with (
+        jqueue_serve(str(tmp_path / "root"), tmp_path / "serve.log") as url,
+        sync.connect(url, "jobs") as jobs,
+    ):
+        assert [j.payload for j in jobs.enqueue_many("mail", [b"a", b"b"])] == [b"a", b"b"]
+        with pytest.raises(TypeError, match="open_queue"):
+            jobs.stats()
+    with sync.open_queue(str(tmp_path / "root" / "jobs.json")) as direct:
+        assert direct.stats().total(JobStatus.QUEUED) == 2
+
+
+def test_a_file_that_is_not_a_queue_is_reported_and_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "q.json").write_text("not a queue")
+    with (
+        sync.open_queue(str(tmp_path / "q.json")) as jobs,
+        pytest.raises(CorruptStateError, match=r"q\.json"),
+    ):
+        jobs.enqueue("mail", b"x")
+    assert (tmp_path / "q.json").read_text() == "not a queue"
