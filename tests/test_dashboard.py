@@ -189,6 +189,20 @@ async def test_the_dashboard_in_a_browser(
                 await page.get_by_role("button", name="Lift the queue's throttle").click()
                 assert (await direct.stats()).throttles == {}
 
+                # A limit on the jobs of an entrypoint in progress, set and lifted from the page.
+                sms = page.locator("tr[data-entrypoint='sms']")
+                await sms.get_by_label("At most", exact=True).fill("1")
+                await sms.get_by_role("button", name="Limit").click()
+                await expect(page.locator("tr[data-entrypoint='sms'] [data-limit]")).to_have_text(
+                    "at most 1 running"
+                )
+                assert (await direct.stats()).limits == {"sms": 1}
+                await (
+                    page.locator("tr[data-entrypoint='sms']").get_by_role("button", name="Lift limit").click()
+                )
+                await expect(page.get_by_role("status")).to_have_text("Lifted the limit of entrypoint sms.")
+                assert (await direct.stats()).limits == {}
+
                 # Live: new jobs show up without a reload.
                 await page.goto(f"{url}/")
                 before = await page.locator(row(shop, "queued")).inner_text()

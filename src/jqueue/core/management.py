@@ -9,7 +9,7 @@ from typing import TypeVar
 from jqueue.core.commit_stats import CommitStats
 from jqueue.core.commits import Commits
 from jqueue.core.layout import StoreOpener
-from jqueue.domain.effects import PauseSet, ThrottleSet
+from jqueue.domain.effects import LimitSet, PauseSet, ThrottleSet
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.insight import (
     DeadGroup,
@@ -213,6 +213,19 @@ class ManagementCalls:
         if window < 1:
             raise ValueError(f"per must be positive, got {span(per)}")
         await self._commits.run(lambda index: index.apply(ThrottleSet(entrypoint, limit, window)))
+
+    async def limit(self, entrypoint: str | None, n: int | None) -> None:
+        """Allow at most ``n`` jobs of ``entrypoint`` (None: of the whole queue) in progress at
+        once, however many workers claim, in every process; ``n=None`` lifts the limit.
+
+        The claim enforces it, as it does throttles: a claim hands out no job of an
+        entrypoint whose limit is reached until one of its jobs is acked, nacked, released
+        or dies.
+        """
+        _scope(entrypoint)
+        if n is not None and checked_int64("n", n) < 0:
+            raise ValueError(f"n must not be negative, got {n}")
+        await self._commits.run(lambda index: index.apply(LimitSet(entrypoint, n)))
 
     async def history(
         self,

@@ -113,12 +113,20 @@ class ClaimOrder:
         assert record.not_before is not None
         heapq.heappush(self._scheduled, (record.not_before, record.stamp, record.id))
 
-    def next_claimable(self, entrypoints: Collection[str] | None, controls: Controls, now: int) -> str | None:
+    def next_claimable(
+        self,
+        entrypoints: Collection[str] | None,
+        controls: Controls,
+        now: int,
+        running: Callable[[str | None], int],
+    ) -> str | None:
         """Pop and return the best claimable job (of ``entrypoints`` if given) whose entrypoint
-        is neither paused nor out of throttle, or None."""
+        is neither paused, out of throttle, nor at its limit of ``running`` jobs, or None."""
         best: list[ReadyEntry] | None = None
         for name in list(self._ready) if entrypoints is None else entrypoints:
             if controls.claims_paused(name) or controls.remaining(name, now) == 0:
+                continue
+            if controls.at_limit(name, running):
                 continue
             heap = self._clean_top(name)
             if heap is not None and (best is None or heap[0] < best[0]):

@@ -1,9 +1,11 @@
-"""Flow control kept in the queue state: pauses and claim throttles, obeyed by every process.
+"""Flow control kept in the queue state: pauses, claim throttles and limits on the jobs in
+progress, obeyed by every process.
 
 A scope is an entrypoint, or None for the whole queue. A throttle allows ``limit``
 claims per fixed window of ``window`` microseconds (windows are counted from the
 epoch); the claims of the current window are counted as claims are applied, so
-replaying the log gives every reader the same counts.
+replaying the log gives every reader the same counts. A limit allows at most so many jobs of
+its scope in progress at once (counted by the index's tally when a claim is decided).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
 
-from jqueue.domain.effects import PauseSet, ThrottleSet
+from jqueue.domain.effects import LimitSet, PauseSet, ThrottleSet
 
 Scope = str | None
 
@@ -25,6 +27,7 @@ class Controls:
         self.paused_enqueues: set[Scope] = set()
         self.throttles: dict[Scope, tuple[int, int]] = {}
         self.usage: dict[Scope, tuple[int, int]] = {}
+        self.limits: dict[Scope, int] = {}
 
     def to_dict(self) -> dict[str, Any]:
         """Return the controls as plain lists (for the wire formats and snapshots)."""
@@ -33,6 +36,7 @@ class Controls:
             "paused_enqueues": sorted(self.paused_enqueues, key=str),
             "throttles": [[scope, limit, window] for scope, (limit, window) in self.throttles.items()],
             "usage": [[scope, window, count] for scope, (window, count) in self.usage.items()],
+            "limits": [[scope, limit] for scope, limit in self.limits.items()],
         }
 
     @classmethod
@@ -43,14 +47,16 @@ class Controls:
         controls.paused_enqueues = set(data.get("paused_enqueues", ()))
         controls.throttles = {scope: (limit, window) for scope, limit, window in data.get("throttles", ())}
         controls.usage = {scope: (window, count) for scope, window, count in data.get("usage", ())}
+        controls.limits = {scope: limit for scope, limit in data.get("limits", ())}
         return controls
 
-    def as_effects(self) -> list[PauseSet | ThrottleSet]:
-        """Return the effects that set these pauses and throttles on an empty queue."""
+    def as_effects(self) -> list[PauseSet | ThrottleSet | LimitSet]:
+        """Return the effects that set these pauses, throttles and limits on an empty queue."""
         scopes = sorted(self.paused_claims | self.paused_enqueues, key=str)
         pauses = [PauseSet(s, s in self.paused_claims, s in self.paused_enqueues) for s in scopes]
         throttles = [ThrottleSet(scope, limit, window) for scope, (limit, window) in self.throttles.items()]
-        return [*pauses, *throttles]
+        limits = [LimitSet(scope, limit) for scope, limit in self.limits.items()]
+        return [*pauses, *throttles, *limits]
 
     def _restorer(self) -> Callable[[], None]:
         saved = deepcopy(self.__dict__)
@@ -79,6 +85,23 @@ class Controls:
         else:
             self.throttles[effect.scope] = (effect.limit, effect.window)
         return undo
+
+    def set_limit(self, effect: LimitSet) -> Callable[[], None]:
+        """Apply a limit on the jobs in progress, or lift one; returns its undo."""
+        undo = self._restorer()
+        if effect.limit is None:
+            self.limits.pop(effect.scope, None)
+        else:
+            self.limits[effect.scope] = effect.limit
+        return undo
+
+    def at_limit(self, entrypoint: str, running: Callable[[Scope], int]) -> bool:
+        """Whether the limits let no more job of ``entrypoint`` start, given the jobs ``running``
+        (in progress) per scope."""
+        limits = self.limits
+        return bool(limits) and any(
+            scope in limits and running(scope) >= limits[scope] for scope in (None, entrypoint)
+        )
 
     def count_claim(self, entrypoint: str, at: int) -> Callable[[], None] | None:
         """Count a claim at ``at`` against the throttles it falls under; returns the undo, if any."""

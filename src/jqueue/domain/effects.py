@@ -107,6 +107,15 @@ class ThrottleSet:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitSet:
+    """At most ``limit`` jobs of ``scope`` (an entrypoint, or None for the whole queue) may be
+    in progress at once; a ``limit`` of None lifts it."""
+
+    scope: str | None
+    limit: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Beat:
     """A claimed job's heartbeat moved to ``at``; its lease, if it expires, now expires at
     ``expires``, or when None as long again from ``at`` as it was from the last heartbeat."""
@@ -126,6 +135,7 @@ Effect = (
     | Forgotten
     | PauseSet
     | ThrottleSet
+    | LimitSet
     | Published
     | Discarded
 )

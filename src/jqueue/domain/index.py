@@ -71,13 +71,14 @@ class QueueIndex(IndexState):
         """Claim up to ``batch_size`` claimable jobs in priority order (of ``entrypoints`` if
         given), each under a new lease from ``leases`` that runs out at ``expires``.
 
-        Jobs not yet due wait; paused entrypoints and throttles that are used up hand
-        out nothing; a job past its deadline dies (``ttl``) instead of being claimed.
+        Jobs not yet due wait; paused entrypoints, throttles that are used up and limits
+        on the jobs in progress that are reached hand out nothing; a job past its deadline
+        dies (``ttl``) instead of being claimed.
         """
         self.order.release_due(now)
         claimed: list[Claimed] = []
         while len(claimed) < batch_size:
-            job_id = self.order.next_claimable(entrypoints, self.controls, now)
+            job_id = self.order.next_claimable(entrypoints, self.controls, now, self.running)
             if job_id is None:
                 break
             record = self.records[job_id]

@@ -27,6 +27,7 @@ from jqueue.domain.effects import (
     Discarded,
     Effect,
     Forgotten,
+    LimitSet,
     PauseSet,
     Published,
     Removed,
@@ -44,7 +45,7 @@ from jqueue.domain.records import (
     JobRecord,
 )
 from jqueue.domain.schema import FIELDS
-from jqueue.domain.tally import Tally
+from jqueue.domain.tally import IN_PROGRESS, Tally
 
 REQUIRED_COLUMNS = (*(f.name for f in FIELDS if f.required), "order")
 """The columns ``from_columns`` needs; the others may be left out (their default in every row)."""
@@ -272,6 +273,8 @@ class IndexState:
                 self._record_undo(self.controls.set_pause(effect))
             case ThrottleSet():
                 self._record_undo(self.controls.set_throttle(effect))
+            case LimitSet():
+                self._record_undo(self.controls.set_limit(effect))
 
     def apply_all(self, effects: Iterable[Effect]) -> None:
         """Apply effects in order."""
@@ -279,6 +282,13 @@ class IndexState:
             self.apply(effect)
         if self._journal is None:
             self.order.prune()
+
+    def running(self, scope: str | None) -> int:
+        """How many jobs of ``scope`` (an entrypoint, or None for all) are in progress."""
+        if scope is None:
+            return self.tally.total(IN_PROGRESS)
+        counts = self.tally.counts.get(scope)
+        return 0 if counts is None else counts[IN_PROGRESS]
 
     def heap_entries(self) -> int:
         """How many entries the heaps hold, live or outdated (outdated ones are skipped lazily)."""

@@ -47,6 +47,8 @@ class QueueStats:
         Paused scopes (None: the whole queue).
     throttles : dict of (str or None) to (int, float)
         Claims allowed per window of so many seconds, per scope.
+    limits : dict of (str or None) to int
+        Jobs allowed in progress at once, per scope.
     history_records : int
         Finished jobs remembered.
     """
@@ -56,6 +58,7 @@ class QueueStats:
     paused_claims: list[str | None] = field(default_factory=list)
     paused_enqueues: list[str | None] = field(default_factory=list)
     throttles: dict[str | None, tuple[int, float]] = field(default_factory=dict)
+    limits: dict[str | None, int] = field(default_factory=dict)
     history_records: int = 0
 
     def total(self, status: JobStatus) -> int:
@@ -99,5 +102,6 @@ def stats_of(index: QueueIndex, now: int) -> QueueStats:
         paused_claims=sorted(controls.paused_claims, key=str),
         paused_enqueues=sorted(controls.paused_enqueues, key=str),
         throttles={scope: (limit, window / 1e6) for scope, (limit, window) in controls.throttles.items()},
+        limits=dict(controls.limits),
         history_records=len(index.history),
     )

@@ -50,7 +50,7 @@ def _jobs_table(jobs: list[Job]) -> Table:
 
 
 def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Counts by entrypoint and status, the oldest waiting job, pauses and throttles."""
+    """Counts by entrypoint and status, the oldest waiting job, pauses, throttles and limits."""
 
     async def look() -> QueueStats:
         async with existing_queue(ctx) as queue:
@@ -68,6 +68,7 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             "entrypoints": entrypoints,
             "paused": paused,
             "throttles": throttles,
+            "limits": [{"entrypoint": k, "limit": v} for k, v in result.limits.items()],
         }
         print_json(summary | {"history_records": result.history_records})
         return
@@ -86,6 +87,8 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     console.print(f"history records: {result.history_records}")
     for scope, (limit, per) in result.throttles.items():
         console.print(f"throttle {'(all)' if scope is None else scope}: {limit} claims per {per:g} s")
+    for scope, most in result.limits.items():
+        console.print(f"limit {'(all)' if scope is None else scope}: {most} in progress at once")
 
 
 def ls(

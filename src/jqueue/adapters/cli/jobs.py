@@ -247,6 +247,29 @@ def throttle(
     _done({"entrypoint": entrypoint, "limit": limit, "per_seconds": per}, message, as_json)
 
 
+def limit(
+    ctx: typer.Context,
+    most: Annotated[
+        int | None, typer.Argument(help="Jobs allowed in progress at once (omit with --off).")
+    ] = None,
+    entrypoint: EntrypointOption = None,
+    off: Annotated[bool, typer.Option("--off", help="Lift the limit.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Allow at most MOST jobs in progress at once, however many workers run."""
+    if (most is None) != off:
+        fail("give MOST or --off")
+
+    async def act() -> None:
+        async with direct_queue(ctx) as queue:
+            await queue.limit(entrypoint, most)
+
+    run(act())
+    scope = entrypoint or "the whole queue"
+    message = f"lifted the limit of {scope}" if off else f"{scope}: at most {most} in progress at once"
+    _done({"entrypoint": entrypoint, "limit": most}, message, as_json)
+
+
 def _done(data: dict[str, object], message: str, as_json: bool) -> None:
     if as_json:
         print_json(data)
@@ -267,7 +290,7 @@ def _report(count: int, verb: str, as_json: bool) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add these commands to ``app``."""
-    for command in (enqueue, stats, ls, show, requeue, purge, pause, resume, throttle, history):
+    for command in (enqueue, stats, ls, show, requeue, purge, pause, resume, throttle, limit, history):
         app.command()(command)
     dead = typer.Typer(help="Dead letters: list and redrive them.", no_args_is_help=True)
     dead.command("ls")(dead_ls)

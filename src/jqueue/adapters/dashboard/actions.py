@@ -120,6 +120,13 @@ class Actions:
             limit, per = _number(form, "limit"), _number(form, "per")
             await queue.throttle(limit, timedelta(seconds=per), scope)
             return f"Throttled {where} to {limit} claims per {per:g} s."
+        if action == "limit":
+            most = _number(form, "most")
+            await queue.limit(scope, most)
+            return f"Limited {where} to {most} jobs in progress at once."
+        if action == "unlimit":
+            await queue.limit(scope, None)
+            return f"Lifted the limit of {where}."
         if action == "unthrottle":
             await queue.throttle(None, timedelta(seconds=1), scope)
             return f"Lifted the throttle of {where}."

@@ -25,6 +25,7 @@ from jqueue.domain.effects import (
     Discarded,
     Effect,
     Forgotten,
+    LimitSet,
     PauseSet,
     Published,
     Removed,
@@ -102,11 +103,27 @@ class _Throttle(msgspec.Struct, tag="throttle", array_like=True):
     window: Window
 
 
+class _Limit(msgspec.Struct, tag="limit", array_like=True):
+    scope: str | None
+    limit: Count | None
+
+
 if TYPE_CHECKING:
     _WireEffect = Any
 else:
     _WireEffect = (
-        _Add | _Claim | _Requeue | _Remove | _Beat | _Die | _Forget | _Pause | _Throttle | _Publish | _Discard
+        _Add
+        | _Claim
+        | _Requeue
+        | _Remove
+        | _Beat
+        | _Die
+        | _Forget
+        | _Pause
+        | _Throttle
+        | _Limit
+        | _Publish
+        | _Discard
     )
 
 
@@ -152,6 +169,8 @@ def _wire_effect(effect: Effect) -> _WireEffect:
             return _Pause(scope, claims, enqueues)
         case ThrottleSet(scope, limit, window):
             return _Throttle(scope, limit, window)
+        case LimitSet(scope, limit):
+            return _Limit(scope, limit)
         case Published(batch):
             return _Publish(batch)
         case Discarded(batch):
@@ -202,6 +221,8 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
                 effects.append(PauseSet(scope, claims, enqueues))
             case _Throttle(scope, limit, window):
                 effects.append(ThrottleSet(scope, limit, window))
+            case _Limit(scope, limit):
+                effects.append(LimitSet(scope, limit))
             case _Publish(batch):
                 effects.append(Published(batch))
             case _Discard(batch):

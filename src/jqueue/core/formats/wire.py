@@ -63,12 +63,13 @@ class WireHistory(msgspec.Struct, array_like=True):
 
 
 class WireControls(msgspec.Struct):
-    """Pauses and throttles on the wire (as in ``Controls.to_dict``)."""
+    """Pauses, throttles and limits on the wire (as in ``Controls.to_dict``)."""
 
     paused_claims: list[str | None] = []
     paused_enqueues: list[str | None] = []
     throttles: list[tuple[str | None, Count, Window]] = []
     usage: list[tuple[str | None, Count, Count]] = []
+    limits: list[tuple[str | None, Count]] = []
 
 
 _history_fields = operator.attrgetter(*HistoryRecord.__slots__)

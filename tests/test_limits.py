@@ -1,0 +1,82 @@
+"""Limits on the jobs in progress, enforced in the claim for every process: file and S3,
+both layouts, and three worker processes measured from the history."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Backend
+from jqueue import BrokerQueue, DirectQueue, JobStatus, Layout, LocalFileSystemStorage
+from jqueue.domain.records import HistoryRecord
+
+HERE = Path(__file__).parent
+
+
+async def test_a_limit_holds_across_processes_until_jobs_finish(file_or_s3: Backend, layout: Layout) -> None:
+    storage, name = file_or_s3.new()
+    async with (
+        DirectQueue(storage, layout=layout) as admin,
+        DirectQueue(file_or_s3.handle(name), layout=layout) as worker,
+    ):
+        await admin.enqueue_many("a", [b"a1", b"a2", b"a3", b"a4"])
+        await admin.enqueue_many("b", [b"b1", b"b2"])
+        await admin.limit("a", 2)
+        first = await worker.dequeue(batch_size=10)
+        assert sorted(job.payload for job in first) == [b"a1", b"a2", b"b1", b"b2"]
+        assert await worker.dequeue("a") == []
+        assert await worker.peek("a") == []
+        await worker.ack(next(job for job in first if job.payload == b"a1"))
+        assert [job.payload for job in await worker.dequeue("a", batch_size=5)] == [b"a3"]
+        assert (await worker.stats()).limits == {"a": 2}
+        await admin.limit(None, 3)  # the whole queue: a2, a3 and b1, b2 are running
+        await admin.limit("a", None)
+        assert await worker.dequeue("a") == []
+        await worker.nack(next(job for job in first if job.payload == b"b1"), max_attempts=1)  # dies
+        assert [job.payload for job in await worker.dequeue("a")] == []  # 3 still run: a2, a3, b2
+        await worker.ack(next(job for job in first if job.payload == b"b2"))
+        assert [job.payload for job in await worker.dequeue("a")] == [b"a4"]
+        await admin.limit(None, None)
+        assert (await worker.stats()).limits == {}
+        with pytest.raises(ValueError, match="negative"):
+            await admin.limit("a", -1)
+
+
+def peak(records: list[HistoryRecord]) -> int:
+    """The most jobs in progress at once: [last claim, finish) of each, overlapped."""
+    events = sorted([(r.claims[-1], 1) for r in records] + [(r.finished, -1) for r in records])
+    running = most = 0
+    for _, step in events:  # at one instant, a finish (-1) sorts before a claim (+1)
+        running += step
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.slow
+async def test_three_worker_processes_never_run_more_than_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    async with BrokerQueue(LocalFileSystemStorage(path)) as queue:
+        await queue.enqueue_many("work", [b"%d" % i for i in range(60)])
+        await queue.enqueue_many("other", [b"%d" % i for i in range(20)])
+        await queue.limit("work", 2)
+    workers = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, str(HERE / "limit_worker.py"), path.as_uri(), stdout=asyncio.subprocess.PIPE
+        )
+        for _ in range(3)
+    ]
+    for worker in workers:
+        assert worker.stdout is not None
+        assert (await worker.stdout.readline()).strip() == b"ready"
+    assert [await asyncio.wait_for(worker.wait(), 120) for worker in workers] == [0, 0, 0]
+    async with DirectQueue(LocalFileSystemStorage(path)) as queue:
+        left = await queue.count()
+        history = await queue.history(outcome=JobStatus.ACKED)
+    work = [r for r in history if r.entrypoint == "work"]
+    others = [r for r in history if r.entrypoint == "other"]
+    assert (left, len(work), len(others)) == (0, 60, 20)
+    assert peak(work) == 2  # never more than the limit, and the limit was used
+    assert peak(others) > 2  # the other entrypoint is not held back
