@@ -8,9 +8,10 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import timedelta, tzinfo
 
 from jqueue.core.control import Fail, Retry
+from jqueue.core.cron import Schedule, run_schedule, time_zone
 from jqueue.core.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
 from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.hooks import Hook, call_hooks
@@ -114,6 +115,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._abort = asyncio.Event()
         self._retry_due = 0.0
+        self.schedules: list[tuple[Queue, Schedule]] = []
         for entrypoint, function in (handlers or {}).items():
             self.register(entrypoint, function)
 
@@ -130,6 +132,30 @@ class Worker:
         """Run ``function`` for jobs of ``entrypoint``, with its own time limit if given; a sync
         function runs in a thread, or in a process with ``in_process``."""
         self.handlers[entrypoint] = HandlerSpec.of(function, timeout or self.timeout, in_process)
+
+    def cron(
+        self,
+        schedule: str | None,
+        entrypoint: str,
+        payload: bytes = b"",
+        *,
+        every: timedelta | None = None,
+        tz: str | tzinfo = "UTC",
+        priority: int = 0,
+        queue: Queue | None = None,
+    ) -> None:
+        """Enqueue a job of ``entrypoint`` at each tick of ``schedule`` (a cron expression such
+        as ``"*/5 * * * *"``, read in time zone ``tz``) or ``every`` so long, while ``run``
+        runs (not in a burst): one job per tick however many workers have the schedule, and
+        the latest tick that passed is enqueued when a worker starts. Into ``queue``, by
+        default the worker's first. A cron expression needs the ``cron`` extra (croniter).
+        """
+        target = self.queues[0] if queue is None else queue
+        if not callable(getattr(target, "enqueue_many", None)):
+            raise TypeError("a periodic job needs a queue that can enqueue (enqueue_many)")
+        self.schedules.append(
+            (target, Schedule(entrypoint, payload, schedule, every, time_zone(tz), priority))
+        )
 
     def handler(
         self, entrypoint: str, *, timeout: timedelta | None = None, in_process: bool = False
@@ -208,9 +234,16 @@ class Worker:
         started = time.monotonic()
         with self._signals(install_signals):
             await call_hooks(self.hooks["start"], self)
+            ticking = [] if until_empty else [
+                asyncio.create_task(run_schedule(queue, schedule, self._stopping), name="jqueue-cron")
+                for queue, schedule in self.schedules
+            ]  # fmt: skip
             try:
                 await self._claim_loop(running, pools, until_empty)
             finally:
+                for task in ticking:
+                    task.cancel()
+                await asyncio.gather(*ticking, return_exceptions=True)
                 finished = await self._drain(running)
                 pools.close(wait=finished and not self._abort.is_set())
                 self.stats.seconds = time.monotonic() - started
