@@ -24,6 +24,7 @@ from jqueue.core.layout import Layout
 from jqueue.core.outcomes import JobResult, Outcome, WorkerStats
 from jqueue.core.queue_set import QueueSet
 from jqueue.core.settings import LogSettings
+from jqueue.core.tasks import Task
 from jqueue.core.worker import Worker
 from jqueue.domain.errors import (
     CASConflictError,
@@ -114,6 +115,7 @@ __all__ = [
     "Retry",
     "ServiceError",
     "StorageError",
+    "Task",
     "Worker",
     "WorkerStats",
     "__version__",

@@ -7,16 +7,17 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import timedelta, tzinfo
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import timedelta
 
 from jqueue.core.control import Fail, Retry
-from jqueue.core.cron import Schedule, run_schedule, time_zone
+from jqueue.core.cron import Schedule, run_schedule
 from jqueue.core.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
 from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.hooks import Hook, call_hooks
 from jqueue.core.outcomes import JobResult, Outcome, WorkerStats
 from jqueue.core.queue_set import QueueSet
+from jqueue.core.worker_setup import WorkerSetup
 from jqueue.domain.errors import (
     CASConflictError,
     JobNotFoundError,
@@ -37,7 +38,7 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BACKOFF = Backoff()
 
 
-class Worker:
+class Worker(WorkerSetup):
     """Runs handlers for the jobs of one queue or several.
 
     For each claimed job, heartbeats run while its handler does; success acks the job
@@ -118,67 +119,6 @@ class Worker:
         self.schedules: list[tuple[Queue, Schedule]] = []
         for entrypoint, function in (handlers or {}).items():
             self.register(entrypoint, function)
-
-    # --- configuration ----------------------------------------------------------------
-
-    def register(
-        self,
-        entrypoint: str,
-        function: Handler,
-        *,
-        timeout: timedelta | None = None,
-        in_process: bool = False,
-    ) -> None:
-        """Run ``function`` for jobs of ``entrypoint``, with its own time limit if given; a sync
-        function runs in a thread, or in a process with ``in_process``."""
-        self.handlers[entrypoint] = HandlerSpec.of(function, timeout or self.timeout, in_process)
-
-    def cron(
-        self,
-        schedule: str | None,
-        entrypoint: str,
-        payload: bytes = b"",
-        *,
-        every: timedelta | None = None,
-        tz: str | tzinfo = "UTC",
-        priority: int = 0,
-        queue: Queue | None = None,
-    ) -> None:
-        """Enqueue a job of ``entrypoint`` at each tick of ``schedule`` (a cron expression such
-        as ``"*/5 * * * *"``, read in time zone ``tz``) or ``every`` so long, while ``run``
-        runs (not in a burst): one job per tick however many workers have the schedule, and
-        the latest tick that passed is enqueued when a worker starts. Into ``queue``, by
-        default the worker's first. A cron expression needs the ``cron`` extra (croniter).
-        """
-        target = self.queues[0] if queue is None else queue
-        if not callable(getattr(target, "enqueue_many", None)):
-            raise TypeError("a periodic job needs a queue that can enqueue (enqueue_many)")
-        self.schedules.append(
-            (target, Schedule(entrypoint, payload, schedule, every, time_zone(tz), priority))
-        )
-
-    def handler(
-        self, entrypoint: str, *, timeout: timedelta | None = None, in_process: bool = False
-    ) -> Callable[[Handler], Handler]:
-        """Decorator form of ``register``."""
-
-        def decorate(function: Handler) -> Handler:
-            self.register(entrypoint, function, timeout=timeout, in_process=in_process)
-            return function
-
-        return decorate
-
-    def on(self, event: str) -> Callable[[Hook], Hook]:
-        """Decorator adding a hook: ``start(worker)``, ``stop(worker, stats)``,
-        ``before_job(job)`` or ``after_job(result)``; sync or async."""
-        if event not in self.hooks:
-            raise ValueError(f"unknown hook {event!r}; one of {sorted(self.hooks)}")
-
-        def decorate(hook: Hook) -> Hook:
-            self.hooks[event].append(hook)
-            return hook
-
-        return decorate
 
     # --- running ----------------------------------------------------------------------
 

@@ -1,0 +1,108 @@
+"""Typed tasks: a function whose arguments are the job's payload, validated and encoded for you.
+
+``@worker.task`` on ``async def send_email(to: str, subject: str = "")`` registers a handler
+for entrypoint ``send_email``; ``await send_email.defer(queue, to="a@example.com")`` checks the
+arguments against the signature (pydantic) and enqueues them as JSON. The handler validates
+the payload the same way before it calls the function, so a malformed job fails with the
+reason instead of reaching the code.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from jqueue.core.control import Fail
+from jqueue.domain.models import Job
+from jqueue.domain.spec import JobSpec
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Arguments(BaseModel):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+
+
+def _model(function: Callable[..., Any]) -> type[BaseModel]:
+    """A pydantic model of ``function``'s parameters (keyword-compatible ones only)."""
+    hints = get_type_hints(function)
+    fields: dict[str, Any] = {}
+    for name, parameter in inspect.signature(function).parameters.items():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD, parameter.POSITIONAL_ONLY):
+            raise TypeError(f"task {function.__name__}: parameter {name} must be passable by keyword")
+        if name not in hints:
+            raise TypeError(f"task {function.__name__}: parameter {name} needs a type annotation")
+        default = ... if parameter.default is parameter.empty else parameter.default
+        fields[name] = (hints[name], default)
+    model: type[BaseModel] = create_model(f"{function.__name__}_arguments", __base__=_Arguments, **fields)
+    return model
+
+
+class Task(Generic[P, R]):
+    """A typed task: ``defer`` enqueues a call of it, ``handle`` runs a job of it.
+
+    Parameters
+    ----------
+    function : callable
+        The task's code (async, or sync to run in a thread); every parameter annotated.
+    entrypoint : str
+        The jobs' entrypoint.
+    priority : int
+        The jobs' priority unless ``spec``'s caller changes it.
+    """
+
+    def __init__(self, function: Callable[P, R], entrypoint: str, priority: int = 0) -> None:
+        self.function = function
+        self.entrypoint = entrypoint
+        self.priority = priority
+        self.arguments = _model(function)
+        self.signature = inspect.signature(function)
+
+    def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """Return the job of a call with these arguments (``dataclasses.replace`` it to add a
+        delay, a dedup key, ...).
+
+        Raises
+        ------
+        TypeError
+            If the arguments do not fit the signature.
+        pydantic.ValidationError
+            If a value does not fit its annotation.
+        """
+        bound = self.signature.bind(*args, **kwargs)
+        payload = self.arguments.model_validate(dict(bound.arguments)).model_dump_json().encode()
+        return JobSpec(self.entrypoint, payload, self.priority)
+
+    async def defer(self, queue: Any, /, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Enqueue a call with these arguments into ``queue``; returns the job once durable."""
+        jobs: list[Job] = await queue.enqueue_many([self.spec(*args, **kwargs)])
+        return jobs[0]
+
+    def _arguments_of(self, job: Job) -> dict[str, Any]:
+        try:
+            return dict(self.arguments.model_validate_json(job.payload))
+        except ValidationError as exc:  # this payload will never fit: no retry helps
+            raise Fail(f"the payload does not fit {self.entrypoint}'s arguments: {exc}") from None
+
+    def handler(self) -> Callable[[Job], Awaitable[object]] | Callable[[Job], object]:
+        """The worker's handler: the payload validated, then the function called with it."""
+        function: Callable[..., Any] = self.function
+        if inspect.iscoroutinefunction(function):
+
+            async def run_async(job: Job) -> object:
+                return await function(**self._arguments_of(job))
+
+            return run_async
+
+        def run_sync(job: Job) -> object:
+            return function(**self._arguments_of(job))
+
+        return run_sync
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the function itself, as if undecorated."""
+        return self.function(*args, **kwargs)

@@ -1,0 +1,116 @@
+"""How a ``Worker`` is told what to run: handlers, typed tasks, periodic jobs and hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta, tzinfo
+from typing import Any, ParamSpec, TypeVar, overload
+
+from jqueue.core.cron import Schedule, time_zone
+from jqueue.core.handlers import Handler, HandlerSpec
+from jqueue.core.hooks import Hook
+from jqueue.core.tasks import Task
+from jqueue.ports.queue import Queue
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class WorkerSetup:
+    """The configuration calls of ``Worker`` (which sets these attributes)."""
+
+    queues: list[Queue]
+    timeout: timedelta | None
+    handlers: dict[str, HandlerSpec]
+    hooks: dict[str, list[Hook]]
+    schedules: list[tuple[Queue, Schedule]]
+
+    def register(
+        self,
+        entrypoint: str,
+        function: Handler,
+        *,
+        timeout: timedelta | None = None,
+        in_process: bool = False,
+    ) -> None:
+        """Run ``function`` for jobs of ``entrypoint``, with its own time limit if given; a sync
+        function runs in a thread, or in a process with ``in_process``."""
+        self.handlers[entrypoint] = HandlerSpec.of(function, timeout or self.timeout, in_process)
+
+    def cron(
+        self,
+        schedule: str | None,
+        entrypoint: str,
+        payload: bytes = b"",
+        *,
+        every: timedelta | None = None,
+        tz: str | tzinfo = "UTC",
+        priority: int = 0,
+        queue: Queue | None = None,
+    ) -> None:
+        """Enqueue a job of ``entrypoint`` at each tick of ``schedule`` (a cron expression such
+        as ``"*/5 * * * *"``, read in time zone ``tz``) or ``every`` so long, while ``run``
+        runs (not in a burst): one job per tick however many workers have the schedule, and
+        the latest tick that passed is enqueued when a worker starts. Into ``queue``, by
+        default the worker's first. A cron expression needs the ``cron`` extra (croniter).
+        """
+        target = self.queues[0] if queue is None else queue
+        if not callable(getattr(target, "enqueue_many", None)):
+            raise TypeError("a periodic job needs a queue that can enqueue (enqueue_many)")
+        self.schedules.append(
+            (target, Schedule(entrypoint, payload, schedule, every, time_zone(tz), priority))
+        )
+
+    def handler(
+        self, entrypoint: str, *, timeout: timedelta | None = None, in_process: bool = False
+    ) -> Callable[[Handler], Handler]:
+        """Decorator form of ``register``."""
+
+        def decorate(function: Handler) -> Handler:
+            self.register(entrypoint, function, timeout=timeout, in_process=in_process)
+            return function
+
+        return decorate
+
+    def on(self, event: str) -> Callable[[Hook], Hook]:
+        """Decorator adding a hook: ``start(worker)``, ``stop(worker, stats)``,
+        ``before_job(job)`` or ``after_job(result)``; sync or async."""
+        if event not in self.hooks:
+            raise ValueError(f"unknown hook {event!r}; one of {sorted(self.hooks)}")
+
+        def decorate(hook: Hook) -> Hook:
+            self.hooks[event].append(hook)
+            return hook
+
+        return decorate
+
+    @overload
+    def task(self, function: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self, function: None = None, /, *, entrypoint: str | None = None, timeout: timedelta | None = None,
+        priority: int = 0,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...  # fmt: skip
+
+    def task(
+        self,
+        function: Callable[..., Any] | None = None,
+        /,
+        *,
+        entrypoint: str | None = None,
+        timeout: timedelta | None = None,
+        priority: int = 0,
+    ) -> Any:
+        """Decorator making a function with annotated parameters a typed task of this worker:
+        its jobs' entrypoint is the function's name (or ``entrypoint``), its payload the
+        arguments as JSON, validated when deferred and again when run (a payload that does
+        not fit dies at once, as with ``Fail``). Returns the ``Task``, whose ``defer(queue,
+        ...)`` enqueues a call."""
+
+        def decorate(chosen: Callable[..., Any]) -> Task[..., Any]:
+            made: Task[..., Any] = Task(chosen, entrypoint or chosen.__name__, priority)
+            self.register(made.entrypoint, made.handler(), timeout=timeout)
+            return made
+
+        return decorate if function is None else decorate(function)

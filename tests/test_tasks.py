@@ -1,0 +1,100 @@
+"""Typed tasks: arguments validated and encoded when deferred, validated again when run; on a
+file queue and through ``jqueue serve``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from jqueue import BrokerQueue, DirectQueue, LocalFileSystemStorage, Outcome, Worker, connect
+from servers import jqueue_serve
+
+
+async def test_a_task_is_deferred_with_checked_arguments_and_run_with_them(tmp_path: Path) -> None:
+    seen: list[tuple[str, int, list[str]]] = []
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "q.json")) as queue:
+        worker = Worker(queue)
+
+        @worker.task
+        async def send_email(to: str, retries: int = 1, cc: list[str] | None = None) -> None:
+            seen.append((to, retries, cc or []))
+
+        @worker.task(entrypoint="resize", timeout=timedelta(seconds=5))
+        def resize_image(path: str, width: int) -> int:  # sync: runs in a thread
+            seen.append((path, width, []))
+            return width
+
+        job = await send_email.defer(queue, "a@example.com", retries="3", cc=["b@example.com"])  # type: ignore[arg-type]
+        assert (job.entrypoint, json.loads(job.payload)) == (
+            "send_email",
+            {"to": "a@example.com", "retries": 3, "cc": ["b@example.com"]},
+        )
+        await resize_image.defer(queue, path="/x.png", width=64)
+        delayed = dataclasses.replace(send_email.spec(to="later@example.com"), delay=timedelta(hours=1))
+        await queue.enqueue_many([delayed])
+        with pytest.raises(pydantic.ValidationError):
+            await send_email.defer(queue, to="x", retries="many")  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await send_email.defer(queue, to="x", unknown=1)  # type: ignore[call-arg]
+        assert resize_image("/direct.png", 2) == 2  # still callable as itself
+
+        stats = await worker.burst()
+        assert stats.acked == 2
+        assert sorted(seen) == [
+            ("/direct.png", 2, []),
+            ("/x.png", 64, []),
+            ("a@example.com", 3, ["b@example.com"]),
+        ]
+
+
+async def test_a_payload_that_does_not_fit_dies_at_once(tmp_path: Path) -> None:
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "q.json")) as queue:
+        worker = Worker(queue)
+
+        @worker.task
+        async def charge(cents: int) -> None:
+            raise AssertionError("never called")
+
+        await queue.enqueue("charge", b'{"cents": "lots"}', max_attempts=5)
+        stats = await worker.burst()
+        assert stats.outcomes[Outcome.DEAD] == 1
+        [dead] = await queue.dead_letters()
+        assert dead.attempts == 1
+        assert dead.last_error is not None
+        assert dead.last_error.startswith("Fail: the payload does not fit charge's arguments")
+
+
+def test_a_task_needs_annotated_keyword_parameters() -> None:
+    worker = Worker(BrokerQueue(LocalFileSystemStorage("/nonexistent/q.json")))
+    with pytest.raises(TypeError, match="needs a type annotation"):
+
+        @worker.task
+        def untyped(x) -> None:  # type: ignore[no-untyped-def]
+            return None
+
+    with pytest.raises(TypeError, match="by keyword"):
+
+        @worker.task
+        def positional(x: int, /) -> None:
+            return None
+
+
+async def test_a_task_through_the_broker(tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()
+    done: list[int] = []
+    with jqueue_serve(str(tmp_path / "root"), tmp_path / "serve.log") as url:
+        async with connect(url, "jobs") as queue:
+            worker = Worker(queue)
+
+            @worker.task
+            async def add(a: int, b: int) -> None:
+                done.append(a + b)
+
+            await add.defer(queue, 2, b=3)
+            await worker.burst()
+    assert done == [5]
