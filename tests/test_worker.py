@@ -67,7 +67,11 @@ async def test_failures_are_retried_with_back_off_then_dead_with_the_error(file_
         assert stats.outcomes[Outcome.ACKED] == 2
         assert (stats.outcomes[Outcome.RETRIED], stats.outcomes[Outcome.DEAD]) == (3, 1)
         [dead] = await q.dead_letters()
-        assert (dead.payload, dead.attempts, dead.last_error) == (b"bad", 3, "ValueError: cannot do bad")
+        assert dead.last_error is not None
+        error, trace = dead.last_error.split("\n", 1)
+        assert (dead.payload, dead.attempts, error) == (b"bad", 3, "ValueError: cannot do bad")
+        assert trace.startswith("Traceback (most recent call last):")
+        assert 'raise ValueError(f"cannot do {job.payload.decode()}")' in trace  # the handler's own line
 
 
 async def test_a_handler_past_its_time_limit_is_cancelled_and_counts_as_a_failure(
@@ -105,7 +109,9 @@ async def test_sync_handlers_can_run_in_processes(tmp_path: Path, monkeypatch: p
         stats = await worker.burst()
         assert (stats.acked, stats.outcomes[Outcome.DEAD]) == (2, 1)
         [dead] = await q.dead_letters()
-        assert dead.last_error == "ValueError: negative"
+        assert dead.last_error is not None
+        assert dead.last_error.splitlines()[0] == "ValueError: negative"
+        assert 'raise ValueError("negative")' in dead.last_error  # the traceback from the handler's process
 
 
 async def test_a_job_that_hangs_past_its_lease_cannot_touch_the_new_holder(tmp_path: Path) -> None:

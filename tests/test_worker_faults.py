@@ -77,7 +77,8 @@ async def test_by_default_a_job_that_always_fails_ends_dead_and_burst_ends() -> 
         stats = await asyncio.wait_for(worker.burst(), 60)
         [dead] = await q.dead_letters()
     assert (dead.id, dead.attempts, dead.dead_reason) == (job.id, 5, "max_attempts")
-    assert dead.last_error == "RuntimeError: always"
+    assert dead.last_error is not None
+    assert dead.last_error.splitlines()[0] == "RuntimeError: always"
     assert (stats.outcomes[Outcome.RETRIED], stats.outcomes[Outcome.DEAD]) == (4, 1)
 
 

@@ -16,7 +16,7 @@ from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.memory import InMemoryStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
-from jqueue.core.control import Fail, Retry
+from jqueue.core.control import Fail, HandlerFailure, Retry
 from jqueue.core.direct import DirectQueue
 from jqueue.core.group_commit import GroupCommitLoop
 from jqueue.core.heartbeat import HeartbeatManager
@@ -30,6 +30,7 @@ from jqueue.domain.errors import (
     CASConflictError,
     CorruptStateError,
     InvalidURLError,
+    JobFailedError,
     JobNotFoundError,
     JQueueError,
     LeaseLostError,
@@ -87,12 +88,14 @@ __all__ = [
     "EntrypointStats",
     "Fail",
     "GroupCommitLoop",
+    "HandlerFailure",
     "HeartbeatManager",
     "HistoryRecord",
     "InMemoryStorage",
     "InvalidURLError",
     "JQueueError",
     "Job",
+    "JobFailedError",
     "JobNotFoundError",
     "JobResult",
     "JobSpec",

@@ -8,6 +8,11 @@ from jqueue.domain.spec import LONGEST_SPAN
 from jqueue.domain.values import span
 
 
+class HandlerFailure(Exception):  # noqa: N818 - a failure, named as such
+    """A handler failure whose message says it all: the worker records the message without
+    a traceback (as it does for ``Retry`` and ``Fail``)."""
+
+
 class Retry(Exception):  # noqa: N818 - the name users of other queues know
     """Raise in a handler to end this attempt and run the job again after ``delay``.
 

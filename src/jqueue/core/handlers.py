@@ -150,8 +150,8 @@ class HandlerPools:
             self._threads = ThreadPoolExecutor(self.size, thread_name_prefix="jqueue-handler")
         return self._threads
 
-    async def call(self, spec: HandlerSpec, job: Job) -> None:
-        """Run the handler on ``job`` within its time limit.
+    async def call(self, spec: HandlerSpec, job: Job) -> object:
+        """Run the handler on ``job`` within its time limit; return what it returned.
 
         Raises
         ------
@@ -164,29 +164,29 @@ class HandlerPools:
             try:
                 if spec.run_in == "loop":
                     result: Any = spec.function(job)
-                    await result
-                elif spec.run_in == "thread":
+                    return await result
+                if spec.run_in == "thread":
                     loop = asyncio.get_running_loop()
-                    await loop.run_in_executor(self._thread_pool(), spec.function, job)
-                else:
-                    await self._in_process(spec.function, job)
+                    return await loop.run_in_executor(self._thread_pool(), spec.function, job)
+                return await self._in_process(spec.function, job)
             except asyncio.CancelledError:
                 if limit.expired():
                     raise HandlerTimeoutError(f"timed out after {seconds:g} s") from None
                 raise
 
-    async def _in_process(self, function: Callable[[Job], object], job: Job) -> None:
+    async def _in_process(self, function: Callable[[Job], object], job: Job) -> object:
         async with self._process_slots:
             handler = self._idle.pop() if self._idle else _HandlerProcess()
             self._busy.add(handler)
             try:
-                await asyncio.wrap_future(handler.submit(function, job))
+                returned = await asyncio.wrap_future(handler.submit(function, job))
             except BaseException as exc:
                 # Cancelled (time limit, worker stopping) or broken: the process goes.
                 reusable = isinstance(exc, Exception) and not isinstance(exc, BrokenProcessPool)
                 await self._put_back(handler, reusable)
                 raise
             await self._put_back(handler, reusable=True)
+            return returned
 
     async def _put_back(self, handler: _HandlerProcess, reusable: bool) -> None:
         if handler not in self._busy:

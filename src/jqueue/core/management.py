@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
+from jqueue.core.changes import ChangeFeed
 from jqueue.core.commit_stats import CommitStats
 from jqueue.core.commits import Commits
 from jqueue.core.layout import StoreOpener
 from jqueue.domain.effects import LimitSet, PauseSet, ThrottleSet
+from jqueue.domain.errors import JobFailedError, JobNotFoundError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.insight import (
     DeadGroup,
@@ -29,6 +32,9 @@ from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_int64, checked_text, span
 
 T = TypeVar("T")
+RESULT_POLL_FIRST = 0.05
+RESULT_POLL_LONGEST = 1.0
+"""``result`` looks again after these many seconds, doubling (at once on a commit of this process)."""
 
 
 def entrypoint_set(entrypoint: str | Collection[str] | None) -> Collection[str] | None:
@@ -52,6 +58,7 @@ class ManagementCalls:
 
     _commits: Commits
     _opener: StoreOpener
+    changes: ChangeFeed
 
     async def _view(self, look: Callable[[QueueIndex], T]) -> T:
         return await (await self._opener.store()).view(look)
@@ -153,6 +160,38 @@ class ManagementCalls:
 
         found = await self._jobs([record.as_added() for record in await self._view(look)])
         return found[0] if found else None
+
+    async def result(self, job_id: str, timeout: timedelta | None = None) -> bytes | None:  # noqa: ASYNC109
+        """Wait until job ``job_id`` is finished and return what its handler returned (None
+        if nothing), while the history holds its record.
+
+        Raises
+        ------
+        JobFailedError
+            If the job died; its ``error`` has the last error and traceback.
+        JobNotFoundError
+            If the job is neither in the queue nor in the history.
+        TimeoutError
+            If it is not finished within ``timeout`` (None: wait as long as it takes).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
+        pause = RESULT_POLL_FIRST
+        while True:
+            seen = self.changes.generation
+            found = await self._view(lambda index: index.known(job_id))
+            if found is None:
+                raise JobNotFoundError(job_id)
+            if isinstance(found, HistoryRecord):
+                if found.outcome is JobStatus.DEAD:
+                    raise JobFailedError(job_id, found.error, found.reason)
+                return found.result
+            if found.status is JobStatus.DEAD:  # a dead letter stays in the queue until purged
+                raise JobFailedError(job_id, found.last_error, found.dead_reason)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"job {job_id!r} did not finish within {span(timeout or timedelta(0))}")
+            await self.changes.wait(seen, pause if left is None else min(pause, left))
+            pause = min(RESULT_POLL_LONGEST, pause * 2)
 
     async def finished(self, job_id: str) -> HistoryRecord | None:
         """Return the newest history record of job ``job_id``, if the history holds one."""

@@ -2,10 +2,42 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import traceback
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from jqueue.domain.models import Job
+
+logger = logging.getLogger("jqueue.worker")
+
+TRACEBACK_CHARS = 4_000
+"""The most characters of a failed handler's traceback kept with its error (the end of it)."""
+
+
+def traceback_text(exc: BaseException) -> str:
+    """Return the traceback of ``exc`` (with a process handler's, which it carries), cut to
+    its last ``TRACEBACK_CHARS`` characters."""
+    text = "".join(traceback.format_exception(exc)).rstrip()
+    return text if len(text) <= TRACEBACK_CHARS else "..." + text[-TRACEBACK_CHARS:]
+
+
+def result_bytes(returned: object, job: Job) -> bytes | None:
+    """Return what a handler returned as the bytes its job's history keeps: bytes as they are,
+    text as UTF-8, anything else as JSON; None for None, or for a value JSON cannot hold
+    (logged)."""
+    if returned is None:
+        return None
+    if isinstance(returned, bytes | bytearray | memoryview):
+        return bytes(returned)
+    if isinstance(returned, str):
+        return returned.encode()
+    try:
+        return json.dumps(returned).encode()
+    except (TypeError, ValueError) as exc:
+        logger.warning("job %s: its handler's result is not kept (%s)", job.id, exc)
+        return None
 
 
 class Outcome(StrEnum):

@@ -254,21 +254,24 @@ class JobQueue(ManagementCalls, EnqueueCalls):
         claimed = await self._commits.run(operation)
         return await self._jobs(claimed) if claimed else []
 
-    async def ack(self, job_id: Job | str) -> None:
-        """Remove a finished job, leaving a history record.
+    async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
+        """Remove a finished job, leaving a history record (that keeps ``result``, what its
+        handler returned, for ``result()`` to read while the history holds it).
 
         Pass the claimed ``Job`` to fence the call with its lease, or a job id to
         remove the job whatever its state (as the documented jqueue does).
 
         Raises
         ------
+        PayloadTooLargeError
+            If ``result`` is over ``max_payload_bytes``; nothing changes.
         LeaseLostError
             Fenced, if the lease no longer holds the job (it expired and the job was
             claimed again, or someone else acked or requeued it); nothing changes.
         JobNotFoundError
             Unfenced, if the job is not in the queue (for example, acked already).
         """
-        await self.ack_many([job_id])
+        await self._ack([fence(job_id)], None if result is None else self._checked(bytes(result)))
 
     async def ack_many(self, jobs: Iterable[Job | str]) -> None:
         """Remove finished jobs, all in one commit, each fenced as in ``ack``.
@@ -276,12 +279,13 @@ class JobQueue(ManagementCalls, EnqueueCalls):
         If one of them cannot be acked (``LeaseLostError``, ``JobNotFoundError``), the
         error is raised and none is removed.
         """
-        fences = [fence(job) for job in jobs]
+        await self._ack([fence(job) for job in jobs], None)
 
+    async def _ack(self, fences: list[tuple[str, str | None]], result: bytes | None) -> None:
         def operation(index: QueueIndex) -> None:
             now = to_micros(utc_now())
             for job_id, lease in fences:
-                index.remove(job_id, lease, now)
+                index.remove(job_id, lease, now, result)
 
         await self._commits.run(operation)
 

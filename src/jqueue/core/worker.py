@@ -10,12 +10,12 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 
-from jqueue.core.control import Fail, Retry
+from jqueue.core.control import Fail, HandlerFailure, Retry
 from jqueue.core.cron import Schedule, run_schedule
 from jqueue.core.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
 from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.hooks import Hook, call_hooks
-from jqueue.core.outcomes import JobResult, Outcome, WorkerStats
+from jqueue.core.outcomes import JobResult, Outcome, WorkerStats, result_bytes, traceback_text
 from jqueue.core.queue_set import QueueSet
 from jqueue.core.worker_setup import WorkerSetup
 from jqueue.domain.errors import (
@@ -314,9 +314,10 @@ class Worker(WorkerSetup):
         error: str | None = None
         delay: timedelta | None = None  # a Retry's own delay; None: the usual back-off
         give_up = False  # a Fail: dead at once
+        result: bytes | None = None
         async with HeartbeatManager(queue, job, interval=interval):  # the lease holds until settled
             try:
-                await pools.call(spec, job)
+                result = result_bytes(await pools.call(spec, job), job)
             except asyncio.CancelledError:
                 await self._finish(queue, job, Outcome.RELEASED, "worker stopped", waited, started)
                 raise
@@ -327,10 +328,12 @@ class Worker(WorkerSetup):
                 error, delay = f"Retry: {exc}", exc.delay
             except Fail as exc:
                 error, give_up = f"Fail: {exc}", True
-            except Exception as exc:
+            except HandlerFailure as exc:
                 error = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}\n{traceback_text(exc)}"
             if error is None:
-                await self._finish(queue, job, Outcome.ACKED, None, waited, started)
+                await self._finish(queue, job, Outcome.ACKED, None, waited, started, returned=result)
             else:
                 limit = self._attempts_limit(queue, job)
                 dies = give_up or (limit is not None and job.attempts >= limit)
@@ -358,6 +361,7 @@ class Worker(WorkerSetup):
         error: str | None,
         delay: timedelta | None,
         give_up: bool,
+        result: bytes | None = None,
     ) -> None:
         """Ack, nack (after ``delay``, else the back-off; with ``give_up`` to the dead letters at
         once) or release the job, retrying transient storage failures within ``max_outage``."""
@@ -365,7 +369,9 @@ class Worker(WorkerSetup):
         while True:
             try:
                 if outcome is Outcome.ACKED:
-                    await queue.ack(job)
+                    await queue.ack(
+                        job, **({} if result is None else {"result": result})
+                    )  # an old Queue may not take it
                 elif outcome is Outcome.RELEASED:
                     await queue.release(job)
                 else:
@@ -399,9 +405,10 @@ class Worker(WorkerSetup):
         started: float,
         delay: timedelta | None = None,
         give_up: bool = False,
+        returned: bytes | None = None,
     ) -> None:
         try:
-            await asyncio.shield(self._settle(queue, job, outcome, error, delay, give_up))
+            await asyncio.shield(self._settle(queue, job, outcome, error, delay, give_up, returned))
         except (LeaseLostError, JobNotFoundError):
             outcome = Outcome.LOST
         except TRANSIENT:

@@ -49,10 +49,12 @@ class Requeued:
 
 @dataclass(frozen=True, slots=True)
 class Removed:
-    """A job left the queue: acked at ``at`` (leaving a history record), or purged (``at`` None)."""
+    """A job left the queue: acked at ``at`` (leaving a history record, with its handler's
+    ``result`` if any), or purged (``at`` None)."""
 
     job_id: str
     at: int | None = None
+    result: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,25 @@ class CASConflictError(JQueueError):
     """A compare-and-swap write was rejected because the object changed since it was read."""
 
 
+class JobFailedError(JQueueError):
+    """The job whose result was asked for died instead of being acked.
+
+    Attributes
+    ----------
+    job_id : str
+        The job.
+    error : str or None
+        Its last error (with the traceback a worker recorded).
+    reason : str or None
+        Why it died: ``max_attempts``, ``ttl`` or ``failed``.
+    """
+
+    def __init__(self, job_id: str, error: str | None, reason: str | None) -> None:
+        self.job_id, self.error, self.reason = job_id, error, reason
+        first = (error or "no error recorded").splitlines()[0] if error else "no error recorded"
+        super().__init__(f"job {job_id!r} died ({reason}): {first}")
+
+
 class JobNotFoundError(JQueueError):
     """No job with this id is in the queue state.
 

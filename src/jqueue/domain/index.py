@@ -105,11 +105,13 @@ class QueueIndex(IndexState):
             if opened:
                 self.rollback()
 
-    def remove(self, job_id: str, lease: str | None = None, at: int | None = None) -> Removed:
-        """Remove a job: an ack at ``at`` (fenced by ``lease`` if given), or with ``at`` None a
-        purge that leaves no history."""
+    def remove(
+        self, job_id: str, lease: str | None = None, at: int | None = None, result: bytes | None = None
+    ) -> Removed:
+        """Remove a job: an ack at ``at`` (fenced by ``lease`` if given) that keeps ``result``
+        in its history record, or with ``at`` None a purge that leaves no history."""
         self._holding(job_id, lease)
-        return self._applied(Removed(job_id, at))
+        return self._applied(Removed(job_id, at, result))
 
     def nack(
         self,

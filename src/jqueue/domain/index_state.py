@@ -255,11 +255,11 @@ class IndexState:
                     record, record.changed(**dead, last_error=last_error, dead_reason=reason, dead_at=at)
                 )
                 self._record_undo(self.history.add(HistoryRecord.of(record, at, JobStatus.DEAD)))
-            case Removed(job_id, at):
+            case Removed(job_id, at, result):
                 record = self._existing(job_id, effect)
                 self._remove(record)
                 if at is not None:
-                    self._record_undo(self.history.add(HistoryRecord.of(record, at, JobStatus.ACKED)))
+                    self._record_undo(self.history.add(HistoryRecord.of(record, at, JobStatus.ACKED, result)))
             case Forgotten(count):
                 self._record_undo(self.history.drop_oldest(count))
             case Published(batch):

@@ -81,6 +81,8 @@ class HistoryRecord:
         Its last error and, for a dead job, why it died.
     dedup_key : str or None
         The key it was enqueued with.
+    result : bytes or None
+        What its handler returned (an acked job's, when it was acked with one).
     """
 
     job_id: str
@@ -93,6 +95,7 @@ class HistoryRecord:
     error: str | None = None
     reason: str | None = None
     dedup_key: str | None = None
+    result: bytes | None = None
 
     @property
     def created_at(self) -> datetime:
@@ -110,11 +113,14 @@ class HistoryRecord:
         return from_micros(self.finished)
 
     @classmethod
-    def of(cls, record: JobRecord, finished: int, outcome: JobStatus) -> HistoryRecord:
-        """Return the history record of ``record`` finishing at ``finished`` (acked or dead)."""
+    def of(
+        cls, record: JobRecord, finished: int, outcome: JobStatus, result: bytes | None = None
+    ) -> HistoryRecord:
+        """Return the history record of ``record`` finishing at ``finished`` (acked or dead),
+        with its handler's ``result``."""
         r = record
         fields = (r.id, r.entrypoint, r.created, r.claims, finished, r.attempts, outcome)
-        return cls(*fields, r.last_error, r.dead_reason, r.dedup_key)
+        return cls(*fields, r.last_error, r.dead_reason, r.dedup_key, result)
 
     def as_job(self) -> Job:
         """Return the finished job as a ``Job`` (its payload is not kept: empty)."""

@@ -51,8 +51,8 @@ class Queue(SupportsHeartbeat, Protocol):
         """Return the jobs ``dequeue`` would claim now, claiming none."""
         ...
 
-    async def ack(self, job_id: Job | str) -> None:
-        """Remove a finished job (fenced when given the claimed ``Job``)."""
+    async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
+        """Remove a finished job (fenced when given the claimed ``Job``), keeping ``result``."""
         ...
 
     async def nack(

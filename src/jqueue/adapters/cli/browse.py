@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
+from datetime import timedelta
 from typing import Annotated
 
 import typer
@@ -15,6 +18,7 @@ from jqueue.adapters.cli.common import (
     StatusOption,
     age,
     console,
+    errors,
     existing_queue,
     fail,
     full_ids,
@@ -26,6 +30,7 @@ from jqueue.adapters.cli.common import (
     short_ids,
     until,
 )
+from jqueue.domain.errors import JobFailedError, JQueueError
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.stats import QueueStats
@@ -132,6 +137,41 @@ def show(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
         shown = preview(job.payload, 2000) if name == "payload" else value
         table.add_row(name, "" if shown is None else str(shown))
     console.print(table)
+
+
+def result(
+    ctx: typer.Context,
+    job_id: str,
+    wait: Annotated[
+        float | None,
+        typer.Option(min=0, help="Seconds to wait for the job to finish (default: do not wait)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Print what a finished job's handler returned (its full id); a job that died prints its
+    error and exits with status 1."""
+
+    async def look() -> bytes | None:
+        async with existing_queue(ctx) as queue:
+            return await queue.result(job_id, timeout=timedelta(seconds=wait or 0))
+
+    try:
+        found = asyncio.run(look())
+    except JobFailedError as exc:
+        if as_json:
+            print_json({"id": job_id, "outcome": "dead", "reason": exc.reason, "error": exc.error})
+        else:
+            errors.print(f"job {job_id} died ({exc.reason}):\n{exc.error}", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    except TimeoutError:
+        fail(f"job {job_id} has not finished" + (f" within {wait:g} s" if wait else " (--wait S to wait)"))
+    except (JQueueError, ValueError, OSError, ImportError) as exc:
+        fail(str(exc))
+    if as_json:
+        text = None if found is None else found.decode(errors="replace")
+        print_json({"id": job_id, "outcome": "acked", "result": text})
+    elif found is not None:
+        sys.stdout.buffer.write(found if found.endswith(b"\n") else found + b"\n")
 
 
 def dead_ls(

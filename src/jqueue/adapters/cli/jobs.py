@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from jqueue.adapters.cli.browse import dead_ls, history, ls, show, stats
+from jqueue.adapters.cli.browse import dead_ls, history, ls, result, show, stats
 from jqueue.adapters.cli.common import (
     EntrypointOption,
     JsonFlag,
@@ -290,7 +290,20 @@ def _report(count: int, verb: str, as_json: bool) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add these commands to ``app``."""
-    for command in (enqueue, stats, ls, show, requeue, purge, pause, resume, throttle, limit, history):
+    for command in (
+        enqueue,
+        stats,
+        ls,
+        show,
+        result,
+        requeue,
+        purge,
+        pause,
+        resume,
+        throttle,
+        limit,
+        history,
+    ):
         app.command()(command)
     dead = typer.Typer(help="Dead letters: list and redrive them.", no_args_is_help=True)
     dead.command("ls")(dead_ls)

@@ -30,6 +30,7 @@ from jqueue.adapters.cli.common import (
     seconds,
     storage_url,
 )
+from jqueue.core.control import HandlerFailure
 from jqueue.core.outcomes import WorkerStats
 from jqueue.core.queue import JobQueue
 from jqueue.core.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
@@ -251,7 +252,7 @@ def worker(
     _summary(run(go()), as_json)
 
 
-class CommandFailedError(Exception):
+class CommandFailedError(HandlerFailure):
     """A job's command exited with a non-zero status."""
 
 

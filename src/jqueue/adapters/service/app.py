@@ -246,8 +246,9 @@ class Service:
             target = fenced(ref)
             if verb == "nack":
                 return queue.nack(target, delay, body.error, max_attempts=body.max_attempts, dead=body.dead)
+            if verb == "ack":
+                return queue.ack(target, result=ref.result)
             calls: dict[str, Callable[[Job | str], Awaitable[None]]] = {
-                "ack": queue.ack,
                 "heartbeat": queue.heartbeat,
                 "release": queue.release,
             }

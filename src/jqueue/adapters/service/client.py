@@ -83,8 +83,8 @@ def _entrypoints(entrypoint: str | Collection[str] | None) -> list[str] | None:
     return [entrypoint] if isinstance(entrypoint, str) else list(entrypoint)
 
 
-def _ref(job: Job | str) -> JobRef:
-    return JobRef(job) if isinstance(job, str) else JobRef(job.id, job.lease)
+def _ref(job: Job | str, result: bytes | None = None) -> JobRef:
+    return JobRef(job, None, result) if isinstance(job, str) else JobRef(job.id, job.lease, result)
 
 
 class RemoteChanges:
@@ -304,9 +304,11 @@ class RemoteQueue(EnqueueCalls):
         answer: JobsResponse = await self.call("peek", request, JobsResponse)
         return [job_of(job) for job in answer.jobs]
 
-    async def _settle(self, verb: str, job: Job | str, **options: Any) -> None:
+    async def _settle(
+        self, verb: str, job: Job | str, options: dict[str, Any] | None = None, result: bytes | None = None
+    ) -> None:
         """Send a settling call, with the others of the same verb and options in flight meanwhile."""
-        await self._settles.call((verb, tuple(sorted(options.items()))), _ref(job))
+        await self._settles.call((verb, tuple(sorted((options or {}).items()))), _ref(job, result))
 
     async def _send_settles(self, key: SettleKey, refs: list[JobRef]) -> list[BaseException | None]:
         verb, options = key
@@ -322,9 +324,10 @@ class RemoteQueue(EnqueueCalls):
                 errors.append(ServiceError(200, result.error.code, result.error.message))
         return errors
 
-    async def ack(self, job_id: Job | str) -> None:
-        """Remove a finished job (fenced when given the claimed ``Job``)."""
-        await self._settle("ack", job_id)
+    async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
+        """Remove a finished job (fenced when given the claimed ``Job``), keeping its handler's
+        ``result`` in its history record."""
+        await self._settle("ack", job_id, result=None if result is None else bytes(result))
 
     async def nack(
         self,
@@ -343,7 +346,7 @@ class RemoteQueue(EnqueueCalls):
             "max_attempts": max_attempts,
             "dead": dead,
         }
-        await self._settle("nack", job_id, **options)
+        await self._settle("nack", job_id, options)
 
     async def release(self, job_id: Job | str) -> None:
         """Return a claimed job to the queue at once, not as a failure."""

@@ -122,11 +122,13 @@ class ChangesResponse(msgspec.Struct):
     generation: int
 
 
-class JobRef(msgspec.Struct, forbid_unknown_fields=True):
-    """A job by id; with the lease of its claim, the call is fenced by it."""
+class JobRef(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A job by id; with the lease of its claim, the call is fenced by it. An ack may carry the
+    handler's ``result``."""
 
     id: str
     lease: str | None = None
+    result: bytes | None = None
 
 
 class SettleRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):

@@ -64,6 +64,7 @@ class _Requeue(msgspec.Struct, tag="requeue", array_like=True, omit_defaults=Tru
 class _Remove(msgspec.Struct, tag="remove", array_like=True, omit_defaults=True):
     id: str
     at: Micros | None = None
+    result: bytes | None = None
 
 
 class _Beat(msgspec.Struct, tag="beat", array_like=True):
@@ -157,8 +158,8 @@ def _wire_effect(effect: Effect) -> _WireEffect:
             return _Claim(job_id, at, lease, expires)
         case Requeued(job_id, not_before, error, reset):
             return _Requeue(job_id, not_before, error, reset)
-        case Removed(job_id, at):
-            return _Remove(job_id, at)
+        case Removed(job_id, at, result):
+            return _Remove(job_id, at, result)
         case Beat(job_id, at, expires):
             return _Beat(job_id, at, expires)
         case Died(job_id, at, reason, error):
@@ -209,8 +210,8 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
                 effects.append(Claimed(job_id, at, lease, expires))
             case _Requeue(job_id, not_before, error, reset):
                 effects.append(Requeued(job_id, not_before, error, reset))
-            case _Remove(job_id, at):
-                effects.append(Removed(job_id, at))
+            case _Remove(job_id, at, result):
+                effects.append(Removed(job_id, at, result))
             case _Beat(job_id, at, expires):
                 effects.append(Beat(job_id, at, expires))
             case _Die(job_id, at, reason, error):

@@ -60,6 +60,7 @@ class WireHistory(msgspec.Struct, array_like=True):
     error: str | None = None
     reason: str | None = None
     dedup_key: str | None = None
+    result: bytes | None = None
 
 
 class WireControls(msgspec.Struct):
