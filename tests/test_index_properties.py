@@ -148,7 +148,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
         cutoff = self.clock - timedelta(seconds=age)
         count = self.state.stale_count(cutoff)
         self.state = self.state.requeue_stale(cutoff)
-        assert len(self.index.requeue_stale(to_micros(cutoff))) == count
+        assert len(self.index.requeue_stale(to_micros(cutoff), to_micros(cutoff))) == count
 
     @precondition(lambda self: self.in_transaction is None)
     @rule()

@@ -53,6 +53,7 @@ def sample(field: JobField, n: int) -> Any:
         Kind.TIMES: (T0 + n, T0 + 2 * n + 1),
         Kind.STATUS: JobStatus.IN_PROGRESS,
         Kind.PAYLOAD: b"payload-%d" % n,
+        Kind.FRACTION: 1 / (n + 2),
     }
     return values[field.kind]
 

@@ -1,8 +1,8 @@
 """The job lifecycle as a state machine: invariants under random interleavings and clock jumps.
 
-Workers claim, ack, nack and heartbeat under leases; producers enqueue with delays,
-time limits, attempt limits and dedup keys; an operator pauses, throttles, revives
-and purges; the clock jumps forwards and backwards. Every committed change is also
+Workers claim, ack, nack and heartbeat (with progress) under leases; producers enqueue with
+delays, time limits, attempt limits and dedup keys; an operator pauses, throttles, revives,
+purges and cancels; the clock jumps forwards and backwards. Every committed change is also
 encoded as a log entry, decoded and replayed on a second index, which must agree.
 """
 
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from jqueue.core.formats.entry import decode_entry, encode_entry
-from jqueue.domain.effects import Added, PauseSet, ThrottleSet
-from jqueue.domain.errors import JobNotFoundError, LeaseLostError
+from jqueue.domain.effects import Added, Cancelled, PauseSet, ThrottleSet
+from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import RECORD_COLUMNS
@@ -51,6 +51,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.enqueued: set[str] = set()
         self.acked: set[str] = set()
         self.purged: set[str] = set()
+        self.cancelled: set[str] = set()
         self.held: list[tuple[int, str, str]] = []  # (worker, job id, lease) of every claim
         self.attempts: dict[str, int] = {}
         self.finished = 0  # acks and deaths, each leaving a history record
@@ -95,8 +96,10 @@ class Lifecycle(RuleBasedStateMachine):
             self.replica.apply_all(entry.effects)
             self.replica.version = self.index.version
         self.finished += sum(
-            type(e).__name__ in ("Removed", "Died") and getattr(e, "at", 0) is not None for e in effects
+            type(e).__name__ in ("Removed", "Died", "Cancelled") and getattr(e, "at", 0) is not None
+            for e in effects
         )
+        self.cancelled |= {e.job_id for e in effects if isinstance(e, Cancelled)}
         self.forgotten += sum(getattr(e, "count", 0) for e in effects if type(e).__name__ == "Forgotten")
         return answer
 
@@ -190,9 +193,12 @@ class Lifecycle(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.held))
     @rule(
-        data=st.data(), action=st.sampled_from(["ack", "nack", "heartbeat"]), delay=st.sampled_from([None, 3])
+        data=st.data(),
+        action=st.sampled_from(["ack", "nack", "heartbeat", "release", "cancel"]),
+        delay=st.sampled_from([None, 3]),
+        progress=st.sampled_from([None, 0.0, 0.5, 1.0]),
     )
-    def finish(self, data: st.DataObject, action: str, delay: int | None) -> None:
+    def finish(self, data: st.DataObject, action: str, delay: int | None, progress: float | None) -> None:
         _, job_id, lease = data.draw(st.sampled_from(self.held))
         now = self.clock
         holder = self.index.records.get(job_id)
@@ -202,17 +208,49 @@ class Lifecycle(RuleBasedStateMachine):
             "nack": lambda index: index.nack(
                 job_id, lease, now, None if delay is None else now + delay * SECOND, "err", MAX_ATTEMPTS
             ),
-            "heartbeat": lambda index: index.heartbeat(job_id, now, lease),
+            "heartbeat": lambda index: index.heartbeat(job_id, now, lease, None, progress, "note"),
+            "release": lambda index: index.release(job_id, lease, now),
+            "cancel": lambda index: index.cancel(job_id, lease, now),
         }
+        before = view(self.index)
         if not holds:
-            before = view(self.index)
             with pytest.raises(LeaseLostError):
+                self.commit(decisions[action])
+            assert view(self.index) == before
+            return
+        assert holder is not None
+        asked = holder.cancel_requested is not None
+        if action == "heartbeat" and asked:
+            with pytest.raises(JobCancelledError):  # its worker is to stop it; nothing changes
                 self.commit(decisions[action])
             assert view(self.index) == before
             return
         self.commit(decisions[action])
         if action == "ack":
             self.acked.add(job_id)
+        elif action == "heartbeat" and progress is not None:
+            assert (holder.progress, holder.progress_note) == (progress, "note")
+        if action == "cancel" or (asked and action in ("nack", "release")):
+            assert job_id in self.cancelled
+            assert job_id not in self.index.records
+
+    @rule(data=st.data())
+    def an_operator_cancels(self, data: st.DataObject) -> None:
+        live = [r for r in self.index.records.values() if r.status is not JobStatus.STAGED]
+        if not live:
+            return
+        record = data.draw(st.sampled_from(live))
+        running, asked = record.status is JobStatus.IN_PROGRESS, record.cancel_requested is not None
+        done = self.commit(lambda index: index.cancel(record.id, None, self.clock))
+        assert isinstance(done, list)
+        kinds = [type(effect).__name__ for effect in done]
+        assert kinds == ([] if asked else ["CancelAsked"] if running else ["Cancelled"])
+        if running:
+            assert self.index.records[record.id].cancel_requested is not None  # asked; it still runs
+            assert record.id not in self.cancelled
+        else:
+            assert record.id in self.cancelled
+            assert record.id not in self.index.records
 
     @rule(jump=st.sampled_from([-30, -1, 0, 1, 3, 15, 60]))
     def clock_jumps_and_leases_run_out(self, jump: int) -> None:
@@ -223,9 +261,11 @@ class Lifecycle(RuleBasedStateMachine):
             for r in self.index.records.values()
             if r.status is JobStatus.IN_PROGRESS and (r.expires or 0) < now
         }
+        asked = {job_id for job_id in expired if self.index.records[job_id].cancel_requested is not None}
         swept = self.commit(lambda index: index.requeue_expired(now, MAX_ATTEMPTS))
         assert isinstance(swept, list)
         assert {effect.job_id for effect in swept} == expired
+        assert {e.job_id for e in swept if isinstance(e, Cancelled)} == asked  # not retried: cancelled
 
     @rule(
         batch=st.sampled_from(["w1", "w2"]), entrypoint=st.sampled_from(ENTRYPOINTS), size=st.integers(1, 3)
@@ -325,10 +365,10 @@ class Lifecycle(RuleBasedStateMachine):
     @invariant()
     def each_job_is_in_exactly_one_state_and_nothing_is_lost(self) -> None:
         live = set(self.index.records)
-        assert live | self.acked | self.purged == self.enqueued
-        assert not live & self.acked
-        assert not live & self.purged
-        assert not self.acked & self.purged
+        assert live | self.acked | self.purged | self.cancelled == self.enqueued
+        gone = (self.acked, self.purged, self.cancelled)
+        assert not any(live & ids for ids in gone)
+        assert not (self.acked & self.purged) | (self.acked & self.cancelled) | (self.purged & self.cancelled)
         for record in self.index.records.values():
             assert record.status in (
                 JobStatus.QUEUED,
@@ -345,6 +385,10 @@ class Lifecycle(RuleBasedStateMachine):
                 == (record.status is JobStatus.DEAD)
             )
             assert len(record.claims) == record.attempts
+            if record.status in (JobStatus.QUEUED, JobStatus.STAGED):  # a new attempt starts afresh
+                assert (record.cancel_requested, record.progress, record.progress_note) == (None, None, None)
+            if record.status is not JobStatus.IN_PROGRESS:
+                assert record.cancel_requested is None
 
     def staged_ids(self) -> set[str]:
         staged = self.index.staged_batches()

@@ -115,7 +115,7 @@ class LogAgainstStates(RuleBasedStateMachine):
     def sweep(self, writer: int, age: int) -> None:
         cutoff = self.clock - timedelta(seconds=age)
         self.state = self.state.requeue_stale(cutoff)
-        self.commit(writer, lambda index: index.requeue_stale(to_micros(cutoff)))
+        self.commit(writer, lambda index: index.requeue_stale(to_micros(cutoff), to_micros(cutoff)))
 
     @rule(writer=st.integers(0, 1), compact=st.booleans())
     def checkpoint(self, writer: int, compact: bool) -> None:

@@ -16,6 +16,7 @@ from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.memory import InMemoryStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
+from jqueue.core.context import JobContext, current_job
 from jqueue.core.control import Fail, HandlerFailure, Retry
 from jqueue.core.direct import DirectQueue
 from jqueue.core.group_commit import GroupCommitLoop
@@ -30,6 +31,7 @@ from jqueue.domain.errors import (
     CASConflictError,
     CorruptStateError,
     InvalidURLError,
+    JobCancelledError,
     JobFailedError,
     JobNotFoundError,
     JQueueError,
@@ -95,6 +97,8 @@ __all__ = [
     "InvalidURLError",
     "JQueueError",
     "Job",
+    "JobCancelledError",
+    "JobContext",
     "JobFailedError",
     "JobNotFoundError",
     "JobResult",
@@ -122,5 +126,6 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "__version__",
+    "current_job",
     "storage_from_url",
 ]

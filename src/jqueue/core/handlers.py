@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import multiprocessing
 import pickle
@@ -167,7 +168,8 @@ class HandlerPools:
                     return await result
                 if spec.run_in == "thread":
                     loop = asyncio.get_running_loop()
-                    return await loop.run_in_executor(self._thread_pool(), spec.function, job)
+                    run = contextvars.copy_context().run  # current_job() in the thread too
+                    return await loop.run_in_executor(self._thread_pool(), run, spec.function, job)
                 return await self._in_process(spec.function, job)
             except asyncio.CancelledError:
                 if limit.expired():

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from datetime import timedelta
 from types import TracebackType
+from typing import cast
 
-from jqueue.domain.errors import JobNotFoundError, JQueueError, LeaseLostError
+from jqueue.core.context import JobContext
+from jqueue.domain.errors import JobCancelledError, JobNotFoundError, JQueueError, LeaseLostError
 from jqueue.domain.models import Job
-from jqueue.ports.queue import SupportsHeartbeat
+from jqueue.ports.queue import SupportsHeartbeat, SupportsProgress
 
 logger = logging.getLogger("jqueue")
+
+
+def _takes_progress(queue: SupportsHeartbeat) -> bool:
+    """Whether ``queue.heartbeat`` takes ``progress`` (a queue of another library may not)."""
+    try:
+        return "progress" in inspect.signature(queue.heartbeat).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class HeartbeatManager:
@@ -31,10 +42,19 @@ class HeartbeatManager:
         ``HeartbeatManager(q, job.id)``.
     interval : timedelta
         Time between beats.
+    context : JobContext or None
+        The running job's context (a ``Worker`` gives one): each beat stores the progress its
+        handler reported since the last one, and a beat that finds the job's cancel asked for
+        (``JobCancelledError``) stops the beats and cancels the context's handler.
     """
 
     def __init__(
-        self, queue: SupportsHeartbeat, job_id: Job | str, interval: timedelta = timedelta(seconds=60)
+        self,
+        queue: SupportsHeartbeat,
+        job_id: Job | str,
+        interval: timedelta = timedelta(seconds=60),
+        *,
+        context: JobContext | None = None,
     ) -> None:
         if interval <= timedelta(0):
             raise ValueError(f"interval must be positive, got {interval}")
@@ -42,6 +62,7 @@ class HeartbeatManager:
         self.job = job_id
         self.job_id = job_id if isinstance(job_id, str) else job_id.id
         self.interval = interval
+        self.context = context
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> HeartbeatManager:
@@ -66,10 +87,23 @@ class HeartbeatManager:
         seconds = self.interval.total_seconds()
         while True:
             await asyncio.sleep(seconds)
+            report = None if self.context is None else self.context.take_report()
             try:
-                await self.queue.heartbeat(self.job)
+                if report is not None and _takes_progress(self.queue):
+                    await cast(SupportsProgress, self.queue).heartbeat(
+                        self.job, progress=report[0], note=report[1]
+                    )
+                else:
+                    await self.queue.heartbeat(self.job)
+            except JobCancelledError:
+                logger.info("job %s was cancelled; heartbeats stop and its handler is stopped", self.job_id)
+                if self.context is not None:
+                    self.context.cancel()
+                return
             except (JobNotFoundError, LeaseLostError):
                 logger.info("job %s is gone or its lease was lost; heartbeats stop", self.job_id)
                 return
             except JQueueError as exc:
+                if report is not None and self.context is not None:
+                    self.context.put_back(report)
                 logger.warning("heartbeat for job %s failed, trying again next beat: %r", self.job_id, exc)

@@ -12,7 +12,7 @@ from jqueue.core.commit_stats import CommitStats
 from jqueue.core.commits import Commits
 from jqueue.core.layout import StoreOpener
 from jqueue.domain.effects import LimitSet, PauseSet, ThrottleSet
-from jqueue.domain.errors import JobFailedError, JobNotFoundError
+from jqueue.domain.errors import JobCancelledError, JobFailedError, JobNotFoundError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.insight import (
     DeadGroup,
@@ -169,6 +169,8 @@ class ManagementCalls:
         ------
         JobFailedError
             If the job died; its ``error`` has the last error and traceback.
+        JobCancelledError
+            If the job was cancelled.
         JobNotFoundError
             If the job is neither in the queue nor in the history.
         TimeoutError
@@ -184,6 +186,8 @@ class ManagementCalls:
             if isinstance(found, HistoryRecord):
                 if found.outcome is JobStatus.DEAD:
                     raise JobFailedError(job_id, found.error, found.reason)
+                if found.outcome is JobStatus.CANCELLED:
+                    raise JobCancelledError(job_id)
                 return found.result
             if found.status is JobStatus.DEAD:  # a dead letter stays in the queue until purged
                 raise JobFailedError(job_id, found.last_error, found.dead_reason)

@@ -48,6 +48,7 @@ class Outcome(StrEnum):
     DEAD = "dead"
     LOST = "lost"
     RELEASED = "released"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class WorkerStats:
     outcomes : dict of Outcome to int
         Jobs per outcome: acked, retried (failed, back in the queue), dead (failed
         their last attempt), lost (their lease was lost before the ack), released
-        (returned at shutdown).
+        (returned at shutdown), cancelled (stopped by ``cancel``).
     timed_out : int
         Failures that were time limits.
     seconds : float

@@ -25,7 +25,7 @@ from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import StorageUse
 from jqueue.core.timed import timed
-from jqueue.domain.effects import Added
+from jqueue.domain.effects import Added, Cancelled
 from jqueue.domain.errors import PayloadTooLargeError, QueuePausedError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState
@@ -33,7 +33,7 @@ from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.spec import LONGEST_SPAN, JobSpec
 from jqueue.domain.times import to_micros, utc_now
-from jqueue.domain.values import checked_int64, checked_text, span, storable_text
+from jqueue.domain.values import checked_int64, checked_progress, checked_text, span, storable_text
 from jqueue.ports.storage import ObjectStoragePort
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -345,22 +345,55 @@ class JobQueue(ManagementCalls, EnqueueCalls):
         """Return a claimed job to the queue at once, not as a failure (a worker shutting down);
         fenced when given the claimed ``Job``."""
         plain_id, lease = fence(job_id)
-        await self._commits.run(lambda index: index.release(plain_id, lease))
+        await self._commits.run(lambda index: index.release(plain_id, lease, to_micros(utc_now())))
 
-    async def heartbeat(self, job_id: Job | str, *, visibility_timeout: timedelta | None = None) -> None:
+    async def heartbeat(
+        self,
+        job_id: Job | str,
+        *,
+        visibility_timeout: timedelta | None = None,
+        progress: float | None = None,
+        note: str | None = None,
+    ) -> None:
         """Record that the worker on a job is alive, extending its lease by its visibility timeout
-        (or to ``visibility_timeout`` from now, when given).
+        (or to ``visibility_timeout`` from now, when given), and with ``progress`` (0 to 1)
+        and ``note``, how far the job got.
 
-        Fenced when given the claimed ``Job``: a lost lease raises ``LeaseLostError``.
+        Fenced when given the claimed ``Job``: a lost lease raises ``LeaseLostError``. A job
+        whose cancel was asked for raises ``JobCancelledError``: its worker is to stop it.
         """
         plain_id, lease = fence(job_id)
+        reported = (None, None) if progress is None else checked_progress(progress, note)
 
         def operation(index: QueueIndex) -> None:
             now = utc_now()
             expires = None if visibility_timeout is None else to_micros(now + visibility_timeout)
-            index.heartbeat(plain_id, to_micros(now), lease, expires)
+            index.heartbeat(plain_id, to_micros(now), lease, expires, *reported)
 
         await self._commits.run(operation)
+
+    async def cancel(self, job_id: Job | str) -> bool:
+        """Cancel a job; True if it left the queue now (with a history record of outcome
+        ``cancelled``), False if it is running and its worker is asked to stop it.
+
+        A running job's worker learns of the cancel at its next heartbeat, stops the handler
+        and ends the job cancelled (so does the sweep if its lease runs out first). Given the
+        claimed ``Job``, the call is fenced: the worker that holds it ends it cancelled now.
+
+        Raises
+        ------
+        JobNotFoundError
+            If the job is not in the queue (finished, or never there).
+        LeaseLostError
+            Fenced, if the lease no longer holds the job.
+        """
+        plain_id, lease = fence(job_id)
+
+        def operation(index: QueueIndex) -> bool:
+            done = index.cancel(plain_id, lease, to_micros(utc_now()))
+            return bool(done) and isinstance(done[0], Cancelled)
+
+        return await self._commits.run(operation)
 
     async def sweep(self) -> int:
         """Return to the queue (or, past their last attempt, to the dead letters) the claimed jobs
@@ -369,4 +402,9 @@ class JobQueue(ManagementCalls, EnqueueCalls):
 
     async def requeue_stale(self, timeout: timedelta) -> int:  # noqa: ASYNC109  (documented name)
         """Requeue in-progress jobs with no heartbeat for ``timeout``; returns how many."""
-        return await self._commits.run(lambda index: len(index.requeue_stale(to_micros(utc_now() - timeout))))
+
+        def operation(index: QueueIndex) -> int:
+            now = utc_now()
+            return len(index.requeue_stale(to_micros(now - timeout), to_micros(now)))
+
+        return await self._commits.run(operation)

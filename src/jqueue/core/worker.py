@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 
+from jqueue.core.context import JobContext
 from jqueue.core.control import Fail, HandlerFailure, Retry
 from jqueue.core.cron import Schedule, run_schedule
 from jqueue.core.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
@@ -315,10 +316,24 @@ class Worker(WorkerSetup):
         delay: timedelta | None = None  # a Retry's own delay; None: the usual back-off
         give_up = False  # a Fail: dead at once
         result: bytes | None = None
-        async with HeartbeatManager(queue, job, interval=interval):  # the lease holds until settled
+        task = asyncio.current_task()
+        context = JobContext(job, task)
+        beats = HeartbeatManager(queue, job, interval=interval, context=context)
+        async with beats:  # the lease holds until settled
             try:
-                result = result_bytes(await pools.call(spec, job), job)
+                with context.current():
+                    try:
+                        returned = await pools.call(spec, job)
+                    finally:
+                        context.handler_done()
+                result = result_bytes(returned, job)
             except asyncio.CancelledError:
+                if context.interrupted and task is not None:
+                    stopping = task.uncancel() > 0  # the worker stops too
+                    await self._finish(queue, job, Outcome.CANCELLED, "cancelled", waited, started)
+                    if stopping:
+                        raise
+                    return
                 await self._finish(queue, job, Outcome.RELEASED, "worker stopped", waited, started)
                 raise
             except HandlerTimeoutError as exc:
@@ -372,8 +387,8 @@ class Worker(WorkerSetup):
                     await queue.ack(
                         job, **({} if result is None else {"result": result})
                     )  # an old Queue may not take it
-                elif outcome is Outcome.RELEASED:
-                    await queue.release(job)
+                elif outcome in (Outcome.RELEASED, Outcome.CANCELLED):
+                    await queue.release(job)  # a job whose cancel was asked for ends cancelled
                 else:
                     if delay is None:
                         delay = self._retry_delay(

@@ -120,11 +120,32 @@ class LimitSet:
 @dataclass(frozen=True, slots=True)
 class Beat:
     """A claimed job's heartbeat moved to ``at``; its lease, if it expires, now expires at
-    ``expires``, or when None as long again from ``at`` as it was from the last heartbeat."""
+    ``expires``, or when None as long again from ``at`` as it was from the last heartbeat.
+    With ``progress``, the attempt's progress (and ``note``) became these."""
 
     job_id: str
     at: int
     expires: int | None = None
+    progress: float | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelAsked:
+    """The worker running a claimed job was asked at ``at`` to stop it (``cancel``)."""
+
+    job_id: str
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """A job left the queue cancelled at ``at`` (leaving a history record), with its last
+    ``error`` when its attempt ended in one."""
+
+    job_id: str
+    at: int
+    error: str | None = None
 
 
 Effect = (
@@ -133,6 +154,8 @@ Effect = (
     | Requeued
     | Removed
     | Beat
+    | CancelAsked
+    | Cancelled
     | Died
     | Forgotten
     | PauseSet

@@ -44,6 +44,21 @@ class JobFailedError(JQueueError):
         super().__init__(f"job {job_id!r} died ({reason}): {first}")
 
 
+class JobCancelledError(JQueueError):
+    """The job was cancelled: a heartbeat of a job whose cancel was asked for (its worker
+    stops the handler), or the result of a job that ended cancelled.
+
+    Attributes
+    ----------
+    job_id : str
+        The job.
+    """
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id!r} was cancelled")
+
+
 class JobNotFoundError(JQueueError):
     """No job with this id is in the queue state.
 

@@ -11,6 +11,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 
 from jqueue.domain.effects import (
     Beat,
+    CancelAsked,
+    Cancelled,
     Claimed,
     Died,
     Discarded,
@@ -19,6 +21,7 @@ from jqueue.domain.effects import (
     Removed,
     Requeued,
 )
+from jqueue.domain.errors import JobCancelledError
 from jqueue.domain.index_state import IndexState
 from jqueue.domain.models import LEASE_EXPIRED, JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
@@ -122,14 +125,16 @@ class QueueIndex(IndexState):
         error: str | None = None,
         max_attempts: int | None = None,
         dead: bool = False,
-    ) -> Requeued | Died:
+    ) -> Requeued | Died | Cancelled:
         """Return a job to the queue, claimable from ``retry_at`` (fenced by ``lease`` if given);
         a claimed job that used its last attempt dies instead, and with ``dead`` a claimed job
-        dies at once (reason ``failed``).
+        dies at once (reason ``failed``). A claimed job whose cancel was asked for is cancelled.
 
         ``max_attempts`` is the queue's default for jobs that have none of their own.
         """
         record = self._holding(job_id, lease)
+        if record.status is JobStatus.IN_PROGRESS and record.cancel_requested is not None:
+            return self._applied(Cancelled(job_id, now, error))
         if record.status is JobStatus.IN_PROGRESS and dead:
             return self._applied(Died(job_id, now, "failed", error))
         limit = record.max_attempts if record.max_attempts is not None else max_attempts
@@ -137,12 +142,37 @@ class QueueIndex(IndexState):
             return self._applied(Died(job_id, now, "max_attempts", error))
         return self._applied(Requeued(job_id, retry_at, error))
 
-    def release(self, job_id: str, lease: str | None = None) -> list[Requeued]:
+    def release(self, job_id: str, lease: str | None, now: int) -> list[Requeued | Cancelled]:
         """Return a claimed job to the queue at once, not as a failure (fenced by ``lease`` if
-        given); unfenced, nothing for a job in another status."""
-        if self._holding(job_id, lease).status is not JobStatus.IN_PROGRESS:
+        given), or cancel it at ``now`` if its cancel was asked for; unfenced, nothing for a job
+        in another status."""
+        record = self._holding(job_id, lease)
+        if record.status is not JobStatus.IN_PROGRESS:
             return []
+        if record.cancel_requested is not None:
+            return [self._applied(Cancelled(job_id, now))]
         return [self._applied(Requeued(job_id))]
+
+    def cancel(self, job_id: str, lease: str | None, now: int) -> list[CancelAsked | Cancelled]:
+        """Cancel a job at ``now``: one that is not running, or (fenced by ``lease``) the claimed
+        job of the worker that stopped it, leaves the queue with a history record; a running
+        job, unfenced, is marked for its worker to stop (once).
+
+        Raises
+        ------
+        JobNotFoundError
+            If the job is not in the queue.
+        LeaseLostError
+            Fenced, if ``lease`` no longer holds the job.
+        ValueError
+            If the job is staged (discard its bulk write instead).
+        """
+        record = self._holding(job_id, lease)
+        if record.status is JobStatus.STAGED:
+            raise ValueError(f"job {job_id!r} is staged by a bulk write not yet published; discard the write")
+        if lease is None and record.status is JobStatus.IN_PROGRESS:
+            return [] if record.cancel_requested is not None else [self._applied(CancelAsked(job_id, now))]
+        return [self._applied(Cancelled(job_id, now))]
 
     def requeue(self, job_ids: Iterable[str]) -> list[Requeued]:
         """Make jobs claimable at once whatever their state: a dead one with its attempts reset,
@@ -176,24 +206,41 @@ class QueueIndex(IndexState):
         return [self._applied(Requeued(job_id, reset=True)) for job_id in dict.fromkeys(dead)]
 
     def heartbeat(
-        self, job_id: str, now: int, lease: str | None = None, expires: int | None = None
+        self,
+        job_id: str,
+        now: int,
+        lease: str | None = None,
+        expires: int | None = None,
+        progress: float | None = None,
+        note: str | None = None,
     ) -> list[Beat]:
         """Move a claimed job's heartbeat to ``now`` and extend its lease (to ``expires`` when
-        given); unfenced, nothing for a job in another status."""
-        if self._holding(job_id, lease).status is not JobStatus.IN_PROGRESS:
-            return []
-        return [self._applied(Beat(job_id, now, expires))]
+        given), recording its ``progress`` and ``note`` when given; unfenced, nothing for a job
+        in another status.
 
-    def requeue_expired(self, now: int, max_attempts: int | None = None) -> list[Requeued | Died]:
+        Raises
+        ------
+        JobCancelledError
+            If the job's cancel was asked for: its worker is to stop it (nothing changes).
+        """
+        record = self._holding(job_id, lease)
+        if record.status is not JobStatus.IN_PROGRESS:
+            return []
+        if record.cancel_requested is not None:
+            raise JobCancelledError(job_id)
+        return [self._applied(Beat(job_id, now, expires, progress, note))]
+
+    def requeue_expired(self, now: int, max_attempts: int | None = None) -> list[Requeued | Died | Cancelled]:
         """Return the claimed jobs whose lease ran out before ``now`` to the queue; one that used
-        its last attempt (its own ``max_attempts``, else the one given) dies instead."""
+        its last attempt (its own ``max_attempts``, else the one given) dies instead, and one
+        whose cancel was asked for is cancelled."""
         expired = self.order.expired(now)
         return [self.nack(job_id, None, now, None, LEASE_EXPIRED, max_attempts) for job_id in expired]
 
-    def requeue_stale(self, cutoff: int) -> list[Requeued]:
-        """Requeue the claimed jobs whose heartbeat is older than ``cutoff`` (or missing)."""
-        stale = self.order.stale(cutoff)
-        return [self._applied(Requeued(job_id)) for job_id in stale]
+    def requeue_stale(self, cutoff: int, now: int) -> list[Requeued | Cancelled]:
+        """Requeue the claimed jobs whose heartbeat is older than ``cutoff`` (or missing); one
+        whose cancel was asked for is cancelled at ``now``."""
+        return [effect for job_id in self.order.stale(cutoff) for effect in self.release(job_id, None, now)]
 
     def staged_batches(self) -> dict[str, int]:
         """Return the bulk writes not yet published, with their job counts."""

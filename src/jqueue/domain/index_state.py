@@ -22,6 +22,8 @@ from jqueue.domain.controls import Controls
 from jqueue.domain.effects import (
     Added,
     Beat,
+    CancelAsked,
+    Cancelled,
     Claimed,
     Died,
     Discarded,
@@ -50,9 +52,24 @@ from jqueue.domain.tally import IN_PROGRESS, Tally
 REQUIRED_COLUMNS = (*(f.name for f in FIELDS if f.required), "order")
 """The columns ``from_columns`` needs; the others may be left out (their default in every row)."""
 _COLUMN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
+_NO_PROGRESS: dict[str, Any] = dict(cancel_requested=None, progress=None, progress_note=None)
+"""What a new claim, or a return to the queue, clears: the last attempt's progress and cancel."""
 
 
-E = TypeVar("E", Added, Claimed, Requeued, Removed, Beat, Died, Forgotten, Published, Discarded)
+E = TypeVar(
+    "E",
+    Added,
+    Claimed,
+    Requeued,
+    Removed,
+    Beat,
+    CancelAsked,
+    Cancelled,
+    Died,
+    Forgotten,
+    Published,
+    Discarded,
+)
 
 
 class IndexState:
@@ -235,18 +252,31 @@ class IndexState:
                     raise ValueError(f"{effect} claims a job that is {record.status}")
                 claimed = dict(status=JobStatus.IN_PROGRESS, heartbeat=at, lease=lease, expires=expires)
                 attempts, claims = record.attempts + 1, (*record.claims, at)
-                self._update(record, record.changed(**claimed, attempts=attempts, claims=claims))
+                self._update(
+                    record, record.changed(**claimed, **_NO_PROGRESS, attempts=attempts, claims=claims)
+                )
                 self._record_undo(self.controls.count_claim(record.entrypoint, at))
             case Requeued(job_id, not_before, error, reset):
                 self._requeue(self._existing(job_id, effect), not_before, error, reset)
-            case Beat(job_id, at, new_expiry):
+            case Beat(job_id, at, new_expiry, progress, note):
                 record = self._existing(job_id, effect)
                 expires = record.expires
                 if new_expiry is not None:
                     expires = new_expiry
                 elif expires is not None and record.heartbeat is not None:
                     expires = at + (expires - record.heartbeat)
-                self._update(record, record.changed(heartbeat=at, expires=expires))
+                reported = {} if progress is None else dict(progress=progress, progress_note=note)
+                self._update(record, record.changed(heartbeat=at, expires=expires, **reported))
+            case CancelAsked(job_id, at):
+                record = self._existing(job_id, effect)
+                if record.status is not JobStatus.IN_PROGRESS:
+                    raise ValueError(f"{effect} asks to cancel a job that is {record.status}")
+                self._update(record, record.changed(cancel_requested=at))
+            case Cancelled(job_id, at, error):
+                record = self._existing(job_id, effect)
+                self._remove(record)
+                finished = HistoryRecord.of(record, at, JobStatus.CANCELLED, error=error)
+                self._record_undo(self.history.add(finished))
             case Died(job_id, at, reason, error):
                 record = self._existing(job_id, effect)
                 last_error = record.last_error if error is None else error
@@ -342,6 +372,7 @@ class IndexState:
 
     def _requeue(self, record: JobRecord, not_before: int | None, error: str | None, reset: bool) -> None:
         queued: dict[str, Any] = dict(status=JobStatus.QUEUED, heartbeat=None, lease=None, expires=None)
+        queued |= _NO_PROGRESS
         queued |= dict(not_before=not_before, last_error=record.last_error if error is None else error)
         if reset:
             queued |= dict(attempts=0, dead_reason=None, dead_at=None, claims=())

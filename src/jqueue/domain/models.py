@@ -40,7 +40,7 @@ def new_job_id() -> str:
 
 class JobStatus(StrEnum):
     """Where a job is in its life: ``STAGED``, ``QUEUED``, ``IN_PROGRESS``, ``DEAD`` (a dead
-    letter) or ``ACKED``."""
+    letter), or finished: ``ACKED`` or ``CANCELLED``."""
 
     QUEUED = "queued"
     IN_PROGRESS = "in_progress"
@@ -49,6 +49,8 @@ class JobStatus(StrEnum):
     """Finished: seen in history records and in the job a deduplicated enqueue returns."""
     STAGED = "staged"
     """Written by a bulk write that is not published yet: invisible to claims."""
+    CANCELLED = "cancelled"
+    """Finished by ``cancel``: seen in history records only."""
 
 
 class Job(BaseModel):
@@ -101,6 +103,14 @@ class Job(BaseModel):
         When the job was claimed, each time.
     batch : str or None
         The bulk write that added the job (see ``stage_many``), if one did.
+    cancel_requested_at : datetime or None
+        When ``cancel`` asked the worker running this job to stop (it stops at its next
+        heartbeat).
+    progress : float or None
+        How far the running attempt got, from 0 to 1, as its handler reported it with
+        ``current_job().progress`` (stored with a heartbeat); None before the first report.
+    progress_note : str or None
+        The note that came with ``progress``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -124,6 +134,9 @@ class Job(BaseModel):
     dead_at: AwareDatetime | None = None
     claimed_at: tuple[AwareDatetime, ...] = ()
     batch: str | None = None
+    cancel_requested_at: AwareDatetime | None = None
+    progress: float | None = None
+    progress_note: str | None = None
 
     @field_validator("payload", mode="before")
     @classmethod

@@ -72,11 +72,11 @@ class HistoryRecord:
     claims : tuple of int
         When it was claimed, each time.
     finished : int
-        When it was acked or died.
+        When it was acked, died or was cancelled.
     attempts : int
         Claims it took.
     outcome : JobStatus
-        ``acked`` or ``dead``.
+        ``acked``, ``dead`` or ``cancelled``.
     error, reason : str or None
         Its last error and, for a dead job, why it died.
     dedup_key : str or None
@@ -114,13 +114,18 @@ class HistoryRecord:
 
     @classmethod
     def of(
-        cls, record: JobRecord, finished: int, outcome: JobStatus, result: bytes | None = None
+        cls,
+        record: JobRecord,
+        finished: int,
+        outcome: JobStatus,
+        result: bytes | None = None,
+        error: str | None = None,
     ) -> HistoryRecord:
-        """Return the history record of ``record`` finishing at ``finished`` (acked or dead),
-        with its handler's ``result``."""
+        """Return the history record of ``record`` finishing at ``finished`` (acked, dead or
+        cancelled), with its handler's ``result``, and ``error`` as its last error if given."""
         r = record
         fields = (r.id, r.entrypoint, r.created, r.claims, finished, r.attempts, outcome)
-        return cls(*fields, r.last_error, r.dead_reason, r.dedup_key, result)
+        return cls(*fields, r.last_error if error is None else error, r.dead_reason, r.dedup_key, result)
 
     def as_job(self) -> Job:
         """Return the finished job as a ``Job`` (its payload is not kept: empty)."""

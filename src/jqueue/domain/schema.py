@@ -37,6 +37,8 @@ class Kind(StrEnum):
     STATUS = "status"
     PAYLOAD = "payload"
     """Bytes in memory, or a handle (an int) under which a store keeps them."""
+    FRACTION = "fraction"
+    """A number from 0 to 1."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,11 @@ class JobFields:
     dead_at: int | None = field(default=None, metadata=_meta(Kind.TIME, changes=True))
     claims: tuple[int, ...] = field(default=(), metadata=_meta(Kind.TIMES, "claimed_at", changes=True))
     batch: str | None = field(default=None, metadata=_meta(Kind.TEXT))
+    cancel_requested: int | None = field(
+        default=None, metadata=_meta(Kind.TIME, "cancel_requested_at", changes=True)
+    )
+    progress: float | None = field(default=None, metadata=_meta(Kind.FRACTION, changes=True))
+    progress_note: str | None = field(default=None, metadata=_meta(Kind.TEXT, changes=True))
 
 
 @dataclass(frozen=True)

@@ -44,3 +44,21 @@ def storable_text(text: str) -> str:
 def span(value: timedelta) -> str:
     """Return a duration for a message, in seconds (``-5 s``, not ``-1 day, 23:59:55``)."""
     return f"{value.total_seconds():g} s"
+
+
+MAX_NOTE_CHARS = 1_000
+"""A progress note is cut to this many characters."""
+
+
+def checked_progress(fraction: object, note: object = None) -> tuple[float, str | None]:
+    """Return a progress report as stored: ``fraction`` a number from 0 to 1, ``note`` text cut
+    to ``MAX_NOTE_CHARS``; else raise ``ValueError``."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        raise ValueError(f"progress must be a number from 0 to 1, got {type(fraction).__name__}")
+    if not 0 <= fraction <= 1:  # NaN fails this too
+        raise ValueError(f"progress must be a number from 0 to 1, got {fraction}")
+    if note is None:
+        return float(fraction), None
+    if not isinstance(note, str):
+        raise ValueError(f"a progress note must be a string, got {type(note).__name__}")
+    return float(fraction), storable_text(note[:MAX_NOTE_CHARS])

@@ -24,6 +24,17 @@ class SupportsHeartbeat(Protocol):
 
 
 @runtime_checkable
+class SupportsProgress(Protocol):
+    """A queue whose heartbeat also stores a job's progress (every jqueue queue)."""
+
+    async def heartbeat(
+        self, job_id: Any, /, *, progress: float | None = None, note: str | None = None
+    ) -> None:
+        """Record that the worker on a job is alive, and how far the job got."""
+        ...
+
+
+@runtime_checkable
 class Queue(SupportsHeartbeat, Protocol):
     """Claim, settle and keep alive jobs of one queue (see ``JobQueue`` for each call)."""
 

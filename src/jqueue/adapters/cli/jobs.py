@@ -144,6 +144,28 @@ def requeue(
     _report(run(act()), "requeued", as_json)
 
 
+def cancel(
+    ctx: typer.Context,
+    job_ids: Annotated[list[str], typer.Argument(help="Jobs to cancel (ids, or unique starts of ids).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Cancel jobs: a waiting or dead one leaves the queue at once; a running one's worker is
+    asked to stop it, which it does at its next heartbeat."""
+
+    async def act() -> list[bool]:
+        async with existing_queue(ctx) as queue:
+            return [await queue.cancel(job_id) for job_id in await full_ids(queue, job_ids)]
+
+    done = run(act())
+    cancelled, asked = done.count(True), done.count(False)
+    if as_json:
+        print_json({"cancelled": cancelled, "asked_to_stop": asked})
+        return
+    console.print(f"cancelled {_jobs(cancelled)}")
+    if asked:
+        console.print(f"asked the workers of {_jobs(asked)} to stop them (at their next heartbeat)")
+
+
 def dead_requeue(
     ctx: typer.Context,
     job_ids: Annotated[list[str] | None, typer.Argument(help="Dead jobs to redrive.")] = None,
@@ -296,6 +318,7 @@ def register(app: typer.Typer) -> None:
         ls,
         show,
         result,
+        cancel,
         requeue,
         purge,
         pause,

@@ -11,6 +11,7 @@ from jqueue.adapters.service.wire import ErrorBody
 from jqueue.domain.errors import (
     CASConflictError,
     CorruptStateError,
+    JobCancelledError,
     JobNotFoundError,
     LeaseLostError,
     PayloadTooLargeError,
@@ -26,6 +27,7 @@ _ERRORS: list[tuple[type[BaseException], int, str]] = [
     (UnknownQueueError, 404, "queue_not_found"),
     (JobNotFoundError, 404, "job_not_found"),
     (LeaseLostError, 409, "lease_lost"),
+    (JobCancelledError, 409, "cancelled"),
     (QueuePausedError, 409, "paused"),
     (PayloadTooLargeError, 413, "payload_too_large"),
     (CASConflictError, 503, "conflict"),

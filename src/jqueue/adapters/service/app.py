@@ -49,6 +49,8 @@ from jqueue.adapters.service.wire import (
     JobRef,
     JobsResponse,
     PeekRequest,
+    ResultRequest,
+    ResultResponse,
     ResultsResponse,
     SettleRequest,
     api_job,
@@ -57,6 +59,7 @@ from jqueue.adapters.service.wire import (
     is_msgpack,
 )
 from jqueue.core.broker import BrokerQueue
+from jqueue.domain.errors import JobCancelledError, JobFailedError
 from jqueue.domain.models import Job, fencing_job
 
 logger = logging.getLogger(__name__)
@@ -109,6 +112,8 @@ class Service:
             "nack": self._settle,
             "heartbeat": self._settle,
             "release": self._settle,
+            "cancel": self._settle,
+            "result": self._result,
         }
         routes = [
             Route("/healthz", self._healthz, methods=["GET"]),
@@ -242,15 +247,17 @@ class Service:
         verb = request.url.path.rsplit("/", 1)[1]
         delay = None if body.delay_seconds is None else timedelta(seconds=body.delay_seconds)
 
-        def call(ref: JobRef) -> Awaitable[None]:
+        def call(ref: JobRef) -> Awaitable[object]:
             target = fenced(ref)
             if verb == "nack":
                 return queue.nack(target, delay, body.error, max_attempts=body.max_attempts, dead=body.dead)
             if verb == "ack":
                 return queue.ack(target, result=ref.result)
-            calls: dict[str, Callable[[Job | str], Awaitable[None]]] = {
-                "heartbeat": queue.heartbeat,
+            if verb == "heartbeat":
+                return queue.heartbeat(target, progress=ref.progress, note=ref.note)
+            calls: dict[str, Callable[[Job | str], Awaitable[object]]] = {
                 "release": queue.release,
+                "cancel": queue.cancel,
             }
             return calls[verb](target)
 
@@ -265,18 +272,30 @@ class Service:
                 self.metrics.settle_errors.labels(name, verb, result.error.code).inc()
         return ResultsResponse(results)
 
+    async def _result(self, queue: BrokerQueue, request: Request) -> ResultResponse:
+        body: ResultRequest = await self.read_body(request, ResultRequest)
+        try:
+            found = await queue.result(body.id, timeout=timedelta(seconds=body.wait_seconds))
+        except TimeoutError:
+            return ResultResponse("running")
+        except JobFailedError as exc:
+            return ResultResponse("dead", error=exc.error, reason=exc.reason)
+        except JobCancelledError:
+            return ResultResponse("cancelled")
+        return ResultResponse("acked", found)
+
     def _count(self, request: Request, action: str, jobs: list[Job]) -> None:
         self.metrics.batch_size.labels(request.url.path.rsplit("/", 1)[1]).observe(len(jobs))
         self.metrics.jobs(request.path_params["queue"], action, jobs)
 
 
-def _results(outcomes: Sequence[BaseException | None]) -> list[ItemResult]:
+def _results(outcomes: Sequence[object]) -> list[ItemResult]:
     results = []
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             results.append(ItemResult(error_of(outcome)[1]))
         else:
-            results.append(ItemResult())
+            results.append(ItemResult(cancelled=outcome is True))
     return results
 
 

@@ -33,6 +33,8 @@ from jqueue.adapters.service.wire import (
     JobsResponse,
     NewJob,
     PeekRequest,
+    ResultRequest,
+    ResultResponse,
     ResultsResponse,
     SettleRequest,
     client_name,
@@ -42,10 +44,17 @@ from jqueue.adapters.service.wire import (
 )
 from jqueue.core.enqueue_calls import EnqueueCalls
 from jqueue.core.queue import DEFAULT_VISIBILITY_TIMEOUT
-from jqueue.domain.errors import JobNotFoundError, LeaseLostError, ServiceError
+from jqueue.domain.errors import (
+    JobCancelledError,
+    JobFailedError,
+    JobNotFoundError,
+    LeaseLostError,
+    ServiceError,
+)
 from jqueue.domain.models import Job, new_job_id
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.spec import JobSpec, payload_bytes
+from jqueue.domain.values import checked_progress, span
 
 DEFAULT_CALL_TIMEOUT = timedelta(seconds=60)
 DEFAULT_FAILOVER_TIMEOUT = timedelta(seconds=30)
@@ -53,9 +62,10 @@ ClaimKey = tuple[tuple[str, ...] | None, float | None]
 """Claims that can share a request: the same entrypoints and visibility timeout."""
 SettleKey = tuple[str, tuple[tuple[str, Any], ...]]
 """Settling calls that can share a request: the same verb and options."""
-_PER_JOB_ERRORS: dict[str, type[JobNotFoundError] | type[LeaseLostError]] = {
+_PER_JOB_ERRORS: dict[str, type[JobNotFoundError] | type[LeaseLostError] | type[JobCancelledError]] = {
     "job_not_found": JobNotFoundError,
     "lease_lost": LeaseLostError,
+    "cancelled": JobCancelledError,
 }
 
 
@@ -83,8 +93,8 @@ def _entrypoints(entrypoint: str | Collection[str] | None) -> list[str] | None:
     return [entrypoint] if isinstance(entrypoint, str) else list(entrypoint)
 
 
-def _ref(job: Job | str, result: bytes | None = None) -> JobRef:
-    return JobRef(job, None, result) if isinstance(job, str) else JobRef(job.id, job.lease, result)
+def _ref(job: Job | str, **extra: Any) -> JobRef:
+    return JobRef(job, **extra) if isinstance(job, str) else JobRef(job.id, job.lease, **extra)
 
 
 class RemoteChanges:
@@ -156,7 +166,7 @@ class RemoteQueue(EnqueueCalls):
         self._policy = policy or QueuePolicy()
         self._visibility_timeout = visibility_timeout
         self._session: Any = None
-        self._settles: Coalescer[SettleKey, JobRef, None] = Coalescer(self._send_settles, requests_in_flight)
+        self._settles: Coalescer[SettleKey, JobRef, bool] = Coalescer(self._send_settles, requests_in_flight)
         self._claims: Coalescer[ClaimKey, int, list[Job]] = Coalescer(self._send_claims, requests_in_flight)
         self._enqueues: Coalescer[str, list[NewJob], list[Job]] = Coalescer(
             self._send_enqueues, requests_in_flight
@@ -304,30 +314,29 @@ class RemoteQueue(EnqueueCalls):
         answer: JobsResponse = await self.call("peek", request, JobsResponse)
         return [job_of(job) for job in answer.jobs]
 
-    async def _settle(
-        self, verb: str, job: Job | str, options: dict[str, Any] | None = None, result: bytes | None = None
-    ) -> None:
-        """Send a settling call, with the others of the same verb and options in flight meanwhile."""
-        await self._settles.call((verb, tuple(sorted((options or {}).items()))), _ref(job, result))
+    async def _settle(self, verb: str, ref: JobRef, options: dict[str, Any] | None = None) -> bool:
+        """Send a settling call, with the others of the same verb and options in flight meanwhile;
+        returns whether a ``cancel`` cancelled the job at once."""
+        return await self._settles.call((verb, tuple(sorted((options or {}).items()))), ref)
 
-    async def _send_settles(self, key: SettleKey, refs: list[JobRef]) -> list[BaseException | None]:
+    async def _send_settles(self, key: SettleKey, refs: list[JobRef]) -> list[BaseException | bool]:
         verb, options = key
         request = SettleRequest(jobs=refs, **dict(options))
         answer: ResultsResponse = await self.call(verb, request, ResultsResponse)
-        errors: list[BaseException | None] = []
+        answers: list[BaseException | bool] = []
         for ref, result in zip(refs, answer.results, strict=True):
             if result.error is None:
-                errors.append(None)
+                answers.append(result.cancelled)
             elif (kind := _PER_JOB_ERRORS.get(result.error.code)) is not None:
-                errors.append(kind(ref.id))
+                answers.append(kind(ref.id))
             else:
-                errors.append(ServiceError(200, result.error.code, result.error.message))
-        return errors
+                answers.append(ServiceError(200, result.error.code, result.error.message))
+        return answers
 
     async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
         """Remove a finished job (fenced when given the claimed ``Job``), keeping its handler's
         ``result`` in its history record."""
-        await self._settle("ack", job_id, result=None if result is None else bytes(result))
+        await self._settle("ack", _ref(job_id, result=None if result is None else bytes(result)))
 
     async def nack(
         self,
@@ -346,15 +355,49 @@ class RemoteQueue(EnqueueCalls):
             "max_attempts": max_attempts,
             "dead": dead,
         }
-        await self._settle("nack", job_id, options)
+        await self._settle("nack", _ref(job_id), options)
 
     async def release(self, job_id: Job | str) -> None:
         """Return a claimed job to the queue at once, not as a failure."""
-        await self._settle("release", job_id)
+        await self._settle("release", _ref(job_id))
 
-    async def heartbeat(self, job_id: Job | str) -> None:
-        """Record that the worker on a job is alive, extending its lease."""
-        await self._settle("heartbeat", job_id)
+    async def heartbeat(
+        self, job_id: Job | str, *, progress: float | None = None, note: str | None = None
+    ) -> None:
+        """Record that the worker on a job is alive, extending its lease, and with ``progress``
+        how far the job got (``JobCancelledError`` if its cancel was asked for)."""
+        if progress is None:
+            await self._settle("heartbeat", _ref(job_id))
+        else:
+            fraction, text = checked_progress(progress, note)
+            await self._settle("heartbeat", _ref(job_id, progress=fraction, note=text))
+
+    async def cancel(self, job_id: Job | str) -> bool:
+        """Cancel a job; True if it left the queue at once, False if its worker is asked to stop
+        it (see ``JobQueue.cancel``)."""
+        return await self._settle("cancel", _ref(job_id))
+
+    async def result(self, job_id: str, timeout: timedelta | None = None) -> bytes | None:  # noqa: ASYNC109
+        """Wait until job ``job_id`` is finished and return what its handler returned (see
+        ``JobQueue.result``; the service waits for it, in long polls)."""
+        deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
+        while True:
+            left = MAX_WAIT_SECONDS if deadline is None else max(0.0, deadline - time.monotonic())
+            request = ResultRequest(id=job_id, wait_seconds=min(left, MAX_WAIT_SECONDS))
+            try:
+                answer: ResultResponse = await self.call("result", request, ResultResponse)
+            except ServiceError as exc:
+                if exc.code == "job_not_found":
+                    raise JobNotFoundError(job_id) from None
+                raise
+            if answer.outcome == "acked":
+                return answer.result
+            if answer.outcome == "dead":
+                raise JobFailedError(job_id, answer.error, answer.reason)
+            if answer.outcome == "cancelled":
+                raise JobCancelledError(job_id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id!r} did not finish within {span(timeout or timedelta(0))}")
 
 
 async def _outcome(call: Awaitable[list[Job]]) -> list[Job] | BaseException:

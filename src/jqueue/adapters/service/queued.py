@@ -48,7 +48,7 @@ from jqueue.adapters.service.queued_wire import (
     UpdateResponse,
 )
 from jqueue.adapters.service.wire import JSON, encode, is_msgpack
-from jqueue.domain.errors import JobNotFoundError, LeaseLostError
+from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.times import utc_now
 
@@ -222,7 +222,7 @@ class QueuedRoutes:
         timeout = seconds(body.visibility_timeout_secs)
         try:
             await queue.heartbeat(held(body.id, body.poll_tag), visibility_timeout=timeout)
-        except (JobNotFoundError, LeaseLostError) as exc:
+        except (JobNotFoundError, LeaseLostError, JobCancelledError) as exc:  # cancelled: gone to its poller
             self._count(name, "update", "missing")
             text = f"message {body.id} with poll tag {body.poll_tag} not found"
             raise HTTPError(404, "message_not_found", text) from exc

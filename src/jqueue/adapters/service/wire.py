@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
-from jqueue.core.formats.wire import AwareDatetime, Int64, wire_type
+from jqueue.core.formats.wire import AwareDatetime, Fraction, Int64, wire_type
 from jqueue.domain.models import Job, trusted_job
 from jqueue.domain.schema import FIELDS
 from jqueue.domain.spec import JobSpec
@@ -116,6 +116,25 @@ class ChangesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     wait_seconds: Annotated[float, msgspec.Meta(ge=0, le=MAX_WAIT_SECONDS)] = 10.0
 
 
+class ResultRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/queues/{queue}/result``: wait until job ``id`` is finished, at most
+    ``wait_seconds`` (a long poll)."""
+
+    id: str
+    wait_seconds: Annotated[float, msgspec.Meta(ge=0, le=MAX_WAIT_SECONDS)] = 10.0
+
+
+class ResultResponse(msgspec.Struct, omit_defaults=True):
+    """How job ``id`` ended: ``outcome`` ``acked`` (with its handler's ``result``), ``dead``
+    (with its ``error`` and ``reason``), ``cancelled``, or ``running`` if it has not finished
+    within the wait."""
+
+    outcome: str
+    result: bytes | None = None
+    error: str | None = None
+    reason: str | None = None
+
+
 class ChangesResponse(msgspec.Struct):
     """The queue's change count on the service (it starts anew when the service does)."""
 
@@ -124,11 +143,13 @@ class ChangesResponse(msgspec.Struct):
 
 class JobRef(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """A job by id; with the lease of its claim, the call is fenced by it. An ack may carry the
-    handler's ``result``."""
+    handler's ``result``, a heartbeat the job's ``progress`` and its ``note``."""
 
     id: str
     lease: str | None = None
     result: bytes | None = None
+    progress: Fraction | None = None
+    note: str | None = None
 
 
 class SettleRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -163,9 +184,11 @@ class ErrorResponse(msgspec.Struct):
 
 
 class ItemResult(msgspec.Struct, omit_defaults=True):
-    """The answer for one job of a batch: ``error`` is None when it succeeded."""
+    """The answer for one job of a batch: ``error`` is None when it succeeded; for ``cancel``,
+    ``cancelled`` says whether the job left the queue at once (else its worker is to stop it)."""
 
     error: ErrorBody | None = None
+    cancelled: bool = False
 
 
 class ResultsResponse(msgspec.Struct):

@@ -48,6 +48,7 @@ SPARK_TYPES = {
     Kind.TIMES: "array<timestamp>",
     Kind.STATUS: "string",
     Kind.PAYLOAD: "binary",
+    Kind.FRACTION: "double",
 }
 _KINDS = {f.public: f.kind for f in FIELDS}
 JOBS_SCHEMA = ", ".join(f"{name} {SPARK_TYPES[_KINDS[name]]}" for name in JOB_COLUMNS)

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from jqueue.core.formats.wire import UNDECODABLE, Count, Micros, Window, wire_type
+from jqueue.core.formats.wire import UNDECODABLE, Count, Fraction, Micros, Window, wire_type
 from jqueue.core.log.payload_refs import payload_ref
 from jqueue.domain.effects import (
     Added,
     Beat,
+    CancelAsked,
+    Cancelled,
     Claimed,
     Died,
     Discarded,
@@ -67,10 +69,23 @@ class _Remove(msgspec.Struct, tag="remove", array_like=True, omit_defaults=True)
     result: bytes | None = None
 
 
-class _Beat(msgspec.Struct, tag="beat", array_like=True):
+class _Beat(msgspec.Struct, tag="beat", array_like=True, omit_defaults=True):
     id: str
     at: Micros
     expires: Micros | None = None
+    progress: Fraction | None = None
+    note: str | None = None
+
+
+class _CancelAsk(msgspec.Struct, tag="cancel_ask", array_like=True):
+    id: str
+    at: Micros
+
+
+class _Cancel(msgspec.Struct, tag="cancel", array_like=True, omit_defaults=True):
+    id: str
+    at: Micros
+    error: str | None = None
 
 
 class _Die(msgspec.Struct, tag="die", array_like=True):
@@ -118,6 +133,8 @@ else:
         | _Requeue
         | _Remove
         | _Beat
+        | _CancelAsk
+        | _Cancel
         | _Die
         | _Forget
         | _Pause
@@ -160,8 +177,12 @@ def _wire_effect(effect: Effect) -> _WireEffect:
             return _Requeue(job_id, not_before, error, reset)
         case Removed(job_id, at, result):
             return _Remove(job_id, at, result)
-        case Beat(job_id, at, expires):
-            return _Beat(job_id, at, expires)
+        case Beat(job_id, at, expires, progress, note):
+            return _Beat(job_id, at, expires, progress, note)
+        case CancelAsked(job_id, at):
+            return _CancelAsk(job_id, at)
+        case Cancelled(job_id, at, error):
+            return _Cancel(job_id, at, error)
         case Died(job_id, at, reason, error):
             return _Die(job_id, at, reason, error)
         case Forgotten(count):
@@ -212,8 +233,12 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
                 effects.append(Requeued(job_id, not_before, error, reset))
             case _Remove(job_id, at, result):
                 effects.append(Removed(job_id, at, result))
-            case _Beat(job_id, at, expires):
-                effects.append(Beat(job_id, at, expires))
+            case _Beat(job_id, at, expires, progress, note):
+                effects.append(Beat(job_id, at, expires, progress, note))
+            case _CancelAsk(job_id, at):
+                effects.append(CancelAsked(job_id, at))
+            case _Cancel(job_id, at, error):
+                effects.append(Cancelled(job_id, at, error))
             case _Die(job_id, at, reason, error):
                 effects.append(Died(job_id, at, reason, error))
             case _Forget(count):

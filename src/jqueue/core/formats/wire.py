@@ -25,6 +25,7 @@ Micros = Annotated[int, msgspec.Meta(ge=MIN_MICROS, le=MAX_MICROS)]
 AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 """A time on the wire as an ISO 8601 string with a time zone (the single-object format)."""
 Count = Annotated[int, msgspec.Meta(ge=0)]
+Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
 Window = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
 
@@ -42,6 +43,7 @@ def wire_type(job_field: JobField, time: Any = Micros) -> Any:
         Kind.TIMES: tuple[time, ...],
         Kind.STATUS: JobStatus,
         Kind.PAYLOAD: bytes,
+        Kind.FRACTION: Fraction,
     }
     base = kinds[job_field.kind]
     return base | None if job_field.nullable else base
