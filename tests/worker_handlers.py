@@ -20,3 +20,12 @@ def give_up_in_process(job: Job) -> None:
     from jqueue import Fail
 
     raise Fail(f"cannot use {job.payload.decode()}")
+
+
+def sleep_in_process(job: Job) -> None:
+    """Write this process's id to the file the payload names, then sleep (until killed)."""
+    import time
+    from pathlib import Path
+
+    Path(job.payload.decode()).write_text(str(os.getpid()))
+    time.sleep(120)

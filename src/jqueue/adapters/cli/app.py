@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from jqueue import __version__
-from jqueue.adapters.cli import demo, jobs, run, serve
+from jqueue.adapters.cli import demo, execute, jobs, run, serve
 from jqueue.adapters.cli.common import STORAGE_HELP, Options
 
 
@@ -42,6 +42,7 @@ def build_app() -> typer.Typer:
 
     jobs.register(app)
     run.register(app)
+    execute.register(app)
     serve.register(app)
     app.command()(demo.demo)
     return app

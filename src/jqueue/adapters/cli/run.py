@@ -1,21 +1,17 @@
-"""Commands that run jobs or measure: worker, exec, bench."""
+"""Commands that run jobs or measure: worker, bench, report (exec is in ``execute``)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import inspect
 import json
 import logging
 import os
-import signal
 import sys
-import time
 from dataclasses import replace
 from datetime import timedelta
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -27,14 +23,11 @@ from jqueue.adapters.cli.common import (
     fail,
     print_json,
     run,
-    seconds,
     storage_url,
 )
-from jqueue.core.control import HandlerFailure
 from jqueue.core.outcomes import WorkerStats
 from jqueue.core.queue import JobQueue
 from jqueue.core.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
-from jqueue.domain.models import Job
 from jqueue.domain.policy import Backoff
 
 BurstFlag = Annotated[bool, typer.Option("--burst", help="Stop when nothing is left to claim.")]
@@ -87,7 +80,7 @@ class JsonLines(logging.Formatter):
         return json.dumps(data, default=str)
 
 
-def _log_jobs(form: LogFormat = LogFormat.TEXT, level: LogLevel = LogLevel.INFO) -> None:
+def log_jobs(form: LogFormat = LogFormat.TEXT, level: LogLevel = LogLevel.INFO) -> None:
     handler = logging.StreamHandler(sys.stderr)
     text = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
     handler.setFormatter(JsonLines() if form is LogFormat.JSON else text)
@@ -119,7 +112,7 @@ async def _why_idle(chosen: Worker) -> str:
     return "; ".join(reasons)
 
 
-def _summary(stats: WorkerStats, as_json: bool) -> None:
+def print_summary(stats: WorkerStats, as_json: bool) -> None:
     counts = {str(outcome): count for outcome, count in stats.outcomes.items()}
     if as_json:
         print_json(
@@ -147,7 +140,7 @@ def _load(target: str) -> Any:
         fail(f"module {module_name!r} has no attribute {attribute!r}")
 
 
-def _backoff(retry_delay: float) -> Backoff | None:
+def backoff_of(retry_delay: float) -> Backoff | None:
     """The back-off that waits ``retry_delay`` seconds before the first retry (0: none)."""
     if retry_delay == 0:
         return None
@@ -182,7 +175,7 @@ def _configure(
     if max_attempts is not None:
         chosen.max_attempts = max_attempts
     if retry_delay is not None:
-        chosen.backoff = _backoff(retry_delay)
+        chosen.backoff = backoff_of(retry_delay)
 
 
 def worker(
@@ -223,7 +216,7 @@ def worker(
     found = _load(target)
 
     async def go() -> WorkerStats:
-        _log_jobs(log_format, log_level)
+        log_jobs(log_format, log_level)
         async with contextlib.AsyncExitStack() as stack:
             if isinstance(found, Worker):
                 chosen = found
@@ -249,126 +242,7 @@ def worker(
                 errors.print(f"claimed nothing: {await _why_idle(chosen)}", highlight=False)
             return stats
 
-    _summary(run(go()), as_json)
-
-
-class CommandFailedError(HandlerFailure):
-    """A job's command exited with a non-zero status."""
-
-
-_TERM_GRACE = 2.0  # seconds a stopped command's process group has between SIGTERM and SIGKILL
-_GROUP_EXIT_WAIT = 5.0  # seconds for the rest of the group to exit after the SIGKILL
-
-
-def _signal_group(group: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(group, sig)
-
-
-def _group_running(group: int) -> bool:
-    """Whether a process of ``group`` still runs; zombies do not count where /proc tells."""
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
-        return True
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()  # after the command's name
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == group:
-            return True
-    return False
-
-
-async def _stop_command(process: asyncio.subprocess.Process) -> None:
-    """Stop a command started in a session of its own, with everything it started.
-
-    Its process group gets SIGTERM, then SIGKILL after ``_TERM_GRACE`` seconds (at once if
-    this task is cancelled meanwhile); the command is reaped, and then the rest of the
-    group is waited for up to ``_GROUP_EXIT_WAIT`` seconds.
-    """
-    group = process.pid
-    _signal_group(group, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(process.wait(), _TERM_GRACE)
-    except TimeoutError:
-        pass
-    finally:
-        _signal_group(group, signal.SIGKILL)
-    await process.wait()
-    deadline = time.monotonic() + _GROUP_EXIT_WAIT
-    while _group_running(group) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-
-
-def execute(
-    ctx: typer.Context,
-    entrypoint: str,
-    command: Annotated[list[str], typer.Argument(help="The command and its arguments, after --.")],
-    concurrency: ConcurrencyOption = 4,
-    timeout: Annotated[float | None, typer.Option(help="Seconds before a command is killed.")] = None,
-    max_attempts: MaxAttemptsOption = None,
-    retry_delay: RetryDelayOption = None,
-    burst: BurstFlag = False,
-    log_format: LogFormatOption = LogFormat.TEXT,
-    log_level: LogLevelOption = LogLevel.INFO,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-) -> None:
-    """Run a command per job with the payload on its standard input.
-
-    Exit status 0 acks the job; any other status fails it, with the end of standard
-    error recorded as its error (retried with back-off, dead after --max-attempts).
-    The job's id, entrypoint and attempt are in JQUEUE_JOB_ID, JQUEUE_ENTRYPOINT and
-    JQUEUE_ATTEMPT.
-
-    Each command runs in a session of its own, so Ctrl-C or a SIGTERM to the process
-    group stops only the worker, which lets running commands finish within its grace
-    period; a command past --timeout, or still running when the worker stops for good,
-    is killed with every process it started.
-    """
-    if not command:
-        fail("give the command after --, e.g. jqueue exec resize -- convert - out.png")
-
-    async def run_command(job: Job) -> None:
-        env = os.environ | {"JQUEUE_JOB_ID": job.id, "JQUEUE_ENTRYPOINT": job.entrypoint}
-        env["JQUEUE_ATTEMPT"] = str(job.attempts)
-        process = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=sys.stderr if as_json else None,  # the JSON summary alone on standard output
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            _, stderr = await process.communicate(job.payload)
-        except asyncio.CancelledError:
-            await _stop_command(process)
-            raise
-        if process.returncode != 0:
-            detail = stderr.decode(errors="replace").strip()[-2000:]
-            raise CommandFailedError(f"exit status {process.returncode}" + (f": {detail}" if detail else ""))
-
-    async def go() -> WorkerStats:
-        _log_jobs(log_format, log_level)
-        async with broker_queue(ctx) as queue:
-            runner = Worker(
-                queue,
-                {entrypoint: run_command},
-                concurrency=concurrency,
-                timeout=seconds(timeout),
-                max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS,
-                backoff=DEFAULT_BACKOFF if retry_delay is None else _backoff(retry_delay),
-            )
-            return await runner.run(until_empty=burst)
-
-    _summary(run(go()), as_json)
+    print_summary(run(go()), as_json)
 
 
 def bench(
@@ -399,6 +273,5 @@ def report(
 def register(app: typer.Typer) -> None:
     """Add these commands to ``app``."""
     app.command()(worker)
-    app.command("exec")(execute)
     app.command()(bench)
     app.command()(report)
