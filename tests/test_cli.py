@@ -280,7 +280,7 @@ def test_messages_read_as_english(cli: Cli) -> None:
     late = cli("enqueue", "work", "z", "--delay", "-5", ok=False)
     assert late.stderr.strip() == "error: delay must not be negative, got -5 s"
     wrong = cli("history", "--outcome", "nope", ok=False)
-    assert wrong.stderr.strip() == "error: unknown outcome 'nope'; one of acked, dead"
+    assert wrong.stderr.strip() == "error: unknown outcome 'nope'; one of acked, dead, cancelled"
 
 
 def test_purge_status_is_a_checked_choice(cli: Cli) -> None:

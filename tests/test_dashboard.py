@@ -23,7 +23,7 @@ import pytest
 from playwright.async_api import Page, ViewportSize, expect
 
 from browser import chromium, png_size
-from jqueue import BrokerQueue, JobStatus, RemoteQueue, connect
+from jqueue import BrokerQueue, Job, JobStatus, RemoteQueue, Worker, connect, current_job
 from jqueue.adapters.service.host import root_storage
 from servers import LOOPBACK, free_port, jqueue_serve
 
@@ -291,3 +291,80 @@ async def test_a_standby_points_to_the_broker_and_a_lone_queue_has_its_own_dashb
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         assert await asyncio.wait_for(proc.wait(), 20) == 0
+
+
+async def test_results_progress_and_cancel_in_the_browser(
+    served_root: tuple[str, dict[str, str] | None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where, env = served_root
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    direct = BrokerQueue(root_storage(where, "shop"))
+    with jqueue_serve(where, tmp_path / "serve.log", env=env, options=["--token", TOKEN]) as url:
+        async with connect(url, "shop", token=TOKEN) as queue:
+            summed = await queue.enqueue("sum", b"[1, 2, 3]")
+            report = await queue.enqueue("report", b"monthly")
+            waiting = await queue.enqueue("report", b"yearly", delay=timedelta(hours=1))
+            worker = Worker(queue, concurrency=2, visibility_timeout=timedelta(seconds=0.6))
+            interrupted = asyncio.Event()
+
+            @worker.handler("sum")
+            async def add(job: Job) -> int:
+                return sum(json.loads(job.payload))
+
+            @worker.handler("report")
+            async def write_report(job: Job) -> None:
+                current_job().progress(0.4, note="page 4 of 10")
+                try:
+                    await asyncio.sleep(120)
+                except asyncio.CancelledError:
+                    interrupted.set()
+                    raise
+
+            running = asyncio.create_task(worker.run())
+            try:
+                async with chromium() as browser:
+                    page = await browser.new_page(viewport=WINDOW)
+                    await page.goto(f"{url}/login")
+                    await page.get_by_label("Token").fill(TOKEN)
+                    await page.get_by_role("button", name="Sign in").click()
+
+                    # A finished job's page shows what its handler returned.
+                    assert await queue.result(summed.id, timeout=timedelta(seconds=20)) == b"6"
+                    await page.goto(f"{url}/q/shop/jobs/{summed.id}")
+                    await expect(page.locator("#history")).to_contain_text("acked")
+                    await expect(page.locator("#result")).to_have_text("6")
+
+                    # A running job's progress, on its page (updating by itself) and in the list.
+                    await page.goto(f"{url}/q/shop/jobs/{report.id}")
+                    await expect(page.locator("#job-progress")).to_contain_text("40%", timeout=15_000)
+                    await expect(page.locator("#job-progress")).to_contain_text("page 4 of 10")
+                    await page.goto(f"{url}/q/shop/jobs?status=in_progress")
+                    await expect(page.locator(f"#jobs tr[data-job='{report.id}'] .progress")).to_contain_text(
+                        "40%"
+                    )
+
+                    # Cancel it: confirmed, its worker is asked, the handler is stopped.
+                    await page.goto(f"{url}/q/shop/jobs/{report.id}")
+                    await page.get_by_role("button", name="Cancel", exact=True).click()
+                    await expect(page.locator("#question")).to_have_text("Cancel 1 job of queue shop?")
+                    await page.get_by_role("button", name="Cancel 1").click()
+                    await expect(page.get_by_role("status")).to_have_text(
+                        "Cancelled 0 jobs; asked the workers of 1 job to stop them."
+                    )
+                    await asyncio.wait_for(interrupted.wait(), 15)
+                    await expect(page.locator("#history")).to_contain_text("cancelled", timeout=15_000)
+                    finished = await direct.finished(report.id)
+                    assert finished is not None
+                    assert finished.outcome is JobStatus.CANCELLED
+
+                    # A waiting job is cancelled at once.
+                    await page.goto(f"{url}/q/shop/jobs/{waiting.id}")
+                    await page.get_by_role("button", name="Cancel", exact=True).click()
+                    await page.get_by_role("button", name="Cancel 1").click()
+                    await expect(page.get_by_role("status")).to_have_text("Cancelled 1 job.")
+                    assert await direct.find(waiting.id) is None
+                    await shot(page, tmp_path / "cancelled.png")
+            finally:
+                worker.stop()
+                await running

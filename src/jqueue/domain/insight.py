@@ -37,7 +37,7 @@ class Throughput:
     acked, dead : list of int
         Jobs acked, and jobs that died, in each bucket (of every entrypoint).
     per_entrypoint : dict of str to list of int
-        Jobs finished (acked or dead) in each bucket, per entrypoint.
+        Jobs finished (acked, dead or cancelled) in each bucket, per entrypoint.
     truncated : bool
         True when more than ``HISTORY_BUDGET`` jobs finished in the window (the oldest of
         them are not counted).
@@ -63,7 +63,10 @@ def throughput(index: QueueIndex, now: int, window: int, bucket: int) -> Through
             found.truncated = True
             break
         slot = min(buckets - 1, (record.finished - start) // bucket)
-        (found.acked if record.outcome is JobStatus.ACKED else found.dead)[slot] += 1
+        if record.outcome is JobStatus.ACKED:
+            found.acked[slot] += 1
+        elif record.outcome is JobStatus.DEAD:  # a cancelled job is neither
+            found.dead[slot] += 1
         per = found.per_entrypoint.get(record.entrypoint)
         if per is None:
             per = found.per_entrypoint[record.entrypoint] = [0] * buckets

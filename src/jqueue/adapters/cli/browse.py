@@ -30,7 +30,7 @@ from jqueue.adapters.cli.common import (
     short_ids,
     until,
 )
-from jqueue.domain.errors import JobFailedError, JQueueError
+from jqueue.domain.errors import JobCancelledError, JobFailedError, JQueueError
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.stats import QueueStats
@@ -149,7 +149,7 @@ def result(
     as_json: JsonFlag = False,
 ) -> None:
     """Print what a finished job's handler returned (its full id); a job that died prints its
-    error and exits with status 1."""
+    error and exits with status 1, as does a cancelled one."""
 
     async def look() -> bytes | None:
         async with existing_queue(ctx) as queue:
@@ -162,6 +162,12 @@ def result(
             print_json({"id": job_id, "outcome": "dead", "reason": exc.reason, "error": exc.error})
         else:
             errors.print(f"job {job_id} died ({exc.reason}):\n{exc.error}", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    except JobCancelledError:
+        if as_json:
+            print_json({"id": job_id, "outcome": "cancelled"})
+        else:
+            errors.print(f"job {job_id} was cancelled", highlight=False, markup=False)
         raise typer.Exit(1) from None
     except TimeoutError:
         fail(f"job {job_id} has not finished" + (f" within {wait:g} s" if wait else " (--wait S to wait)"))
@@ -205,13 +211,13 @@ def dead_ls(
 def history(
     ctx: typer.Context,
     entrypoint: EntrypointOption = None,
-    outcome: Annotated[str | None, typer.Option(help="acked or dead.")] = None,
+    outcome: Annotated[str | None, typer.Option(help="acked, dead or cancelled.")] = None,
     limit: LimitOption = 50,
     as_json: JsonFlag = False,
 ) -> None:
     """Show records of finished jobs, newest last."""
-    if outcome not in (None, "acked", "dead"):
-        fail(f"unknown outcome {outcome!r}; one of acked, dead")
+    if outcome not in (None, "acked", "dead", "cancelled"):
+        fail(f"unknown outcome {outcome!r}; one of acked, dead, cancelled")
     chosen = None if outcome is None else JobStatus(outcome)
 
     async def look() -> list[HistoryRecord]:

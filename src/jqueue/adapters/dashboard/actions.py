@@ -22,7 +22,7 @@ from jqueue.domain.models import JobStatus
 if TYPE_CHECKING:
     from jqueue.adapters.dashboard.pages import Dashboard
 
-CONFIRMED = ("purge", "requeue_dead", "purge_dead")
+CONFIRMED = ("purge", "requeue_dead", "purge_dead", "cancel")
 
 
 def _plural(n: int, what: str = "job") -> str:
@@ -79,8 +79,8 @@ class Actions:
         dead = (await queue.stats()).total(JobStatus.DEAD)
         count = dead if chosen is None else len(chosen)
         group = str(form.get("group", ""))
-        verb = "Purge" if action.startswith("purge") else "Requeue"
-        what = "dead " if action != "purge" else ""
+        verb = {"purge": "Purge", "purge_dead": "Purge", "cancel": "Cancel"}.get(action, "Requeue")
+        what = "dead " if action.endswith("_dead") else ""
         question = f"{verb} {_plural(count, what + 'job')} of queue {name}"
         question += f" that failed with “{group}”?" if group else "?"
         fields = [(key, str(value)) for key, value in form.multi_items() if key not in ("csrf", "confirmed")]
@@ -89,7 +89,8 @@ class Actions:
             "confirm.html",
             queue=name,
             question=question,
-            destructive=verb == "Purge",
+            verb=verb,
+            destructive=verb != "Requeue",
             count=count,
             fields=fields,
             back=back,
@@ -104,6 +105,11 @@ class Actions:
         if action == "purge":
             ids = [str(v) for v in form.getlist("ids")]
             return f"Purged {_plural(await queue.purge(status=None, ids=ids))}."
+        if action == "cancel":
+            outcomes = [await queue.cancel(str(v)) for v in form.getlist("ids")]
+            asked = outcomes.count(False)
+            stops = f"; asked the workers of {_plural(asked)} to stop them" if asked else ""
+            return f"Cancelled {_plural(outcomes.count(True))}{stops}."
         if action == "requeue_dead":
             done = await queue.requeue_dead(await self._chosen(queue, form))
             return f"Requeued {_plural(done, 'dead job')}."

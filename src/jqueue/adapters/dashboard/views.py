@@ -128,6 +128,7 @@ class JobDetail:
     finished: HistoryRecord | None
     payload: Preview | None = None
     claims: list[str] = field(default_factory=list)
+    result: Preview | None = None
 
 
 async def job_detail(queue: BrokerQueue, job_id: str) -> JobDetail:
@@ -137,4 +138,6 @@ async def job_detail(queue: BrokerQueue, job_id: str) -> JobDetail:
     detail = JobDetail(job_id, job, finished)
     if job is not None:
         detail.payload = preview(job.payload)
+    if finished is not None and finished.result is not None:
+        detail.result = preview(finished.result)
     return detail
