@@ -11,7 +11,7 @@ from jqueue.core.changes import ChangeFeed
 from jqueue.core.commit_stats import CommitStats
 from jqueue.core.commits import Commits
 from jqueue.core.layout import StoreOpener
-from jqueue.domain.effects import LimitSet, PauseSet, ThrottleSet
+from jqueue.domain.effects import Cancelled, LimitSet, PauseSet, ThrottleSet
 from jqueue.domain.errors import JobCancelledError, JobFailedError, JobNotFoundError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.insight import (
@@ -35,6 +35,11 @@ T = TypeVar("T")
 RESULT_POLL_FIRST = 0.05
 RESULT_POLL_LONGEST = 1.0
 """``result`` looks again after these many seconds, doubling (at once on a commit of this process)."""
+
+
+def fence(job: Job | str) -> tuple[str, str | None]:
+    """Return the job id and, for a claimed ``Job``, the lease that fences the call."""
+    return (job, None) if isinstance(job, str) else (job.id, job.lease)
 
 
 def entrypoint_set(entrypoint: str | Collection[str] | None) -> Collection[str] | None:
@@ -160,6 +165,29 @@ class ManagementCalls:
 
         found = await self._jobs([record.as_added() for record in await self._view(look)])
         return found[0] if found else None
+
+    async def cancel(self, job_id: Job | str) -> bool:
+        """Cancel a job; True if it left the queue now (with a history record of outcome
+        ``cancelled``), False if it is running and its worker is asked to stop it.
+
+        A running job's worker learns of the cancel at its next heartbeat, stops the handler
+        and ends the job cancelled (so does the sweep if its lease runs out first). Given the
+        claimed ``Job``, the call is fenced: the worker that holds it ends it cancelled now.
+
+        Raises
+        ------
+        JobNotFoundError
+            If the job is not in the queue (finished, or never there).
+        LeaseLostError
+            Fenced, if the lease no longer holds the job.
+        """
+        plain_id, lease = fence(job_id)
+
+        def operation(index: QueueIndex) -> bool:
+            done = index.cancel(plain_id, lease, to_micros(utc_now()))
+            return bool(done) and isinstance(done[0], Cancelled)
+
+        return await self._commits.run(operation)
 
     async def result(self, job_id: str, timeout: timedelta | None = None) -> bytes | None:  # noqa: ASYNC109
         """Wait until job ``job_id`` is finished and return what its handler returned (None

@@ -20,12 +20,12 @@ from jqueue.core.changes import ChangeFeed
 from jqueue.core.commits import Commits, Housekeeping
 from jqueue.core.enqueue_calls import EnqueueCalls
 from jqueue.core.layout import Layout, StoreOpener
-from jqueue.core.management import ManagementCalls, entrypoint_set
+from jqueue.core.management import ManagementCalls, entrypoint_set, fence
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import StorageUse
 from jqueue.core.timed import timed
-from jqueue.domain.effects import Added, Cancelled
+from jqueue.domain.effects import Added
 from jqueue.domain.errors import PayloadTooLargeError, QueuePausedError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState
@@ -69,11 +69,6 @@ def lease_number(lease: str) -> int | None:
 def lease_of_number(number: int) -> str:
     """Return the lease token whose number is ``number`` (the inverse of ``lease_number``)."""
     return f"{number:0{_LEASE_DIGITS}x}"
-
-
-def fence(job: Job | str) -> tuple[str, str | None]:
-    """Return the job id and, for a claimed ``Job``, the lease that fences the call."""
-    return (job, None) if isinstance(job, str) else (job.id, job.lease)
 
 
 Found = Added | HistoryRecord
@@ -371,29 +366,6 @@ class JobQueue(ManagementCalls, EnqueueCalls):
             index.heartbeat(plain_id, to_micros(now), lease, expires, *reported)
 
         await self._commits.run(operation)
-
-    async def cancel(self, job_id: Job | str) -> bool:
-        """Cancel a job; True if it left the queue now (with a history record of outcome
-        ``cancelled``), False if it is running and its worker is asked to stop it.
-
-        A running job's worker learns of the cancel at its next heartbeat, stops the handler
-        and ends the job cancelled (so does the sweep if its lease runs out first). Given the
-        claimed ``Job``, the call is fenced: the worker that holds it ends it cancelled now.
-
-        Raises
-        ------
-        JobNotFoundError
-            If the job is not in the queue (finished, or never there).
-        LeaseLostError
-            Fenced, if the lease no longer holds the job.
-        """
-        plain_id, lease = fence(job_id)
-
-        def operation(index: QueueIndex) -> bool:
-            done = index.cancel(plain_id, lease, to_micros(utc_now()))
-            return bool(done) and isinstance(done[0], Cancelled)
-
-        return await self._commits.run(operation)
 
     async def sweep(self) -> int:
         """Return to the queue (or, past their last attempt, to the dead letters) the claimed jobs

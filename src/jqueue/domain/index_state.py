@@ -38,6 +38,7 @@ from jqueue.domain.effects import (
 )
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
 from jqueue.domain.history import History
+from jqueue.domain.journal import Journal
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import (
     RECORD_COLUMNS,
@@ -72,7 +73,7 @@ E = TypeVar(
 )
 
 
-class IndexState:
+class IndexState(Journal):
     """The live queue: jobs by id, claimable jobs by priority, claimed jobs by time.
 
     Attributes
@@ -192,44 +193,6 @@ class IndexState:
     def frozen(self) -> bool:
         """Whether a snapshot started by ``freeze`` is still being taken."""
         return self._frozen is not None
-
-    # --- transactions ---------------------------------------------------------------
-
-    def begin(self) -> None:
-        """Start journalling changes so that ``rollback`` can undo them."""
-        if self._journal is not None:
-            raise RuntimeError("a transaction is already open")
-        self.order.prune()
-        self._journal = []
-        self.pending_effects = []
-
-    def commit(self) -> None:
-        """Keep the changes made since ``begin``."""
-        self._journal = None
-        self.pending_effects = []
-
-    def rollback(self) -> None:
-        """Undo every change made since ``begin``, newest first."""
-        journal, self._journal = self._journal or [], None
-        self.pending_effects = []
-        for undo in reversed(journal):
-            undo()
-
-    def savepoint(self) -> tuple[int, int]:
-        """Mark the open transaction, so that ``rollback_to`` can undo what follows."""
-        if self._journal is None:
-            raise RuntimeError("no transaction is open")
-        return len(self._journal), len(self.pending_effects)
-
-    def rollback_to(self, savepoint: tuple[int, int]) -> None:
-        """Undo, newest first, the changes made since ``savepoint``; the transaction stays open."""
-        journal = self._journal
-        if journal is None:
-            raise RuntimeError("no transaction is open")
-        undo_count, effect_count = savepoint
-        while len(journal) > undo_count:
-            journal.pop()()
-        del self.pending_effects[effect_count:]
 
     # --- replay ---------------------------------------------------------------------
 
@@ -366,10 +329,6 @@ class IndexState:
             if not ids:
                 del self._staged[record.batch or ""]
 
-    def _record_undo(self, undo: Callable[[], None] | None) -> None:
-        if self._journal is not None and undo is not None:
-            self._journal.append(undo)
-
     def _requeue(self, record: JobRecord, not_before: int | None, error: str | None, reset: bool) -> None:
         queued: dict[str, Any] = dict(status=JobStatus.QUEUED, heartbeat=None, lease=None, expires=None)
         queued |= _NO_PROGRESS
@@ -419,12 +378,12 @@ class IndexState:
         self._push(record)
 
     def _insert(self, record: JobRecord) -> None:
+        self.tally.add(record)  # first: it refuses a finished job's status before anything changed
         self.records[record.id] = record
         if record.dedup_key is not None:
             self._dedup[record.dedup_key] = record.id
         if record.status is JobStatus.STAGED:
             self._stage(record)
-        self.tally.add(record)
         self._push(record)
 
     def _delete(self, record: JobRecord) -> None:

@@ -20,10 +20,19 @@ _SLOTS = {JobStatus.IN_PROGRESS: IN_PROGRESS, JobStatus.DEAD: DEAD, JobStatus.ST
 
 
 def slot_of(record: JobRecord) -> int:
-    """Return the slot that counts ``record``."""
+    """Return the slot that counts ``record``.
+
+    Raises
+    ------
+    ValueError
+        If its status is one of a finished job (a state that does not replay).
+    """
     if record.status is JobStatus.QUEUED:
         return QUEUED if record.not_before is None else DELAYED
-    return _SLOTS[record.status]
+    slot = _SLOTS.get(record.status)
+    if slot is None:
+        raise ValueError(f"job {record.id} is in the queue as {record.status}, a finished job's status")
+    return slot
 
 
 class Tally:
