@@ -98,6 +98,8 @@ async def test_a_result_through_the_broker_and_on_the_command_line(tmp_path: Pat
 
     shown = await asyncio.to_thread(cli, "result", job.id)
     assert (shown.returncode, shown.stdout) == (0, "6\n")
+    by_prefix = await asyncio.to_thread(cli, "result", job.id[:8])  # a finished job by the start of its id
+    assert (by_prefix.returncode, by_prefix.stdout) == (0, "6\n")
     dead = await asyncio.to_thread(cli, "result", failing.id)
     assert dead.returncode == 1
     assert "JSONDecodeError" in dead.stderr

@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="where file queues go (default: a temp dir)")
     parser.add_argument("--open-test", action="store_true", help="time a fresh open at the largest depth")
     parser.add_argument("--s3-latency", action="store_true", help="run the 1,000-caller S3 latency case")
-    parser.add_argument("--json", type=Path, default=Path("benchmark-depth.json"), help="results file")
+    parser.add_argument("--json", type=Path, default=Path("bench-results/depth.json"), help="results file")
     parser.add_argument("--case", nargs=2, metavar=("BACKEND", "DEPTH"), help=argparse.SUPPRESS)
     parser.add_argument("--prepare-open", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--open", type=Path, help=argparse.SUPPRESS)
@@ -321,6 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         row = {"s3_latency": _child(["--s3-case"])}
         print(json.dumps(row), flush=True)
         results.append(row)
+    ns.json.parent.mkdir(parents=True, exist_ok=True)
     ns.json.write_text(json.dumps({"command": sys.argv, "results": results}, indent=2))
     return 0
 

@@ -148,12 +148,13 @@ def result(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Print what a finished job's handler returned (its full id); a job that died prints its
-    error and exits with status 1, as does a cancelled one."""
+    """Print what a finished job's handler returned; a job that died prints its error and exits
+    with status 1, as does a cancelled one."""
 
     async def look() -> bytes | None:
         async with existing_queue(ctx) as queue:
-            return await queue.result(job_id, timeout=timedelta(seconds=wait or 0))
+            [full_id] = await full_ids(queue, [job_id], finished=True)
+            return await queue.result(full_id, timeout=timedelta(seconds=wait or 0))
 
     try:
         found = asyncio.run(look())

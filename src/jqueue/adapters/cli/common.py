@@ -181,11 +181,14 @@ def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
     return shortest
 
 
-async def full_ids(queue: DirectQueue, given: list[str]) -> list[str]:
-    """Return the ids with each unique prefix of a job's id replaced by that id (as git does)."""
+async def full_ids(queue: DirectQueue, given: list[str], *, finished: bool = False) -> list[str]:
+    """Return the ids with each unique prefix of a job's id replaced by that id (as git does):
+    of a job in the queue, and with ``finished`` of one in the history too."""
     if all([await queue.find(job_id) is not None for job_id in given]):
         return given
     known = [job.id for job in await queue.jobs(limit=None)]
+    if finished:  # a dead job is in both
+        known = list(dict.fromkeys([*known, *(record.job_id for record in await queue.history())]))
     full = []
     for job_id in given:
         matches = [candidate for candidate in known if candidate.startswith(job_id)]

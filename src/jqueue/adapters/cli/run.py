@@ -120,7 +120,8 @@ def print_summary(stats: WorkerStats, as_json: bool) -> None:
         )
     else:
         done = ", ".join(f"{count} {name}" for name, count in counts.items() if count)
-        console.print(f"claimed {stats.claimed} jobs in {stats.seconds:.1f} s: {done or 'nothing'}")
+        jobs = "job" if stats.claimed == 1 else "jobs"
+        console.print(f"claimed {stats.claimed} {jobs} in {stats.seconds:.1f} s: {done or 'nothing'}")
 
 
 def _load(target: str) -> Any:

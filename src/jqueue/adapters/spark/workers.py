@@ -18,14 +18,16 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.handlers import Handler
-from jqueue.core.outcomes import WorkerStats
+from jqueue.core.outcomes import Outcome, WorkerStats
 from jqueue.core.worker import Worker
 from jqueue.domain.policy import QueuePolicy
 
 STATS_SCHEMA = (
-    "task int, attempt int, host string, pid int, claimed long, acked long, retried long, dead long, "
-    "lost long, released long, timed_out long, seconds double"
+    "task int, attempt int, host string, pid int, claimed long, "
+    + "".join(f"{outcome} long, " for outcome in Outcome)
+    + "timed_out long, seconds double"
 )
+"""A task's row: a column per ``Outcome`` besides the counts of ``WorkerStats``."""
 
 
 async def _run_one(
