@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from conftest import Backend
 from jqueue import BrokerQueue, DirectQueue, Job, JobStatus, LocalFileSystemStorage, Worker
 from jqueue.core.cron import Schedule, time_zone
 
@@ -64,8 +65,8 @@ def ticks_of(created: list[datetime], period: float) -> list[int]:
     return sorted(int(c.timestamp() // period) for c in created)
 
 
-async def test_two_workers_enqueue_one_job_per_tick_and_a_restart_catches_up(tmp_path: Path) -> None:
-    storage = LocalFileSystemStorage(tmp_path / "q.json")
+async def test_two_workers_enqueue_one_job_per_tick_and_a_restart_catches_up(file_or_s3: Backend) -> None:
+    storage, _ = file_or_s3.new()
     half = timedelta(seconds=0.5)
 
     async def work(seconds: float, workers: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -9,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Backend
 from jqueue import (
     BrokerQueue,
     CorruptStateError,
     JobSpec,
     JobStatus,
+    Layout,
     LocalFileSystemStorage,
     QueueClosedError,
     sync,
@@ -48,6 +51,25 @@ def test_calls_block_until_durable_and_threads_share_commits(tmp_path: Path) -> 
         assert stats.total(JobStatus.QUEUED) == 24
     with pytest.raises(QueueClosedError):
         jobs.enqueue("mail", b"late")
+
+
+async def test_a_sync_producer_on_file_and_s3(file_or_s3: Backend, layout: Layout) -> None:
+    storage, name = file_or_s3.new()
+
+    def produce() -> list[str]:
+        with sync.open_queue(storage, layout=layout) as jobs:
+            first = jobs.enqueue("mail", b"a", dedup_key="k")
+            again = jobs.enqueue("mail", b"b", dedup_key="k")
+            more = jobs.enqueue_many("mail", [b"c", b"d"])
+            assert again.id == first.id
+            assert jobs.stats().total(JobStatus.QUEUED) == 3
+            return [first.id, *(job.id for job in more)]
+
+    ids = await asyncio.to_thread(produce)
+    async with BrokerQueue(file_or_s3.handle(name), layout=layout) as q:
+        claimed = await q.dequeue("mail", batch_size=10)
+        assert [job.id for job in claimed] == ids
+        assert [job.payload for job in claimed] == [b"a", b"c", b"d"]
 
 
 async def test_what_a_sync_producer_added_is_there_for_async_readers(tmp_path: Path) -> None:

@@ -11,13 +11,16 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from jqueue import BrokerQueue, DirectQueue, LocalFileSystemStorage, Outcome, Worker, connect
+from conftest import Backend
+from jqueue import BrokerQueue, DirectQueue, Layout, LocalFileSystemStorage, Outcome, Worker, connect
 from servers import jqueue_serve
 
 
-async def test_a_task_is_deferred_with_checked_arguments_and_run_with_them(tmp_path: Path) -> None:
+async def test_a_task_is_deferred_with_checked_arguments_and_run_with_them(
+    file_or_s3: Backend, layout: Layout
+) -> None:
     seen: list[tuple[str, int, list[str]]] = []
-    async with DirectQueue(LocalFileSystemStorage(tmp_path / "q.json")) as queue:
+    async with DirectQueue(file_or_s3.new()[0], layout=layout) as queue:
         worker = Worker(queue)
 
         @worker.task
