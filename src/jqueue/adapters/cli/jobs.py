@@ -161,7 +161,8 @@ def cancel(
     if as_json:
         print_json({"cancelled": cancelled, "asked_to_stop": asked})
         return
-    console.print(f"cancelled {_jobs(cancelled)}")
+    if cancelled or not asked:
+        console.print(f"cancelled {_jobs(cancelled)}")
     if asked:
         console.print(f"asked the workers of {_jobs(asked)} to stop them (at their next heartbeat)")
 
