@@ -39,9 +39,9 @@ def spark(moto: S3Endpoint) -> Iterator[SparkSession]:
     session.stop()
 
 
-async def staged_objects(url: str) -> list[str]:
+async def part_objects(url: str) -> list[str]:
     storage = storage_from_url(url)
-    return await storage.list_names("stage/")  # type: ignore[attr-defined, no-any-return]
+    return await storage.list_names("part/")  # type: ignore[attr-defined, no-any-return]
 
 
 def fails_on_first_attempt(value: str) -> str:
@@ -78,7 +78,8 @@ def test_a_write_with_a_retried_task_enqueues_every_row_exactly_once(
             assert {j.payload for j in jobs} == {b"job-%d" % i for i in range(100_000)}
             assert {j.status for j in jobs} == {JobStatus.QUEUED}
             assert {j.priority for j in jobs} == {0, 1, 2}
-        assert await staged_objects(url) == []
+        # one part per partition: the failed attempt failed before its first part was written
+        assert len(await part_objects(url)) == 4
 
     asyncio.run(check())
 
@@ -96,7 +97,7 @@ def test_an_aborted_write_leaves_nothing_visible_or_staged(spark: SparkSession, 
     async def check() -> None:
         async with DirectQueue(storage_from_url(url)) as q:
             assert [j.entrypoint for j in await q.jobs(limit=None)] == ["before"]
-        assert await staged_objects(url) == []
+        assert await part_objects(url) == []
 
     asyncio.run(check())
 
@@ -253,6 +254,6 @@ def test_a_part_staged_by_a_lost_attempt_is_never_published(tmp_path: Path) -> N
     async def check() -> None:
         async with DirectQueue(storage_from_url(url)) as q:
             assert sorted(j.payload for j in await q.jobs(limit=None)) == [b"kept-1", b"kept-2"]
-        assert await staged_objects(url) == []
+        assert await part_objects(url) == []
 
     asyncio.run(check())

@@ -43,8 +43,11 @@ class Housekeeping:
         self.policy = policy
 
     def before(self, index: QueueIndex) -> int:
-        """Return to the queue (or the dead letters) the claimed jobs whose lease ran out; how many."""
-        return len(index.requeue_expired(to_micros(utc_now()), self.policy.max_attempts))
+        """Return to the queue (or the dead letters) the claimed jobs whose lease ran out, and discard
+        abandoned bulk writes; returns how many leases ran out."""
+        now = utc_now()
+        index.discard_abandoned(to_micros(now - self.policy.staged_timeout))
+        return len(index.requeue_expired(to_micros(now), self.policy.max_attempts))
 
     def after(self, index: QueueIndex) -> None:
         """Drop the history past its retention, in a commit that writes anyway."""

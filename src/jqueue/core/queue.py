@@ -16,6 +16,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Self
 
+from jqueue.core.bulk import BulkWrites, Found, adding
 from jqueue.core.changes import ChangeFeed
 from jqueue.core.commits import Commits, Housekeeping
 from jqueue.core.enqueue_calls import EnqueueCalls
@@ -26,14 +27,13 @@ from jqueue.core.settings import LogSettings
 from jqueue.core.store import StorageUse
 from jqueue.core.timed import timed
 from jqueue.domain.effects import Added
-from jqueue.domain.errors import PayloadTooLargeError, QueuePausedError
+from jqueue.domain.errors import PayloadTooLargeError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState
 from jqueue.domain.policy import QueuePolicy
-from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.spec import LONGEST_SPAN, JobSpec
 from jqueue.domain.times import to_micros, utc_now
-from jqueue.domain.values import checked_int64, checked_progress, checked_text, span, storable_text
+from jqueue.domain.values import checked_int64, checked_progress, span, storable_text
 from jqueue.ports.storage import ObjectStoragePort
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -71,7 +71,6 @@ def lease_of_number(number: int) -> str:
     return f"{number:0{_LEASE_DIGITS}x}"
 
 
-Found = Added | HistoryRecord
 """An enqueue's answer before payloads are read: a new or live job, or an acked one."""
 
 
@@ -79,7 +78,7 @@ Strategy = Callable[[StoreOpener, Housekeeping, StorageUse], Commits]
 """Makes a queue's commit strategy: ``DirectCommits`` or ``GroupedCommits``."""
 
 
-class JobQueue(ManagementCalls, EnqueueCalls):
+class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
     """The queue API over a commit strategy: the documented calls, management and the lifecycle.
 
     ``DirectQueue``, ``GroupCommitLoop`` and ``BrokerQueue`` are this class with the strategy
@@ -146,36 +145,6 @@ class JobQueue(ManagementCalls, EnqueueCalls):
     async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:
         return await self._add(specs, None)
 
-    async def stage_many(self, jobs: Iterable[JobSpec], batch: str) -> list[Job]:
-        """Add jobs as part of bulk write ``batch``, staged: stored, but not claimable until
-        ``publish(batch)`` makes every job of the batch claimable in one commit (or
-        ``discard(batch)`` drops them). A bulk write too large for one commit stages its jobs
-        in several calls; dedup keys work as in ``enqueue_many``."""
-        if not checked_text("batch", batch):
-            raise ValueError("a bulk write needs a name")
-        return await self._add(jobs, batch)
-
-    async def publish(self, batch: str) -> int:
-        """Make every staged job of bulk write ``batch`` claimable, in one commit; returns how many
-        (0 if the batch was published already or has no jobs)."""
-
-        def operation(index: QueueIndex) -> int:
-            count = index.staged_batches().get(batch, 0)
-            index.publish(batch)
-            return count
-
-        return await self._commits.run(operation)
-
-    async def discard(self, batch: str) -> int:
-        """Drop every staged job of bulk write ``batch`` (an aborted write); returns how many."""
-
-        def operation(index: QueueIndex) -> int:
-            count = index.staged_batches().get(batch, 0)
-            index.discard(batch)
-            return count
-
-        return await self._commits.run(operation)
-
     async def _add(self, jobs: Iterable[JobSpec], batch: str | None) -> list[Job]:
         now = utc_now()
         new = [spec.build(now, self.policy.ttl, batch) for spec in jobs]
@@ -184,33 +153,7 @@ class JobQueue(ManagementCalls, EnqueueCalls):
                 self._checked(job.payload)
         if not new:
             return []
-
-        retention = self.policy.history_retention
-
-        def operation(index: QueueIndex) -> list[Found]:
-            acked_since = to_micros(utc_now() - retention)
-            found: list[Found] = []
-            keyed: dict[str, Added] = {}
-            ids: dict[str, Added] = {}
-            for job in new:
-                if index.controls.enqueues_paused(job.entrypoint):
-                    raise QueuePausedError(job.entrypoint)
-                key = job.dedup_key
-                match = ids.get(job.id) or index.known(job.id)
-                if match is None and key is not None:
-                    match = keyed.get(key) or index.dedup_match(key, acked_since)
-                if isinstance(match, JobRecord):
-                    found.append(match.as_added())
-                elif match is not None:
-                    found.append(match)
-                else:
-                    index.apply(job)
-                    keyed.update({} if key is None else {key: job})
-                    ids[job.id] = job
-                    found.append(job)
-            return found
-
-        return await self._resolved(await self._commits.run(operation))
+        return await self._resolved(await self._commits.run(adding(new, self.policy.history_retention)))
 
     async def _resolved(self, found: list[Found]) -> list[Job]:
         live = [item for item in found if isinstance(item, Added)]

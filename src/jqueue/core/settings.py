@@ -30,11 +30,16 @@ class LogSettings:
         and committing (at least one second).
     payload_cache_bytes : int
         Payload bytes of recent entries kept in memory to answer dequeues.
+    part_lifetime : timedelta
+        How long a bulk write's part (payloads written beside the queue) may wait to be
+        linked: ``stage_parts`` refuses older parts, and compaction deletes a part that no
+        job refers to once it is this old (the parts of writes that died, too).
     """
 
     checkpoint_every: int = 1000
     retention: timedelta = timedelta(hours=1)
     payload_cache_bytes: int = 64 * 1024 * 1024
+    part_lifetime: timedelta = timedelta(days=1)
 
     def interval(self, live_jobs: int) -> int:
         """Return how many changes to leave between checkpoints of ``live_jobs`` jobs."""
@@ -45,3 +50,5 @@ class LogSettings:
             raise ValueError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
         if self.retention < MIN_RETENTION:
             raise ValueError(f"retention must be at least {MIN_RETENTION}, got {span(self.retention)}")
+        if self.part_lifetime <= timedelta(0):
+            raise ValueError(f"part_lifetime must be positive, got {span(self.part_lifetime)}")

@@ -254,6 +254,15 @@ class QueueIndex(IndexState):
         """Drop the staged jobs of ``batch``; nothing if it has none."""
         return [self._applied(Discarded(batch))] if batch in self._staged else []
 
+    def discard_abandoned(self, staged_before: int) -> list[Discarded]:
+        """Drop each bulk write whose staged jobs were created before ``staged_before`` (one of
+        them is looked at: a writer stages a batch in minutes, and the limit is far longer)."""
+        records = self.records
+        abandoned = [
+            batch for batch, ids in self._staged.items() if records[next(iter(ids))].created < staged_before
+        ]
+        return [self._applied(Discarded(batch)) for batch in abandoned]
+
     def forget(self, finished_before: int, keep: int) -> list[Forgotten]:
         """Drop the oldest history records: those finished before ``finished_before`` and any
         beyond the newest ``keep``."""

@@ -72,6 +72,9 @@ class QueuePolicy:
         remembered).
     history_limit : int
         The most history records kept; the oldest go first. 0 keeps none.
+    staged_timeout : timedelta
+        A bulk write whose staged jobs are older than this is taken to be abandoned (its
+        writer died before publishing it): the next commit discards it.
     """
 
     max_attempts: int | None = None
@@ -79,6 +82,7 @@ class QueuePolicy:
     ttl: timedelta | None = None
     history_retention: timedelta = timedelta(days=1)
     history_limit: int = 10_000
+    staged_timeout: timedelta = timedelta(hours=1)
     _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -86,6 +90,7 @@ class QueuePolicy:
             raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
         _positive("ttl", self.ttl)
         _positive("history_retention", self.history_retention)
+        _positive("staged_timeout", self.staged_timeout)
         if self.history_limit < 0:
             raise ValueError(f"history_limit must be >= 0, got {self.history_limit}")
 

@@ -3,7 +3,8 @@
 An entry is compact JSON, ``{"seq": 7, "commit": "<id>", "at": <micros>, "effects": [...]}``,
 each effect an array tagged by its kind, e.g. ``["claim", "<job id>", 1767225600000000]``.
 An ``add`` carries every field of the job in ``JobFields`` order (the payload as base64),
-and the payload stays in that entry for the job's life.
+and the payload stays in that entry for the job's life. An ``add_ref`` (a bulk write's job)
+carries a ``[segment, position]`` reference to a part that holds the payload instead.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from jqueue.core.formats.wire import UNDECODABLE, Count, Fraction, Micros, Window, wire_type
-from jqueue.core.log.payload_refs import payload_ref
+from jqueue.core.log.payload_refs import payload_place, payload_ref
 from jqueue.domain.effects import (
     Added,
     Beat,
@@ -45,7 +46,22 @@ _Add: Any = msgspec.defstruct(
     omit_defaults=True,
 )
 """An added job on the wire: its fields in ``JobFields`` order, trailing defaults left out."""
+_AddRef: Any = msgspec.defstruct(
+    "_AddRef",
+    [
+        (f.name, tuple[Count, Count] if f.name == "payload" else wire_type(f))
+        if f.required
+        else (f.name, wire_type(f), f.default)
+        for f in STORED_FIELDS
+    ],
+    tag="add_ref",
+    array_like=True,
+    omit_defaults=True,
+)
+"""An added job whose payload stays in another object: as ``_Add``, the payload a
+``[segment, position]`` reference (a bulk write's part, see ``log/parts.py``)."""
 _add_values = attrgetter(*(f.name for f in STORED_FIELDS))
+_PAYLOAD = [f.name for f in STORED_FIELDS].index("payload")
 """The stored fields of an ``_Add``: a prefix of ``JobFields`` (see ``STORED_FIELDS``)."""
 
 
@@ -129,6 +145,7 @@ if TYPE_CHECKING:
 else:
     _WireEffect = (
         _Add
+        | _AddRef
         | _Claim
         | _Requeue
         | _Remove
@@ -168,8 +185,9 @@ _entry_decoder = msgspec.json.Decoder(_Entry)
 def _wire_effect(effect: Effect) -> _WireEffect:
     match effect:
         case Added() as a:
-            if not isinstance(a.payload, bytes):
-                raise ValueError(f"payload of {a.job_id} is not in memory")
+            if isinstance(a.payload, int):
+                values = field_values(a)
+                return _AddRef(*values[:_PAYLOAD], payload_place(a.payload), *values[_PAYLOAD + 1 :])
             return _Add(*field_values(a))
         case Claimed(job_id, at, lease, expires):
             return _Claim(job_id, at, lease, expires)
@@ -226,6 +244,10 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
                 added = Added(*_add_values(w))
                 payloads.append(w.payload)
                 added.payload = payload_ref(seq, len(payloads) - 1)
+                effects.append(added)
+            case _AddRef() as w:
+                added = Added(*_add_values(w))
+                added.payload = payload_ref(*w.payload)
                 effects.append(added)
             case _Claim(job_id, at, lease, expires):
                 effects.append(Claimed(job_id, at, lease, expires))

@@ -3,12 +3,17 @@
 It remembers, for each checkpoint this process wrote or loaded, the segments (log entries,
 or the base of a migrated queue) that hold the payloads of the jobs live at it. Compaction
 uses only such a checkpoint: every job live at it keeps its payload entry, and a job removed
-before it was removed longer than the retention ago.
+before it was removed longer than the retention ago. A bulk write's part goes once no job
+live at such a checkpoint refers to it and it was written ``part_age`` before it: a write
+links only parts younger than ``LogSettings.part_lifetime``, and ``part_age`` adds the
+retention to that (a checkpoint's writer may have missed the newest half-retention of
+commits), so no commit that the checkpoint does not cover can refer to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from jqueue.core.formats.marker import (
     CHECKPOINT_PREFIX,
@@ -18,6 +23,7 @@ from jqueue.core.formats.marker import (
     entry_name,
     entry_seq,
 )
+from jqueue.core.log.parts import PART_PREFIX, part_name, part_segment, part_written_at
 from jqueue.ports.storage import KeyedStoragePort
 
 DELETE_CONCURRENCY = 16
@@ -30,10 +36,13 @@ class Compactor:
     ----------
     keyed : KeyedStoragePort
         The queue's storage.
+    part_age : timedelta
+        How old a part must be, at a checkpoint that no job of it is live at, to be deleted.
     """
 
-    def __init__(self, keyed: KeyedStoragePort) -> None:
+    def __init__(self, keyed: KeyedStoragePort, part_age: timedelta) -> None:
         self.keyed = keyed
+        self.part_age = part_age
         self._checkpoint_segments: dict[str, set[int]] = {}
         self._compacted_through = -1
         self._kept_segments: set[int] = set()
@@ -63,6 +72,7 @@ class Compactor:
         doomed += [
             base if s == 0 and base else entry_name(s) for s in sorted(candidates - self._kept_segments)
         ]
+        doomed += await self._unused_parts(keep[1], referenced)
         gate = asyncio.Semaphore(DELETE_CONCURRENCY)
 
         async def delete(name: str) -> None:
@@ -73,3 +83,10 @@ class Compactor:
         self._compacted_through = max(self._compacted_through, keep[0])
         for name in [n for n in mine if (checkpoint_key(n) or keep) < keep]:
             del mine[name]
+
+    async def _unused_parts(self, checkpoint_at: int, referenced: set[int]) -> list[str]:
+        """Return the parts that no job live at a checkpoint taken at ``checkpoint_at`` (epoch
+        microseconds) refers to, written longer than ``part_age`` before it."""
+        written_before = checkpoint_at // 1_000_000 - int(self.part_age.total_seconds())
+        segments = filter(None, map(part_segment, await self.keyed.list_names(PART_PREFIX)))
+        return [part_name(s) for s in segments if s not in referenced and part_written_at(s) < written_before]

@@ -40,6 +40,7 @@ from jqueue.core.formats.marker import (
     entry_seq,
 )
 from jqueue.core.log.compaction import Compactor
+from jqueue.core.log.parts import is_part, part_name
 from jqueue.core.log.payload_refs import payload_place, payload_ref
 from jqueue.core.log.segment_cache import SegmentCache
 from jqueue.core.log.snapshot import IndexSnapshot
@@ -97,7 +98,7 @@ class LogStore(CommitStore):
         self._changes_since_checkpoint = 0
         self._background: asyncio.Task[None] | None = None
         self._explicit = asyncio.Lock()
-        self._compactor = Compactor(storage)
+        self._compactor = Compactor(storage, settings.part_lifetime + settings.retention)
         self._base_applied = False
         self._loading: dict[int, asyncio.Future[list[bytes]]] = {}
 
@@ -106,6 +107,8 @@ class LogStore(CommitStore):
         return f"{self.location}.d/{name}"
 
     def _segment_name(self, segment: int) -> str:
+        if is_part(segment):
+            return part_name(segment)
         if segment == 0:
             if self.base is None:
                 raise CorruptStateError(self.location, "a payload refers to a base object it does not have")
@@ -277,7 +280,7 @@ class LogStore(CommitStore):
     def _landed(self, effects: Sequence[Effect]) -> None:
         seq = self.index.version
         self._changes_since_checkpoint += len(effects)
-        added = [e for e in effects if isinstance(e, Added)]
+        added = [e for e in effects if isinstance(e, Added) and isinstance(e.payload, bytes)]
         for position, effect in enumerate(added):
             self.index.store_payload(effect.id, payload_ref(seq, position))
         self._cache.put(seq, [e.payload for e in added if isinstance(e.payload, bytes)])

@@ -1,0 +1,137 @@
+"""Adding jobs, and bulk writes: jobs staged under a batch name, then published in one commit.
+
+A bulk write too large for one commit stages its jobs in several (``stage_many``, or
+``stage_parts`` for jobs whose payloads a writer stored as parts beside a log-structured
+queue, see ``log/parts.py``), then ``publish`` makes all of them claimable at once and
+``discard`` drops them. A batch left staged longer than ``QueuePolicy.staged_timeout``
+is discarded by the next commit (its writer died).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+
+from jqueue.core.commits import Commits, Operation
+from jqueue.core.layout import StoreOpener
+from jqueue.core.log.parts import StoredPart, part_name, part_written_at
+from jqueue.core.log.store import LogStore
+from jqueue.domain.effects import Added
+from jqueue.domain.errors import QueuePausedError
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.models import Job
+from jqueue.domain.policy import QueuePolicy
+from jqueue.domain.records import HistoryRecord, JobRecord
+from jqueue.domain.spec import JobSpec
+from jqueue.domain.times import to_micros, utc_now
+from jqueue.domain.values import checked_text, span
+
+Found = Added | HistoryRecord
+"""What an add is answered with: the job it added, or the one that held its id or dedup key."""
+
+
+def adding(new: list[Added], retention: timedelta) -> Operation[list[Found]]:
+    """Return the operation that adds ``new`` jobs: each is answered with the job it adds, or
+    with the job that holds its id or its dedup key already (live, or acked within ``retention``)."""
+
+    def operation(index: QueueIndex) -> list[Found]:
+        acked_since = to_micros(utc_now() - retention)
+        found: list[Found] = []
+        keyed: dict[str, Added] = {}
+        ids: dict[str, Added] = {}
+        for job in new:
+            if index.controls.enqueues_paused(job.entrypoint):
+                raise QueuePausedError(job.entrypoint)
+            key = job.dedup_key
+            match = ids.get(job.id) or index.known(job.id)
+            if match is None and key is not None:
+                match = keyed.get(key) or index.dedup_match(key, acked_since)
+            if isinstance(match, JobRecord):
+                found.append(match.as_added())
+            elif match is not None:
+                found.append(match)
+            else:
+                index.apply(job)
+                keyed.update({} if key is None else {key: job})
+                ids[job.id] = job
+                found.append(job)
+        return found
+
+    return operation
+
+
+def _batch_name(batch: str) -> str:
+    if not checked_text("batch", batch):
+        raise ValueError("a bulk write needs a name")
+    return batch
+
+
+class BulkWrites:
+    """The bulk-write calls of ``JobQueue``, over its commit strategy and store."""
+
+    _commits: Commits
+    _opener: StoreOpener
+    policy: QueuePolicy
+
+    async def _add(self, jobs: Iterable[JobSpec], batch: str | None) -> list[Job]:
+        raise NotImplementedError
+
+    async def stage_many(self, jobs: Iterable[JobSpec], batch: str) -> list[Job]:
+        """Add jobs as part of bulk write ``batch``, staged: stored, but not claimable until
+        ``publish(batch)`` makes every job of the batch claimable in one commit (or
+        ``discard(batch)`` drops them). A bulk write too large for one commit stages its jobs
+        in several calls; dedup keys work as in ``enqueue_many``."""
+        return await self._add(jobs, _batch_name(batch))
+
+    async def stage_parts(self, parts: Sequence[StoredPart], batch: str) -> int:
+        """Stage the jobs of parts already written beside the queue (``write_part``) as bulk
+        write ``batch``: one commit of their fields, whose payloads stay in the parts.
+
+        Returns how many jobs it staged; a job whose dedup key a job in the queue holds (or
+        held, acked within the history's retention) is not staged.
+
+        Raises
+        ------
+        ValueError
+            If the queue is not in the log layout, or a part is older than
+            ``LogSettings.part_lifetime`` (compaction may have deleted it).
+        """
+        _batch_name(batch)
+        store = await self._opener.store()
+        if not isinstance(store, LogStore):
+            raise ValueError(
+                f"{store.location}: parts need the log layout; "
+                "open the queue once with layout='log' to migrate it"
+            )
+        lifetime = store.settings.part_lifetime
+        oldest = utc_now().timestamp() - lifetime.total_seconds()
+        for part in parts:
+            if part_written_at(part.segment) < oldest:
+                raise ValueError(
+                    f"{store.where(part_name(part.segment))} is older than the part lifetime ({span(lifetime)})"
+                )
+        now = to_micros(utc_now())
+        new = [job for part in parts for job in part.jobs(now, batch=batch)]
+        found = await self._commits.run(adding(new, self.policy.history_retention))
+        return sum(1 for job, answer in zip(new, found, strict=True) if answer is job)
+
+    async def publish(self, batch: str) -> int:
+        """Make every staged job of bulk write ``batch`` claimable, in one commit; returns how many
+        (0 if the batch was published already or has no jobs)."""
+
+        def operation(index: QueueIndex) -> int:
+            count = index.staged_batches().get(batch, 0)
+            index.publish(batch)
+            return count
+
+        return await self._commits.run(operation)
+
+    async def discard(self, batch: str) -> int:
+        """Drop every staged job of bulk write ``batch`` (an aborted write); returns how many."""
+
+        def operation(index: QueueIndex) -> int:
+            count = index.staged_batches().get(batch, 0)
+            index.discard(batch)
+            return count
+
+        return await self._commits.run(operation)

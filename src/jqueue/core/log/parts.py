@@ -1,0 +1,148 @@
+"""Parts: immutable payload objects written beside a log-structured queue by bulk writers.
+
+A part holds up to ``PART_ROWS`` jobs (or about ``PART_BYTES`` of payload) in the log
+entry format, so it is read like any entry that holds payloads. Its segment number
+(``segment << 24 | position`` payload references, see ``payload_refs``) says where it
+is and when it was written: bit 62 set, the epoch second above 24 random bits, and its
+name is ``part/<segment in hex>``. Log entries have small sequence numbers, so the two
+never meet. A queue learns of a part only when a commit adds jobs whose payloads refer
+to it (``StoredPart.jobs``); compaction deletes a part that no live job refers to once
+it is older than ``LogSettings.part_lifetime`` (an abandoned write's part included).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+
+from jqueue.core.formats.entry import encode_entry
+from jqueue.core.log.payload_refs import POSITIONS_PER_SEGMENT, payload_ref
+from jqueue.domain.effects import Added
+from jqueue.domain.errors import CASConflictError
+from jqueue.domain.models import JobStatus
+from jqueue.ports.storage import KeyedStoragePort
+
+PART_PREFIX = "part/"
+PART_ROWS = 100_000
+"""The most jobs in one part."""
+PART_BYTES = 8 * 1024 * 1024
+"""A part is closed once its payloads reach this size, so that a dequeue that has to fetch
+one (the payload cache holds 64 MiB by default) fetches little."""
+_PART_FLAG = 1 << 62
+_RANDOM_BITS = 24
+_NAME_ATTEMPTS = 8
+
+
+def new_part_segment(at_seconds: int) -> int:
+    """Return a fresh part segment number written at ``at_seconds`` (epoch seconds)."""
+    random = int.from_bytes(os.urandom(3), "big")
+    return _PART_FLAG | at_seconds << _RANDOM_BITS | random
+
+
+def is_part(segment: int) -> bool:
+    """Whether a segment number is a part's (not a log entry's)."""
+    return segment >= _PART_FLAG
+
+
+def part_name(segment: int) -> str:
+    """Return the object name of part ``segment``."""
+    return f"{PART_PREFIX}{segment:016x}"
+
+
+def part_segment(name: str) -> int | None:
+    """Return the segment number of a part's object name, or None if it is not one."""
+    if not name.startswith(PART_PREFIX):
+        return None
+    try:
+        segment = int(name[len(PART_PREFIX) :], 16)
+    except ValueError:
+        return None
+    return segment if is_part(segment) and name == part_name(segment) else None
+
+
+def part_written_at(segment: int) -> int:
+    """Return when part ``segment`` was written, in epoch seconds."""
+    return (segment ^ _PART_FLAG) >> _RANDOM_BITS
+
+
+@dataclass(frozen=True)
+class StoredPart:
+    """What a bulk write's commit needs to add one written part's jobs: their fields, whose
+    payloads stay in the part.
+
+    Job ids are ``seed`` with the row number in the last eight hex digits, so that the
+    fields travel to the committer as a few columns (None: every row has the default).
+    """
+
+    segment: int
+    entrypoint: str
+    seed: str
+    priorities: list[int] | None
+    dedup_keys: list[str | None] | None
+    not_befores: list[int | None] | None
+    count: int
+
+    def jobs(
+        self, created: int, status: JobStatus = JobStatus.STAGED, batch: str | None = None
+    ) -> list[Added]:
+        """Return the effects that add this part's jobs at ``created`` (epoch microseconds; the
+        part's own time is when it was written), payloads as references into it."""
+        priorities = self.priorities or [0] * self.count
+        keys = self.dedup_keys or [None] * self.count
+        not_befores = self.not_befores or [None] * self.count
+        head = self.seed[:28]
+        return [
+            Added(
+                f"{head}{row:08x}",
+                self.entrypoint,
+                priorities[row],
+                created,
+                status,
+                None,
+                payload_ref(self.segment, row),
+                not_before=not_befores[row],
+                dedup_key=keys[row],
+                batch=batch,
+            )
+            for row in range(self.count)
+        ]
+
+
+def part_seed() -> str:
+    """Return a random job-id seed: a version-4 UUID whose last eight hex digits the rows fill."""
+    return str(uuid.uuid4())
+
+
+async def write_part(
+    keyed: KeyedStoragePort,
+    entrypoint: str,
+    created: int,
+    rows: list[tuple[bytes, int, str | None, int | None]],
+) -> StoredPart:
+    """Write one part of ``rows`` (payload, priority, dedup key, not-before micros) and return
+    what its commit needs; a fresh name is drawn again if it is taken."""
+    if not 0 < len(rows) <= min(PART_ROWS, POSITIONS_PER_SEGMENT):
+        raise ValueError(f"a part holds 1 to {PART_ROWS} jobs, not {len(rows)}")
+    priorities = [row[1] for row in rows]
+    keys = [row[2] for row in rows]
+    not_befores = [row[3] for row in rows]
+    for _ in range(_NAME_ATTEMPTS):
+        part = StoredPart(
+            new_part_segment(created // 1_000_000),
+            entrypoint,
+            part_seed(),
+            None if not any(priorities) else priorities,
+            None if keys.count(None) == len(keys) else keys,
+            None if not_befores.count(None) == len(not_befores) else not_befores,
+            len(rows),
+        )
+        jobs = part.jobs(created, JobStatus.QUEUED)
+        for job, row in zip(jobs, rows, strict=True):
+            job.payload = row[0]
+        try:
+            await keyed.create(part_name(part.segment), encode_entry(part.segment, part.seed, created, jobs))
+        except CASConflictError:
+            continue
+        return part
+    raise CASConflictError(f"no free part name after {_NAME_ATTEMPTS} attempts")

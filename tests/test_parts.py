@@ -1,0 +1,138 @@
+"""Bulk writes whose payloads stay in parts beside a log-structured queue (``core/log/parts.py``).
+
+The Spark writer is built on these calls; here they run without Spark, on a local file and
+on S3 (moto), through a DirectQueue and a BrokerQueue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from conftest import Backend, Clock
+from jqueue import DirectQueue, JobStatus, LogSettings, QueuePolicy
+from jqueue.core.formats.entry import decode_entry
+from jqueue.core.formats.marker import ENTRY_PREFIX
+from jqueue.core.log.parts import PART_PREFIX, StoredPart, part_name, write_part
+from jqueue.domain.times import to_micros, utc_now
+from jqueue.ports.storage import KeyedStoragePort
+from queues import open_queue
+
+Row = tuple[bytes, int, str | None, int | None]
+
+
+def rows(prefix: str, count: int) -> list[Row]:
+    return [(b"%s-%d" % (prefix.encode(), i), 0, None, None) for i in range(count)]
+
+
+async def part(storage: KeyedStoragePort, entries: list[Row], age: timedelta = timedelta(0)) -> StoredPart:
+    return await write_part(storage, "bulk", to_micros(utc_now() - age), entries)
+
+
+async def test_staged_parts_publish_at_once_and_their_payloads_are_read_from_the_parts(
+    file_or_s3: Backend, queue_kind: str
+) -> None:
+    storage, name = file_or_s3.new_keyed()
+    now = to_micros(utc_now())
+    mixed = [
+        (b"late", 0, "k-late", now + 3_600_000_000),
+        (b"urgent", -5, "k-urgent", None),
+        (b"plain", 0, None, None),
+    ]
+    parts = [await part(storage, rows("a", 300)), await part(storage, mixed)]
+    async with open_queue(queue_kind, storage) as q:
+        await q.enqueue("bulk", b"before")
+        assert await q.stage_parts(parts, "w1") == 303
+        assert (await q.stats()).entrypoints["bulk"].staged == 303
+        [before] = await q.dequeue("bulk")
+        assert before.payload == b"before"  # staged jobs are not claimable
+        await q.ack(before)
+        assert await q.publish("w1") == 303
+        [urgent] = await q.dequeue("bulk")
+        assert (urgent.payload, urgent.priority, urgent.dedup_key) == (b"urgent", -5, "k-urgent")
+        await q.ack(urgent)
+        late = [j for j in await q.jobs(limit=None) if j.dedup_key == "k-late"]
+        assert late[0].not_before is not None and late[0].not_before > utc_now() + timedelta(minutes=59)
+
+    payloads_in_the_log = []
+    for seq, entry in enumerate(sorted(await storage.list_names(ENTRY_PREFIX)), start=1):
+        payloads_in_the_log += decode_entry(await storage.get(entry) or b"", seq, entry).payloads
+    assert payloads_in_the_log == [b"before"]  # the bulk write's payloads stay in the parts
+    assert len(await storage.list_names(PART_PREFIX)) == 2
+
+    # A new process replays the log (no checkpoint was written) and reads payloads from the parts.
+    async with DirectQueue(file_or_s3.handle(name)) as fresh:
+        claimed = await fresh.dequeue("bulk", batch_size=301)
+        assert sorted(j.payload for j in claimed) == sorted([b"plain"] + [b"a-%d" % i for i in range(300)])
+        assert len({j.id for j in claimed}) == 301
+        await fresh.ack_many(claimed)
+        await fresh.checkpoint()
+    async with DirectQueue(file_or_s3.handle(name)) as from_checkpoint:
+        [left] = await from_checkpoint.jobs(limit=None)
+        assert (left.payload, left.status) == (b"late", JobStatus.QUEUED)
+
+
+async def test_a_dedup_key_already_in_the_queue_is_not_staged_again(file_or_s3: Backend) -> None:
+    storage, _ = file_or_s3.new_keyed()
+    async with DirectQueue(storage) as q:
+        await q.enqueue("bulk", b"first", dedup_key="k1")
+        written = await part(
+            storage, [(b"dup", 0, "k1", None), (b"new", 0, "k2", None), (b"again", 0, "k2", None)]
+        )
+        assert await q.stage_parts([written], "w") == 1
+        assert await q.publish("w") == 1
+        assert sorted(j.payload for j in await q.jobs(limit=None)) == [b"first", b"new"]
+
+
+async def test_a_write_abandoned_before_publishing_is_discarded_after_the_staged_timeout(
+    file_or_s3: Backend, clock: Clock
+) -> None:
+    storage, _ = file_or_s3.new_keyed()
+    policy = QueuePolicy(staged_timeout=timedelta(minutes=30))
+    async with DirectQueue(storage, policy=policy) as q:
+        await q.stage_parts([await part(storage, rows("x", 10))], "dead-driver")
+        clock.advance(timedelta(minutes=29))
+        await q.enqueue("other", b"1")
+        assert (await q.stats()).entrypoints["bulk"].staged == 10
+        clock.advance(timedelta(minutes=2))
+        await q.enqueue("other", b"2")  # any commit discards what was staged too long ago
+        assert "bulk" not in (await q.stats()).entrypoints
+        assert await q.publish("dead-driver") == 0
+
+
+async def test_compaction_deletes_old_unreferenced_parts_and_keeps_the_rest(file_or_s3: Backend) -> None:
+    storage, _ = file_or_s3.new_keyed()
+    log = LogSettings(checkpoint_every=1, retention=timedelta(seconds=1), part_lifetime=timedelta(minutes=1))
+    old_orphan = await part(storage, rows("o", 2), age=timedelta(hours=2))
+    young_orphan = await part(storage, rows("y", 2))
+    old_linked = await part(storage, rows("l", 2), age=timedelta(hours=2))
+    async with DirectQueue(storage) as q:  # links it within the default lifetime of a day
+        await q.stage_parts([old_linked], "w")
+        await q.publish("w")
+    async with DirectQueue(storage, log=log) as q:
+        for _ in range(3):  # checkpoints; the last compacts with one taken over a second before
+            await q.enqueue("tick", b"")
+            await asyncio.sleep(1.3)
+            await q.checkpoint()
+            await q.enqueue("tick", b"")
+    names = set(await storage.list_names(PART_PREFIX))
+    assert names == {part_name(young_orphan.segment), part_name(old_linked.segment)}
+    assert part_name(old_orphan.segment) not in names
+    async with DirectQueue(storage, log=log) as q:
+        assert sorted(j.payload for j in await q.dequeue("bulk", batch_size=5)) == [b"l-0", b"l-1"]
+
+
+async def test_parts_older_than_their_lifetime_or_on_a_single_object_queue_are_refused(
+    file_or_s3: Backend,
+) -> None:
+    storage, _ = file_or_s3.new_keyed()
+    stale = await part(storage, rows("s", 1), age=timedelta(days=2))
+    async with DirectQueue(storage) as q:
+        with pytest.raises(ValueError, match="older than the part lifetime"):
+            await q.stage_parts([stale], "w")
+    single, _ = file_or_s3.new_keyed()
+    async with DirectQueue(single, layout="single") as q:
+        with pytest.raises(ValueError, match="need the log layout"):
+            await q.stage_parts([await part(storage, rows("s", 1))], "w")
