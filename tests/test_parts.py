@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from conftest import Backend, Clock
-from jqueue import DirectQueue, JobStatus, LogSettings, QueuePolicy
+from jqueue import DirectQueue, JobSpec, JobStatus, LogSettings, QueuePausedError, QueuePolicy
 from jqueue.core.formats.entry import decode_entry
 from jqueue.core.formats.marker import ENTRY_PREFIX
 from jqueue.core.log.parts import PART_PREFIX, StoredPart, part_name, write_part
@@ -31,7 +31,7 @@ async def part(storage: KeyedStoragePort, entries: list[Row], age: timedelta = t
     return await write_part(storage, "bulk", to_micros(utc_now() - age), entries)
 
 
-async def test_staged_parts_publish_at_once_and_their_payloads_are_read_from_the_parts(
+async def test_parts_are_added_in_one_commit_and_their_payloads_are_read_from_the_parts(
     file_or_s3: Backend, queue_kind: str
 ) -> None:
     storage, name = file_or_s3.new_keyed()
@@ -43,18 +43,19 @@ async def test_staged_parts_publish_at_once_and_their_payloads_are_read_from_the
     ]
     parts = [await part(storage, rows("a", 300)), await part(storage, mixed)]
     async with open_queue(queue_kind, storage) as q:
-        await q.enqueue("bulk", b"before")
-        assert await q.stage_parts(parts, "w1") == 303
-        assert (await q.stats()).entrypoints["bulk"].staged == 303
+        await q.enqueue("bulk", b"before", priority=-9)
+        version = (await q.stats()).version
+        assert await q.add_parts(parts) == 303
+        assert (await q.stats()).version == version + 1
         [before] = await q.dequeue("bulk")
-        assert before.payload == b"before"  # staged jobs are not claimable
+        assert before.payload == b"before"
         await q.ack(before)
-        assert await q.publish("w1") == 303
         [urgent] = await q.dequeue("bulk")
         assert (urgent.payload, urgent.priority, urgent.dedup_key) == (b"urgent", -5, "k-urgent")
         await q.ack(urgent)
         late = [j for j in await q.jobs(limit=None) if j.dedup_key == "k-late"]
-        assert late[0].not_before is not None and late[0].not_before > utc_now() + timedelta(minutes=59)
+        assert late[0].not_before is not None
+        assert late[0].not_before > utc_now() + timedelta(minutes=59)
 
     payloads_in_the_log = []
     for seq, entry in enumerate(sorted(await storage.list_names(ENTRY_PREFIX)), start=1):
@@ -81,9 +82,17 @@ async def test_a_dedup_key_already_in_the_queue_is_not_staged_again(file_or_s3: 
         written = await part(
             storage, [(b"dup", 0, "k1", None), (b"new", 0, "k2", None), (b"again", 0, "k2", None)]
         )
-        assert await q.stage_parts([written], "w") == 1
-        assert await q.publish("w") == 1
+        assert await q.add_parts([written]) == 1
         assert sorted(j.payload for j in await q.jobs(limit=None)) == [b"first", b"new"]
+
+
+async def test_nothing_is_added_when_the_commit_is_refused(file_or_s3: Backend) -> None:
+    storage, _ = file_or_s3.new_keyed()
+    async with DirectQueue(storage) as q:
+        await q.pause("bulk", enqueues=True)
+        with pytest.raises(QueuePausedError):
+            await q.add_parts([await part(storage, rows("a", 100)), await part(storage, rows("b", 100))])
+        assert await q.count() == 0
 
 
 async def test_a_write_abandoned_before_publishing_is_discarded_after_the_staged_timeout(
@@ -92,7 +101,7 @@ async def test_a_write_abandoned_before_publishing_is_discarded_after_the_staged
     storage, _ = file_or_s3.new_keyed()
     policy = QueuePolicy(staged_timeout=timedelta(minutes=30))
     async with DirectQueue(storage, policy=policy) as q:
-        await q.stage_parts([await part(storage, rows("x", 10))], "dead-driver")
+        await q.stage_many([JobSpec("bulk", b"%d" % i) for i in range(10)], "dead-driver")
         clock.advance(timedelta(minutes=29))
         await q.enqueue("other", b"1")
         assert (await q.stats()).entrypoints["bulk"].staged == 10
@@ -109,8 +118,7 @@ async def test_compaction_deletes_old_unreferenced_parts_and_keeps_the_rest(file
     young_orphan = await part(storage, rows("y", 2))
     old_linked = await part(storage, rows("l", 2), age=timedelta(hours=2))
     async with DirectQueue(storage) as q:  # links it within the default lifetime of a day
-        await q.stage_parts([old_linked], "w")
-        await q.publish("w")
+        await q.add_parts([old_linked])
     async with DirectQueue(storage, log=log) as q:
         for _ in range(3):  # checkpoints; the last compacts with one taken over a second before
             await q.enqueue("tick", b"")
@@ -131,8 +139,8 @@ async def test_parts_older_than_their_lifetime_or_on_a_single_object_queue_are_r
     stale = await part(storage, rows("s", 1), age=timedelta(days=2))
     async with DirectQueue(storage) as q:
         with pytest.raises(ValueError, match="older than the part lifetime"):
-            await q.stage_parts([stale], "w")
+            await q.add_parts([stale])
     single, _ = file_or_s3.new_keyed()
     async with DirectQueue(single, layout="single") as q:
         with pytest.raises(ValueError, match="need the log layout"):
-            await q.stage_parts([await part(storage, rows("s", 1))], "w")
+            await q.add_parts([await part(storage, rows("s", 1))])

@@ -1,10 +1,10 @@
 """Adding jobs, and bulk writes: jobs staged under a batch name, then published in one commit.
 
-A bulk write too large for one commit stages its jobs in several (``stage_many``, or
-``stage_parts`` for jobs whose payloads a writer stored as parts beside a log-structured
-queue, see ``log/parts.py``), then ``publish`` makes all of them claimable at once and
-``discard`` drops them. A batch left staged longer than ``QueuePolicy.staged_timeout``
-is discarded by the next commit (its writer died).
+A bulk write too large for one commit stages its jobs in several (``stage_many``), then
+``publish`` makes all of them claimable at once and ``discard`` drops them. Jobs whose
+payloads a writer stored as parts beside a log-structured queue (``log/parts.py``) need
+no staging: ``add_parts`` adds any number in one small commit. A batch left staged longer
+than ``QueuePolicy.staged_timeout`` is discarded by the next commit (its writer died).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
+from jqueue.core.collections_paused import collections_paused
 from jqueue.core.commits import Commits, Operation
 from jqueue.core.layout import StoreOpener
 from jqueue.core.log.parts import StoredPart, part_name, part_written_at
@@ -39,6 +40,7 @@ def adding(new: list[Added], retention: timedelta) -> Operation[list[Found]]:
         found: list[Found] = []
         keyed: dict[str, Added] = {}
         ids: dict[str, Added] = {}
+        accepted: list[Added] = []
         for job in new:
             if index.controls.enqueues_paused(job.entrypoint):
                 raise QueuePausedError(job.entrypoint)
@@ -51,10 +53,11 @@ def adding(new: list[Added], retention: timedelta) -> Operation[list[Found]]:
             elif match is not None:
                 found.append(match)
             else:
-                index.apply(job)
+                accepted.append(job)
                 keyed.update({} if key is None else {key: job})
                 ids[job.id] = job
                 found.append(job)
+        index.apply_all(accepted)
         return found
 
     return operation
@@ -83,12 +86,13 @@ class BulkWrites:
         in several calls; dedup keys work as in ``enqueue_many``."""
         return await self._add(jobs, _batch_name(batch))
 
-    async def stage_parts(self, parts: Sequence[StoredPart], batch: str) -> int:
-        """Stage the jobs of parts already written beside the queue (``write_part``) as bulk
-        write ``batch``: one commit of their fields, whose payloads stay in the parts.
+    async def add_parts(self, parts: Sequence[StoredPart]) -> int:
+        """Add the jobs of parts already written beside the queue (``write_part``), claimable at
+        once: one commit, whose entry holds a few columns a part (``AddPart``) while the
+        payloads stay in the parts. All or none of them are added, however many.
 
-        Returns how many jobs it staged; a job whose dedup key a job in the queue holds (or
-        held, acked within the history's retention) is not staged.
+        Returns how many jobs it added; a job whose dedup key a job in the queue holds (or
+        held, acked within the history's retention) is not added.
 
         Raises
         ------
@@ -96,7 +100,6 @@ class BulkWrites:
             If the queue is not in the log layout, or a part is older than
             ``LogSettings.part_lifetime`` (compaction may have deleted it).
         """
-        _batch_name(batch)
         store = await self._opener.store()
         if not isinstance(store, LogStore):
             raise ValueError(
@@ -107,12 +110,11 @@ class BulkWrites:
         oldest = utc_now().timestamp() - lifetime.total_seconds()
         for part in parts:
             if part_written_at(part.segment) < oldest:
-                raise ValueError(
-                    f"{store.where(part_name(part.segment))} is older than the part lifetime ({span(lifetime)})"
-                )
-        now = to_micros(utc_now())
-        new = [job for part in parts for job in part.jobs(now, batch=batch)]
-        found = await self._commits.run(adding(new, self.policy.history_retention))
+                where = store.where(part_name(part.segment))
+                raise ValueError(f"{where} is older than the part lifetime ({span(lifetime)})")
+        with collections_paused():
+            new = [job for part in parts for job in part.jobs(to_micros(utc_now()))]
+            found = await self._commits.run(adding(new, self.policy.history_retention))
         return sum(1 for job, answer in zip(new, found, strict=True) if answer is job)
 
     async def publish(self, batch: str) -> int:

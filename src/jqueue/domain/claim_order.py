@@ -95,6 +95,24 @@ class ClaimOrder:
             heapq.heappush(self._claimed, (_heartbeat_key(record), record.id))
             heapq.heappush(self._leased, (expiry_key(record), record.id))
 
+    def push_many(self, records: list[JobRecord]) -> None:
+        """``push`` each of many new records; a heap that more than doubles is built anew."""
+        ready: dict[str, list[ReadyEntry]] = {}
+        for record in records:
+            if record.status is JobStatus.QUEUED and record.not_before is None:
+                entry = (record.priority, record.created, record.order, record.stamp, record.id)
+                ready.setdefault(record.entrypoint, []).append(entry)
+            else:
+                self.push(record)
+        for entrypoint, entries in ready.items():
+            heap = self._ready.setdefault(entrypoint, [])
+            if len(entries) > len(heap):
+                heap.extend(entries)
+                heapq.heapify(heap)
+            else:
+                for entry in entries:
+                    heapq.heappush(heap, entry)
+
     def _push_ready(self, record: JobRecord) -> None:
         entry = (record.priority, record.created, record.order, record.stamp, record.id)
         heapq.heappush(self._ready.setdefault(record.entrypoint, []), entry)

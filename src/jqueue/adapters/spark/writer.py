@@ -1,27 +1,27 @@
 """``df.write.format("jqueue")``: exactly once, also when Spark retries tasks or stages.
 
-Each task attempt writes its rows as parts, immutable objects beside the queue in its
-own payload format (``core/log/parts.py``, at most ``PART_ROWS`` jobs or about
-``PART_BYTES`` of payload each), and reports their jobs' fields to the driver. Only
-the successful attempt of each partition reaches the driver's ``commit``, which stages
-those fields in the queue (payloads stay in the parts; at most ``COMMIT_JOBS`` jobs a
-commit), publishes the whole write in one commit and checkpoints the queue. The
-driver never reads or writes a payload. Parts that no commit refers to (failed
-attempts, an aborted write, a driver that died) are deleted by the queue's compaction
-once older than ``LogSettings.part_lifetime``; a write staged but never published is
-discarded after ``QueuePolicy.staged_timeout``.
+Each task attempt writes its rows (Arrow batches) as parts, immutable objects beside the
+queue in its own payload format (``core/log/parts.py``, at most ``PART_ROWS`` jobs or
+about ``PART_BYTES`` of payload each), and reports their jobs' fields to the driver. Only
+the successful attempt of each partition reaches the driver's ``commit``, which adds all
+of them with ``add_parts``: one commit whose entry holds a few columns a part, so the
+driver never reads or writes a payload, and consumers see all of the write or none of
+it. The commit is followed by a checkpoint. ``abort`` deletes the parts of the attempts
+that succeeded; parts that no commit refers to (failed attempts, a driver that died
+before committing) are deleted by the queue's compaction once older than
+``LogSettings.part_lifetime``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
+from pyarrow import RecordBatch
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from jqueue.adapters.storage.url import storage_from_url
@@ -34,8 +34,6 @@ from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_int64, checked_text
 from jqueue.ports.storage import KeyedStoragePort
 
-COMMIT_JOBS = 100_000
-"""The most jobs whose fields one staging commit carries."""
 Row = tuple[bytes, int, str | None, int | None]
 
 
@@ -54,6 +52,13 @@ def keyed_storage(url: str) -> KeyedStoragePort:
     return storage
 
 
+def _micros(delay: Any) -> int:
+    seconds = float(delay)
+    if not 0 <= seconds <= LONGEST_SPAN.total_seconds():
+        raise ValueError(f"a delay must be 0 to {LONGEST_SPAN.days} days in seconds, got {delay}")
+    return round(seconds * 1_000_000)
+
+
 def _bytes(value: Any) -> bytes:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
@@ -62,7 +67,7 @@ def _bytes(value: Any) -> bytes:
     raise TypeError(f"a payload must be binary or string, not {type(value).__name__}")
 
 
-class JQueueWriter(DataSourceWriter):
+class JQueueWriter(DataSourceArrowWriter):
     """Writes a DataFrame's rows as jobs; see the module docstring."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
@@ -83,37 +88,45 @@ class JQueueWriter(DataSourceWriter):
                 raise ValueError(f"the DataFrame has no column {column!r}")
         self.write_id = uuid.uuid4().hex
 
-    def _row(self, row: Any, created: int) -> Row:
-        payload = _bytes(row[self.payload])
-        if len(payload) > self.max_payload_bytes:
-            raise PayloadTooLargeError(len(payload), self.max_payload_bytes)
-        priority = 0 if self.priority is None else checked_int64("priority", int(row[self.priority] or 0))
-        key = None if self.dedup_key is None else row[self.dedup_key]
-        if key is not None:
-            checked_text("dedup_key", key)
-        delay = None if self.delay is None else row[self.delay]
-        if delay is not None and not 0 <= float(delay) <= LONGEST_SPAN.total_seconds():
-            raise ValueError(f"a delay must be 0 to {LONGEST_SPAN.days} days in seconds, got {delay}")
-        not_before = None if delay is None else created + round(float(delay) * 1_000_000)
-        return payload, priority, key, not_before
+    def _rows(self, batch: RecordBatch, created: int) -> list[Row]:
+        payloads = [_bytes(value) for value in batch.column(self.payload).to_pylist()]
+        for payload in payloads:
+            if len(payload) > self.max_payload_bytes:
+                raise PayloadTooLargeError(len(payload), self.max_payload_bytes)
+        count = len(payloads)
+        priorities = [
+            checked_int64("priority", int(p or 0)) for p in self._column(batch, self.priority, count)
+        ]
+        keys = self._column(batch, self.dedup_key, count)
+        for key in keys:
+            if key is not None:
+                checked_text("dedup_key", key)
+        not_befores = [
+            None if d is None else created + _micros(d) for d in self._column(batch, self.delay, count)
+        ]
+        return list(zip(payloads, priorities, keys, not_befores, strict=True))
 
-    def write(self, iterator: Iterator[Any]) -> WrittenParts:
+    @staticmethod
+    def _column(batch: RecordBatch, name: str | None, count: int) -> list[Any]:
+        return [None] * count if name is None else batch.column(name).to_pylist()
+
+    def write(self, iterator: Iterator[RecordBatch]) -> WrittenParts:
         """Write this task's rows as parts (runs on an executor)."""
         return WrittenParts(asyncio.run(self._write_parts(iterator)))
 
-    async def _write_parts(self, iterator: Iterator[Any]) -> list[StoredPart]:
+    async def _write_parts(self, batches: Iterator[RecordBatch]) -> list[StoredPart]:
         storage = keyed_storage(self.url)
         created = to_micros(utc_now())
         parts: list[StoredPart] = []
         rows: list[Row] = []
         size = 0
-        for item in iterator:
-            row = self._row(item, created)
-            rows.append(row)
-            size += len(row[0])
-            if len(rows) == PART_ROWS or size >= PART_BYTES:
-                parts.append(await write_part(storage, self.entrypoint, created, rows))
-                rows, size = [], 0
+        for batch in batches:
+            for row in self._rows(batch, created):
+                rows.append(row)
+                size += len(row[0])
+                if len(rows) == PART_ROWS or size >= PART_BYTES:
+                    parts.append(await write_part(storage, self.entrypoint, created, rows))
+                    rows, size = [], 0
         if rows:
             parts.append(await write_part(storage, self.entrypoint, created, rows))
         return parts
@@ -130,21 +143,7 @@ class JQueueWriter(DataSourceWriter):
 
     async def _publish(self, parts: list[StoredPart]) -> None:
         async with DirectQueue(storage_from_url(self.url)) as queue:
-            try:
-                staged = 0
-                for chunk in _chunks(parts):
-                    staged += await queue.stage_parts(chunk, self.write_id)
-                published = await queue.publish(self.write_id)
-                if published != staged:
-                    raise RuntimeError(
-                        f"{self.url}: published {published} of the {staged} jobs this write staged "
-                        "(was it discarded as abandoned? see QueuePolicy.staged_timeout)"
-                    )
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    if await queue.discard(self.write_id):  # still staged: never published
-                        await self._delete(parts)
-                raise
+            await queue.add_parts(parts)  # one commit: all or nothing, whatever the size
             await queue.checkpoint()  # readers that open the queue next start from here
 
     async def _delete(self, parts: list[StoredPart]) -> None:
@@ -156,17 +155,3 @@ class JQueueWriter(DataSourceWriter):
                 await storage.delete(part_name(part.segment))
 
         await asyncio.gather(*(delete(part) for part in parts))
-
-
-def _chunks(parts: list[StoredPart]) -> Iterator[list[StoredPart]]:
-    """Group parts into commits of at most ``COMMIT_JOBS`` jobs (a larger part goes alone)."""
-    chunk: list[StoredPart] = []
-    jobs = 0
-    for part in parts:
-        if chunk and jobs + part.count > COMMIT_JOBS:
-            yield chunk
-            chunk, jobs = [], 0
-        chunk.append(part)
-        jobs += part.count
-    if chunk:
-        yield chunk

@@ -8,11 +8,11 @@ left out. It also holds the history of finished jobs and the pauses and throttle
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 import msgspec
 
+from jqueue.core.collections_paused import collections_paused
 from jqueue.core.formats.marker import LAYOUT
 from jqueue.core.formats.wire import (
     UNDECODABLE,
@@ -102,24 +102,20 @@ def decode_checkpoint(data: bytes, location: str) -> tuple[QueueIndex, set[int]]
         wire = _checkpoint_decoder.decode(data)
     except UNDECODABLE as exc:
         raise CorruptStateError(location, str(exc)) from exc
-    paused = gc.isenabled()
-    gc.disable()  # a million new objects would set off full collections that find nothing to free
     try:
-        if wire.layout != LAYOUT:
-            raise ValueError(f"layout {wire.layout!r} is not {LAYOUT!r}")
-        columns: dict[str, Any] = {
-            "id": wire.ids,
-            "entrypoint": list(map(wire.entrypoints.__getitem__, wire.entrypoint)),
-            "payload": refs_from_columns(wire.segment, wire.position),
-            "order": wire.order,
-        }
-        columns |= {f.name: getattr(wire, f.name) for f in _REQUIRED}
-        columns |= {f.name: getattr(wire, f.name) for f in _OPTIONAL if getattr(wire, f.name) is not None}
-        history = history_from_wire(wire.history)
-        index = QueueIndex.from_columns(wire.seq, columns, history, controls_from_wire(wire.controls))
-        return index, set(wire.segment)
+        with collections_paused():
+            if wire.layout != LAYOUT:
+                raise ValueError(f"layout {wire.layout!r} is not {LAYOUT!r}")
+            columns: dict[str, Any] = {
+                "id": wire.ids,
+                "entrypoint": list(map(wire.entrypoints.__getitem__, wire.entrypoint)),
+                "payload": refs_from_columns(wire.segment, wire.position),
+                "order": wire.order,
+            }
+            columns |= {f.name: getattr(wire, f.name) for f in _REQUIRED}
+            columns |= {f.name: getattr(wire, f.name) for f in _OPTIONAL if getattr(wire, f.name) is not None}
+            history = history_from_wire(wire.history)
+            index = QueueIndex.from_columns(wire.seq, columns, history, controls_from_wire(wire.controls))
+            return index, set(wire.segment)
     except Exception as exc:  # columns that do not fit together
         raise CorruptStateError(location, f"not a jqueue checkpoint: {exc!r}") from exc
-    finally:
-        if paused:
-            gc.enable()

@@ -3,8 +3,8 @@
 An entry is compact JSON, ``{"seq": 7, "commit": "<id>", "at": <micros>, "effects": [...]}``,
 each effect an array tagged by its kind, e.g. ``["claim", "<job id>", 1767225600000000]``.
 An ``add`` carries every field of the job in ``JobFields`` order (the payload as base64),
-and the payload stays in that entry for the job's life. An ``add_ref`` (a bulk write's job)
-carries a ``[segment, position]`` reference to a part that holds the payload instead.
+and the payload stays in that entry for the job's life. The jobs of a bulk write, whose
+payloads stay in parts beside the queue, come in ``add_part`` runs (``part_runs.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from jqueue.core.formats.part_runs import AddPart, PartRun
 from jqueue.core.formats.wire import UNDECODABLE, Count, Fraction, Micros, Window, wire_type
-from jqueue.core.log.payload_refs import payload_place, payload_ref
+from jqueue.core.log.payload_refs import payload_ref
 from jqueue.domain.effects import (
     Added,
     Beat,
@@ -46,22 +47,7 @@ _Add: Any = msgspec.defstruct(
     omit_defaults=True,
 )
 """An added job on the wire: its fields in ``JobFields`` order, trailing defaults left out."""
-_AddRef: Any = msgspec.defstruct(
-    "_AddRef",
-    [
-        (f.name, tuple[Count, Count] if f.name == "payload" else wire_type(f))
-        if f.required
-        else (f.name, wire_type(f), f.default)
-        for f in STORED_FIELDS
-    ],
-    tag="add_ref",
-    array_like=True,
-    omit_defaults=True,
-)
-"""An added job whose payload stays in another object: as ``_Add``, the payload a
-``[segment, position]`` reference (a bulk write's part, see ``log/parts.py``)."""
 _add_values = attrgetter(*(f.name for f in STORED_FIELDS))
-_PAYLOAD = [f.name for f in STORED_FIELDS].index("payload")
 """The stored fields of an ``_Add``: a prefix of ``JobFields`` (see ``STORED_FIELDS``)."""
 
 
@@ -145,7 +131,7 @@ if TYPE_CHECKING:
 else:
     _WireEffect = (
         _Add
-        | _AddRef
+        | AddPart
         | _Claim
         | _Requeue
         | _Remove
@@ -185,9 +171,8 @@ _entry_decoder = msgspec.json.Decoder(_Entry)
 def _wire_effect(effect: Effect) -> _WireEffect:
     match effect:
         case Added() as a:
-            if isinstance(a.payload, int):
-                values = field_values(a)
-                return _AddRef(*values[:_PAYLOAD], payload_place(a.payload), *values[_PAYLOAD + 1 :])
+            if not isinstance(a.payload, bytes):
+                raise ValueError(f"payload of {a.job_id} is not in memory")
             return _Add(*field_values(a))
         case Claimed(job_id, at, lease, expires):
             return _Claim(job_id, at, lease, expires)
@@ -218,8 +203,20 @@ def _wire_effect(effect: Effect) -> _WireEffect:
 
 
 def encode_entry(seq: int, commit_id: str, at: int, effects: Sequence[Effect]) -> bytes:
-    """Serialise one commit's effects (payloads of added jobs must be in memory)."""
-    return msgspec.json.encode(_Entry(seq, commit_id, at, [_wire_effect(e) for e in effects]))
+    """Serialise one commit's effects: an added job's payload in memory, or a part's jobs in runs
+    (``AddPart``)."""
+    wire: list[_WireEffect | PartRun] = []
+    for effect in effects:
+        if isinstance(effect, Added) and isinstance(effect.payload, int):
+            run = wire[-1] if wire else None
+            if not isinstance(run, PartRun) or not run.takes(effect):
+                run = PartRun(effect)
+                wire.append(run)
+            run.add(effect)
+        else:
+            wire.append(_wire_effect(effect))
+    items = [item.wire() if isinstance(item, PartRun) else item for item in wire]
+    return msgspec.json.encode(_Entry(seq, commit_id, at, items))
 
 
 def decode_entry(data: bytes, seq: int, location: str) -> Entry:
@@ -245,10 +242,11 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
                 payloads.append(w.payload)
                 added.payload = payload_ref(seq, len(payloads) - 1)
                 effects.append(added)
-            case _AddRef() as w:
-                added = Added(*_add_values(w))
-                added.payload = payload_ref(*w.payload)
-                effects.append(added)
+            case AddPart() as w:
+                try:
+                    effects += w.effects()
+                except ValueError as exc:
+                    raise CorruptStateError(location, str(exc)) from exc
             case _Claim(job_id, at, lease, expires):
                 effects.append(Claimed(job_id, at, lease, expires))
             case _Requeue(job_id, not_before, error, reset):

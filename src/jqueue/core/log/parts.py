@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass
 
 from jqueue.core.formats.entry import encode_entry
+from jqueue.core.formats.part_runs import ID_HEAD, part_job_id
 from jqueue.core.log.payload_refs import POSITIONS_PER_SEGMENT, payload_ref
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import CASConflictError
@@ -71,8 +72,9 @@ class StoredPart:
     """What a bulk write's commit needs to add one written part's jobs: their fields, whose
     payloads stay in the part.
 
-    Job ids are ``seed`` with the row number in the last eight hex digits, so that the
-    fields travel to the committer as a few columns (None: every row has the default).
+    Job ids are ``seed`` with the row number in its last eight hex digits (``part_job_id``),
+    so that the fields travel to the committer as a few columns (None: every row has the
+    default), and a commit's entry holds them as few (``AddPart``).
     """
 
     segment: int
@@ -83,27 +85,24 @@ class StoredPart:
     not_befores: list[int | None] | None
     count: int
 
-    def jobs(
-        self, created: int, status: JobStatus = JobStatus.STAGED, batch: str | None = None
-    ) -> list[Added]:
+    def jobs(self, created: int) -> list[Added]:
         """Return the effects that add this part's jobs at ``created`` (epoch microseconds; the
         part's own time is when it was written), payloads as references into it."""
         priorities = self.priorities or [0] * self.count
         keys = self.dedup_keys or [None] * self.count
         not_befores = self.not_befores or [None] * self.count
-        head = self.seed[:28]
+        head = self.seed[:ID_HEAD]
         return [
             Added(
-                f"{head}{row:08x}",
+                part_job_id(head, row),
                 self.entrypoint,
                 priorities[row],
                 created,
-                status,
+                JobStatus.QUEUED,
                 None,
                 payload_ref(self.segment, row),
                 not_before=not_befores[row],
                 dedup_key=keys[row],
-                batch=batch,
             )
             for row in range(self.count)
         ]
@@ -137,7 +136,7 @@ async def write_part(
             None if not_befores.count(None) == len(not_befores) else not_befores,
             len(rows),
         )
-        jobs = part.jobs(created, JobStatus.QUEUED)
+        jobs = part.jobs(created)
         for job, row in zip(jobs, rows, strict=True):
             job.payload = row[0]
         try:
