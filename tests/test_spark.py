@@ -100,7 +100,7 @@ def test_an_aborted_write_leaves_nothing_visible_or_staged(spark: SparkSession, 
             assert [j.entrypoint for j in await q.jobs(limit=None)] == ["before"]
         # abort deleted the parts it was told of; a task cancelled while it wrote may leave one
         # that nothing refers to, for compaction (test_parts.py)
-        assert len(await part_objects(url)) <= 2
+        assert len(await part_objects(url)) <= 3  # at most one a partition that did not fail
 
     asyncio.run(check())
 
