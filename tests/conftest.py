@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -217,3 +218,27 @@ def kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def gcs_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # never contacted
+
+
+@pytest.fixture(scope="session")
+def spark(moto: S3Endpoint) -> Iterator[Any]:
+    """A local session with two cores that retries a failed task up to three times, shared by
+    the Spark tests; the executors import the test modules' functions by name."""
+    from pyspark.sql import SparkSession
+
+    from jqueue.spark import register
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    here = str(Path(__file__).parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    os.environ.update({k: v for k, v in s3_env(moto).items() if k.startswith("AWS_")})
+    session = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("jqueue-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+    register(session)
+    yield session
+    session.stop()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow
@@ -13,31 +12,12 @@ import pytest
 from pyspark import TaskContext
 from pyspark.sql import SparkSession, functions
 
-from conftest import BUCKET, s3_env
+from conftest import BUCKET
 from jqueue import DirectQueue, Job, JobStatus, storage_from_url
-from jqueue.spark import register, run_workers
+from jqueue.spark import run_workers
 from servers import S3Endpoint
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def spark(moto: S3Endpoint) -> Iterator[SparkSession]:
-    """A local session with two cores that retries a failed task up to three times."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    here = str(Path(__file__).parent)  # the executors import this module's functions by name
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
-    os.environ.update({k: v for k, v in s3_env(moto).items() if k.startswith("AWS_")})
-    session = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("jqueue-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
-    register(session)
-    yield session
-    session.stop()
 
 
 async def part_objects(url: str) -> list[str]:

@@ -9,6 +9,7 @@ than ``QueuePolicy.staged_timeout`` is discarded by the next commit (its writer 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
@@ -17,7 +18,7 @@ from jqueue.core.commits import Commits, Operation
 from jqueue.core.layout import StoreOpener
 from jqueue.core.log.parts import StoredPart, part_name, part_written_at
 from jqueue.core.log.store import LogStore
-from jqueue.domain.effects import Added
+from jqueue.domain.effects import Added, SinkMarked
 from jqueue.domain.errors import QueuePausedError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job
@@ -86,13 +87,15 @@ class BulkWrites:
         in several calls; dedup keys work as in ``enqueue_many``."""
         return await self._add(jobs, _batch_name(batch))
 
-    async def add_parts(self, parts: Sequence[StoredPart]) -> int:
+    async def add_parts(self, parts: Sequence[StoredPart], mark: tuple[str, int] | None = None) -> int | None:
         """Add the jobs of parts already written beside the queue (``write_part``), claimable at
         once: one commit, whose entry holds a few columns a part (``AddPart``) while the
         payloads stay in the parts. All or none of them are added, however many.
 
         Returns how many jobs it added; a job whose dedup key a job in the queue holds (or
-        held, acked within the history's retention) is not added.
+        held, acked within the history's retention) is not added. With ``mark``, a streaming
+        sink's ``(sink, batch id)``, the same commit records the batch as the sink's newest,
+        and a batch the sink committed already adds nothing and returns None (a replay).
 
         Raises
         ------
@@ -100,12 +103,7 @@ class BulkWrites:
             If the queue is not in the log layout, or a part is older than
             ``LogSettings.part_lifetime`` (compaction may have deleted it).
         """
-        store = await self._opener.store()
-        if not isinstance(store, LogStore):
-            raise ValueError(
-                f"{store.location}: parts need the log layout; "
-                "open the queue once with layout='log' to migrate it"
-            )
+        store = await self._log_store()
         lifetime = store.settings.part_lifetime
         oldest = utc_now().timestamp() - lifetime.total_seconds()
         for part in parts:
@@ -114,8 +112,48 @@ class BulkWrites:
                 raise ValueError(f"{where} is older than the part lifetime ({span(lifetime)})")
         with collections_paused():
             new = [job for part in parts for job in part.jobs(to_micros(utc_now()))]
-            found = await self._commits.run(adding(new, self.policy.history_retention))
-        return sum(1 for job, answer in zip(new, found, strict=True) if answer is job)
+            add = adding(new, self.policy.history_retention)
+
+            def operation(index: QueueIndex) -> int | None:
+                if mark is not None:
+                    newest = index.controls.marks.get(mark[0])
+                    if newest is not None and mark[1] <= newest:
+                        return None
+                    index.apply(SinkMarked(*mark))
+                found = add(index)
+                return sum(1 for job, answer in zip(new, found, strict=True) if answer is job)
+
+            return await self._commits.run(operation)
+
+    async def delete_unused_parts(self, parts: Sequence[StoredPart]) -> int:
+        """Delete the parts that no job in the queue refers to (a write that failed, or was a
+        replay); returns how many. A part of a write whose commit may have landed is kept."""
+        store = await self._log_store()
+
+        def unused(index: QueueIndex) -> list[str]:
+            records = index.records
+            return [
+                part_name(part.segment)
+                for part in parts
+                if not any(job_id in records for job_id in part.job_ids())
+            ]
+
+        names = await store.view(unused)
+        await asyncio.gather(*(store.keyed.delete(name) for name in names))
+        return len(names)
+
+    async def _log_store(self) -> LogStore:
+        store = await self._opener.store()
+        if not isinstance(store, LogStore):
+            raise ValueError(
+                f"{store.location}: parts need the log layout; "
+                "open the queue once with layout='log' to migrate it"
+            )
+        return store
+
+    async def sink_mark(self, sink: str) -> int | None:
+        """Return the newest batch id streaming sink ``sink`` committed (``add_parts``), if any."""
+        return await (await self._opener.store()).view(lambda index: index.controls.marks.get(sink))
 
     async def publish(self, batch: str) -> int:
         """Make every staged job of bulk write ``batch`` claimable, in one commit; returns how many

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
 
-from jqueue.domain.effects import LimitSet, PauseSet, ThrottleSet
+from jqueue.domain.effects import LimitSet, PauseSet, SinkMarked, ThrottleSet
 
 Scope = str | None
 
@@ -28,6 +28,8 @@ class Controls:
         self.throttles: dict[Scope, tuple[int, int]] = {}
         self.usage: dict[Scope, tuple[int, int]] = {}
         self.limits: dict[Scope, int] = {}
+        self.marks: dict[str, int] = {}
+        """The newest batch id each streaming sink committed (see ``SinkMarked``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the controls as plain lists (for the wire formats and snapshots)."""
@@ -37,6 +39,7 @@ class Controls:
             "throttles": [[scope, limit, window] for scope, (limit, window) in self.throttles.items()],
             "usage": [[scope, window, count] for scope, (window, count) in self.usage.items()],
             "limits": [[scope, limit] for scope, limit in self.limits.items()],
+            "marks": [[sink, batch_id] for sink, batch_id in self.marks.items()],
         }
 
     @classmethod
@@ -48,15 +51,17 @@ class Controls:
         controls.throttles = {scope: (limit, window) for scope, limit, window in data.get("throttles", ())}
         controls.usage = {scope: (window, count) for scope, window, count in data.get("usage", ())}
         controls.limits = {scope: limit for scope, limit in data.get("limits", ())}
+        controls.marks = {sink: batch_id for sink, batch_id in data.get("marks", ())}
         return controls
 
-    def as_effects(self) -> list[PauseSet | ThrottleSet | LimitSet]:
-        """Return the effects that set these pauses, throttles and limits on an empty queue."""
+    def as_effects(self) -> list[PauseSet | ThrottleSet | LimitSet | SinkMarked]:
+        """Return the effects that set these pauses, throttles, limits and marks on an empty queue."""
         scopes = sorted(self.paused_claims | self.paused_enqueues, key=str)
         pauses = [PauseSet(s, s in self.paused_claims, s in self.paused_enqueues) for s in scopes]
         throttles = [ThrottleSet(scope, limit, window) for scope, (limit, window) in self.throttles.items()]
         limits = [LimitSet(scope, limit) for scope, limit in self.limits.items()]
-        return [*pauses, *throttles, *limits]
+        marks = [SinkMarked(sink, batch_id) for sink, batch_id in self.marks.items()]
+        return [*pauses, *throttles, *limits, *marks]
 
     def _restorer(self) -> Callable[[], None]:
         saved = deepcopy(self.__dict__)
@@ -93,6 +98,21 @@ class Controls:
             self.limits.pop(effect.scope, None)
         else:
             self.limits[effect.scope] = effect.limit
+        return undo
+
+    def set_mark(self, effect: SinkMarked) -> Callable[[], None]:
+        """Record a sink's newest committed batch; returns its undo.
+
+        Raises
+        ------
+        ValueError
+            If the sink committed that batch, or a later one, already.
+        """
+        newest = self.marks.get(effect.sink)
+        if newest is not None and effect.batch_id <= newest:
+            raise ValueError(f"{effect} comes after batch {newest} of the same sink")
+        undo = self._restorer()
+        self.marks[effect.sink] = effect.batch_id
         return undo
 
     def at_limit(self, entrypoint: str, running: Callable[[Scope], int]) -> bool:

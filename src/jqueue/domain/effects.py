@@ -118,6 +118,15 @@ class LimitSet:
 
 
 @dataclass(frozen=True, slots=True)
+class SinkMarked:
+    """Streaming sink ``sink`` committed its batch ``batch_id`` in this commit: a batch with an
+    id up to this one is a replay, to be skipped (see ``Controls.marks``)."""
+
+    sink: str
+    batch_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Beat:
     """A claimed job's heartbeat moved to ``at``; its lease, if it expires, now expires at
     ``expires``, or when None as long again from ``at`` as it was from the last heartbeat.
@@ -161,6 +170,7 @@ Effect = (
     | PauseSet
     | ThrottleSet
     | LimitSet
+    | SinkMarked
     | Published
     | Discarded
 )

@@ -34,6 +34,7 @@ from jqueue.domain.effects import (
     Published,
     Removed,
     Requeued,
+    SinkMarked,
     ThrottleSet,
 )
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
@@ -270,6 +271,8 @@ class IndexState(Journal):
                 self._record_undo(self.controls.set_throttle(effect))
             case LimitSet():
                 self._record_undo(self.controls.set_limit(effect))
+            case SinkMarked():
+                self._record_undo(self.controls.set_mark(effect))
 
     def apply_all(self, effects: Iterable[Effect]) -> None:
         """Apply effects in order (a run of adds in bulk: a bulk write's, or a replayed one)."""

@@ -6,7 +6,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from jqueue.adapters.spark.reader import TABLES, JQueueReader
-from jqueue.adapters.spark.writer import JQueueWriter
+from jqueue.adapters.spark.writer import JQueueStreamWriter, JQueueWriter
 
 
 class JQueueDataSource(DataSource):
@@ -36,6 +36,15 @@ class JQueueDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> JQueueWriter:
         """Return the writer (appends; there is no overwrite of a queue)."""
-        if overwrite:
-            raise ValueError("a queue takes appends only: use mode('append')")
+        _appends(overwrite)
         return JQueueWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> JQueueStreamWriter:  # noqa: N802
+        """Return the streaming writer (``outputMode("append")``)."""
+        _appends(overwrite)
+        return JQueueStreamWriter(self.options, schema)
+
+
+def _appends(overwrite: bool) -> None:
+    if overwrite:
+        raise ValueError("a queue takes appends only: use mode('append') or outputMode('append')")

@@ -15,18 +15,18 @@ before committing) are deleted by the queue's compaction once older than
 from __future__ import annotations
 
 import asyncio
-import uuid
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pyarrow import RecordBatch
-from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.direct import DirectQueue
-from jqueue.core.log.parts import PART_BYTES, PART_ROWS, StoredPart, part_name, write_part
+from jqueue.core.log.parts import PART_BYTES, PART_ROWS, StoredPart, write_part
 from jqueue.core.queue import DEFAULT_MAX_PAYLOAD_BYTES
 from jqueue.domain.errors import PayloadTooLargeError
 from jqueue.domain.spec import LONGEST_SPAN
@@ -34,6 +34,7 @@ from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_int64, checked_text
 from jqueue.ports.storage import KeyedStoragePort
 
+logger = logging.getLogger("jqueue")
 Row = tuple[bytes, int, str | None, int | None]
 
 
@@ -67,13 +68,14 @@ def _bytes(value: Any) -> bytes:
     raise TypeError(f"a payload must be binary or string, not {type(value).__name__}")
 
 
-class JQueueWriter(DataSourceArrowWriter):
-    """Writes a DataFrame's rows as jobs; see the module docstring."""
+class PartWriting:
+    """What the batch and the streaming writer share: the options, and writing a task's rows
+    as parts (on an executor)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.url = options.get("path") or ""
         if not self.url:
-            raise ValueError("give the queue's storage URL: .save(url)")
+            raise ValueError("give the queue's storage URL: .save(url) or .start(url)")
         self.entrypoint = options.get("entrypoint") or ""
         if not self.entrypoint:
             raise ValueError("give the jobs' entrypoint: .option('entrypoint', ...)")
@@ -86,7 +88,6 @@ class JQueueWriter(DataSourceArrowWriter):
         for column in (self.payload, self.priority, self.dedup_key, self.delay):
             if column is not None and column not in names:
                 raise ValueError(f"the DataFrame has no column {column!r}")
-        self.write_id = uuid.uuid4().hex
 
     def _rows(self, batch: RecordBatch, created: int) -> list[Row]:
         payloads = [_bytes(value) for value in batch.column(self.payload).to_pylist()]
@@ -131,27 +132,63 @@ class JQueueWriter(DataSourceArrowWriter):
             parts.append(await write_part(storage, self.entrypoint, created, rows))
         return parts
 
+    async def _delete_unused(self, parts: list[StoredPart]) -> None:
+        """Delete the parts no job refers to: an abort may follow a commit that landed."""
+        if parts:
+            async with DirectQueue(storage_from_url(self.url)) as queue:
+                await queue.delete_unused_parts(parts)
+
+
+def _parts(messages: list[WriterCommitMessage | None]) -> list[StoredPart]:
+    return [part for m in messages if isinstance(m, WrittenParts) for part in m.parts]
+
+
+class JQueueWriter(PartWriting, DataSourceArrowWriter):
+    """Writes a DataFrame's rows as jobs; see the module docstring."""
+
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Stage every part's jobs, publish them in one commit (on the driver)."""
-        parts = [part for m in messages if isinstance(m, WrittenParts) for part in m.parts]
-        asyncio.run(self._publish(parts))
+        """Add every part's jobs in one commit, then checkpoint (on the driver)."""
+        asyncio.run(self._publish(_parts(messages)))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Delete the parts of the attempts that succeeded (on the driver; nothing was staged)."""
-        parts = [part for m in messages if isinstance(m, WrittenParts) for part in m.parts]
-        asyncio.run(self._delete(parts))
+        """Delete the parts of the attempts that succeeded, unless jobs refer to them (on the driver)."""
+        asyncio.run(self._delete_unused(_parts(messages)))
 
     async def _publish(self, parts: list[StoredPart]) -> None:
         async with DirectQueue(storage_from_url(self.url)) as queue:
             await queue.add_parts(parts)  # one commit: all or nothing, whatever the size
-            await queue.checkpoint()  # readers that open the queue next start from here
+            try:
+                await queue.checkpoint()  # readers that open the queue next start from here
+            except Exception as exc:  # the write is durable: failing it now would invite a rerun
+                logger.warning("the write to %s landed, but its checkpoint failed: %r", self.url, exc)
 
-    async def _delete(self, parts: list[StoredPart]) -> None:
-        storage = keyed_storage(self.url)
-        gate = asyncio.Semaphore(16)
 
-        async def delete(part: StoredPart) -> None:
-            async with gate:
-                await storage.delete(part_name(part.segment))
+class JQueueStreamWriter(PartWriting, DataSourceStreamArrowWriter):
+    """Writes each micro-batch of a streaming query as jobs, exactly once across restarts.
 
-        await asyncio.gather(*(delete(part) for part in parts))
+    Each batch is one ``add_parts`` commit that also records the batch id as the sink's
+    newest (``SinkMarked``); a batch that Spark runs again after a restart finds its id
+    recorded, adds nothing and deletes its parts. The sink is named by ``sinkId``, else by
+    the query's ``checkpointLocation``.
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        self.sink = options.get("sinkId") or options.get("checkpointLocation") or ""
+        if not self.sink:
+            raise ValueError("name the sink: .option('checkpointLocation', ...) or .option('sinkId', ...)")
+        checked_text("sinkId", self.sink)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Add the batch's jobs in one commit that records ``batchId`` (on the driver)."""
+        asyncio.run(self._publish(_parts(messages), batchId))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Delete the parts of the batch's attempts that succeeded, unless jobs refer to them (on
+        the driver: the commit may have landed before the query died)."""
+        asyncio.run(self._delete_unused(_parts(messages)))
+
+    async def _publish(self, parts: list[StoredPart], batch_id: int) -> None:
+        async with DirectQueue(storage_from_url(self.url)) as queue:
+            if await queue.add_parts(parts, (self.sink, batch_id)) is None:
+                await queue.delete_unused_parts(parts)  # a replayed batch: its jobs came before

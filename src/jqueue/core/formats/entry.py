@@ -34,6 +34,7 @@ from jqueue.domain.effects import (
     Published,
     Removed,
     Requeued,
+    SinkMarked,
     ThrottleSet,
 )
 from jqueue.domain.errors import CorruptStateError
@@ -126,6 +127,11 @@ class _Limit(msgspec.Struct, tag="limit", array_like=True):
     limit: Count | None
 
 
+class _SinkMark(msgspec.Struct, tag="sink_mark", array_like=True):
+    sink: str
+    batch_id: Count
+
+
 if TYPE_CHECKING:
     _WireEffect = Any
 else:
@@ -143,6 +149,7 @@ else:
         | _Pause
         | _Throttle
         | _Limit
+        | _SinkMark
         | _Publish
         | _Discard
     )
@@ -196,6 +203,8 @@ def _wire_effect(effect: Effect) -> _WireEffect:
             return _Throttle(scope, limit, window)
         case LimitSet(scope, limit):
             return _Limit(scope, limit)
+        case SinkMarked(sink, batch_id):
+            return _SinkMark(sink, batch_id)
         case Published(batch):
             return _Publish(batch)
         case Discarded(batch):
@@ -269,6 +278,8 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
                 effects.append(ThrottleSet(scope, limit, window))
             case _Limit(scope, limit):
                 effects.append(LimitSet(scope, limit))
+            case _SinkMark(sink, batch_id):
+                effects.append(SinkMarked(sink, batch_id))
             case _Publish(batch):
                 effects.append(Published(batch))
             case _Discard(batch):

@@ -73,6 +73,7 @@ class WireControls(msgspec.Struct):
     throttles: list[tuple[str | None, Count, Window]] = []
     usage: list[tuple[str | None, Count, Count]] = []
     limits: list[tuple[str | None, Count]] = []
+    marks: list[tuple[str, Count]] = []
 
 
 _history_fields = operator.attrgetter(*HistoryRecord.__slots__)

@@ -85,16 +85,20 @@ class StoredPart:
     not_befores: list[int | None] | None
     count: int
 
+    def job_ids(self) -> list[str]:
+        """Return the ids of this part's jobs, by row."""
+        head = self.seed[:ID_HEAD]
+        return [part_job_id(head, row) for row in range(self.count)]
+
     def jobs(self, created: int) -> list[Added]:
         """Return the effects that add this part's jobs at ``created`` (epoch microseconds; the
         part's own time is when it was written), payloads as references into it."""
         priorities = self.priorities or [0] * self.count
         keys = self.dedup_keys or [None] * self.count
         not_befores = self.not_befores or [None] * self.count
-        head = self.seed[:ID_HEAD]
         return [
             Added(
-                part_job_id(head, row),
+                job_id,
                 self.entrypoint,
                 priorities[row],
                 created,
@@ -104,7 +108,7 @@ class StoredPart:
                 not_before=not_befores[row],
                 dedup_key=keys[row],
             )
-            for row in range(self.count)
+            for row, job_id in enumerate(self.job_ids())
         ]
 
 
