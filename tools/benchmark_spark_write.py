@@ -3,7 +3,10 @@
 Writes ROWS rows of PAYLOAD bytes with ``df.write.format("jqueue")`` (a local Spark
 session, ``--cores`` cores) into a fresh file queue, then times sequential enqueues and
 dequeue+ack pairs on it and on an empty queue beside it, each in a fresh process (not
-the Spark driver's), and prints JSON::
+the Spark driver's), in ``--rounds`` rounds that alternate the two queues (the disk may
+still be writing back the write's gigabytes in the first), and prints JSON: per call the
+mean, median and 99th percentile in ms (a dequeue that first touches a part fetches it
+whole, so the mean carries a one-off read per ``PART_BYTES`` of payload)::
 
     .venv/bin/python tools/benchmark_spark_write.py --rows 1000000 --payload-bytes 1024
 """
@@ -34,7 +37,8 @@ async def _per_call(url: str, ops: int, payload: bytes) -> dict[str, float]:
         opened = time.perf_counter()
         await queue.dequeue("nothing")
         reopen = time.perf_counter() - opened
-        enqueue, dequeue_ack = [], []
+        enqueue: list[float] = []
+        dequeue_ack: list[float] = []
         for _ in range(ops):
             start = time.perf_counter()
             await queue.enqueue(ENTRYPOINT, payload)
@@ -46,10 +50,19 @@ async def _per_call(url: str, ops: int, payload: bytes) -> dict[str, float]:
             dequeue_ack.append((time.perf_counter() - start) * 1000)
         return {
             "reopen_s": round(reopen, 3),
-            "enqueue_mean_ms": round(statistics.fmean(enqueue), 3),
-            "dequeue_ack_mean_ms": round(statistics.fmean(dequeue_ack), 3),
+            **_summary("enqueue", enqueue),
+            **_summary("dequeue_ack", dequeue_ack),
             "jobs_after": await queue.count(),
         }
+
+
+def _summary(name: str, millis: list[float]) -> dict[str, float]:
+    ordered = sorted(millis)
+    return {
+        f"{name}_mean_ms": round(statistics.fmean(ordered), 3),
+        f"{name}_median_ms": round(statistics.median(ordered), 3),
+        f"{name}_p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--payload-bytes", type=int, default=1024)
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--ops", type=int, default=500, help="sequential calls per measurement afterwards")
+    parser.add_argument("--rounds", type=int, default=2, help="measurements of each queue, alternating")
     parser.add_argument("--dir", type=Path, default=None, help="where the queues go (default: a temp dir)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -99,10 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         "driver_python_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
     os.sync()  # each call fsyncs: let the gigabytes just written reach the disk first
-    for name, queue_url in (("empty_queue", empty_url), ("after_write", url)):
-        command = [sys.executable, __file__, "--measure", queue_url, "--ops", str(args.ops)]
-        command += ["--payload-bytes", str(args.payload_bytes)]
-        result[name] = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+    for round_number in range(1, args.rounds + 1):
+        for name, queue_url in (("after_write", url), ("empty_queue", empty_url)):
+            command = [sys.executable, __file__, "--measure", queue_url, "--ops", str(args.ops)]
+            command += ["--payload-bytes", str(args.payload_bytes)]
+            done = subprocess.run(command, check=True, capture_output=True, text=True)
+            result[f"{name}_round_{round_number}"] = json.loads(done.stdout)
     print(json.dumps(result, indent=2))
     return 0
 
