@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession, functions
+from pyspark.sql.streaming import StreamingQuery
 
-from jqueue import DirectQueue, storage_from_url
+from jqueue import DirectQueue, JobSpec, JobStatus, QueuePolicy, storage_from_url
 from spark_faults import CrashingJQueue
 
 pytestmark = pytest.mark.slow
@@ -63,5 +65,110 @@ def test_each_micro_batch_is_enqueued_once_across_query_restarts(spark: SparkSes
             assert sorted(j.payload.decode() for j in jobs) == sorted(expected)
             assert {j.priority for j in jobs} == {0, 1}
             assert await q.sink_mark(str(checkpoint)) == 3
+
+    asyncio.run(check())
+
+
+def _to_queue(stream: DataFrame, url: str, checkpoint: Path, crash_dir: Path) -> StreamingQuery:
+    return (
+        stream.writeStream.format("jqueue_crashing")
+        .option("entrypoint", "copied")
+        .option("checkpointLocation", str(checkpoint))
+        .option("crashDir", str(crash_dir))
+        .trigger(availableNow=True)
+        .start(url)
+    )
+
+
+def _crash_then_finish(start: Callable[[], StreamingQuery], crash_dir: Path, crashes: list[str]) -> None:
+    for name in crashes:
+        (crash_dir / name).touch()
+    for _ in crashes:
+        with pytest.raises(StreamingQueryException):
+            start().awaitTermination()
+    assert list(crash_dir.iterdir()) == []
+    start().awaitTermination()
+
+
+def test_a_consuming_query_hands_each_job_to_its_sink_once_across_restarts(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    spark.dataSource.register(CrashingJQueue)
+    source, target = (tmp_path / "source.json").as_uri(), (tmp_path / "target.json").as_uri()
+    payloads = {b"job-%d" % i for i in range(300)}
+
+    async def fill() -> None:
+        async with DirectQueue(storage_from_url(source)) as q:
+            await q.enqueue_many("work", sorted(payloads))
+            await q.enqueue("other", b"not consumed")
+
+    asyncio.run(fill())
+    crashes = tmp_path / "crashes"
+    crashes.mkdir()
+
+    def start() -> StreamingQuery:
+        stream = (
+            spark.readStream.format("jqueue")
+            .option("mode", "consume")
+            .option("consumerId", "copier")
+            .option("entrypoint", "work")
+            .option("maxJobsPerTrigger", 100)
+            .load(source)
+        )
+        return _to_queue(stream.select("payload"), target, tmp_path / "checkpoint", crashes)
+
+    _crash_then_finish(start, crashes, ["after-1", "before-2"])
+
+    async def check() -> None:
+        async with DirectQueue(storage_from_url(target)) as copied:
+            assert sorted(j.payload for j in await copied.jobs(limit=None)) == sorted(payloads)
+        async with DirectQueue(storage_from_url(source)) as q:
+            assert [j.payload for j in await q.jobs(limit=None)] == [b"not consumed"]
+            acked = [h.job_id for h in await q.history(outcome=JobStatus.ACKED)]
+            assert len(acked) == len(set(acked)) == 300
+        assert await storage_from_url(source).list_names("stream/") == []  # type: ignore[attr-defined]
+
+    asyncio.run(check())
+
+
+def test_the_change_feed_replays_each_commit_once_across_restarts(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    spark.dataSource.register(CrashingJQueue)
+    source, target = (tmp_path / "source.json").as_uri(), (tmp_path / "target.json").as_uri()
+
+    async def changes() -> list[str]:
+        async with DirectQueue(storage_from_url(source), policy=QueuePolicy(max_attempts=1)) as q:
+            jobs = await q.enqueue_many("work", [b"a", b"b", b"c"])
+            [first] = await q.dequeue()
+            await q.ack(first)
+            [second] = await q.dequeue()
+            await q.nack(second, error="boom")  # its last attempt: dead
+            [staged] = await q.stage_many([JobSpec("bulk", b"s")], "w1")
+            await q.publish("w1")
+            added = [f"added:{j.id}" for j in [*jobs, staged]]
+            return [*added, f"acked:{first.id}", f"dead:{second.id}", "published:w1"]
+
+    expected = asyncio.run(changes())
+    crashes = tmp_path / "crashes"
+    crashes.mkdir()
+
+    def start() -> StreamingQuery:
+        stream = (
+            spark.readStream.format("jqueue")
+            .option("mode", "changes")
+            .option("startingOffsets", "earliest")
+            .option("maxJobsPerTrigger", 1)
+            .load(source)
+        )
+        described = functions.concat_ws(":", "change", functions.coalesce("job_id", "batch"))
+        return _to_queue(stream.select(described.alias("payload")), target, tmp_path / "cp", crashes)
+
+    _crash_then_finish(start, crashes, ["after-2", "before-4"])
+
+    async def check() -> None:
+        async with DirectQueue(storage_from_url(target)) as copied:
+            seen = [j.payload.decode() for j in await copied.jobs(limit=None)]
+        assert sorted(seen) == sorted(expected)
 
     asyncio.run(check())

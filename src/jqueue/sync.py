@@ -138,6 +138,11 @@ class SyncQueue:
             raise TypeError("stats() needs the queue opened on its storage (sync.open_queue), not a broker's")
         return self._call(queue.stats)
 
+    def call(self, function: Callable[[BrokerQueue | RemoteQueue], Awaitable[T]]) -> T:
+        """Run ``function(queue)`` on the async queue in this queue's loop and return its answer:
+        any call the async queue has (``queue.dequeue(...)``, ``queue.ack(job)``...)."""
+        return self._call(lambda: function(self._queue))
+
     def close(self) -> None:
         """Commit what is pending, close the queue and stop the loop; calls then raise
         ``QueueClosedError``. Called at interpreter exit for queues still open."""

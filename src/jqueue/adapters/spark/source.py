@@ -5,6 +5,8 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from jqueue.adapters.spark.changes import CHANGES_SCHEMA, ChangeFeedReader
+from jqueue.adapters.spark.consumer import CONSUMED_SCHEMA, ConsumerReader
 from jqueue.adapters.spark.reader import TABLES, JQueueReader
 from jqueue.adapters.spark.writer import JQueueStreamWriter, JQueueWriter
 
@@ -24,7 +26,10 @@ class JQueueDataSource(DataSource):
         return "jqueue"
 
     def schema(self) -> str:
-        """The schema of the table being read."""
+        """The schema of the table being read (of the stream's ``mode`` in a streaming read)."""
+        mode = self.options.get("mode")
+        if mode is not None:
+            return CONSUMED_SCHEMA if mode == "consume" else CHANGES_SCHEMA
         table = self.options.get("table", "jobs")
         if table not in TABLES:
             raise ValueError(f"table must be one of {sorted(TABLES)}, not {table!r}")
@@ -33,6 +38,15 @@ class JQueueDataSource(DataSource):
     def reader(self, schema: StructType) -> JQueueReader:
         """Return the reader."""
         return JQueueReader(self.options)
+
+    def streamReader(self, schema: StructType) -> ChangeFeedReader | ConsumerReader:  # noqa: N802
+        """Return the streaming reader of ``mode``: ``changes`` or ``consume``."""
+        mode = self.options.get("mode")
+        if mode == "changes":
+            return ChangeFeedReader(self.options)
+        if mode == "consume":
+            return ConsumerReader(self.options)
+        raise ValueError(f"a streaming read needs .option('mode', 'changes' or 'consume'), not {mode!r}")
 
     def writer(self, schema: StructType, overwrite: bool) -> JQueueWriter:
         """Return the writer (appends; there is no overwrite of a queue)."""

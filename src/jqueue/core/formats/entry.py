@@ -168,6 +168,7 @@ class Entry:
 
     seq: int
     commit: str
+    at: int
     effects: list[Effect]
     payloads: list[bytes]
 
@@ -284,7 +285,7 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
                 effects.append(Published(batch))
             case _Discard(batch):
                 effects.append(Discarded(batch))
-    return Entry(wire.seq, wire.commit, effects, payloads)
+    return Entry(wire.seq, wire.commit, wire.at, effects, payloads)
 
 
 def entry_commit_id(data: bytes) -> str | None:
