@@ -240,3 +240,44 @@ def test_a_part_staged_by_a_lost_attempt_is_never_published(tmp_path: Path) -> N
         assert len(await part_objects(url)) == 2  # the lost one is left to compaction
 
     asyncio.run(check())
+
+
+def test_a_task_killed_mid_job_loses_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    url = (tmp_path / "q.json").as_uri()
+    asyncio.run(_enqueue(url, 200))
+    victim = b"17"
+
+    async def handle(job: Job) -> None:
+        if job.payload == victim and job.attempts == 1:
+            os._exit(1)  # the task's Python worker dies in the middle of the job
+        await asyncio.sleep(0)
+
+    lease = timedelta(seconds=2)
+    first = run_workers(spark, url, {"before": handle}, parallelism=2, visibility_timeout=lease).collect()
+
+    async def state() -> list[Job]:
+        async with DirectQueue(storage_from_url(url)) as q:
+            return await q.jobs(limit=None)
+
+    # Spark ran the killed task again; the jobs the dead worker held were still leased.
+    held = asyncio.run(state())
+    assert victim in {j.payload for j in held}
+    assert {j.status for j in held} == {JobStatus.IN_PROGRESS}
+    assert sum(r.acked for r in first) + len(held) == 200
+    import time
+
+    time.sleep(lease.total_seconds() + 0.5)  # their leases run out: they return to the queue
+    second = run_workers(spark, url, {"before": handle}, parallelism=2, visibility_timeout=lease).collect()
+    assert sum(r.acked for r in second) == len(held)
+
+    async def check() -> None:
+        async with DirectQueue(storage_from_url(url)) as q:
+            assert await q.count() == 0
+            history = await q.history(outcome=JobStatus.ACKED)
+            assert len({h.job_id for h in history}) == len(history) == 200
+            held_ids = {j.id for j in held}
+            assert {h.attempts for h in history if h.job_id in held_ids} == {2}  # the dead one, and again
+
+    asyncio.run(check())
