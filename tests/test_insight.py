@@ -9,7 +9,7 @@ import pytest
 
 from conftest import Backend, Clock
 from jqueue import BrokerQueue, JobSpec, JobStatus, Layout
-from jqueue.domain import insight
+from jqueue.domain import figures, insight
 
 
 async def test_pages_of_jobs_cover_each_match_once_within_their_budget(
@@ -76,17 +76,15 @@ async def test_throughput_and_timings_come_from_the_history(file_or_s3: Backend,
         timings = (await queue.timings())["a"]
         assert (timings.finished, timings.acked, timings.dead, timings.retried) == (4, 3, 1, 0)
         assert timings.wait == (2.0, 2.0, 2.0)
-        assert timings.run == (1.0, 121.0, 121.0)
+        assert timings.run == pytest.approx((1.0, 103.0, 117.4))  # 1, 1, 1 and 121 s, interpolated
         with pytest.raises(ValueError, match="positive"):
             await queue.throughput(timedelta(0))
 
 
-def test_percentiles_are_nearest_rank() -> None:
-    assert insight.percentiles(list(range(1, 101)), (0.5, 0.95, 0.99, 1.0)) == (
-        0.00005,
-        0.000095,
-        0.000099,
-        0.0001,
+def test_percentiles_interpolate_between_ranks_as_spark_does() -> None:
+    assert figures.percentiles(list(range(1, 101)), (0.0, 0.5, 0.95, 0.99, 1.0)) == pytest.approx(
+        (1.0, 50.5, 95.05, 99.01, 100.0)
     )
-    assert insight.percentiles([]) == ()
-    assert insight.percentiles([3_000_000]) == (3.0, 3.0, 3.0)
+    assert figures.percentiles([]) == ()
+    assert figures.percentiles([3.0]) == (3.0, 3.0, 3.0)
+    assert figures.percentiles([4.0, 1.0]) == pytest.approx((2.5, 3.85, 3.97))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow
@@ -152,48 +153,55 @@ def test_run_workers_drains_the_queue_and_acks_every_job_once(spark: SparkSessio
     asyncio.run(check())
 
 
-def test_the_report_matches_a_history_with_known_timings(spark: SparkSession, tmp_path: Path) -> None:
-    from datetime import UTC, datetime, timedelta
-
-    from jqueue.adapters.spark.reader import HISTORY_SCHEMA
-    from jqueue.adapters.spark.report import compute, write
+def test_the_report_is_the_same_in_python_and_with_spark_for_known_timings(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from jqueue.adapters.report import markdown, write
+    from jqueue.adapters.spark.reader import HISTORY_SCHEMA, history_row
+    from jqueue.adapters.spark.report import compute
+    from jqueue.domain.figures import report_of
+    from jqueue.domain.records import HistoryRecord
 
     def record(
-        entrypoint: str, wait: float, run: float, attempts: int, outcome: str, finished: str
-    ) -> tuple[object, ...]:
-        end = datetime.fromisoformat(f"2026-01-01T{finished}").replace(tzinfo=UTC)
-        claimed = end - timedelta(seconds=run)
-        created = claimed - timedelta(seconds=wait)
-        times = (created, claimed, claimed, end, float(wait), float(run))
-        return ("id", entrypoint, outcome, attempts, *times, None, None, None)
+        entrypoint: str, wait: float, run: float, attempts: int, outcome: str, at: str
+    ) -> HistoryRecord:
+        end = int(datetime.fromisoformat(f"2026-01-01T{at}+00:00").timestamp() * 1e6)
+        claimed = end - int(run * 1e6)
+        claims = (claimed,) * attempts
+        return HistoryRecord(
+            "id", entrypoint, claimed - int(wait * 1e6), claims, end, attempts, JobStatus(outcome)
+        )
 
-    rows = [
+    records = [
         record("a", 1, 10, 1, "acked", "12:00:10"),
         record("a", 2, 20, 1, "acked", "12:00:50"),
         record("a", 3, 30, 2, "acked", "12:01:30"),
         record("a", 4, 40, 3, "dead", "12:02:05"),
         record("b", 5, 1, 1, "acked", "12:01:00"),
     ]
-    report = compute(spark.createDataFrame(rows, HISTORY_SCHEMA))
-    assert report.per_minute == [("2026-01-01 12:00", 2), ("2026-01-01 12:01", 2), ("2026-01-01 12:02", 1)]
-    a, b = report.entrypoints
-    assert (a.entrypoint, a.finished, a.retry_rate, a.dead_rate) == ("a", 4, 0.5, 0.25)
-    assert a.wait == pytest.approx((2.5, 3.85, 3.97))
-    assert a.run == pytest.approx((25.0, 38.5, 39.7))
-    assert (b.finished, b.wait, b.run, b.retry_rate, b.dead_rate) == (
-        1,
-        (5.0, 5.0, 5.0),
-        (1.0, 1.0, 1.0),
-        0.0,
-        0.0,
-    )
+    in_python = report_of(records)
+    with_spark = compute(spark.createDataFrame([history_row(r) for r in records], HISTORY_SCHEMA))
+    for report in (in_python, with_spark):
+        found = report.throughput
+        assert (found.bucket, found.acked, found.dead) == (60_000_000, [2, 2, 0], [0, 0, 1])
+        assert found.per_entrypoint == {"a": [2, 1, 1], "b": [0, 1, 0]}
+        a, b = report.timings["a"], report.timings["b"]
+        assert (a.finished, a.acked, a.dead, a.retried) == (4, 3, 1, 2)
+        assert a.wait == pytest.approx((2.5, 3.85, 3.97))
+        assert a.run == pytest.approx((25.0, 38.5, 39.7))
+        assert (b.finished, b.wait, b.run, b.retry_rate, b.dead_rate) == (
+            1,
+            (5.0, 5.0, 5.0),
+            (1.0, 1.0, 1.0),
+            0,
+            0,
+        )
+    assert markdown(in_python) == markdown(with_spark)
 
-    markdown, throughput, times = write(report, tmp_path / "out")
-    assert (
-        "| a | 4 | 2.500 / 3.850 / 3.970 | 25.000 / 38.500 / 39.700 | 50.0% | 25.0% |" in markdown.read_text()
-    )
-    assert throughput.read_bytes().startswith(b"\x89PNG")
-    assert times.read_bytes().startswith(b"\x89PNG")
+    text, chart = write(in_python, tmp_path / "out")
+    assert "| a | 4 | 2.500 / 3.850 / 3.970 | 25.000 / 38.500 / 39.700 | 50.0% | 25.0% |" in text.read_text()
+    assert "| 2026-01-01 12:02 | 0 | 1 |" in text.read_text()
+    assert chart.read_text().startswith('<svg xmlns="http://www.w3.org/2000/svg"')
 
 
 def test_jqueue_report_runs_on_a_real_queue(tmp_path: Path) -> None:
@@ -219,7 +227,8 @@ def test_jqueue_report_runs_on_a_real_queue(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| work | 3 |" in (out / "report.md").read_text()
-    assert (out / "throughput.png").stat().st_size > 0
+    assert "computed with python" in done.stderr
+    assert (out / "throughput.svg").stat().st_size > 0
 
 
 def test_a_part_staged_by_a_lost_attempt_is_never_published(tmp_path: Path) -> None:

@@ -1,11 +1,11 @@
-"""Report on a queue's history with Spark: see ``jqueue.adapters.spark.report``.
+"""Report on a queue's history: see ``jqueue.adapters.report`` (``jqueue report`` runs the same).
 
-.venv/bin/python tools/queue_report.py file:///path/queue.json --out queue-report
+.venv/bin/python tools/queue_report.py file:///path/queue.json --out queue-report [--engine spark]
 """
 
 import sys
 
-from jqueue.adapters.spark.report import main
+from jqueue.adapters.report import main
 
 if __name__ == "__main__":
     sys.exit(main())

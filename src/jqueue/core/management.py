@@ -13,11 +13,10 @@ from jqueue.core.commits import Commits
 from jqueue.core.layout import StoreOpener
 from jqueue.domain.effects import Cancelled, LimitSet, PauseSet, ThrottleSet
 from jqueue.domain.errors import JobCancelledError, JobFailedError, JobNotFoundError
+from jqueue.domain.figures import Throughput, Timings
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.insight import (
     DeadGroup,
-    Throughput,
-    Timings,
     browse,
     dead_groups,
     matches,

@@ -1,5 +1,5 @@
 """What an operator looks at, read from an index at a bounded cost: throughput and timings from
-the history, pages of jobs, dead letters grouped by error.
+the newest history (``figures``), pages of jobs, dead letters grouped by error.
 
 Every function here costs O(what it returns) plus at most a fixed budget of records looked
 at, never O(every job) on a large queue: counts come from the index's ``Tally``.
@@ -7,11 +7,11 @@ at, never O(every job) on a large queue: counts come from the index's ``Tally``.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
+from jqueue.domain.figures import Throughput, Timings, empty_throughput, timings_of
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
@@ -26,109 +26,23 @@ GROUP_BUDGET = 10_000
 ERROR_KEY_CHARS = 200
 
 
-@dataclass
-class Throughput:
-    """Finished jobs per time bucket, oldest bucket first.
-
-    Attributes
-    ----------
-    start, bucket : int
-        The first bucket's start and each bucket's length, in epoch microseconds.
-    acked, dead : list of int
-        Jobs acked, and jobs that died, in each bucket (of every entrypoint).
-    per_entrypoint : dict of str to list of int
-        Jobs finished (acked, dead or cancelled) in each bucket, per entrypoint.
-    truncated : bool
-        True when more than ``HISTORY_BUDGET`` jobs finished in the window (the oldest of
-        them are not counted).
-    """
-
-    start: int
-    bucket: int
-    acked: list[int]
-    dead: list[int]
-    per_entrypoint: dict[str, list[int]] = field(default_factory=dict)
-    truncated: bool = False
-
-
 def throughput(index: QueueIndex, now: int, window: int, bucket: int) -> Throughput:
     """Return the jobs finished in each ``bucket`` of the ``window`` before ``now`` (microseconds)."""
     buckets = max(1, -(-window // bucket))
-    start = now - buckets * bucket
-    found = Throughput(start, bucket, [0] * buckets, [0] * buckets)
+    found = empty_throughput(now - buckets * bucket, bucket, buckets)
     for seen, record in enumerate(index.history.newest_first()):
-        if record.finished < start:
+        if record.finished < found.start:
             break
         if seen == HISTORY_BUDGET:
             found.truncated = True
             break
-        slot = min(buckets - 1, (record.finished - start) // bucket)
-        if record.outcome is JobStatus.ACKED:
-            found.acked[slot] += 1
-        elif record.outcome is JobStatus.DEAD:  # a cancelled job is neither
-            found.dead[slot] += 1
-        per = found.per_entrypoint.get(record.entrypoint)
-        if per is None:
-            per = found.per_entrypoint[record.entrypoint] = [0] * buckets
-        per[slot] += 1
+        found.count(record)
     return found
-
-
-@dataclass
-class Timings:
-    """How the newest finished jobs of one entrypoint went.
-
-    Attributes
-    ----------
-    finished, acked, dead, retried : int
-        Jobs looked at; of them acked, dead, and finished after more than one attempt.
-    wait, run : tuple of float
-        p50, p95 and p99 in seconds of the wait (enqueue to first claim) and of the run
-        (last claim to finish); empty when no job was claimed.
-    """
-
-    finished: int = 0
-    acked: int = 0
-    dead: int = 0
-    retried: int = 0
-    wait: tuple[float, ...] = ()
-    run: tuple[float, ...] = ()
-
-    @property
-    def dead_rate(self) -> float:
-        """The share of finished jobs that died."""
-        return self.dead / self.finished if self.finished else 0.0
-
-
-def percentiles(values: list[int], points: Iterable[float] = (0.5, 0.95, 0.99)) -> tuple[float, ...]:
-    """Return the nearest-rank percentiles of microsecond ``values``, in seconds."""
-    if not values:
-        return ()
-    ordered = sorted(values)
-    last = len(ordered) - 1
-    return tuple(ordered[min(last, max(0, math.ceil(p * len(ordered)) - 1))] / 1e6 for p in points)
 
 
 def timings(index: QueueIndex, sample: int = 1_000) -> dict[str, Timings]:
     """Return the timings of the newest ``sample`` finished jobs of each entrypoint."""
-    waits: dict[str, list[int]] = {}
-    runs: dict[str, list[int]] = {}
-    found: dict[str, Timings] = {}
-    for record in islice(index.history.newest_first(), HISTORY_BUDGET):
-        stats = found.setdefault(record.entrypoint, Timings())
-        if stats.finished >= sample:
-            continue
-        stats.finished += 1
-        stats.acked += record.outcome is JobStatus.ACKED
-        stats.dead += record.outcome is JobStatus.DEAD
-        stats.retried += record.attempts > 1
-        if record.claims:
-            waits.setdefault(record.entrypoint, []).append(record.claims[0] - record.created)
-            runs.setdefault(record.entrypoint, []).append(record.finished - record.claims[-1])
-    for name, stats in found.items():
-        stats.wait = percentiles(waits.get(name, []))
-        stats.run = percentiles(runs.get(name, []))
-    return dict(sorted(found.items()))
+    return timings_of(islice(index.history.newest_first(), HISTORY_BUDGET), sample)
 
 
 @dataclass

@@ -261,14 +261,21 @@ def bench(
 
 def report(
     ctx: typer.Context,
-    out: Annotated[str, typer.Option(help="Directory for report.md and the charts.")] = "queue-report",
+    out: Annotated[str, typer.Option(help="Directory for report.md and throughput.svg.")] = "queue-report",
+    engine: Annotated[
+        str, typer.Option(help="python, spark, or auto: Spark for a history over 200,000 records.")
+    ] = "auto",
 ) -> None:
-    """Report on the history of --storage with Spark: throughput, wait and run times, retries."""
+    """Report on the history of --storage: throughput, wait and run times, retries, dead letters."""
+    from jqueue.adapters.report import ENGINES
+    from jqueue.adapters.report import main as report_main
+
+    if engine not in ENGINES:
+        fail(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     try:
-        from jqueue.adapters.spark.report import main as report_main
+        raise typer.Exit(report_main([storage_url(ctx), "--out", out, "--engine", engine]))
     except ImportError as exc:
         fail(str(exc))
-    raise typer.Exit(report_main([storage_url(ctx), "--out", out]))
 
 
 def register(app: typer.Typer) -> None:

@@ -15,13 +15,14 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from jqueue.adapters.charts import sparkline, throughput_chart
 from jqueue.adapters.dashboard import filters
 from jqueue.adapters.dashboard.actions import Actions
-from jqueue.adapters.dashboard.charts import sparkline, throughput_chart
 from jqueue.adapters.dashboard.guard import FLASH_COOKIE, SESSION_COOKIE, FormTooLargeError, Guard, read_form
 from jqueue.adapters.dashboard.source import NotServingError, QueueSource
 from jqueue.adapters.dashboard.views import entrypoint_rows, job_detail, queue_summary
@@ -56,7 +57,11 @@ class Dashboard:
             loader=PackageLoader("jqueue.adapters.dashboard"), autoescape=select_autoescape(default=True)
         )
         self.templates.filters.update(filters.ALL)
-        self.templates.globals.update(sparkline=sparkline, chart=throughput_chart, statuses=list(JobStatus))
+        self.templates.globals.update(
+            sparkline=lambda *a: Markup(sparkline(*a)),
+            chart=lambda *a: Markup(throughput_chart(*a)),
+            statuses=list(JobStatus),
+        )
         self.actions = Actions(self)
 
     def routes(self) -> list[Route]:

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from jqueue.adapters.dashboard.source import QueueSource
 from jqueue.core.broker import BrokerQueue
-from jqueue.domain.insight import Throughput, Timings
+from jqueue.domain.figures import Throughput, Timings
 from jqueue.domain.models import Job
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.stats import EntrypointStats, QueueStats

@@ -1,20 +1,19 @@
-"""Charts as inline SVG: a stacked bar chart of finished jobs per minute, and sparklines."""
+"""Charts as SVG text, for the dashboard's pages and the report's files: a stacked bar chart of
+finished jobs per bucket, and sparklines. Every value put in is a number or escaped."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from html import escape
 
-from markupsafe import Markup
-
-from jqueue.domain.insight import Throughput
+from jqueue.domain.figures import Throughput
 
 
 def _clock(micros: int) -> str:
     return datetime.fromtimestamp(micros / 1e6, UTC).strftime("%H:%M")
 
 
-def throughput_chart(found: Throughput, width: int = 720, height: int = 160) -> Markup:
+def throughput_chart(found: Throughput, width: int = 720, height: int = 160) -> str:
     """Return a bar chart of ``found``: acked (bottom) and failed (top) jobs per bucket."""
     buckets = len(found.acked)
     busiest = max(a + d for a, d in zip(found.acked, found.dead, strict=True))
@@ -45,7 +44,7 @@ def throughput_chart(found: Throughput, width: int = 720, height: int = 160) -> 
         f"Jobs finished per {found.bucket // 1_000_000} s bucket, last {buckets} buckets: "
         f"{total_acked} acked, {total_dead} failed; at most {busiest} in one."
     )
-    return Markup(
+    return (
         f'<svg class="chart" role="img" aria-label="{escape(summary)}" viewBox="0 0 {width} {height}" '
         f'width="100%" preserveAspectRatio="none">'
         f'<text x="0" y="12" class="axis">{top}</text><text x="0" y="{bottom}" class="axis">0</text>'
@@ -56,17 +55,17 @@ def throughput_chart(found: Throughput, width: int = 720, height: int = 160) -> 
     )
 
 
-def sparkline(values: list[int], width: int = 120, height: int = 24) -> Markup:
+def sparkline(values: list[int], width: int = 120, height: int = 24) -> str:
     """Return a small line of ``values`` (jobs finished per bucket, oldest first)."""
     if not values:
-        return Markup("")
+        return ""
     top = max(max(values), 1)
     step = width / max(len(values) - 1, 1)
     points = " ".join(
         f"{i * step:.1f},{height - 2 - v / top * (height - 4):.1f}" for i, v in enumerate(values)
     )
     label = f"{sum(values)} finished in the last hour, at most {max(values)} in a minute"
-    return Markup(
+    return (
         f'<svg class="spark" role="img" aria-label="{label}" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}"><polyline points="{points}"/></svg>'
     )
