@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession, functions
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from jqueue import DirectQueue, JobSpec, JobStatus, QueuePolicy, storage_from_url
 from spark_faults import CrashingJQueue
