@@ -12,6 +12,7 @@ tool searches much longer).
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,7 @@ from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import marker as marker_format
 from jqueue.core.formats import single as single_format
 from jqueue.core.log import payload_refs
+from jqueue.core.log.parts import StoredPart
 from jqueue.core.log.snapshot import IndexSnapshot
 from jqueue.domain import effects as fx
 from jqueue.domain.errors import CorruptStateError
@@ -158,11 +160,15 @@ def valid_effects(payload: Callable[[int], Payload]) -> list[fx.Effect]:
         add(6, JobStatus.STAGED, batch="b1"), add(7, JobStatus.STAGED, batch="b2"), fx.Published("b2"),
         add(9), fx.Claimed("j9", at[15], "L9", at[16]), fx.Requeued("j9", at[90], "retry"),
         add(11), fx.Removed("j11"), fx.ThrottleSet("sms", 3, S), fx.PauseSet(None, False, True),
+        fx.SinkMarked("query-1", 7),
         add(13, JobStatus.IN_PROGRESS, heartbeat=at[30], attempts=2, lease="L13", expires=at[90],
             claims=(at[5], at[30])),
         add(15, JobStatus.DEAD, attempts=1, last_error="x", dead_reason="manual", dead_at=at[40],
             claims=(at[35],)),
     ]  # fmt: skip
+
+
+PART = StoredPart(1 << 62 | 5, "bulk", str(uuid.UUID(int=7, version=4)), [0, -1, 2, 0, 1], None, None, 5)
 
 
 def index_of(effects: list[fx.Effect]) -> QueueIndex:
@@ -186,7 +192,8 @@ SEEDS = {
         for cut in CUTS
     ],
     "entry": [
-        entry_format.encode_entry(SEQ, "c", T0, valid_effects(lambda i: b"p%d" % i)[:cut]) for cut in CUTS
+        *(entry_format.encode_entry(SEQ, "c", T0, valid_effects(lambda i: b"p%d" % i)[:cut]) for cut in CUTS),
+        entry_format.encode_entry(SEQ, "c", T0, PART.jobs(T0)[:3] + PART.jobs(T0)[4:]),  # a bulk write's runs
     ],
     "checkpoint": [
         checkpoint_of(index_of(valid_effects(lambda i: payload_refs.payload_ref(2, i))[:cut])) for cut in CUTS

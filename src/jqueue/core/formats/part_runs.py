@@ -15,7 +15,7 @@ from operator import attrgetter
 import msgspec
 
 from jqueue.core.formats.wire import Count, Int64, Micros
-from jqueue.core.log.payload_refs import payload_place, payload_ref
+from jqueue.core.log.payload_refs import POSITIONS_PER_SEGMENT, payload_place, payload_ref
 from jqueue.domain.effects import Added
 from jqueue.domain.models import JobStatus
 from jqueue.domain.schema import STORED_FIELDS
@@ -49,7 +49,19 @@ class AddPart(msgspec.Struct, tag="add_part", array_like=True, omit_defaults=Tru
     not_befores: list[Micros | None] | None = None
 
     def effects(self) -> list[Added]:
-        """Return the ``Added`` effects of this run, payloads as references into the part."""
+        """Return the ``Added`` effects of this run, payloads as references into the part.
+
+        Raises
+        ------
+        ValueError
+            If the rows are not ascending ranges of a part's positions, or a column's length
+            is not the number of rows.
+        """
+        previous = 0
+        for start, end in self.rows:
+            if not previous <= start < end <= POSITIONS_PER_SEGMENT:
+                raise ValueError(f"an add_part's rows {start} to {end} are out of order or range")
+            previous = end
         rows = [row for start, end in self.rows for row in range(start, end)]
         count = len(rows)
         priorities = self.priorities or [0] * count
