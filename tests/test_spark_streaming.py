@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,10 +13,22 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession, functions
 from pyspark.sql.streaming.query import StreamingQuery
 
+from conftest import BUCKET
 from jqueue import DirectQueue, JobSpec, JobStatus, QueuePolicy, storage_from_url
+from servers import S3Endpoint
 from spark_faults import CrashingJQueue
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=["file", "s3"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
+    """Makes queue URLs on a local directory or on S3 (moto)."""
+    if request.param == "file":
+        return lambda name: (tmp_path / f"{name}.json").as_uri()
+    moto: S3Endpoint = request.getfixturevalue("moto")
+    prefix = uuid.uuid4().hex
+    return lambda name: f"s3://{BUCKET}/{prefix}/{name}.json?endpoint_url={moto.url}&region={moto.region}"
 
 
 def _input_files(directory: Path, files: int, rows: int) -> list[str]:
@@ -44,10 +57,12 @@ def _run_sink(spark: SparkSession, source: Path, checkpoint: Path, url: str, cra
     query.awaitTermination()
 
 
-def test_each_micro_batch_is_enqueued_once_across_query_restarts(spark: SparkSession, tmp_path: Path) -> None:
+def test_each_micro_batch_is_enqueued_once_across_query_restarts(
+    spark: SparkSession, tmp_path: Path, root: Callable[[str], str]
+) -> None:
     spark.dataSource.register(CrashingJQueue)
     expected = _input_files(tmp_path / "in", files=4, rows=50)
-    url = (tmp_path / "q.json").as_uri()
+    url = root("q")
     crashes = tmp_path / "crashes"
     crashes.mkdir()
     (crashes / "after-1").touch()  # batch 1 commits to the queue, then the query dies
@@ -91,10 +106,10 @@ def _crash_then_finish(start: Callable[[], StreamingQuery], crash_dir: Path, cra
 
 
 def test_a_consuming_query_hands_each_job_to_its_sink_once_across_restarts(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, root: Callable[[str], str]
 ) -> None:
     spark.dataSource.register(CrashingJQueue)
-    source, target = (tmp_path / "source.json").as_uri(), (tmp_path / "target.json").as_uri()
+    source, target = root("source"), root("target")
     payloads = {b"job-%d" % i for i in range(300)}
 
     async def fill() -> None:
@@ -132,10 +147,10 @@ def test_a_consuming_query_hands_each_job_to_its_sink_once_across_restarts(
 
 
 def test_the_change_feed_replays_each_commit_once_across_restarts(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, root: Callable[[str], str]
 ) -> None:
     spark.dataSource.register(CrashingJQueue)
-    source, target = (tmp_path / "source.json").as_uri(), (tmp_path / "target.json").as_uri()
+    source, target = root("source"), root("target")
 
     async def changes() -> list[str]:
         async with DirectQueue(storage_from_url(source), policy=QueuePolicy(max_attempts=1)) as q:
