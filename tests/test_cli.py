@@ -156,6 +156,10 @@ def test_worker_runs_a_worker_from_a_module(cli: Cli) -> None:
         (("dead", "requeue", "no-such-job"), "error: job 'no-such-job' is not in the queue"),
         (("worker", "nomodule:attr"), "error: cannot import 'nomodule'"),
         (("enqueue", "work"), "error: give exactly one of PAYLOAD, --file or --stdin"),
+        (
+            ("report", "--engine", "sparkk"),
+            "error: --engine must be one of auto, python, spark, not 'sparkk'",
+        ),
     ],
 )
 def test_user_mistakes_print_one_line_and_fail(cli: Cli, args: tuple[str, ...], message: str) -> None:
@@ -215,7 +219,7 @@ def test_an_unreachable_storage_is_one_error_line(cli: Cli) -> None:
     assert len(done.stderr.strip().splitlines()) == 1
 
 
-READS = [("stats",), ("ls",), ("show", "x"), ("history",), ("dead", "ls"), ("purge", "--yes")]
+READS = [("stats",), ("ls",), ("show", "x"), ("history",), ("dead", "ls"), ("purge", "--yes"), ("report",)]
 
 
 @pytest.mark.parametrize("args", READS)
@@ -441,3 +445,12 @@ def test_empty_listings_say_so(cli: Cli) -> None:
     cli("pause", "nothing")
     assert (cli("ls").stdout.strip(), cli("dead", "ls").stdout.strip()) == ("no jobs", "no dead letters")
     assert cli("history").stdout.strip() == "no finished jobs"
+
+
+def test_report_on_a_plain_path_without_spark(cli: Cli) -> None:
+    cli("enqueue", "work", "x")
+    cli("exec", "work", "--burst", "--", "true")
+    done = cli("--storage", "q.json", "report", "--out", "out", "--engine", "python")
+    assert done.stdout.split() == ["out/report.md", "out/throughput.svg"]
+    assert "computed with python" in done.stderr
+    assert "| work | 1 |" in (cli.cwd / "out" / "report.md").read_text()

@@ -47,6 +47,8 @@ def markdown(report: Report) -> str:
         "| entrypoint | finished | wait p50 / p95 / p99 (s) | run p50 / p95 / p99 (s) | retried | dead |"
     )
     lines.append("|---|---:|---:|---:|---:|---:|")
+    if not report.timings:
+        lines[-2:] = ["No job has finished yet (or the history kept none: see `QueuePolicy.history_limit`)."]
     for name, t in report.timings.items():
         lines.append(
             f"| {name} | {t.finished} | {_seconds(t.wait)} | {_seconds(t.run)} "

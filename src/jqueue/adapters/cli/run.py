@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 from datetime import timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -20,6 +21,7 @@ from jqueue.adapters.cli.common import (
     broker_queue,
     console,
     errors,
+    existing_queue,
     fail,
     print_json,
     run,
@@ -28,6 +30,7 @@ from jqueue.adapters.cli.common import (
 from jqueue.core.outcomes import WorkerStats
 from jqueue.core.queue import JobQueue
 from jqueue.core.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
+from jqueue.domain.errors import JQueueError
 from jqueue.domain.policy import Backoff
 
 BurstFlag = Annotated[bool, typer.Option("--burst", help="Stop when nothing is left to claim.")]
@@ -267,15 +270,27 @@ def report(
     ] = "auto",
 ) -> None:
     """Report on the history of --storage: throughput, wait and run times, retries, dead letters."""
-    from jqueue.adapters.report import ENGINES
-    from jqueue.adapters.report import main as report_main
+    from jqueue.adapters.report import ENGINES, compute, write
 
     if engine not in ENGINES:
         fail(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+
+    async def exists() -> None:
+        async with existing_queue(ctx):
+            pass
+
+    run(exists())
+    url = storage_url(ctx)
+    url = url if "://" in url else Path(url).resolve().as_uri()  # Spark's executors need a URL
     try:
-        raise typer.Exit(report_main([storage_url(ctx), "--out", out, "--engine", engine]))
-    except ImportError as exc:
-        fail(str(exc))
+        found, used = compute(url, engine)
+        written = write(found, Path(out))
+    except (JQueueError, ValueError, OSError, ImportError) as exc:
+        fail(str(exc) or type(exc).__name__)
+        raise
+    for path in written:
+        console.print(str(path), highlight=False)
+    errors.print(f"computed with {used}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
