@@ -18,6 +18,8 @@ PERCENTILES = (0.5, 0.95, 0.99)
 MINUTE = 60_000_000
 REPORT_BUCKETS = 1_440
 """A report's chart has at most this many buckets: one a minute, or longer for a longer history."""
+REPORT_MINUTES = 30
+"""A report's chart covers at least this many minutes, up to the last job's."""
 
 
 @dataclass
@@ -63,8 +65,9 @@ def empty_throughput(start: int, bucket: int, buckets: int) -> Throughput:
 
 def report_window(first: int, last: int) -> tuple[int, int, int]:
     """Return the ``(start, bucket, buckets)`` of a report of jobs finished from ``first`` to
-    ``last`` (epoch microseconds): whole minutes, at most ``REPORT_BUCKETS`` buckets."""
-    start = first // MINUTE * MINUTE
+    ``last`` (epoch microseconds): whole minutes, at least ``REPORT_MINUTES`` of them, in at
+    most ``REPORT_BUCKETS`` buckets."""
+    start = min(first, last - (REPORT_MINUTES - 1) * MINUTE) // MINUTE * MINUTE
     minutes = (last - start) // MINUTE + 1
     bucket = MINUTE * -(-minutes // REPORT_BUCKETS)
     return start, bucket, (last - start) // bucket + 1
