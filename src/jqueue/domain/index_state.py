@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Self, TypeVar
 
+from jqueue.domain.bulk_adds import BulkAdds
 from jqueue.domain.claim_order import ClaimOrder
 from jqueue.domain.controls import Controls
 from jqueue.domain.effects import (
@@ -56,8 +57,6 @@ REQUIRED_COLUMNS = (*(f.name for f in FIELDS if f.required), "order")
 _COLUMN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
 _NO_PROGRESS: dict[str, Any] = dict(cancel_requested=None, progress=None, progress_note=None)
 """What a new claim, or a return to the queue, clears: the last attempt's progress and cancel."""
-BULK_ADDS = 64
-"""A run of at least this many adds is applied in bulk (the same outcome, fewer steps a job)."""
 
 
 E = TypeVar(
@@ -76,7 +75,7 @@ E = TypeVar(
 )
 
 
-class IndexState(Journal):
+class IndexState(Journal, BulkAdds):
     """The live queue: jobs by id, claimable jobs by priority, claimed jobs by time.
 
     Attributes
@@ -273,53 +272,6 @@ class IndexState(Journal):
                 self._record_undo(self.controls.set_limit(effect))
             case SinkMarked():
                 self._record_undo(self.controls.set_mark(effect))
-
-    def apply_all(self, effects: Iterable[Effect]) -> None:
-        """Apply effects in order (a run of adds in bulk: a bulk write's, or a replayed one)."""
-        run: list[Added] = []
-        for effect in effects:
-            if isinstance(effect, Added):
-                run.append(effect)
-                continue
-            self._add_run(run)
-            run = []
-            self.apply(effect)
-        self._add_run(run)
-        if self._journal is None:
-            self.order.prune()
-
-    def _add_run(self, run: list[Added]) -> None:
-        if len(run) < BULK_ADDS:
-            for added in run:
-                self.apply(added)
-            return
-        keys = [a.dedup_key for a in run if a.dedup_key is not None]
-        if self.records.keys() & {a.id for a in run} or len({a.id for a in run}) < len(run):
-            raise ValueError("a job is added twice")
-        if self._dedup.keys() & set(keys) or len(set(keys)) < len(keys):
-            raise ValueError("two jobs share a dedup key")
-        first = self._next_order
-        records = list(map(JobRecord.from_added, run, range(first, first + len(run))))
-        for record in records:
-            self.tally.add(record)  # first: it refuses a finished job's status before anything changed
-        self._next_order += len(records)
-        self.records.update((record.id, record) for record in records)
-        self._dedup.update((r.dedup_key, r.id) for r in records if r.dedup_key is not None)
-        for record in records:
-            if record.status is JobStatus.STAGED:
-                self._stage(record)
-            self._last_stamp += 1
-            record.stamp = self._last_stamp
-        self.order.push_many(records)
-        if self._journal is not None:
-            self.pending_effects.extend(run)
-
-            def undo() -> None:
-                for record in reversed(records):
-                    self._delete(record)
-                self._next_order = first
-
-            self._record_undo(undo)
 
     def running(self, scope: str | None) -> int:
         """How many jobs of ``scope`` (an entrypoint, or None for all) are in progress."""
