@@ -54,6 +54,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.cancelled: set[str] = set()
         self.held: list[tuple[int, str, str]] = []  # (worker, job id, lease) of every claim
         self.attempts: dict[str, int] = {}
+        self.released: dict[str, int] = {}  # claims given back by release: attempts that failed nothing
         self.finished = 0  # acks and deaths, each leaving a history record
         self.forgotten = 0
         self.throttles: dict[str | None, int] = {}  # claims allowed per window, by scope
@@ -228,6 +229,8 @@ class Lifecycle(RuleBasedStateMachine):
         self.commit(decisions[action])
         if action == "ack":
             self.acked.add(job_id)
+        elif action == "release" and not asked:
+            self.released[job_id] = self.released.get(job_id, 0) + 1
         elif action == "heartbeat" and progress is not None:
             assert (holder.progress, holder.progress_note) == (progress, "note")
         if action == "cancel" or (asked and action in ("nack", "release")):
@@ -300,6 +303,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.commit(lambda index: index.requeue_dead(dead[:1] if ids else None))
         for job_id in dead[:1] if ids else dead:
             self.attempts[job_id] = 0
+            self.released.pop(job_id, None)
 
     @rule()
     def purge_dead(self) -> None:
@@ -412,8 +416,9 @@ class Lifecycle(RuleBasedStateMachine):
 
     @invariant()
     def no_job_is_claimed_more_often_than_allowed(self) -> None:
+        """A failure after the last attempt kills a job; a release gives its claim back unfailed."""
         for record in self.index.records.values():
-            assert record.attempts <= (record.max_attempts or MAX_ATTEMPTS)
+            assert record.attempts - self.released.get(record.id, 0) <= (record.max_attempts or MAX_ATTEMPTS)
 
     @invariant()
     def dead_jobs_used_their_attempts_or_their_time(self) -> None:
