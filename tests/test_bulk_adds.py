@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jqueue.domain.bulk_adds import BULK_ADDS
-from jqueue.domain.effects import Added, Claimed
+from jqueue.domain.effects import Added, Claimed, Effect
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
 from jqueue.domain.stats import stats_of
@@ -42,8 +42,9 @@ def test_a_run_in_bulk_builds_the_index_that_one_apply_an_add_builds() -> None:
     bulk, single = QueueIndex(), QueueIndex()
     bulk.apply(adds(1, start=10_000)[0])
     single.apply(adds(1, start=10_000)[0])
-    bulk.apply_all([*run, Claimed("j10000", T0 + 5)])
-    for effect in [*run, Claimed("j10000", T0 + 5)]:
+    effects: list[Effect] = [*run, Claimed("j10000", T0 + 5)]
+    bulk.apply_all(effects)
+    for effect in effects:
         single.apply(effect)
     assert [r.as_added() for r in bulk.in_order()] == [r.as_added() for r in single.in_order()]
     assert [(r.order, r.stamp) for r in bulk.in_order()] == [(r.order, r.stamp) for r in single.in_order()]
