@@ -103,6 +103,10 @@ class BulkWrites:
             If the queue is not in the log layout, or a part is older than
             ``LogSettings.part_lifetime`` (compaction may have deleted it).
         """
+        if mark is not None:
+            checked_text("sink", mark[0])
+            if mark[1] < 0:
+                raise ValueError(f"a batch id must not be negative, got {mark[1]}")
         store = await self._log_store()
         lifetime = store.settings.part_lifetime
         oldest = utc_now().timestamp() - lifetime.total_seconds()
@@ -111,13 +115,13 @@ class BulkWrites:
                 where = store.where(part_name(part.segment))
                 raise ValueError(f"{where} is older than the part lifetime ({span(lifetime)})")
         with collections_paused():
-            new = [job for part in parts for job in part.jobs(to_micros(utc_now()))]
+            now = to_micros(utc_now())
+            new = [job for part in parts for job in part.jobs(now)]
             add = adding(new, self.policy.history_retention)
 
             def operation(index: QueueIndex) -> int | None:
                 if mark is not None:
-                    newest = index.controls.marks.get(mark[0])
-                    if newest is not None and mark[1] <= newest:
+                    if index.controls.is_replay(*mark):
                         return None
                     index.apply(SinkMarked(*mark))
                 found = add(index)

@@ -108,12 +108,16 @@ class Controls:
         ValueError
             If the sink committed that batch, or a later one, already.
         """
-        newest = self.marks.get(effect.sink)
-        if newest is not None and effect.batch_id <= newest:
-            raise ValueError(f"{effect} comes after batch {newest} of the same sink")
+        if self.is_replay(effect.sink, effect.batch_id):
+            raise ValueError(f"{effect} comes after batch {self.marks[effect.sink]} of the same sink")
         undo = self._restorer()
         self.marks[effect.sink] = effect.batch_id
         return undo
+
+    def is_replay(self, sink: str, batch_id: int) -> bool:
+        """Whether streaming sink ``sink`` committed batch ``batch_id`` (or a later one) already."""
+        newest = self.marks.get(sink)
+        return newest is not None and batch_id <= newest
 
     def at_limit(self, entrypoint: str, running: Callable[[Scope], int]) -> bool:
         """Whether the limits let no more job of ``entrypoint`` start, given the jobs ``running``

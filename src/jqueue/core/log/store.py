@@ -280,10 +280,10 @@ class LogStore(CommitStore):
     def _landed(self, effects: Sequence[Effect]) -> None:
         seq = self.index.version
         self._changes_since_checkpoint += len(effects)
-        added = [e for e in effects if isinstance(e, Added) and isinstance(e.payload, bytes)]
-        for position, effect in enumerate(added):
-            self.index.store_payload(effect.id, payload_ref(seq, position))
-        self._cache.put(seq, [e.payload for e in added if isinstance(e.payload, bytes)])
+        added = [(e.id, e.payload) for e in effects if isinstance(e, Added) and isinstance(e.payload, bytes)]
+        for position, (job_id, _) in enumerate(added):
+            self.index.store_payload(job_id, payload_ref(seq, position))
+        self._cache.put(seq, [payload for _, payload in added])
         self._maybe_checkpoint()
 
     # --- payloads ---------------------------------------------------------------------
