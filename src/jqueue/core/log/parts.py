@@ -17,8 +17,8 @@ import uuid
 from dataclasses import dataclass
 
 from jqueue.core.formats.entry import encode_entry
-from jqueue.core.formats.part_runs import ID_HEAD, part_job_id
-from jqueue.core.log.payload_refs import POSITIONS_PER_SEGMENT, payload_ref
+from jqueue.core.formats.part_runs import ID_HEAD, AddPart, part_job_id
+from jqueue.core.log.payload_refs import POSITIONS_PER_SEGMENT
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import CASConflictError
 from jqueue.domain.models import JobStatus
@@ -92,24 +92,21 @@ class StoredPart:
 
     def jobs(self, created: int) -> list[Added]:
         """Return the effects that add this part's jobs at ``created`` (epoch microseconds; the
-        part's own time is when it was written), payloads as references into it."""
-        priorities = self.priorities or [0] * self.count
-        keys = self.dedup_keys or [None] * self.count
-        not_befores = self.not_befores or [None] * self.count
-        return [
-            Added(
-                job_id,
-                self.entrypoint,
-                priorities[row],
-                created,
-                JobStatus.QUEUED,
-                None,
-                payload_ref(self.segment, row),
-                not_before=not_befores[row],
-                dedup_key=keys[row],
-            )
-            for row, job_id in enumerate(self.job_ids())
-        ]
+        part's own time is when it was written), payloads as references into it: what the
+        entry's ``AddPart`` of the whole part decodes to."""
+        run = AddPart(
+            self.segment,
+            self.seed[:ID_HEAD],
+            self.entrypoint,
+            created,
+            JobStatus.QUEUED,
+            [(0, self.count)],
+            None,
+            self.priorities,
+            self.dedup_keys,
+            self.not_befores,
+        )
+        return run.effects()
 
 
 def part_seed() -> str:
