@@ -22,6 +22,7 @@ from jqueue.core.commits import Commits, Housekeeping
 from jqueue.core.enqueue_calls import EnqueueCalls
 from jqueue.core.layout import Layout, StoreOpener
 from jqueue.core.management import ManagementCalls, entrypoint_set, fence
+from jqueue.core.numbered import IdSource, numbering
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import StorageUse
@@ -154,6 +155,29 @@ class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
         if not new:
             return []
         return await self._resolved(await self._commits.run(adding(new, self.policy.history_retention)))
+
+    async def enqueue_numbered(self, specs: Iterable[JobSpec], ids: IdSource) -> list[Job]:
+        """Add jobs in one commit, all or none, each under a numeric id drawn from ``ids`` inside
+        the commit: one that no job in the queue or its history has, so every job is added
+        (unlike an id chosen before, which a job of the queue may hold). Returns them in order.
+
+        Raises
+        ------
+        ValueError
+            If a spec has an ``id`` or a ``dedup_key`` (either could match a job already there).
+        """
+        specs = list(specs)
+        if any(spec.id is not None or spec.dedup_key is not None for spec in specs):
+            raise ValueError("numbered jobs take neither an id nor a dedup key")
+        now = utc_now()
+        new = [spec.build(now, self.policy.ttl) for spec in specs]
+        for job in new:
+            if isinstance(job.payload, bytes):
+                self._checked(job.payload)
+        if not new:
+            return []
+        added: list[Found] = list(await self._commits.run(numbering(new, self.policy.history_retention, ids)))
+        return await self._resolved(added)
 
     async def _resolved(self, found: list[Found]) -> list[Job]:
         live = [item for item in found if isinstance(item, Added)]

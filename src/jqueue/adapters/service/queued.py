@@ -23,7 +23,6 @@ from jqueue.adapters.service.answers import HTTPError
 from jqueue.adapters.service.catalog import ENDPOINTS, CatalogRecord, QueueSettings
 from jqueue.adapters.service.queued_parts import (
     QUEUED_ENTRYPOINT,
-    MessageIds,
     PollWindows,
     held,
     message_of,
@@ -48,6 +47,7 @@ from jqueue.adapters.service.queued_wire import (
     UpdateResponse,
 )
 from jqueue.adapters.service.wire import JSON, encode, is_msgpack
+from jqueue.core.numbered import TimeOrderedIds
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.times import utc_now
@@ -64,7 +64,7 @@ class QueuedRoutes:
 
     def __init__(self, service: Service) -> None:
         self.service = service
-        self.ids = MessageIds()
+        self.ids = TimeOrderedIds()
         self.polls = PollWindows()
 
     def routes(self) -> list[Route]:
@@ -171,19 +171,17 @@ class QueuedRoutes:
         queue = await self.service.host.get(name)
         self._gate(name, "push")
         body: PushRequest = await self.service.read_body(request, PushRequest)
-        ids = self.ids.take(self.service.lease.epoch, len(body.messages))
         specs = [
             JobSpec(
                 QUEUED_ENTRYPOINT,
                 m.contents_bytes(),
                 delay=seconds(m.visibility_timeout_secs) if m.visibility_timeout_secs > 0 else None,
-                id=str(message_id),
             )
-            for m, message_id in zip(body.messages, ids, strict=True)
+            for m in body.messages
         ]
-        await queue.enqueue_many(specs)
-        self._count(name, "push", "successful", len(specs))
-        return PushResponse(ids)
+        jobs = await queue.enqueue_numbered(specs, self.ids)  # every id free when its commit lands
+        self._count(name, "push", "successful", len(jobs))
+        return PushResponse([int(job.id) for job in jobs])
 
     async def _poll(self, request: Request, name: str) -> PollResponse:
         queue = await self.service.host.get(name)

@@ -1,5 +1,5 @@
-"""The pieces of the queued-compatible API that hold no route: message ids, poll tags, the
-poll throttle's windows and queued's error bodies."""
+"""The pieces of the queued-compatible API that hold no route: poll tags, the poll throttle's
+windows, messages as polled and queued's error bodies."""
 
 from __future__ import annotations
 
@@ -15,9 +15,6 @@ from jqueue.domain.models import Job, fencing_job
 
 QUEUED_ENTRYPOINT = "queued"
 """The entrypoint of the jobs that the queued routes push and poll."""
-COUNTER_BITS = 40
-"""Message ids are the broker's epoch above this many bits of a counter."""
-
 _QUEUED_CODES = {
     "unauthorized": "NotAuthorized",
     "queue_not_found": "QueueNotFound",
@@ -28,23 +25,6 @@ _QUEUED_CODES = {
     "not_found": "NotFound",
 }
 """queued's name of each error code it shares with jqueue; the others are spelt alike."""
-
-
-class MessageIds:
-    """Hands out message ids for the broker of one epoch: no two brokers of a root share an
-    epoch, so no two hand out the same id."""
-
-    def __init__(self) -> None:
-        self._epoch, self._next = -1, 0
-
-    def take(self, epoch: int, count: int) -> list[int]:
-        """Return ``count`` new ids for a broker serving ``epoch``."""
-        if epoch != self._epoch:
-            self._epoch, self._next = epoch, 0
-        start, self._next = self._next, self._next + count
-        if self._next >= 1 << COUNTER_BITS:
-            raise HTTPError(503, "ids_exhausted", "this broker handed out all its message ids; restart it")
-        return [(epoch << COUNTER_BITS) | n for n in range(start, self._next)]
 
 
 class PollWindows:
