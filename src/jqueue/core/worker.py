@@ -16,15 +16,15 @@ from jqueue.core.cron import Schedule, run_schedule
 from jqueue.core.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
 from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.hooks import Hook, call_hooks
+from jqueue.core.outage import Outage
 from jqueue.core.outcomes import JobResult, Outcome, WorkerStats, result_bytes, traceback_text
 from jqueue.core.queue_set import QueueSet
 from jqueue.core.worker_setup import WorkerSetup
 from jqueue.domain.errors import (
-    CASConflictError,
     JobNotFoundError,
     JQueueError,
     LeaseLostError,
-    StorageError,
+    is_transient,
 )
 from jqueue.domain.models import Job
 from jqueue.domain.policy import Backoff
@@ -33,8 +33,6 @@ from jqueue.ports.queue import ChangeSource, Queue
 
 logger = logging.getLogger("jqueue.worker")
 
-TRANSIENT = (StorageError, CASConflictError)
-"""Failures a worker outlives (up to ``max_outage``): the storage failed or stayed contended."""
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BACKOFF = Backoff()
 
@@ -72,8 +70,9 @@ class Worker(WorkerSetup):
     backoff : Backoff or None
         The wait before a retry when the queue's policy has no back-off; None: none.
     max_outage : timedelta
-        How long the storage may keep failing (claims, acks) before the worker stops
-        with the last error; shorter outages are retried with back-off.
+        How long the storage, or the broker of a queue through ``jqueue serve``, may keep
+        failing (claims, acks) before the worker stops with the last error; shorter outages
+        (``is_transient``) are retried with back-off.
     """
 
     def __init__(
@@ -109,8 +108,7 @@ class Worker(WorkerSetup):
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.max_outage = max_outage
-        self._outage_since: float | None = None
-        self._fatal: JQueueError | None = None
+        self._outages = Outage(max_outage)
         self.handlers: dict[str, HandlerSpec] = {}
         self.hooks: dict[str, list[Hook]] = {"start": [], "stop": [], "before_job": [], "after_job": []}
         self.stats = WorkerStats()
@@ -169,7 +167,7 @@ class Worker(WorkerSetup):
             raise ValueError("register a handler first")
         self.stats = WorkerStats()
         self._stopping, self._abort = asyncio.Event(), asyncio.Event()
-        self._outage_since, self._fatal = None, None
+        self._outages = Outage(self.max_outage)
         pools = HandlerPools(self.concurrency)
         running: set[asyncio.Task[None]] = set()
         started = time.monotonic()
@@ -189,8 +187,8 @@ class Worker(WorkerSetup):
                 pools.close(wait=finished and not self._abort.is_set())
                 self.stats.seconds = time.monotonic() - started
                 await call_hooks(self.hooks["stop"], self, self.stats)
-        if self._fatal is not None:
-            raise self._fatal
+        if self._outages.fatal is not None:
+            raise self._outages.fatal
         return self.stats
 
     async def _claim_loop(
@@ -206,7 +204,7 @@ class Worker(WorkerSetup):
             if free > 0:
                 try:
                     claimed = await self._claim(free)
-                except TRANSIENT as exc:
+                except JQueueError as exc:
                     if not self._outage(exc, "claiming"):
                         return
                     claimed = []
@@ -220,7 +218,7 @@ class Worker(WorkerSetup):
                         task.add_done_callback(running.discard)
                     continue
                 retry_in = self._retry_due - time.monotonic()
-                if until_empty and not running and retry_in <= 0 and self._outage_since is None:
+                if until_empty and not running and retry_in <= 0 and self._outages.since is None:
                     return
                 wait = min(idle, retry_in) if retry_in > 0 else idle
                 idle = min(self.max_poll_interval.total_seconds(), idle * 2)
@@ -249,19 +247,10 @@ class Worker(WorkerSetup):
         return any(feed.generation != seen for feed, seen in feeds)
 
     def _outage(self, exc: JQueueError, doing: str) -> bool:
-        """Note a transient storage failure; False (and the worker stopping) once the storage has
-        kept failing for longer than ``max_outage``."""
-        now = time.monotonic()
-        if self._outage_since is None:
-            self._outage_since = now
-        lasted = now - self._outage_since
-        if lasted <= self.max_outage.total_seconds():
-            logger.warning("the storage failed while %s (for %.1f s), retrying: %s", doing, lasted, exc)
+        """Note a failure while ``doing`` (see ``Outage.failed``); stop the worker once the outage
+        lasted longer than ``max_outage``."""
+        if self._outages.failed(exc, doing):
             return True
-        if self._fatal is None:
-            message = f"the storage kept failing for {lasted:.0f} s (max_outage); the worker stops"
-            self._fatal = StorageError(message, exc)
-            logger.error("%s", self._fatal)
         self.stop()
         return False
 
@@ -277,7 +266,7 @@ class Worker(WorkerSetup):
                 entrypoints, batch_size=count, visibility_timeout=visibility
             )
         self.stats.claimed += len(claimed)
-        self._outage_since = None
+        self._outages.ended()
         return claimed
 
     async def _drain(self, running: set[asyncio.Task[None]]) -> bool:
@@ -401,13 +390,13 @@ class Worker(WorkerSetup):
                     await queue.nack(job, delay=delay, error=error, max_attempts=limit, **dead)
                     if outcome is Outcome.RETRIED and delay:
                         self._retry_due = max(self._retry_due, time.monotonic() + delay.total_seconds())
-            except TRANSIENT as exc:
+            except JQueueError as exc:
                 if not self._outage(exc, f"settling job {job.id}"):
                     raise
                 await asyncio.sleep(pause)
                 pause = min(self.max_poll_interval.total_seconds(), pause * 2)
                 continue
-            self._outage_since = None
+            self._outages.ended()
             return
 
     async def _finish(
@@ -426,7 +415,9 @@ class Worker(WorkerSetup):
             await asyncio.shield(self._settle(queue, job, outcome, error, delay, give_up, returned))
         except (LeaseLostError, JobNotFoundError):
             outcome = Outcome.LOST
-        except TRANSIENT:
+        except JQueueError as exc:
+            if not is_transient(exc):
+                raise
             outcome = Outcome.LOST  # the storage is gone for good: the lease runs out and the job returns
         result = JobResult(job, outcome, error, waited, time.monotonic() - started)
         self.stats.outcomes[outcome] += 1

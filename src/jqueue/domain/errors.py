@@ -7,6 +7,7 @@
     ├── JobNotFoundError      an unknown job id (``.job_id``)
     ├── LeaseLostError        a fenced call whose lease is no longer the job's (``.job_id``)
     ├── StorageError          the backend failed (``.cause``)
+    │   └── CommitUnknownError  a commit that may or may not count (``.location``)
     ├── CorruptStateError     the stored object is not a jqueue state (``.location``)
     ├── PayloadTooLargeError  a payload over the queue's limit (``.size``, ``.limit``)
     ├── InvalidURLError       a storage URL jqueue cannot use (``.url``)
@@ -104,6 +105,26 @@ class StorageError(JQueueError):
         super().__init__(f"{message}: {cause}")
 
 
+class CommitUnknownError(StorageError):
+    """A commit answered too late to tell whether readers will see it; it was not acknowledged.
+
+    The create of a log entry answered more than half the retention after the writer last
+    saw the end of the log, and a checkpoint covers the entry's number: compaction may have
+    deleted an earlier entry of that number meanwhile, and then no reader sees this one.
+    Repeat the call with the same job ids (``JobSpec.id``) or dedup keys, so that a commit
+    that did count is not doubled.
+
+    Attributes
+    ----------
+    location : str
+        The entry whose create answered late.
+    """
+
+    def __init__(self, location: str, detail: str) -> None:
+        self.location = location
+        super().__init__(f"the outcome of the commit of {location} is unknown", TimeoutError(detail))
+
+
 class CorruptStateError(JQueueError):
     """The stored object cannot be read as a jqueue state; jqueue will not overwrite it.
 
@@ -184,6 +205,9 @@ class ServiceError(JQueueError):
         ``"no_broker"`` (no broker is registered for the root).
     broker : str or None
         For ``"not_broker"``, the URL of the broker to call instead, when known.
+    transient : bool
+        Whether the failure may pass by itself: no answer (status 0) or 503 (no broker
+        serving yet, the service's storage failing or contended, the service closing).
     """
 
     def __init__(self, status: int, code: str, message: str, broker: str | None = None) -> None:
@@ -191,3 +215,17 @@ class ServiceError(JQueueError):
         self.code = code
         self.broker = broker
         super().__init__(f"{code} ({status}): {message}" if status else f"{code}: {message}")
+
+    @property
+    def transient(self) -> bool:
+        """Whether the failure may pass by itself (see the class's attributes)."""
+        return self.status in (0, 503)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure that a worker outlives for a while, retrying: the storage
+    failed or stayed contended (``StorageError``, ``CASConflictError``), or the service could
+    not be asked or could not serve (a transient ``ServiceError``)."""
+    if isinstance(exc, StorageError | CASConflictError):
+        return True
+    return isinstance(exc, ServiceError) and exc.transient

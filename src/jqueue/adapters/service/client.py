@@ -7,7 +7,6 @@ returns once the service answered 2xx, that is, once its commit is durable.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Collection
@@ -15,20 +14,16 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-from jqueue.adapters.optional import require
+from jqueue.adapters.service.caller import DEFAULT_CALL_TIMEOUT, DEFAULT_FAILOVER_TIMEOUT, ServiceCaller
 from jqueue.adapters.service.coalesce import Coalescer
-from jqueue.adapters.service.finder import BrokerFinder
 from jqueue.adapters.service.host import QUEUE_NAME
 from jqueue.adapters.service.wire import (
-    CLIENT_HEADER,
     MAX_BATCH,
     MAX_WAIT_SECONDS,
-    MSGPACK,
     ChangesRequest,
     ChangesResponse,
     DequeueRequest,
     EnqueueRequest,
-    ErrorResponse,
     JobRef,
     JobsResponse,
     NewJob,
@@ -37,9 +32,6 @@ from jqueue.adapters.service.wire import (
     ResultResponse,
     ResultsResponse,
     SettleRequest,
-    client_name,
-    decode,
-    encode,
     job_of,
 )
 from jqueue.core.enqueue_calls import EnqueueCalls
@@ -56,8 +48,6 @@ from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.spec import JobSpec, payload_bytes
 from jqueue.domain.values import checked_progress, span
 
-DEFAULT_CALL_TIMEOUT = timedelta(seconds=60)
-DEFAULT_FAILOVER_TIMEOUT = timedelta(seconds=30)
 ClaimKey = tuple[tuple[str, ...] | None, float | None]
 """Claims that can share a request: the same entrypoints and visibility timeout."""
 SettleKey = tuple[str, tuple[tuple[str, Any], ...]]
@@ -108,7 +98,9 @@ class RemoteChanges:
     async def wait(self, seen: int, seconds: float) -> int:
         """Return the service's change count once it is past ``seen``, or after ``seconds``."""
         request = ChangesRequest(seen=seen, wait_seconds=min(max(seconds, 0.0), MAX_WAIT_SECONDS))
-        answer: ChangesResponse = await self._queue.call("changes", request, ChangesResponse)
+        answer: ChangesResponse = await self._queue.call(
+            "changes", request, ChangesResponse, wait=request.wait_seconds
+        )
         self.generation = answer.generation
         return self.generation
 
@@ -126,7 +118,8 @@ class RemoteQueue(EnqueueCalls):
     token : str or None
         The service's token, if it needs one.
     timeout : timedelta
-        The longest one request waits for its answer.
+        The longest one request waits for its answer (a long poll: this beyond its wait);
+        a request is given up sooner once the root's record names another broker.
     failover_timeout : timedelta
         How long a call keeps looking for a broker that takes it (after a broker died, or
         before one started) before it fails with ``ServiceError``.
@@ -157,15 +150,9 @@ class RemoteQueue(EnqueueCalls):
             raise ValueError(f"{queue!r} is not a queue name (letters, digits, '_' and '-', at most 128)")
         self.url = url
         self.queue = queue
-        self._finder = BrokerFinder(url)
-        self._failover_timeout = failover_timeout
-        self._headers = {"Content-Type": MSGPACK, "Accept": MSGPACK, CLIENT_HEADER: client_name()}
-        if token is not None:
-            self._headers["Authorization"] = f"Bearer {token}"
-        self._timeout = timeout
+        self._caller = ServiceCaller(url, queue, token, timeout, failover_timeout)
         self._policy = policy or QueuePolicy()
         self._visibility_timeout = visibility_timeout
-        self._session: Any = None
         self._settles: Coalescer[SettleKey, JobRef, bool] = Coalescer(self._send_settles, requests_in_flight)
         self._claims: Coalescer[ClaimKey, int, list[Job]] = Coalescer(self._send_claims, requests_in_flight)
         self._enqueues: Coalescer[str, list[NewJob], list[Job]] = Coalescer(
@@ -193,68 +180,23 @@ class RemoteQueue(EnqueueCalls):
         await self.stop()
 
     async def start(self) -> None:
-        """Open the connection pool (what entering ``async with`` does)."""
-        aiohttp = require("aiohttp", extra="client")
-        if self._session is None:
-            timeout = aiohttp.ClientTimeout(total=self._timeout.total_seconds())
-            self._session = aiohttp.ClientSession(timeout=timeout, headers=self._headers)
+        """Open the connection pools (what entering ``async with`` does)."""
+        await self._caller.start()
 
     async def stop(self) -> None:
-        """Close the connection pool."""
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        """Close the connection pools."""
+        await self._caller.stop()
 
-    async def call(self, verb: str, body: Any, answer: type[Any]) -> Any:
-        """POST ``body`` to the queue's route ``verb``; return the answer decoded as ``answer``.
-
-        A call the broker did not take (no connection, or a standby's ``not_broker``) goes to
-        the broker the answer or the root's record names, until ``failover_timeout``; so does
-        a call that may have landed: its repeat changes nothing twice (an enqueue carries its
-        jobs' ids, a settling call is fenced or finds its job gone, a claim held by a lost
-        answer runs out).
+    async def call(self, verb: str, body: Any, answer: type[Any], *, wait: float = 0.0) -> Any:
+        """POST ``body`` to the queue's route ``verb`` (a long poll waits ``wait`` seconds); return
+        the answer decoded as ``answer`` (see ``ServiceCaller.call`` for failover).
 
         Raises
         ------
         ServiceError
             For an answer that is not 2xx, or no broker within ``failover_timeout``.
         """
-        if self._session is None:
-            await self.start()
-        deadline = time.monotonic() + self._failover_timeout.total_seconds()
-        pause = 0.05
-        while True:
-            address = await self._finder.find()
-            try:
-                if address is None:
-                    raise ServiceError(0, "no_broker", f"no broker is registered for {self._finder.root}")
-                return await self._post(address, verb, body, answer)
-            except ServiceError as exc:
-                repeatable = exc.code in ("unreachable", "not_broker", "no_broker", "no_answer")
-                if not repeatable or time.monotonic() + pause > deadline:
-                    raise
-                self._finder.moved(exc.broker)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 1.0)
-
-    async def _post(self, address: str, verb: str, body: Any, answer: type[Any]) -> Any:
-        aiohttp = require("aiohttp", extra="client")
-        where = f"{address}/v1/queues/{self.queue}/{verb}"
-        try:
-            async with self._session.post(where, data=encode(body, True)) as response:
-                data = await response.read()
-                status = response.status
-        except aiohttp.ClientConnectorError as exc:
-            raise ServiceError(0, "unreachable", f"{where}: {exc}") from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ServiceError(0, "no_answer", f"{where}: {type(exc).__name__}: {exc}") from exc
-        if status // 100 != 2:
-            try:
-                error = decode(data, ErrorResponse, True).error
-            except Exception:
-                raise ServiceError(status, "bad_answer", data[:200].decode(errors="replace")) from None
-            raise ServiceError(status, error.code, error.message, error.broker)
-        return decode(data, answer, True)
+        return (await self._caller.call(verb, body, answer, wait))[0]
 
     async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:
         """Enqueue with the other enqueues in flight meanwhile, in one request (one commit)."""
@@ -322,16 +264,30 @@ class RemoteQueue(EnqueueCalls):
     async def _send_settles(self, key: SettleKey, refs: list[JobRef]) -> list[BaseException | bool]:
         verb, options = key
         request = SettleRequest(jobs=refs, **dict(options))
-        answer: ResultsResponse = await self.call(verb, request, ResultsResponse)
+        answer: ResultsResponse
+        answer, repeated = await self._caller.call(verb, request, ResultsResponse)
         answers: list[BaseException | bool] = []
         for ref, result in zip(refs, answer.results, strict=True):
             if result.error is None:
                 answers.append(result.cancelled)
+            elif repeated and verb == "ack" and await self._acked(ref.id):
+                answers.append(False)  # the attempt that got no answer landed
             elif (kind := _PER_JOB_ERRORS.get(result.error.code)) is not None:
                 answers.append(kind(ref.id))
             else:
                 answers.append(ServiceError(200, result.error.code, result.error.message))
         return answers
+
+    async def _acked(self, job_id: str) -> bool:
+        """Whether job ``job_id`` ended acked: what an ack repeated after an attempt that got no
+        answer (a failover) learns when its job is gone or its lease lost."""
+        try:
+            found: ResultResponse = await self.call(
+                "result", ResultRequest(id=job_id, wait_seconds=0), ResultResponse
+            )
+        except ServiceError:
+            return False
+        return found.outcome == "acked"
 
     async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
         """Remove a finished job (fenced when given the claimed ``Job``), keeping its handler's
@@ -385,7 +341,9 @@ class RemoteQueue(EnqueueCalls):
             left = MAX_WAIT_SECONDS if deadline is None else max(0.0, deadline - time.monotonic())
             request = ResultRequest(id=job_id, wait_seconds=min(left, MAX_WAIT_SECONDS))
             try:
-                answer: ResultResponse = await self.call("result", request, ResultResponse)
+                answer: ResultResponse = await self.call(
+                    "result", request, ResultResponse, wait=request.wait_seconds
+                )
             except ServiceError as exc:
                 if exc.code == "job_not_found":
                     raise JobNotFoundError(job_id) from None

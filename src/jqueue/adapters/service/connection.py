@@ -6,7 +6,8 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal
 
-from jqueue.adapters.service.client import DEFAULT_FAILOVER_TIMEOUT, RemoteQueue
+from jqueue.adapters.service.caller import DEFAULT_CALL_TIMEOUT, DEFAULT_FAILOVER_TIMEOUT
+from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.finder import BrokerFinder, is_service_url
 from jqueue.adapters.service.host import root_storage
 from jqueue.core.broker import BrokerQueue
@@ -25,8 +26,9 @@ class connect:  # noqa: N801  (used as a function: ``async with connect(...) as 
     commits directly as a ``BrokerQueue`` on the root; ``"auto"`` calls the broker if the
     root has one when the queue is opened, and else commits directly. The queue yielded
     satisfies ``Queue`` and takes the calls of a ``BrokerQueue`` (a ``RemoteQueue``, or a
-    ``BrokerQueue`` when committing directly). ``token``, ``failover_timeout`` and
-    ``requests_in_flight`` go to the ``RemoteQueue``.
+    ``BrokerQueue`` when committing directly). ``token``, ``timeout`` (the longest a request
+    waits for its answer), ``failover_timeout`` and ``requests_in_flight`` go to the
+    ``RemoteQueue``.
     """
 
     def __init__(
@@ -36,6 +38,7 @@ class connect:  # noqa: N801  (used as a function: ``async with connect(...) as 
         *,
         token: str | None = None,
         broker: Broker = "require",
+        timeout: timedelta = DEFAULT_CALL_TIMEOUT,
         failover_timeout: timedelta = DEFAULT_FAILOVER_TIMEOUT,
         requests_in_flight: int = 8,
     ) -> None:
@@ -46,6 +49,7 @@ class connect:  # noqa: N801  (used as a function: ``async with connect(...) as 
         self.target, self.queue, self.broker = target, queue, broker
         self._options: dict[str, Any] = {
             "token": token,
+            "timeout": timeout,
             "failover_timeout": failover_timeout,
             "requests_in_flight": requests_in_flight,
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import msgspec
 
@@ -12,6 +13,8 @@ from jqueue.domain.errors import CorruptStateError
 from jqueue.ports.storage import ObjectStoragePort
 
 SERVICE_SCHEMES = ("http://", "https://")
+RECHECK_EVERY = 1.0
+"""Seconds between two reads of the broker record while a call waits for its answer."""
 
 
 def is_service_url(target: str) -> bool:
@@ -34,6 +37,8 @@ class BrokerFinder:
         self.address: str | None = target.rstrip("/") if self.root is None else None
         self._record: ObjectStoragePort | None = None
         self._lock = asyncio.Lock()
+        self._checked_at = -RECHECK_EVERY
+        self._recorded: str | None = None
 
     async def find(self) -> str | None:
         """The broker's URL: the one in use, else the record's (None if there is no record).
@@ -42,16 +47,34 @@ class BrokerFinder:
             return self.address
         async with self._lock:
             if self.address is None:
-                if self._record is None:
-                    self._record = record_storage(self.root)
-                content, etag = await self._record.read()
-                if etag is not None:
-                    try:
-                        self.address = msgspec.json.decode(content, type=BrokerRecord).address
-                    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-                        where = f"{self.root}/_broker.json"
-                        raise CorruptStateError(where, f"not a broker record: {exc}") from exc
+                self.address = await self._read()
         return self.address
+
+    async def moved_from(self, address: str) -> str | None:
+        """The broker the root's record names if it is no longer ``address`` (another process took
+        over from it), else None; what a call asks while its answer is slow, so that a frozen
+        or unreachable broker costs no more than a killed one. The record is read at most
+        once every ``RECHECK_EVERY`` seconds, whoever asks; a service URL never moves."""
+        if self.root is None:
+            return None
+        async with self._lock:
+            if time.monotonic() - self._checked_at >= RECHECK_EVERY:
+                self._recorded = await self._read()
+                self._checked_at = time.monotonic()
+        recorded = self._recorded
+        return recorded if recorded is not None and recorded != address else None
+
+    async def _read(self) -> str | None:
+        assert self.root is not None
+        if self._record is None:
+            self._record = record_storage(self.root)
+        content, etag = await self._record.read()
+        if etag is None:
+            return None
+        try:
+            return msgspec.json.decode(content, type=BrokerRecord).address
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            raise CorruptStateError(f"{self.root}/_broker.json", f"not a broker record: {exc}") from exc
 
     def moved(self, hint: str | None) -> None:
         """The broker in use did not serve: go to ``hint``, or look at the record again."""

@@ -1,0 +1,151 @@
+"""``ServiceCaller``: the HTTP side of ``RemoteQueue``: requests to the broker of a root, and
+failover to the next one when it dies, freezes or hands over."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from jqueue.adapters.optional import require
+from jqueue.adapters.service.finder import RECHECK_EVERY, BrokerFinder
+from jqueue.adapters.service.wire import CLIENT_HEADER, MSGPACK, ErrorResponse, client_name, decode, encode
+from jqueue.domain.errors import JQueueError, ServiceError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CALL_TIMEOUT = timedelta(seconds=30)
+DEFAULT_FAILOVER_TIMEOUT = timedelta(seconds=30)
+CONNECT_TIMEOUT = 5.0
+"""Seconds to open a connection to a broker before it counts as unreachable."""
+LONG_POLLS_IN_FLIGHT = 512
+"""The most long polls (``result``, ``changes``) one caller holds open at once, on connections
+of their own, so that they never hold up claims, acks and heartbeats."""
+_MOVING = frozenset({"unreachable", "not_broker", "no_broker", "no_answer"})
+"""The codes of a call that another broker may take: it goes to the one the root names."""
+
+
+class ServiceCaller:
+    """Calls the routes of one queue of ``jqueue serve``, in MessagePack, over two pools of
+    keep-alive connections (one for long polls).
+
+    Parameters
+    ----------
+    url : str
+        The service (``http://host:port``), or the storage root whose broker record names it.
+    queue : str
+        The queue's name.
+    token : str or None
+        The service's token.
+    timeout, failover_timeout : timedelta
+        As ``RemoteQueue`` takes them.
+    """
+
+    def __init__(
+        self, url: str, queue: str, token: str | None, timeout: timedelta, failover_timeout: timedelta
+    ) -> None:
+        self.finder = BrokerFinder(url)
+        self.queue = queue
+        self._headers = {"Content-Type": MSGPACK, "Accept": MSGPACK, CLIENT_HEADER: client_name()}
+        if token is not None:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._timeout = timeout
+        self._failover_timeout = failover_timeout
+        self._session: Any = None
+        self._waits: Any = None
+
+    async def start(self) -> None:
+        """Open the connection pools."""
+        aiohttp = require("aiohttp", extra="client")
+        if self._session is None:
+            self._session = aiohttp.ClientSession(headers=self._headers)
+            waits = aiohttp.TCPConnector(limit=LONG_POLLS_IN_FLIGHT)
+            self._waits = aiohttp.ClientSession(headers=self._headers, connector=waits)
+
+    async def stop(self) -> None:
+        """Close the connection pools."""
+        if self._session is not None:
+            sessions, self._session, self._waits = (self._session, self._waits), None, None
+            for session in sessions:
+                await session.close()
+
+    async def call(self, verb: str, body: Any, answer: type[Any], wait: float = 0.0) -> tuple[Any, bool]:
+        """POST ``body`` to the queue's route ``verb``; return the answer decoded as ``answer``, and
+        whether the call was repeated after an attempt that may have landed.
+
+        A call the broker did not take (no connection, or a standby's ``not_broker``) goes to
+        the broker the answer or the root's record names, until ``failover_timeout``; so does
+        a call that may have landed: its repeat changes nothing twice (an enqueue carries its
+        jobs' ids, a settling call is fenced or finds its job gone, a claim held by a lost
+        answer runs out). A call whose answer is slow is given up as soon as the root's record
+        names another broker, so that a frozen broker costs no more than a killed one; one
+        with no answer within ``timeout`` (a long poll: ``wait`` more) is given up too.
+
+        Raises
+        ------
+        ServiceError
+            For an answer that is not 2xx, or no broker within ``failover_timeout``.
+        """
+        if self._session is None:
+            await self.start()
+        deadline = time.monotonic() + self._failover_timeout.total_seconds()
+        pause, repeated = 0.05, False
+        while True:
+            address = await self.finder.find()
+            try:
+                if address is None:
+                    raise ServiceError(0, "no_broker", f"no broker is registered for {self.finder.root}")
+                return await self._post(address, verb, body, answer, wait), repeated
+            except ServiceError as exc:
+                if exc.code not in _MOVING or time.monotonic() + pause > deadline:
+                    raise
+                repeated = repeated or exc.code == "no_answer"
+                self.finder.moved(exc.broker)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    async def _post(self, address: str, verb: str, body: Any, answer: type[Any], wait: float) -> Any:
+        where = f"{address}/v1/queues/{self.queue}/{verb}"
+        exchange = asyncio.ensure_future(self._exchange(where, encode(body, True), wait))
+        try:
+            while not exchange.done():
+                await asyncio.wait({exchange}, timeout=RECHECK_EVERY)
+                if not exchange.done() and (moved := await self._moved_from(address)) is not None:
+                    raise ServiceError(0, "no_answer", f"{where}: the root's broker is now {moved}", moved)
+        finally:
+            if not exchange.done():
+                exchange.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ServiceError):
+                    await exchange
+        status, data = exchange.result()
+        if status // 100 != 2:
+            try:
+                error = decode(data, ErrorResponse, True).error
+            except Exception:
+                raise ServiceError(status, "bad_answer", data[:200].decode(errors="replace")) from None
+            raise ServiceError(status, error.code, error.message, error.broker)
+        return decode(data, answer, True)
+
+    async def _exchange(self, where: str, data: bytes, wait: float) -> tuple[int, bytes]:
+        """Send one request (a long poll, ``wait`` > 0, on its own connections); read its answer."""
+        aiohttp = require("aiohttp", extra="client")
+        session = self._waits if wait > 0 else self._session
+        seconds = self._timeout.total_seconds() + wait
+        timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=CONNECT_TIMEOUT)
+        try:
+            async with session.post(where, data=data, timeout=timeout) as response:
+                return response.status, await response.read()
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            raise ServiceError(0, "unreachable", f"{where}: {type(exc).__name__}: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ServiceError(0, "no_answer", f"{where}: {type(exc).__name__}: {exc}") from exc
+
+    async def _moved_from(self, address: str) -> str | None:
+        try:
+            return await self.finder.moved_from(address)
+        except JQueueError as exc:  # the record cannot be read now: keep waiting for the answer
+            logger.debug("could not read the broker record: %s", exc)
+            return None

@@ -1,0 +1,224 @@
+"""Clients and workers through ``jqueue serve`` ride out a broker that dies, freezes or hands over:
+a worker outlives an outage shorter than its ``max_outage``, a frozen broker costs a client no
+more than a killed one, long polls never starve the calls a worker needs, a worker may start
+before its queue exists, and an ack whose answer was lost is not reported as lost."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from jqueue import Job, RemoteQueue, Worker, connect
+from servers import LOOPBACK, jqueue_serve
+from test_broker_failover import FAST, get, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def pid_of(url: str) -> int:
+    pid: int = get(f"{url}/healthz")["pid"]
+    return pid
+
+
+@contextlib.contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """SIGSTOP the process, and SIGCONT it on the way out whatever happens."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+async def until(condition: object, seconds: float) -> None:
+    """Wait (without blocking the loop) until ``condition()`` holds; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"not within {seconds} s"
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[asyncio.Task[object]]:
+    task: asyncio.Task[object] = asyncio.create_task(worker.run(install_signals=False))
+    try:
+        yield task
+    finally:
+        worker.stop(immediate=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 30)
+
+
+async def test_a_worker_rides_out_a_broker_outage_longer_than_its_clients_failover_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    done: list[bytes] = []
+
+    async def handler(job: Job) -> None:
+        done.append(job.payload)
+
+    caplog.set_level(logging.WARNING, logger="jqueue.worker")
+    with jqueue_serve(str(root), tmp_path / "first.log", options=FAST) as first:
+        async with connect(str(root), "q", failover_timeout=timedelta(seconds=1)) as queue:
+            worker = Worker(queue, {"e": handler}, max_poll_interval=timedelta(seconds=0.2))
+            async with running(worker) as task:
+                await queue.enqueue("e", b"before")
+                await until(lambda: done == [b"before"], 30)
+                os.kill(pid_of(first), signal.SIGKILL)
+                # the outage outlasts the client's failover timeout several times over
+                await until(lambda: "waiting for the broker" in caplog.text, 30)
+                await asyncio.sleep(4)
+                assert not task.done(), task
+                with jqueue_serve(str(root), tmp_path / "second.log", options=FAST):
+                    async with connect(str(root), "q") as producer:
+                        await producer.enqueue("e", b"after")
+                    await until(lambda: done == [b"before", b"after"], 60)
+                    assert not task.done()
+    assert task.done()
+    assert task.exception() is None
+
+
+async def test_a_worker_through_the_broker_waits_for_its_queue_to_exist(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    done: list[bytes] = []
+
+    async def handler(job: Job) -> None:
+        done.append(job.payload)
+
+    with jqueue_serve(str(root), tmp_path / "serve.log", options=FAST):
+        async with connect(str(root), "fresh") as queue:
+            worker = Worker(queue, {"e": handler}, max_poll_interval=timedelta(seconds=0.2))
+            async with running(worker) as task:
+                await asyncio.sleep(1)  # several claims and long polls of a queue that is not there
+                assert not task.done(), task
+                assert not (root / "fresh.json").exists()  # looking for jobs creates nothing
+                async with connect(str(root), "fresh") as producer:
+                    await producer.enqueue("e", b"late")
+                await until(lambda: done == [b"late"], 30)
+                assert not task.done()
+
+
+async def test_a_frozen_broker_costs_a_client_no_more_than_a_killed_one(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "first.log", options=FAST) as first:
+        wait_for(lambda: get(f"{first}/healthz")["role"] == "active", 10)
+        with jqueue_serve(str(root), tmp_path / "second.log", options=FAST) as second:
+            async with connect(str(root), "q") as client, connect(str(root), "q") as worker:
+                assert isinstance(client, RemoteQueue)
+                waited = await client.enqueue("e", b"waited for")
+                result = asyncio.create_task(client.result(waited.id, timeout=timedelta(seconds=120)))
+                await asyncio.sleep(0.5)  # the long poll is open on the first broker
+                with frozen(pid_of(first)):
+                    started = time.monotonic()
+                    await client.enqueue("e", b"during the freeze")  # an ordinary call
+                    enqueue_took = time.monotonic() - started
+                    [claimed] = await worker.dequeue("e")
+                    assert claimed.id == waited.id
+                    await worker.ack(claimed, result=b"done")
+                    assert await asyncio.wait_for(result, 60) == b"done"  # the long poll moved too
+                    result_took = time.monotonic() - started
+                    assert get(f"{second}/healthz")["role"] == "active"
+    # the default per-call timeout is 30 s: a client that waited for it would take that long
+    assert enqueue_took < 15, enqueue_took
+    assert result_took < 20, result_took
+
+
+async def test_many_result_waiters_do_not_starve_the_workers_calls_on_the_same_queue(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    count = 150
+
+    async def handler(job: Job) -> bytes:
+        return job.payload
+
+    with jqueue_serve(str(root), tmp_path / "serve.log"):
+        async with connect(str(root), "q") as queue:
+            jobs = await queue.enqueue_many("e", [str(n).encode() for n in range(count)])
+            waits = [
+                asyncio.create_task(queue.result(job.id, timeout=timedelta(seconds=20))) for job in jobs
+            ]
+            await asyncio.sleep(0.5)  # every long poll is open before the worker starts
+            worker = Worker(queue, {"e": handler}, concurrency=20)
+            async with running(worker):
+                results = await asyncio.gather(*waits, return_exceptions=True)
+    failures = [result for result in results if isinstance(result, BaseException)]
+    assert not failures, f"{len(failures)} of {count} failed, first: {failures[0]!r}"
+    assert results == [job.payload for job in jobs]
+
+
+class AnswerDropper:
+    """A TCP proxy in front of a broker that forwards every request but drops the answer to the
+    first ``ack`` and closes the connection: the ack lands, its client hears nothing."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.armed = True
+        self.dropped = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, LOOPBACK, 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://{LOOPBACK}:{port}"
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        server_reader, server_writer = await asyncio.open_connection(LOOPBACK, self.target_port)
+        acking = asyncio.Event()
+
+        async def upstream() -> None:
+            while data := await client_reader.read(65536):
+                if self.armed and b"/ack HTTP/1.1" in data:
+                    acking.set()
+                server_writer.write(data)
+                await server_writer.drain()
+
+        async def downstream() -> None:
+            while data := await server_reader.read(65536):
+                if acking.is_set() and self.armed:
+                    self.armed = False
+                    self.dropped += 1
+                    return  # the answer to the ack goes nowhere
+                client_writer.write(data)
+                await client_writer.drain()
+
+        tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        for writer in (client_writer, server_writer):
+            writer.close()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_an_ack_that_landed_but_whose_answer_was_lost_is_reported_as_acked(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "serve.log") as url:
+        proxy = AnswerDropper(int(url.rsplit(":", 1)[1]))
+        through = await proxy.start()
+        try:
+            async with connect(through, "q") as queue:
+                job = await queue.enqueue("e", b"x")
+                [claimed] = await queue.dequeue("e")
+                await queue.ack(claimed, result=b"done")  # LeaseLostError before the fix
+                assert proxy.dropped == 1
+                assert await queue.result(job.id) == b"done"
+        finally:
+            await proxy.stop()
