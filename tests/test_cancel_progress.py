@@ -33,10 +33,11 @@ from jqueue import (
     connect,
     current_job,
 )
+from jqueue.domain.times import utc_now
 from servers import jqueue_serve
 from worker_handlers import sleep_in_process
 
-BEATING = timedelta(seconds=0.6)
+BEATING = timedelta(seconds=1.5)
 """A visibility timeout whose heartbeats (every third of it) come quickly."""
 
 
@@ -86,6 +87,22 @@ async def test_a_waiting_job_is_cancelled_at_once(file_or_s3: Backend, layout: L
         assert (await q.stats()).entrypoints["work"].queued == 1
 
 
+async def test_a_heartbeat_of_a_cancelled_job_whose_lease_ran_out_says_cancelled(tmp_path: Path) -> None:
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "q.json")) as q:
+        job = await q.enqueue("render", b"frame")
+        [claimed] = await q.dequeue("render", visibility_timeout=timedelta(seconds=0.2))
+        assert await q.cancel(job.id) is False  # running: its worker is asked at its next beat
+        assert claimed.lease_expires_at is not None
+        while utc_now() <= claimed.lease_expires_at:  # the worker missed its beats
+            await asyncio.sleep(0.05)
+        await q.enqueue("other", b"")  # a commit returns the expired claim: it ends cancelled
+        record = await q.finished(job.id)
+        assert record is not None
+        assert record.outcome is JobStatus.CANCELLED
+        with pytest.raises(JobCancelledError):  # not a lost lease: its worker stops the handler
+            await q.heartbeat(claimed)
+
+
 async def test_a_running_job_stops_at_its_next_heartbeat_and_is_not_retried(
     file_or_s3: Backend, layout: Layout
 ) -> None:
@@ -125,7 +142,7 @@ async def test_a_running_job_stops_at_its_next_heartbeat_and_is_not_retried(
         assert flagged is not None
         assert (flagged.status, flagged.cancel_requested_at is not None) == (JobStatus.IN_PROGRESS, True)
         assert await operator.cancel(job.id) is False  # asked again: nothing new
-        stats = await asyncio.wait_for(running, 20)
+        stats = await asyncio.wait_for(running, 60)
         took = time.monotonic() - asked_at
         assert interrupted.is_set()
         assert (stats.outcomes[Outcome.CANCELLED], stats.acked, stats.failed) == (1, 0, 0)

@@ -414,7 +414,8 @@ class Worker(WorkerSetup):
         try:
             await asyncio.shield(self._settle(queue, job, outcome, error, delay, give_up, returned))
         except (LeaseLostError, JobNotFoundError):
-            outcome = Outcome.LOST
+            if outcome is not Outcome.CANCELLED:  # else it ended cancelled already
+                outcome = Outcome.LOST
         except JQueueError as exc:
             if not is_transient(exc):
                 raise

@@ -221,8 +221,12 @@ class QueueIndex(IndexState):
         Raises
         ------
         JobCancelledError
-            If the job's cancel was asked for: its worker is to stop it (nothing changes).
+            If the job's cancel was asked for: its worker is to stop it (nothing changes);
+            also once it ended cancelled (its lease ran out after the cancel was asked for).
         """
+        finished = None if job_id in self.records else self.history.finished(job_id)
+        if finished is not None and finished.outcome is JobStatus.CANCELLED:
+            raise JobCancelledError(job_id)
         record = self._holding(job_id, lease)
         if record.status is not JobStatus.IN_PROGRESS:
             return []
