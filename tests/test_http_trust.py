@@ -6,12 +6,18 @@ Each test runs a real ``jqueue serve`` process on a file root and calls it over 
 
 from __future__ import annotations
 
+import re
+import socket
+import time
+import urllib.request
 from pathlib import Path
+from unittest.mock import ANY
+from urllib.parse import urlsplit
 
 import pytest
 
 from servers import jqueue_serve
-from test_queued_api import Client
+from test_queued_api import MSGPACK, Client
 
 pytestmark = pytest.mark.slow
 
@@ -63,3 +69,82 @@ def test_a_native_enqueue_of_a_future_id_does_not_make_a_push_drop_a_message(tmp
         assert len(set(pushed)) == len(pushed) == 61
         assert not set(future) & {str(i) for i in pushed}, "a push never answers with a taken id"
         assert sorted(_poll_all(client, "q")) == sorted(pushed), "every id a push answered with is stored"
+
+
+def _statuses(url: str) -> dict[tuple[str, str], float]:
+    """The service's request counts by (route, status), from ``/metrics``."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    found: dict[tuple[str, str], float] = {}
+    pattern = r'jqueue_requests_total\{[^}]*route="([^"]+)",status="(\d+)"\} (\S+)'
+    for route, status, count in re.findall(pattern, text):
+        found[route, status] = found.get((route, status), 0) + float(count)
+    return found
+
+
+def test_every_value_past_its_python_bound_is_a_typed_400(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    with jqueue_serve(str(_root(tmp_path)), log) as url:
+        client = Client(url)
+        client.call("PUT", "/queue/q")
+        for seconds in (1e12, 1e15, 1e300):
+            status, error = client.call(
+                "POST", "/v1/queues/q/dequeue", {"visibility_timeout_seconds": seconds}
+            )
+            assert (status, error["error"]["code"]) == (400, "bad_body"), error
+        job = {"entrypoint": "e", "payload": "eA=="}
+        refused = [
+            ("/v1/queues/q/enqueue", {"jobs": [job | {"max_attempts": 2**63}]}),
+            ("/v1/queues/q/enqueue", {"jobs": [job | {"ttl_seconds": 0}]}),
+            ("/v1/queues/q/enqueue", {"jobs": [job | {"delay_seconds": 4e10}]}),
+            ("/v1/queues/q/enqueue", {"jobs": [job | {"id": "x" * 257}]}),
+            ("/v1/queues/q/changes", {"seen": 2**70, "wait_seconds": 0}),
+            ("/v1/queues/q/result", {"id": "x" * 257, "wait_seconds": 0}),
+            ("/v1/queues/q/nack", {"jobs": [{"id": "a"}], "max_attempts": 2**64}),
+            ("/queue/q/messages/poll", {"visibility_timeout_secs": 10**12}),
+            ("/queue/q/messages/poll", {"visibility_timeout_secs": 1, "count": 10_001}),
+        ]
+        for path, body in refused:
+            status, error = client.call("POST", path, body)
+            assert status == 400, (path, body, error)
+        for wide in (2**70, 2**63):  # once stored, a number past 64 bits would break the catalog
+            throttle = {"throttle": {"max_polls_per_time_window": wide, "time_window_sec": 1}}
+            assert client.call("POST", "/queue/q/throttle", throttle) == (400, ANY)
+        assert client.call("GET", "/queue/q/throttle") == (200, {"throttle": None})
+        wide_attempts = {"jobs": [job | {"max_attempts": 2**40}]}
+        assert client.call("POST", "/v1/queues/q/enqueue", wide_attempts)[0] == 200, "64 bits, as JobSpec"
+        assert not any(code == "500" for _, code in _statuses(url))
+    assert "Traceback" not in log.read_text()
+
+
+def _hang_up(url: str, path: str, content_type: str) -> None:
+    """Send the headers of a 1,000-byte body, then half of it, and close the connection."""
+    where = urlsplit(url)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {where.netloc}\r\nContent-Type: {content_type}\r\n"
+            "Content-Length: 1000\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b'{"messages": [' + b" " * 486)
+
+
+def test_a_client_that_hangs_up_mid_body_is_no_server_error(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    with jqueue_serve(str(_root(tmp_path)), log) as url:
+        client = Client(url)
+        client.call("PUT", "/queue/q")
+        _hang_up(url, "/v1/queues/q/enqueue", "application/json")
+        _hang_up(url, "/queue/q/messages/push", MSGPACK)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            counted = _statuses(url)
+            if ("enqueue", "499") in counted and ("queued_push", "499") in counted:
+                break
+            time.sleep(0.05)
+        assert counted.get(("enqueue", "499")) == 1, counted
+        assert counted.get(("queued_push", "499")) == 1, counted
+        assert not any(code == "500" for _, code in counted), counted
+        assert client.push("q", "after")
+        assert client.counts("q")["message_counter"] == 1
+    assert "Traceback" not in log.read_text()
+    assert "unexpected" not in log.read_text()

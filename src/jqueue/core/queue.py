@@ -32,7 +32,7 @@ from jqueue.domain.errors import PayloadTooLargeError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState
 from jqueue.domain.policy import QueuePolicy
-from jqueue.domain.spec import LONGEST_SPAN, JobSpec
+from jqueue.domain.spec import LONGEST_SPAN, JobSpec, checked_span
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_int64, checked_progress, span, storable_text
 from jqueue.ports.storage import ObjectStoragePort
@@ -98,8 +98,8 @@ class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
         policy: QueuePolicy | None,
         storage_timeout: timedelta | None,
     ) -> None:
-        if visibility_timeout <= timedelta(0):
-            raise ValueError(f"visibility_timeout must be positive, got {span(visibility_timeout)}")
+        if checked_span("visibility_timeout", visibility_timeout) == timedelta(0):
+            raise ValueError("visibility_timeout must be positive, got 0 s")
         if visibility_timeout < CLOCK_SAFE_VISIBILITY:
             logger.warning(
                 "a visibility timeout of %s is short: leases assume that the clocks of all processes "
@@ -204,7 +204,9 @@ class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
             raise ValueError(f"batch_size must not be negative, got {batch_size}")
         if batch_size == 0:  # claims nothing, as in jqueue
             return []
-        visibility = self.visibility_timeout if visibility_timeout is None else visibility_timeout
+        visibility = self.visibility_timeout
+        if visibility_timeout is not None:
+            visibility = checked_span("visibility_timeout", visibility_timeout)
         entrypoints = entrypoint_set(entrypoint)
 
         def operation(index: QueueIndex) -> list[Added]:
@@ -326,6 +328,8 @@ class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
         """
         plain_id, lease = fence(job_id)
         reported = (None, None) if progress is None else checked_progress(progress, note)
+        if visibility_timeout is not None:
+            checked_span("visibility_timeout", visibility_timeout)
 
         def operation(index: QueueIndex) -> None:
             now = utc_now()

@@ -19,6 +19,14 @@ LONGEST_SPAN = timedelta(days=365 * 1000)
 """The longest ``delay`` or ``ttl`` a job takes (a time past it would not fit a datetime)."""
 
 
+def checked_span(name: str, value: timedelta) -> timedelta:
+    """Return ``value`` if it is from 0 to ``LONGEST_SPAN`` (a lease, which 0 ends at once), else
+    raise ``ValueError``."""
+    if not timedelta(0) <= value <= LONGEST_SPAN:
+        raise ValueError(f"{name} must be from 0 to {LONGEST_SPAN.days} days, got {span_text(value)}")
+    return value
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One job for ``enqueue_many``, with the options ``enqueue`` takes.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import msgspec
+from starlette.requests import ClientDisconnect
 
 from jqueue.adapters.service.host import BadQueueNameError, UnknownQueueError
 from jqueue.adapters.service.wire import ErrorBody
@@ -22,7 +23,12 @@ from jqueue.domain.errors import (
 
 logger = logging.getLogger(__name__)
 
+CLIENT_CLOSED = 499
+"""The status counted for a request whose client hung up before it sent its whole body (nginx's
+"client closed request"): no error of the service, and no answer reaches the client."""
+
 _ERRORS: list[tuple[type[BaseException], int, str]] = [
+    (ClientDisconnect, CLIENT_CLOSED, "client_closed_request"),
     (BadQueueNameError, 400, "bad_queue_name"),
     (UnknownQueueError, 404, "queue_not_found"),
     (JobNotFoundError, 404, "job_not_found"),
@@ -54,7 +60,9 @@ def error_of(exc: BaseException) -> tuple[int, ErrorBody]:
         return exc.status, ErrorBody(exc.code, str(exc), exc.broker)
     for kind, status, code in _ERRORS:
         if isinstance(exc, kind):
-            text = str(exc) if not isinstance(exc, UnknownQueueError) else f"no queue named {exc}"
+            text = str(exc) or type(exc).__name__
+            if isinstance(exc, UnknownQueueError):
+                text = f"no queue named {exc}"
             return status, ErrorBody(code, text)
     logger.exception("an unexpected error answered with 500", exc_info=exc)
     return 500, ErrorBody("internal", f"{type(exc).__name__}: {exc}")

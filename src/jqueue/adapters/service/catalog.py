@@ -17,6 +17,7 @@ from typing import Annotated
 import msgspec
 
 from jqueue.domain.errors import CASConflictError, CorruptStateError
+from jqueue.domain.values import INT64_MAX
 from jqueue.ports.storage import ObjectStoragePort
 
 CATALOG_NAME = "_queues.json"
@@ -30,7 +31,7 @@ class Throttle(msgspec.Struct, forbid_unknown_fields=True):
     """At most ``max_polls_per_time_window`` poll requests per ``time_window_sec`` seconds
     (queued's throttle, as its API and the catalog both spell it)."""
 
-    max_polls_per_time_window: Annotated[int, msgspec.Meta(ge=1)]
+    max_polls_per_time_window: Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)]
     time_window_sec: Annotated[int, msgspec.Meta(ge=1, le=86_400 * 365)]
 
 

@@ -12,13 +12,16 @@ from typing import Annotated, Any
 import msgspec
 
 from jqueue.adapters.service.catalog import Throttle
-from jqueue.domain.spec import LONGEST_SPAN
+from jqueue.adapters.service.wire import LONGEST_SECONDS, MAX_BATCH
+from jqueue.core.queue import LEASE_BITS
+from jqueue.domain.values import INT64_MAX
 
-_LONGEST = int(LONGEST_SPAN.total_seconds())
-VisibilitySecs = Annotated[int, msgspec.Meta(ge=-_LONGEST, le=_LONGEST)]
-"""Seconds from now; as in queued, a negative one means at once."""
-MessageId = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-PollTag = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
+VisibilitySecs = Annotated[int, msgspec.Meta(ge=-LONGEST_SECONDS, le=LONGEST_SECONDS)]
+"""Seconds from now, at most ``LONGEST_SPAN``; as in queued, a negative one means at once."""
+MessageId = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+"""A message id: a job id that is a number of 64 bits (those a push draws are below 2**53)."""
+PollTag = Annotated[int, msgspec.Meta(ge=0, le=2**LEASE_BITS - 1)]
+"""A poll tag: a lease token read as a number of ``LEASE_BITS`` bits."""
 Contents = Any
 """Text (JSON, or a MessagePack str) or bytes (a MessagePack bin); checked by ``contents_bytes``."""
 
@@ -56,7 +59,7 @@ class PollRequest(msgspec.Struct, forbid_unknown_fields=True):
     ``ignore_existing_visibility_timeouts`` is taken only when false."""
 
     visibility_timeout_secs: VisibilitySecs
-    count: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 1
+    count: Annotated[int, msgspec.Meta(ge=0, le=MAX_BATCH)] = 1
     ignore_existing_visibility_timeouts: bool | None = None
 
 

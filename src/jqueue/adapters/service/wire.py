@@ -17,7 +17,8 @@ import msgspec
 from jqueue.core.formats.wire import AwareDatetime, Fraction, Int64, wire_type
 from jqueue.domain.models import Job, trusted_job
 from jqueue.domain.schema import FIELDS
-from jqueue.domain.spec import JobSpec
+from jqueue.domain.spec import LONGEST_SPAN, MAX_ID_LENGTH, JobSpec
+from jqueue.domain.values import INT64_MAX
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -32,8 +33,16 @@ def client_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-Seconds = Annotated[float, msgspec.Meta(ge=0, le=365_000 * 86_400)]
-Attempts = Annotated[int, msgspec.Meta(ge=1, le=2**31)]
+LONGEST_SECONDS = int(LONGEST_SPAN.total_seconds())
+"""``LONGEST_SPAN`` in seconds: the bound of every span the HTTP APIs take, as of ``JobSpec``'s."""
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=LONGEST_SECONDS)]
+"""A delay: from 0 to ``LONGEST_SPAN``."""
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=LONGEST_SECONDS)]
+"""A ttl or a visibility timeout: positive, at most ``LONGEST_SPAN`` (as ``checked_span``)."""
+Attempts = Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)]
+"""``max_attempts``: at least 1, and 64 bits (``checked_int64``)."""
+JobId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH)]
+"""A job id, as ``JobSpec`` takes it: 1 to ``MAX_ID_LENGTH`` characters."""
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 """Larger request bodies are refused (413) unless ``jqueue serve --max-body-bytes`` says more."""
 MAX_BATCH = 10_000
@@ -65,8 +74,8 @@ class NewJob(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     not_before: AwareDatetime | None = None
     dedup_key: str | None = None
     max_attempts: Attempts | None = None
-    ttl_seconds: Seconds | None = None
-    id: str | None = None
+    ttl_seconds: PositiveSeconds | None = None
+    id: JobId | None = None
 
     def spec(self) -> JobSpec:
         """Return the ``JobSpec`` of this job (raises ``ValueError`` for options that clash)."""
@@ -94,7 +103,7 @@ class DequeueRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     entrypoints: list[str] | None = None
     batch_size: BatchSize = 1
-    visibility_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    visibility_timeout_seconds: PositiveSeconds | None = None
 
 
 class PeekRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -112,7 +121,7 @@ class ChangesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/queues/{queue}/changes``: wait until the queue's change count is past ``seen``
     (a long poll), at most ``wait_seconds``."""
 
-    seen: int
+    seen: Int64
     wait_seconds: Annotated[float, msgspec.Meta(ge=0, le=MAX_WAIT_SECONDS)] = 10.0
 
 
@@ -120,7 +129,7 @@ class ResultRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/queues/{queue}/result``: wait until job ``id`` is finished, at most
     ``wait_seconds`` (a long poll)."""
 
-    id: str
+    id: JobId
     wait_seconds: Annotated[float, msgspec.Meta(ge=0, le=MAX_WAIT_SECONDS)] = 10.0
 
 
@@ -145,7 +154,7 @@ class JobRef(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """A job by id; with the lease of its claim, the call is fenced by it. An ack may carry the
     handler's ``result``, a heartbeat the job's ``progress`` and its ``note``."""
 
-    id: str
+    id: JobId
     lease: str | None = None
     result: bytes | None = None
     progress: Fraction | None = None
