@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from playwright.async_api import Browser, async_playwright
@@ -32,10 +32,12 @@ def chromium_path() -> str:
 
 
 @contextlib.asynccontextmanager
-async def chromium() -> AsyncIterator[Browser]:
-    """Start a headless Chromium; closed on exit."""
+async def chromium(flags: Sequence[str] = ()) -> AsyncIterator[Browser]:
+    """Start a headless Chromium (with ``flags`` besides ``CHROMIUM_FLAGS``); closed on exit."""
     async with async_playwright() as driver:
-        browser = await driver.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        browser = await driver.chromium.launch(
+            executable_path=chromium_path(), args=[*CHROMIUM_FLAGS, *flags]
+        )
         try:
             yield browser
         finally:

@@ -15,6 +15,11 @@ from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFT
 from jqueue.adapters.service.wire import DEFAULT_MAX_BODY_BYTES
 from jqueue.domain.errors import InvalidURLError
 
+ALLOWED_HOST_HELP = (
+    "A name (or address) clients call this process by, besides --listen, --advertise and, on the "
+    "loopback interface, localhost, 127.0.0.1 and ::1: requests with any other Host are refused "
+    "with 421 (against DNS rebinding). Repeatable."
+)
 ROOT_HELP = (
     "Where the queues live: a directory, or a URL prefix (s3://bucket/prefix, gs://bucket/prefix); "
     "queue NAME is ROOT/NAME.json. Defaults to the global --storage."
@@ -58,6 +63,7 @@ def serve(
     stale_after: Annotated[
         float, typer.Option(min=0.1, help="Seconds a standby waits for an unchanged record, then takes over.")
     ] = DEFAULT_STALE_AFTER.total_seconds(),
+    allowed_host: Annotated[list[str] | None, typer.Option(help=ALLOWED_HOST_HELP)] = None,
 ) -> None:
     """Serve every queue under a storage root over HTTP, committing for all clients (Ctrl-C stops).
 
@@ -87,6 +93,7 @@ def serve(
         require("jinja2", extra="serve")
     except ImportError as exc:
         fail(str(exc))
+    from jqueue.adapters.service.allowed_hosts import BadHostNameError
     from jqueue.adapters.service.app import create_app
 
     try:
@@ -97,9 +104,13 @@ def serve(
             max_body_bytes=max_body_bytes,
             renew_every=timedelta(seconds=renew_every),
             stale_after=timedelta(seconds=stale_after),
+            listen=host,
+            allowed_hosts=allowed_host or (),
         )
     except InvalidURLError as exc:
         fail(str(exc))
+    except BadHostNameError as exc:
+        fail(f"--allowed-host: {exc}")
     shown = root if "://" in root else str(Path(root).absolute())
     errors.print(
         f"jqueue serve: the queues under {shown} at {address} (Ctrl-C stops)", highlight=False, soft_wrap=True
@@ -113,6 +124,7 @@ def dashboard(
     token: Annotated[
         str | None, typer.Option(envvar="JQUEUE_TOKEN", help="The token to sign in to the dashboard with.")
     ] = None,
+    allowed_host: Annotated[list[str] | None, typer.Option(help=ALLOWED_HOST_HELP)] = None,
 ) -> None:
     """Serve the web dashboard of one queue (--storage URL), opened directly without a broker
     (Ctrl-C stops). Off the loopback interface a token is required."""
@@ -127,11 +139,17 @@ def dashboard(
     except ImportError as exc:
         fail(str(exc))
     from jqueue.adapters.dashboard.app import create_dashboard_app, queue_name
+    from jqueue.adapters.service.allowed_hosts import BadHostNameError
 
     storage = shared_storage(ctx)
     if run(storage.read())[1] is None:
         fail(f"no queue at {url}: nothing was ever enqueued there (is the path right?)")
-    app = create_dashboard_app(storage, queue_name(url), token)
+    try:
+        app = create_dashboard_app(
+            storage, queue_name(url), token, listen=host, allowed_hosts=allowed_host or ()
+        )
+    except BadHostNameError as exc:
+        fail(f"--allowed-host: {exc}")
     shown = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     errors.print(f"jqueue dashboard: {url} at {shown}/ (Ctrl-C stops)", highlight=False, soft_wrap=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="auto", http="auto")

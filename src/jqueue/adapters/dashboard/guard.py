@@ -1,9 +1,12 @@
 """``Guard``: who may see the dashboard and send its forms.
 
-With a token, a browser signs in once with a form that sets an HttpOnly, SameSite=Strict
-cookie derived from the token (scripts may send ``Authorization: Bearer TOKEN`` instead).
-Every form carries a CSRF value derived from a secret the page alone reveals, and a POST whose
-``Origin`` is another site is refused, with or without a token.
+Each browser has a session: a random id in an HttpOnly, SameSite=Strict cookie, signed with a
+key (derived from the token when there is one, so that a session outlives a restart; a random
+key of the process without a token). With a token, only signing in (a form that checks it)
+starts a session, and a page needs one (scripts may send ``Authorization: Bearer TOKEN``
+instead); without one, the first page a browser opens starts it. Every form carries a CSRF
+value derived from the session's id by HMAC with the key, so one session's value is refused
+in another, and a POST whose ``Origin`` is another site is refused, with or without a token.
 """
 
 from __future__ import annotations
@@ -33,39 +36,47 @@ class Guard:
 
     def __init__(self, token: str | None) -> None:
         self.token = token
-        self._secret = (token or secrets.token_hex(32)).encode()
+        secret = token.encode() if token is not None else secrets.token_bytes(32)
+        self._key = hmac.new(secret, b"jqueue-dashboard", hashlib.sha256).digest()
 
-    def _derived(self, purpose: str) -> str:
-        return hmac.new(self._secret, purpose.encode(), hashlib.sha256).hexdigest()
+    def _derived(self, purpose: str, value: str) -> str:
+        return hmac.new(self._key, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
 
-    def session(self) -> str:
-        """The session cookie's value."""
-        return self._derived("jqueue-dashboard-session")
+    def new_session(self) -> str:
+        """A new session cookie's value: a random id and its signature."""
+        session_id = secrets.token_urlsafe(24)
+        return f"{session_id}.{self._derived('session', session_id)}"
 
-    def csrf(self) -> str:
-        """The value every form of the dashboard carries."""
-        return self._derived("jqueue-dashboard-csrf")
+    def session_of(self, request: Request) -> str | None:
+        """The session cookie ``request`` carries, if this dashboard signed it (else None)."""
+        cookie = request.cookies.get(SESSION_COOKIE, "")
+        session_id, _, signature = cookie.partition(".")
+        expected = self._derived("session", session_id)
+        return cookie if session_id and hmac.compare_digest(signature.encode(), expected.encode()) else None
+
+    def csrf(self, session: str | None) -> str:
+        """The value every form of the dashboard carries in ``session`` (none without one)."""
+        return "" if session is None else self._derived("csrf", session)
 
     def token_matches(self, given: str) -> bool:
         """Whether ``given`` is the token (in constant time)."""
         return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
     def signed_in(self, request: Request) -> bool:
-        """Whether ``request`` may see the dashboard: no token is set, or it has the session
+        """Whether ``request`` may see the dashboard: no token is set, or it has a session
         cookie, or it sends the token as a bearer token."""
-        if self.token is None:
-            return True
-        cookie = request.cookies.get(SESSION_COOKIE, "")
-        if hmac.compare_digest(cookie.encode(), self.session().encode()):
+        if self.token is None or self.session_of(request) is not None:
             return True
         return self.token_matches(request.headers.get("authorization", "").removeprefix("Bearer "))
 
     def form_allowed(self, request: Request, form_csrf: str) -> bool:
-        """Whether a POST carries this dashboard's CSRF value and comes from its own origin."""
+        """Whether a POST carries the CSRF value of its own session and comes from this
+        dashboard's origin."""
         origin = request.headers.get("origin")
         if origin is not None and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
             return False
-        return hmac.compare_digest(form_csrf.encode(), self.csrf().encode())
+        expected = self.csrf(self.session_of(request))
+        return bool(expected) and hmac.compare_digest(form_csrf.encode(), expected.encode())
 
 
 class FormTooLargeError(ValueError):

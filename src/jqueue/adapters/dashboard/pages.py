@@ -39,6 +39,18 @@ STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
 Page = Callable[[Request], Awaitable[Response]]
 
 
+def refuse_framing(response: Response) -> Response:
+    """Forbid every page to show ``response`` in a frame (``X-Frame-Options: DENY``, and
+    ``frame-ancestors 'none'`` in its ``Content-Security-Policy``, kept with the policy's other
+    directives); return it."""
+    response.headers["X-Frame-Options"] = "DENY"
+    policy = response.headers.get("content-security-policy", "")
+    kept = [part.strip() for part in policy.split(";") if part.strip()]
+    kept = [part for part in kept if part.split()[0].lower() != "frame-ancestors"]
+    response.headers["Content-Security-Policy"] = "; ".join([*kept, "frame-ancestors 'none'"])
+    return response
+
+
 class Dashboard:
     """The dashboard over the queues of ``source``, guarded by ``token``.
 
@@ -84,9 +96,12 @@ class Dashboard:
         """Render a page (its main part alone for a refresh)."""
         partial = request.headers.get("x-dashboard-refresh") == "1"
         flash = request.cookies.get(FLASH_COOKIE)
+        session = self.guard.session_of(request)
+        starts = session is None and self.guard.token is None  # with a token, signing in starts one
+        fresh = self.guard.new_session() if starts else None
         page = self.templates.get_template(template).render(
             partial=partial,
-            csrf=self.guard.csrf(),
+            csrf=self.guard.csrf(session or fresh),
             signed=self.guard.token is not None,
             refresh=REFRESH_SECONDS,
             flash=None if partial else flash,
@@ -97,7 +112,15 @@ class Dashboard:
         response = HTMLResponse(page, status_code=status, headers={"Cache-Control": "no-store"})
         if flash and not partial:
             response.delete_cookie(FLASH_COOKIE, path="/")
-        return response
+        if fresh is not None:
+            self._start_session(request, response, fresh)
+        return refuse_framing(response)
+
+    def _start_session(self, request: Request, response: Response, session: str) -> None:
+        secure = request.url.scheme == "https"
+        response.set_cookie(
+            SESSION_COOKIE, session, path="/", httponly=True, samesite="strict", secure=secure
+        )
 
     def back(self, to: str, message: str) -> Response:
         """Redirect to ``to`` with ``message`` shown once there."""
@@ -139,10 +162,7 @@ class Dashboard:
         if not self.guard.token_matches(str(form.get("token", ""))):
             return self.render(request, "login.html", 401, next=target, failed=True)
         response = RedirectResponse(target, status_code=303)
-        secure = request.url.scheme == "https"
-        response.set_cookie(
-            SESSION_COOKIE, self.guard.session(), path="/", httponly=True, samesite="strict", secure=secure
-        )
+        self._start_session(request, response, self.guard.new_session())
         return response
 
     async def _logout(self, request: Request) -> Response:

@@ -22,12 +22,14 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from jqueue import __version__
 from jqueue.adapters.dashboard.pages import Dashboard
+from jqueue.adapters.service.allowed_hosts import AllowedHosts, HostCheck
 from jqueue.adapters.service.answers import HTTPError, error_of
 from jqueue.adapters.service.host import QueueHost, record_storage
 from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER, BrokerLease
@@ -316,9 +318,17 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     renew_every: timedelta = DEFAULT_RENEW_EVERY,
     stale_after: timedelta = DEFAULT_STALE_AFTER,
+    listen: str | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> Starlette:
     """Return the ASGI application that serves every queue under ``root`` while it holds the
-    root's broker record (``address`` is the URL it advertises there)."""
+    root's broker record (``address`` is the URL it advertises there).
+
+    It answers only requests whose ``Host`` is ``listen`` (the host it listens on; default:
+    the host of ``address``), the host of ``address``, a name of ``allowed_hosts``, or a
+    loopback name when it listens there (see ``allowed_hosts.AllowedHosts.of``).
+    """
+    allowed = AllowedHosts.of(listen, address, allowed_hosts, token=token)
     host = QueueHost(root)
     lease = BrokerLease(record_storage(host.root), address, renew_every=renew_every, stale_after=stale_after)
     service = Service(host, lease, token, max_body_bytes)
@@ -348,4 +358,5 @@ def create_app(
         routes=service.routes() + QueuedRoutes(service).routes() + dashboard.routes(),
         lifespan=lifespan,
         exception_handlers={HTTPException: not_routed},
+        middleware=[Middleware(HostCheck, allowed=allowed)],
     )

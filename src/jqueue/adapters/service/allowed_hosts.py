@@ -1,0 +1,150 @@
+"""The names a request's ``Host`` header may carry, and ``HostCheck``, the middleware that
+refuses every other name.
+
+Against DNS rebinding: a page of another site whose name is made to resolve to this machine
+reaches the service from the browser as the same origin as itself, so without this check it
+could read the tokenless service on the loopback interface (the dashboard and its CSRF value,
+the queues) and drive it. Its requests carry its own name in ``Host``, which is refused.
+
+The names allowed (compared without the port, case and a trailing dot aside): the host the
+service listens on, the host of the address it advertises, ``localhost``, ``127.0.0.1`` and
+``::1`` when it listens on the loopback interface or on all interfaces, and any name given
+with ``--allowed-host``. On all interfaces (``0.0.0.0`` or ``::``) with a token, every name is
+allowed: clients reach such a service by names and addresses it cannot know, and the token,
+which another site cannot read, guards every route but ``/healthz`` and ``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from jqueue.adapters.service.wire import MSGPACK, ErrorBody, ErrorResponse, encode, is_msgpack
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+"""The loopback interface's names, allowed when the service listens on it."""
+
+ALL_INTERFACES = ("0.0.0.0", "::")
+BAD_HOST_STATUS = 421
+"""421 Misdirected Request: this service does not answer for that name."""
+
+
+class BadHostNameError(ValueError):
+    """A name given to allow that is not a host name."""
+
+
+def host_name(value: str) -> str:
+    """The name in a ``Host`` value (or ``HOST:PORT``, or a bare IPv6 address): without the
+    port, the brackets of an IPv6 address and a trailing dot, in lower case."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        value = value[1:].partition("]")[0]
+    elif value.count(":") == 1:
+        value = value.partition(":")[0]
+    return value.rstrip(".")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is the loopback interface."""
+    name = host_name(host)
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class AllowedHosts:
+    """The names a ``Host`` header may carry (``any_host``: every name).
+
+    Build one with ``AllowedHosts.of``.
+    """
+
+    names: frozenset[str]
+    any_host: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        listen: str | None,
+        address: str | None = None,
+        extra: Iterable[str] = (),
+        *,
+        token: str | None = None,
+    ) -> AllowedHosts:
+        """The names allowed for a service that listens on ``listen`` (a host, or ``HOST:PORT``;
+        None: the host of ``address``), advertises the URL ``address``, is also reached as each
+        name of ``extra``, and has ``token`` (or none).
+
+        Raises
+        ------
+        BadHostNameError
+            If a name of ``extra`` is empty or not a host name (it holds a ``/``, ``@`` or a space).
+        """
+        advertised = host_name(urlsplit(address).netloc) if address else ""
+        listened = advertised if listen is None else host_name(listen)
+        everywhere = listened in ("", *ALL_INTERFACES)
+        names = {advertised}
+        if not everywhere:
+            names.add(listened)
+        if everywhere or is_loopback(listened):
+            names.update(LOOPBACK_NAMES)
+        for given in extra:
+            name = host_name(given)
+            if not name or any(c in name for c in "/@ \t"):
+                raise BadHostNameError(f"{given!r} is not a host name")
+            names.add(name)
+        names.discard("")
+        return cls(frozenset(names), any_host=everywhere and token is not None)
+
+    def allows(self, host: str | None) -> bool:
+        """Whether a request whose ``Host`` header is ``host`` (None: it sent none) is answered."""
+        return self.any_host or (host is not None and host_name(host) in self.names)
+
+
+class HostCheck:
+    """ASGI middleware: a request whose ``Host`` is not allowed is answered 421 with the error
+    code ``bad_host`` (an ``ErrorResponse``, MessagePack when it accepts it) and reaches no route.
+
+    Parameters
+    ----------
+    app : ASGIApp
+        The application behind the check.
+    allowed : AllowedHosts
+        The names answered.
+    """
+
+    def __init__(self, app: ASGIApp, allowed: AllowedHosts) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, or refuse it."""
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        host = headers.get("host")
+        if self.allowed.allows(host):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        shown = "no Host header" if host is None else f"Host {host_name(host)!r}"
+        message = (
+            f"this service does not answer for {shown}: call it by its listen or advertised address, "
+            "or start it with --allowed-host NAME"
+        )
+        msgpack = is_msgpack(headers.get("accept"))
+        body = encode(ErrorResponse(ErrorBody("bad_host", message)), msgpack)
+        media = MSGPACK if msgpack else "application/json"
+        await Response(body, BAD_HOST_STATUS, media_type=media)(scope, receive, send)
