@@ -151,12 +151,9 @@ def test_messagepack_as_queued_speaks_it(tmp_path: Path) -> None:
         client = Client(url)
         assert client.call("PUT", "/queue/q", msgpack=True) == (200, None)
         [pushed] = client.push("q", b"\x00\xffbin", msgpack=True)
-        status, error = client.call("POST", "/queue/q/messages/poll", {"visibility_timeout_secs": 30})
-        assert (status, error["error"]) == (406, "BinaryContents"), "binary contents cannot be JSON text"
+        assert client.poll("q") == [], "binary contents cannot be JSON text: left for MessagePack"
         [message] = client.poll("q", msgpack=True)
-        assert (message["id"], message["contents"]) == (pushed, b"\x00\xffbin"), (
-            "the refused poll released it"
-        )
+        assert (message["id"], message["contents"]) == (pushed, b"\x00\xffbin")
         status, error = client.call("POST", "/queue/nope/messages/poll", {"count": 1}, msgpack=True)
         assert (status, error["error"]) == (404, "QueueNotFound")
         assert client.call("GET", "/queue/q/metrics", msgpack=True)[1]["message_counter"] == 1

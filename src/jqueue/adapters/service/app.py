@@ -59,6 +59,7 @@ from jqueue.adapters.service.wire import (
     decode,
     encode,
     is_msgpack,
+    wants_msgpack,
 )
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JobCancelledError, JobFailedError
@@ -138,7 +139,7 @@ class Service:
             "version": __version__,
         }
         health["pid"] = os.getpid()
-        return _answer(health, is_msgpack(request.headers.get("accept")))
+        return _answer(health, wants_msgpack(request.headers))
 
     async def check_serving(self) -> None:
         if self.lease.serving():
@@ -166,7 +167,7 @@ class Service:
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
-            msgpack = is_msgpack(request.headers.get("accept"))
+            msgpack = wants_msgpack(request.headers)
             name, route = request.path_params["queue"], request.url.path.rsplit("/", 1)[1]
             try:
                 await self.authorize(request, name)
@@ -200,6 +201,10 @@ class Service:
         raise HTTPError(401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is required")
 
     async def read_body(self, request: Request, kind: type[Any]) -> Any:
+        """Return the request's body decoded as ``kind`` (MessagePack or JSON by its
+        ``Content-Type``); refuse a body over ``max_body_bytes`` (413) or of another type (415).
+        A client that hangs up mid-body raises starlette's ``ClientDisconnect``, which
+        ``error_of`` answers with ``CLIENT_CLOSED`` (499) and logs as no error."""
         content_type = request.headers.get("content-type")
         msgpack = is_msgpack(content_type)
         if not msgpack and content_type is not None and not content_type.lower().startswith(JSON):
@@ -351,7 +356,7 @@ def create_app(
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         code = {404: "not_found", 405: "method_not_allowed"}.get(status, "bad_request")
         body = ErrorResponse(ErrorBody(code, f"{request.method} {request.url.path}: {exc}"))
-        return _answer(body, is_msgpack(request.headers.get("accept")), status)
+        return _answer(body, wants_msgpack(request.headers), status)
 
     dashboard = Dashboard(ServedQueues(service), token)
     return Starlette(

@@ -1,6 +1,7 @@
 """The queued-compatible API of ``jqueue serve``: queued's routes over the same queues.
 
-A queued message is a job of entrypoint ``QUEUED_ENTRYPOINT`` whose id is a number; its
+A queued message is a job of entrypoint ``QUEUED_ENTRYPOINT`` (``BINARY_ENTRYPOINT`` when
+its contents are not text, so that JSON polls never claim it) whose id is a number; its
 poll tag is its lease as a number (``lease_number``), so the fencing of every queue call
 guards updates and deletes: a stale tag changes nothing. Suspensions, throttles and API keys
 live in the root's catalog, so they survive a failover; the request counters are the
@@ -22,8 +23,10 @@ from starlette.routing import Route
 from jqueue.adapters.service.answers import HTTPError
 from jqueue.adapters.service.catalog import ENDPOINTS, CatalogRecord, QueueSettings
 from jqueue.adapters.service.queued_parts import (
-    QUEUED_ENTRYPOINT,
+    MESSAGE_ENTRYPOINTS,
     PollWindows,
+    claim_text,
+    entrypoint_of,
     held,
     message_of,
     queued_error,
@@ -46,7 +49,7 @@ from jqueue.adapters.service.queued_wire import (
     UpdateRequest,
     UpdateResponse,
 )
-from jqueue.adapters.service.wire import JSON, encode, is_msgpack
+from jqueue.adapters.service.wire import JSON, answer_type, encode, is_msgpack, wants_msgpack
 from jqueue.core.numbered import TimeOrderedIds
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
 from jqueue.domain.spec import JobSpec
@@ -98,7 +101,7 @@ class QueuedRoutes:
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
             name = request.path_params.get("queue", "")
-            msgpack = is_msgpack(request.headers.get("accept") or request.headers.get("content-type"))
+            msgpack = wants_msgpack(request.headers)
             status, body = 200, None
             try:
                 await service.authorize(request, None if admin else name)
@@ -173,7 +176,7 @@ class QueuedRoutes:
         body: PushRequest = await self.service.read_body(request, PushRequest)
         specs = [
             JobSpec(
-                QUEUED_ENTRYPOINT,
+                entrypoint_of(m.contents),
                 m.contents_bytes(),
                 delay=seconds(m.visibility_timeout_secs) if m.visibility_timeout_secs > 0 else None,
             )
@@ -193,17 +196,15 @@ class QueuedRoutes:
             self._count(name, "poll", "throttled")
             raise HTTPError(429, "throttled", f"polls of queue {name} are throttled")
         self.service.sightings.saw(name, request)
-        jobs = await queue.dequeue(
-            QUEUED_ENTRYPOINT,
-            batch_size=body.count,
-            visibility_timeout=seconds(body.visibility_timeout_secs),
-        )
-        text = not is_msgpack(request.headers.get("accept"))
-        try:
-            found = [(job, message_of(job, text)) for job in jobs]
-        except HTTPError:
-            await asyncio.gather(*(queue.release(job) for job in jobs))
-            raise
+        visibility = seconds(body.visibility_timeout_secs)
+        text = not wants_msgpack(request.headers)  # JSON carries text: binary stays for MessagePack
+        if text:
+            jobs = await claim_text(queue, body.count, visibility)
+        else:
+            jobs = await queue.dequeue(
+                MESSAGE_ENTRYPOINTS, batch_size=body.count, visibility_timeout=visibility
+            )
+        found = [(job, message_of(job, text)) for job in jobs]
         for job, message in found:  # added by other means: kept among the dead letters
             if message is None:
                 await queue.nack(job, error="not a queued message: its id is not a number", dead=True)
@@ -280,20 +281,21 @@ class QueuedRoutes:
 
     async def _queue_metrics(self, request: Request, name: str) -> QueueMetrics | Response:
         queue = await self.service.host.get(name)
-        accept = request.headers.get("accept", "")
-        if not (is_msgpack(accept) or accept.startswith(JSON)):  # as queued: Prometheus by default
+        wanted = answer_type(request.headers) or ""
+        if not (is_msgpack(wanted) or wanted.startswith(JSON)):  # as queued: Prometheus by default
             text = await self.service.metrics.render(self.service.host.open_queues(), self.service.lease)
             return Response(text, media_type=CONTENT_TYPE_LATEST)
-        counts = (await queue.stats()).entrypoints.get(QUEUED_ENTRYPOINT)
+        entrypoints = (await queue.stats()).entrypoints
+        kinds = [entrypoints[name] for name in MESSAGE_ENTRYPOINTS if name in entrypoints]
         sample = self.service.metrics.registry.get_sample_value
 
         def calls(endpoint: str, outcome: str) -> int:
             labels = {"queue": name, "endpoint": endpoint, "outcome": outcome}
             return int(sample("jqueue_queued_calls_total", labels) or 0)
 
-        oldest = None if counts is None else counts.oldest_queued_at
+        oldest = min((c.oldest_queued_at for c in kinds if c.oldest_queued_at is not None), default=None)
         waited = 0 if oldest is None else max(0, int((utc_now() - oldest).total_seconds()))
-        messages = 0 if counts is None else counts.queued + counts.scheduled + counts.in_progress
+        messages = sum(c.queued + c.scheduled + c.in_progress for c in kinds)
         return QueueMetrics(
             **{f"{outcome}_{endpoint}_counter": calls(endpoint, outcome) for endpoint, outcome in _COUNTERS},
             message_counter=messages,

@@ -3,18 +3,28 @@ windows, messages as polled and queued's error bodies."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 
-from jqueue.adapters.service.answers import HTTPError, error_of
+from jqueue.adapters.service.answers import error_of
 from jqueue.adapters.service.catalog import Throttle
 from jqueue.adapters.service.host import UnknownQueueError
 from jqueue.adapters.service.queued_wire import PolledMessage, QueuedError
-from jqueue.core.queue import lease_number, lease_of_number
+from jqueue.adapters.service.wire import MAX_BATCH
+from jqueue.core.queue import JobQueue, lease_number, lease_of_number
+from jqueue.domain.errors import JobNotFoundError, LeaseLostError
 from jqueue.domain.models import Job, fencing_job
 
 QUEUED_ENTRYPOINT = "queued"
-"""The entrypoint of the jobs that the queued routes push and poll."""
+"""The entrypoint of the messages that the queued routes push and poll whose contents are text."""
+BINARY_ENTRYPOINT = "queued-binary"
+"""The entrypoint of pushed messages whose contents are not UTF-8 text: only MessagePack polls
+claim them, so that a JSON poll never claims what it cannot answer with."""
+MESSAGE_ENTRYPOINTS = (QUEUED_ENTRYPOINT, BINARY_ENTRYPOINT)
+"""What a MessagePack poll claims: every message, in the order pushed."""
+SCAN_LIMIT = MAX_BATCH
+"""The most jobs a JSON poll claims to find its text messages behind binary ones."""
 _QUEUED_CODES = {
     "unauthorized": "NotAuthorized",
     "queue_not_found": "QueueNotFound",
@@ -47,19 +57,54 @@ class PollWindows:
         return True
 
 
+def is_text(contents: bytes) -> bool:
+    """Whether message contents are UTF-8 text (what a JSON answer can carry)."""
+    try:
+        contents.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def entrypoint_of(contents: str | bytes) -> str:
+    """The entrypoint of a pushed message: ``BINARY_ENTRYPOINT`` for contents that are not text."""
+    text = isinstance(contents, str) or is_text(contents)
+    return QUEUED_ENTRYPOINT if text else BINARY_ENTRYPOINT
+
+
+async def claim_text(queue: JobQueue, count: int, visibility: timedelta) -> list[Job]:
+    """Claim up to ``count`` messages whose contents are text, for a JSON poll, in order.
+
+    A push files binary contents under ``BINARY_ENTRYPOINT``, but a job of ``QUEUED_ENTRYPOINT``
+    added by other means (or before that) may be binary: it is held while the poll claims
+    more behind it (each round at least as many as it held, up to ``SCAN_LIMIT`` in all),
+    then released for a MessagePack poller with what was claimed past ``count``.
+    """
+    text: list[Job] = []
+    held: list[Job] = []
+    ask = count
+    while ask > 0:
+        jobs = await queue.dequeue(QUEUED_ENTRYPOINT, batch_size=ask, visibility_timeout=visibility)
+        for job in jobs:
+            (text if is_text(job.payload) else held).append(job)
+        if len(jobs) < ask or len(text) >= count:
+            break
+        ask = min(max(count - len(text), len(held)), SCAN_LIMIT - len(text) - len(held))
+    held += text[count:]
+    released = await asyncio.gather(*(queue.release(job) for job in held), return_exceptions=True)
+    for outcome in released:  # a lease that ran out already (a poll of visibility 0) needs none
+        if isinstance(outcome, BaseException) and not isinstance(outcome, LeaseLostError | JobNotFoundError):
+            raise outcome
+    return text[:count]
+
+
 def message_of(job: Job, text: bool) -> PolledMessage | None:
-    """Return a polled job as a queued message (contents as text when ``text``), or None if
-    its id or lease is not a number (a job added by other means)."""
+    """Return a polled job as a queued message (contents as text when ``text``: the caller
+    claimed text alone), or None if its id or lease is not a number (added by other means)."""
     tag = None if job.lease is None else lease_number(job.lease)
     if not job.id.isdigit() or tag is None:
         return None
-    contents: str | bytes = job.payload
-    if text:
-        try:
-            contents = job.payload.decode()
-        except UnicodeDecodeError:
-            raise HTTPError(406, "binary_contents", "a message is binary: poll it with MessagePack") from None
-    return PolledMessage(contents, int(job.id), tag)
+    return PolledMessage(job.payload.decode() if text else job.payload, int(job.id), tag)
 
 
 def seconds(visibility_timeout_secs: int) -> timedelta:

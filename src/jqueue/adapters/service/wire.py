@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -223,6 +224,21 @@ def job_of(wire: Any) -> Job:
 def is_msgpack(content_type: str | None) -> bool:
     """Whether a ``Content-Type`` or ``Accept`` value asks for MessagePack."""
     return content_type is not None and content_type.split(";", 1)[0].strip().lower() in _MSGPACK_TYPES
+
+
+def answer_type(headers: Mapping[str, str]) -> str | None:
+    """The media type a request wants its answer in: the first of its ``Accept``, or, when it
+    has none (or accepts anything, ``*/*``), its own ``Content-Type``; None if neither says."""
+    accept = headers.get("accept", "").split(",", 1)[0].split(";", 1)[0].strip()
+    if accept and accept != "*/*":
+        return accept
+    return headers.get("content-type")
+
+
+def wants_msgpack(headers: Mapping[str, str]) -> bool:
+    """Whether a request wants its answer in MessagePack (see ``answer_type``): every route of
+    both APIs answers by this rule."""
+    return is_msgpack(answer_type(headers))
 
 
 _json_encoder = msgspec.json.Encoder()
