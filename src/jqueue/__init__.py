@@ -29,6 +29,7 @@ from jqueue.core.tasks import Task
 from jqueue.core.worker import Worker
 from jqueue.domain.errors import (
     CASConflictError,
+    CommitUnknownError,
     CorruptStateError,
     InvalidURLError,
     JobCancelledError,
@@ -85,6 +86,7 @@ __all__ = [
     "Backoff",
     "BrokerQueue",
     "CASConflictError",
+    "CommitUnknownError",
     "CorruptStateError",
     "DirectQueue",
     "EntrypointStats",

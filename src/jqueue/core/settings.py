@@ -24,10 +24,11 @@ class LogSettings:
         ``JOBS_PER_CHECKPOINT_CHANGE`` live jobs: both costs stay flat per change.
     retention : timedelta
         How long entries and checkpoints stay after a newer checkpoint covers them
-        (the history that readers and analytics can still see). Writers whose view
-        is older than half of it look for a newer checkpoint before committing, so
-        it must exceed the longest pause a writer can take between reading the log
-        and committing (at least one second).
+        (the history that readers and analytics can still see), at least one second.
+        Writers whose view is older than half of it look for a newer checkpoint before
+        committing; a commit answered later than that is acknowledged only if no
+        checkpoint covers it (else ``CommitUnknownError``), so the clocks of all
+        processes must agree to well within half of it.
     payload_cache_bytes : int
         Payload bytes of recent entries kept in memory to answer dequeues.
     part_lifetime : timedelta

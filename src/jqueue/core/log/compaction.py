@@ -29,6 +29,17 @@ from jqueue.ports.storage import KeyedStoragePort
 DELETE_CONCURRENCY = 16
 
 
+async def checkpoint_covers(keyed: KeyedStoragePort, seq: int) -> bool:
+    """Whether a checkpoint of entry ``seq`` or a later one exists.
+
+    Compaction deletes entries only up to a checkpoint it keeps, and deletes that checkpoint
+    only for a newer one: once entry ``seq`` was compacted, a checkpoint at or past it exists
+    for good. Without one, entry ``seq`` was never compacted.
+    """
+    keys = filter(None, map(checkpoint_key, await keyed.list_names(CHECKPOINT_PREFIX)))
+    return any(checkpoint_seq >= seq for checkpoint_seq, _ in keys)
+
+
 class Compactor:
     """Compaction of one log-structured queue.
 

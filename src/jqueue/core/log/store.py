@@ -9,10 +9,11 @@ they are up to date with one GET that finds nothing.
 After every ``checkpoint_every`` changes (or one per 20 live jobs, if more) a
 checkpoint of the jobs' metadata is written in the background (payloads stay in the
 entry that first carried them), and old entries and checkpoints are compacted.
-Compaction removes only what a checkpoint older than ``retention`` covers, and a
-writer whose view of the log is older than half the retention looks for a newer
-checkpoint before it commits, so no writer can re-create a compacted entry. That
-assumes clocks agree to well within the retention.
+Compaction removes only what a checkpoint older than ``retention`` covers. A writer
+whose view of the log is older than half the retention looks for a newer checkpoint
+before it commits, and a create or a catch-up that answers later than that is checked
+against the checkpoints, so no commit that re-created a compacted entry is acknowledged.
+That assumes clocks agree to well within half the retention (docs/architecture.md, §6).
 """
 
 from __future__ import annotations
@@ -39,16 +40,15 @@ from jqueue.core.formats.marker import (
     entry_name,
     entry_seq,
 )
-from jqueue.core.log.compaction import Compactor
-from jqueue.core.log.parts import is_part, part_name
-from jqueue.core.log.payload_refs import payload_place, payload_ref
-from jqueue.core.log.segment_cache import SegmentCache
+from jqueue.core.log.compaction import Compactor, checkpoint_covers
+from jqueue.core.log.payload_reader import PayloadReader, segment_name
+from jqueue.core.log.payload_refs import payload_ref
 from jqueue.core.log.snapshot import IndexSnapshot
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore, check_not_empty
 from jqueue.domain.effects import Added, Effect
-from jqueue.domain.errors import CASConflictError, CorruptStateError, StorageError
+from jqueue.domain.errors import CASConflictError, CommitUnknownError, CorruptStateError, StorageError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import Frozen
 from jqueue.domain.schema import Payload
@@ -92,7 +92,8 @@ class LogStore(CommitStore):
         self.settings = settings
         self.base = base
         self.created = created
-        self._cache = SegmentCache(settings.payload_cache_bytes)
+        self._payloads = PayloadReader(storage, self.location, settings.payload_cache_bytes)
+        self._cache = self._payloads.cache
         self._confirmed_at = -math.inf
         self._read_back: dict[int, bytes] = {}
         self._changes_since_checkpoint = 0
@@ -100,20 +101,13 @@ class LogStore(CommitStore):
         self._explicit = asyncio.Lock()
         self._compactor = Compactor(storage, settings.part_lifetime + settings.retention)
         self._base_applied = False
-        self._loading: dict[int, asyncio.Future[list[bytes]]] = {}
 
     def where(self, name: str) -> str:
         """Return the location of a named object (or with "" of the namespace), for messages."""
         return f"{self.location}.d/{name}"
 
     def _segment_name(self, segment: int) -> str:
-        if is_part(segment):
-            return part_name(segment)
-        if segment == 0:
-            if self.base is None:
-                raise CorruptStateError(self.location, "a payload refers to a base object it does not have")
-            return self.base
-        return entry_name(segment)
+        return segment_name(segment, self.base, self.location)
 
     # --- catching up ------------------------------------------------------------------
 
@@ -127,6 +121,10 @@ class LogStore(CommitStore):
             asked_at = time.monotonic()
             seq = self.index.version + 1
             data = self._read_back.pop(seq, None) or await self.keyed.get(entry_name(seq))
+            if self._view_is_old():  # too late to tell the end, or an entry, from one compaction re-made
+                self._read_back.clear()
+                await self._load_newest_checkpoint()
+                return
             if data is None:
                 self._confirmed_at = asked_at
                 self._read_back.clear()
@@ -150,7 +148,13 @@ class LogStore(CommitStore):
         return True
 
     def _view_is_old(self) -> bool:
-        return time.monotonic() - self._confirmed_at > self.settings.retention.total_seconds() / 2
+        return self._is_late(self._confirmed_at)
+
+    def _is_late(self, since: float) -> bool:
+        """Whether ``since`` (monotonic) is more than half the retention ago: an entry that was
+        absent then may have been created and compacted since (the other half of the retention
+        is the margin for the clocks of other processes)."""
+        return time.monotonic() - since > self.settings.retention.total_seconds() / 2
 
     async def _load_newest_checkpoint(self) -> None:
         """Start from the newest checkpoint if it is ahead of us, then fetch the entries after it."""
@@ -255,7 +259,8 @@ class LogStore(CommitStore):
         self.created = True
 
     async def _commit(self, effects: Sequence[Effect]) -> None:
-        if self._view_is_old():  # the transition took long: refresh (outside it) and retry
+        confirmed_at = self._confirmed_at  # when we last saw the log end at our version
+        if self._is_late(confirmed_at):  # the transition took long: refresh (outside it) and retry
             raise CASConflictError(f"{self.location}: the view of the log is too old to commit on")
         if not self.created:
             await self._create_queue()
@@ -274,8 +279,22 @@ class LogStore(CommitStore):
                 self._read_back[seq] = existing
                 raise
             # The entry is this very commit: a retried request whose first attempt landed.
+        if self._is_late(confirmed_at):
+            await self._check_late_landing(seq, time.monotonic() - confirmed_at)
         self.index.version = seq
         self._confirmed_at = asked_at
+
+    async def _check_late_landing(self, seq: int, elapsed: float) -> None:
+        """Keep a create that answered past the bound only if no checkpoint covers its entry: then
+        none was compacted and readers read this one. Otherwise its outcome is unknown (our view
+        stays old, so we reload from the checkpoints rather than read entry seq back)."""
+        if await checkpoint_covers(self.keyed, seq):
+            raise CommitUnknownError(
+                self.where(entry_name(seq)),
+                f"its create answered {elapsed:.3g} s after the log was last read, over half the "
+                "retention, and a checkpoint covers it: compaction may have deleted an earlier entry "
+                f"{seq}, and then no reader sees this one",
+            )
 
     def _landed(self, effects: Sequence[Effect]) -> None:
         seq = self.index.version
@@ -290,34 +309,7 @@ class LogStore(CommitStore):
 
     async def payloads(self, payloads: Sequence[Payload]) -> list[bytes]:
         """Return each payload's bytes, reading the segments that are not cached."""
-        found: list[bytes] = []
-        for payload in payloads:
-            if isinstance(payload, bytes):
-                found.append(payload)
-                continue
-            segment, position = payload_place(payload)
-            payloads_there = self._cache.get(segment) or await self._load_segment(segment)
-            if position >= len(payloads_there):
-                raise CorruptStateError(self.where(self._segment_name(segment)), f"has no payload {position}")
-            found.append(payloads_there[position])
-        return found
-
-    async def _load_segment(self, segment: int) -> list[bytes]:
-        """Fetch a segment once, however many callers need it at the same time."""
-        loading = self._loading.get(segment)
-        if loading is None:
-            loading = self._loading[segment] = asyncio.ensure_future(self._fetch_segment(segment))
-            loading.add_done_callback(lambda _: self._loading.pop(segment, None))
-        return await asyncio.shield(loading)
-
-    async def _fetch_segment(self, segment: int) -> list[bytes]:
-        name = self._segment_name(segment)
-        data = await self.keyed.get(name)
-        if data is None:
-            raise CorruptStateError(self.where(name), "a live job's payload entry is missing")
-        entry = decode_entry(data, segment, self.where(name))
-        self._cache.put(segment, entry.payloads)
-        return entry.payloads
+        return await self._payloads.payloads(payloads, self.base)
 
     # --- checkpoints and compaction ---------------------------------------------------
 
