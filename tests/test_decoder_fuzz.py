@@ -296,7 +296,10 @@ def test_mutated_encodings_meet_the_contract(decoder: str, data: st.DataObject) 
 @FUZZ
 @given(data=st.binary(max_size=100) | st.sampled_from([b'{"layout":"\xff"}', b'{"layout":"\\ud800"}']))
 def test_any_bytes_are_a_marker_or_not(data: bytes) -> None:
-    is_log, base = marker_format.decode_marker(data)
+    try:
+        is_log, base = marker_format.decode_marker(data, "memory://fuzz/queue.json")
+    except CorruptStateError:  # a marker naming a base outside the queue
+        return
     assert isinstance(is_log, bool)
     assert base is None or isinstance(base, str)
 

@@ -219,7 +219,7 @@ class Probe:
         self.exercise(checkpoint_format.decode_checkpoint(data, location)[0], lambda _: b"")
 
     def marker(self, data: bytes, location: str) -> None:
-        marker_format.decode_marker(data)
+        marker_format.decode_marker(data, location)
 
 
 LOCATIONS = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from jqueue.core.layout import StoreOpener
-from jqueue.core.store import StorageUse
+from jqueue.core.store import StorageUse, located
 from jqueue.domain.errors import JQueueError, QueueClosedError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.policy import QueuePolicy
@@ -209,7 +209,7 @@ class GroupedCommits:
             unsent, self._pending = self._pending, []
             _fail(unsent, QueueClosedError("the queue stopped before this call was committed"))
 
-    def _round(self, batch: list[_Pending], index: QueueIndex) -> list[Outcome]:
+    def _round(self, batch: list[_Pending], index: QueueIndex, location: str) -> list[Outcome]:
         swept = self.housekeeping.before(index)
         outcomes: list[Outcome] = []
         for pending in batch:
@@ -221,14 +221,14 @@ class GroupedCommits:
                 outcomes.append((True, pending.operation(index)))
             except Exception as exc:
                 index.rollback_to(savepoint)  # a failed call leaves nothing behind
-                outcomes.append((False, exc))
+                outcomes.append((False, located(exc, location)))
         self.housekeeping.after(index)
         return outcomes
 
     async def _commit_batch(self, batch: list[_Pending]) -> None:
         try:
             store = await self.opener.store()
-            outcomes = await store.apply(lambda index: self._round(batch, index))
+            outcomes = await store.apply(lambda index: self._round(batch, index, store.location))
         except asyncio.CancelledError:
             closed = "the queue stopped while this call's commit was in flight; it may have landed"
             _fail(batch, QueueClosedError(closed))

@@ -84,7 +84,7 @@ class StoreOpener:
                     return SingleObjectStore(storage, self.retry)
                 return LogStore(storage, self.retry, self.settings, created=False)
             check_not_empty(content, etag, location)
-            is_log, base = decode_marker(content)
+            is_log, base = decode_marker(content, location)
             if is_log:
                 if self.layout == "single":
                     raise CorruptStateError(location, "this queue uses the log layout, not 'single'")

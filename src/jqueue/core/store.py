@@ -29,6 +29,7 @@ from jqueue.domain.errors import CASConflictError, CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState
 from jqueue.domain.schema import JobFields, Payload, job_from
+from jqueue.domain.times import TimeRangeError
 from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")
@@ -39,6 +40,16 @@ def describe(storage: ObjectStoragePort) -> str:
     """Return where ``storage`` keeps its object, for error messages."""
     url = getattr(storage, "url", None)
     return url if isinstance(url, str) else repr(storage)
+
+
+def located(exc: Exception, location: str) -> Exception:
+    """Return what an operation raised as its caller sees it: a time reckoned out of range from
+    stored times (``TimeRangeError``) is damaged state, a ``CorruptStateError`` at ``location``."""
+    if isinstance(exc, TimeRangeError):
+        corrupt = CorruptStateError(location, str(exc))
+        corrupt.__cause__ = exc
+        return corrupt
+    return exc
 
 
 def check_not_empty(content: bytes, etag: str | None, location: str) -> None:
@@ -169,10 +180,13 @@ class CommitStore(ABC):
             index.begin()
             try:
                 answer = transition(index)
-            except Exception:
+            except Exception as exc:
                 index.rollback()
                 if verified:
-                    raise
+                    error = located(exc, self.location)
+                    if error is exc:
+                        raise
+                    raise error from exc
                 await self.refresh()
                 verified = True
                 continue

@@ -51,6 +51,7 @@ from jqueue.domain.records import (
 )
 from jqueue.domain.schema import FIELDS
 from jqueue.domain.tally import IN_PROGRESS, Tally
+from jqueue.domain.times import checked_time
 
 REQUIRED_COLUMNS = (*(f.name for f in FIELDS if f.required), "order")
 """The columns ``from_columns`` needs; the others may be left out (their default in every row)."""
@@ -229,7 +230,7 @@ class IndexState(Journal, BulkAdds):
                 if new_expiry is not None:
                     expires = new_expiry
                 elif expires is not None and record.heartbeat is not None:
-                    expires = at + (expires - record.heartbeat)
+                    expires = checked_time(at + (expires - record.heartbeat), f"the lease of job {job_id!r}")
                 reported = {} if progress is None else dict(progress=progress, progress_note=note)
                 self._update(record, record.changed(heartbeat=at, expires=expires, **reported))
             case CancelAsked(job_id, at):

@@ -11,6 +11,21 @@ MAX_MICROS = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
 """The range of times a ``datetime`` can hold, in microseconds since the epoch."""
 
 
+class TimeRangeError(ValueError):
+    """A time reckoned from stored times falls outside the years 1 to 9999 (damaged state)."""
+
+
+def checked_time(micros: int, what: str) -> int:
+    """Return ``micros`` if a ``datetime`` can hold it, else raise ``TimeRangeError`` naming ``what``.
+
+    The one check of times that are stored, or reckoned from stored times (a lease moved by a
+    heartbeat): the queue's store reports it as ``CorruptStateError`` with its location.
+    """
+    if not MIN_MICROS <= micros <= MAX_MICROS:
+        raise TimeRangeError(f"{what} falls outside the years 1 to 9999 ({micros} microseconds since 1970)")
+    return micros
+
+
 def utc_now() -> datetime:
     """Return the current time as an aware UTC datetime."""
     return datetime.now(UTC)

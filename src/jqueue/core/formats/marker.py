@@ -8,9 +8,12 @@ beside it: ``log/<seq>`` entries and ``checkpoint/<seq>-<micros>`` checkpoints.
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from jqueue.core.formats.wire import UNDECODABLE
+from jqueue.domain.errors import CorruptStateError
 
 LAYOUT = "jqueue-log/1"
 ENTRY_PREFIX = "log/"
@@ -20,6 +23,8 @@ GENESIS = "genesis"
 """The object a new log-structured queue creates before its marker and never deletes: a
 marker whose namespace lacks it (and holds no entry or checkpoint) lost its log."""
 _SEQ_DIGITS = 20
+_BASE_NAME = re.compile(rf"{BASE_PREFIX}[A-Za-z0-9_-]{{1,200}}")
+"""A base object's name, as ``migrate`` makes them (``base/<uuid hex>``)."""
 
 
 def entry_name(seq: int) -> str:
@@ -64,10 +69,19 @@ def encode_genesis(at: int) -> bytes:
     return msgspec.json.encode({"layout": LAYOUT, "created": at})
 
 
-def decode_marker(data: bytes) -> tuple[bool, str | None]:
-    """Return whether ``data`` is a log-structured queue's marker, and its base object."""
+def decode_marker(data: bytes, location: str = "<bytes>") -> tuple[bool, str | None]:
+    """Return whether ``data`` is a log-structured queue's marker, and its base object.
+
+    Raises
+    ------
+    CorruptStateError
+        If it is a marker whose base is not a ``base/<id>`` name beside it (at ``location``).
+    """
     try:
         marker = msgspec.json.decode(data, type=_Marker)
     except UNDECODABLE:
         return False, None
-    return marker.layout == LAYOUT, marker.base
+    is_log, base = marker.layout == LAYOUT, marker.base
+    if is_log and base is not None and not _BASE_NAME.fullmatch(base):
+        raise CorruptStateError(location, f"its marker names a base {base[:100]!r} outside the queue")
+    return is_log, base

@@ -35,7 +35,7 @@ from jqueue.domain.effects import Added
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.schema import STORED_FIELDS, TIME_FIELDS, domain_values, public_constructor
-from jqueue.domain.times import MAX_MICROS, MIN_MICROS
+from jqueue.domain.times import checked_time
 
 _DOCUMENTED = ("id", "entrypoint", "payload", "status", "priority", "created_at", "heartbeat_at")
 """The documented fields, first and in the documented order; the others follow in ``JobFields`` order."""
@@ -97,7 +97,7 @@ def _decode_wire(data: bytes, location: str) -> _WireState:
     try:
         wire = _decoder.decode(data)
     except UNDECODABLE as exc:
-        if decode_marker(data)[0]:
+        if decode_marker(data, location)[0]:
             raise CorruptStateError(
                 location, "this queue uses the log-structured layout; open it with layout 'auto' or 'log'"
             ) from exc
@@ -108,12 +108,12 @@ def _decode_wire(data: bytes, location: str) -> _WireState:
 
 
 def _in_range(added: Added) -> Added:
-    """Return ``added`` if each of its times fits a datetime (as UTC), else raise ValueError."""
+    """Return ``added`` if each of its times fits a datetime (as UTC), else raise ``TimeRangeError``."""
     for f in TIME_FIELDS:
         value = getattr(added, f.name)
-        times = value if isinstance(value, tuple) else (value,)
-        if any(t is not None and not MIN_MICROS <= t <= MAX_MICROS for t in times):
-            raise ValueError(f"job {added.id} has a time outside the years 1 to 9999")
+        for time in value if isinstance(value, tuple) else (value,):
+            if time is not None:
+                checked_time(time, f"the {f.name} of job {added.id!r}")
     return added
 
 

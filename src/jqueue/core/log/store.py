@@ -139,7 +139,7 @@ class LogStore(CommitStore):
             self._confirmed_at = asked_at
             return False
         check_not_empty(content, etag, self.location)
-        is_log, base = decode_marker(content)
+        is_log, base = decode_marker(content, self.location)
         if not is_log:
             raise CorruptStateError(
                 self.location, "another process created this queue in the single-object layout; reopen it"
