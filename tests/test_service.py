@@ -59,8 +59,11 @@ def post(url: str, body: bytes, content_type: str = "application/json", **header
 async def test_a_served_queue_takes_the_calls_of_a_broker_queue(served: tuple[str, Path]) -> None:
     url, root = served
     async with connect(url, "jobs") as queue:
+        assert await queue.dequeue() == []  # as from storage: a queue not made yet has no jobs
+        assert await queue.peek() == []
+        assert not [path for path in root.iterdir() if not path.name.startswith("_broker")]  # nothing made
         with pytest.raises(ServiceError) as missing:
-            await queue.dequeue()
+            await queue.ack("no-such-job")
         assert (missing.value.status, missing.value.code) == (404, "queue_not_found")
         added = await queue.enqueue_many("mail", [b"a", b"b", b"\x00\xff"])
         delayed = await queue.enqueue("mail", b"later", priority=-5, delay=timedelta(hours=1), dedup_key="k")
@@ -113,7 +116,7 @@ def jobs_body(**options: Any) -> bytes:
     return json.dumps({"jobs": [{"entrypoint": "e", "payload": "aGk=", **options}] * count}).encode()
 
 
-BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
+BAD_REQUESTS: list[tuple[str, bytes, int, str | None]] = [
     ("q/enqueue", b"{not json", 400, "bad_body"),
     ("q/enqueue", b'{"jobs": [{"entrypoint": "e"}]}', 400, "bad_body"),
     ("q/enqueue", jobs_body(payload="%%"), 400, "bad_body"),
@@ -122,7 +125,8 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
     ("q/enqueue", jobs_body(delay_seconds=1, not_before="2030-01-01T00:00:00Z"), 400, "invalid_argument"),
     ("q/enqueue", jobs_body(count=100), 413, "body_too_large"),
     ("q/dequeue", b'{"batch_size": 0}', 400, "bad_body"),
-    ("nope/dequeue", b"{}", 404, "queue_not_found"),
+    ("nope/ack", b'{"jobs": [{"id": "x"}]}', 404, "queue_not_found"),
+    ("nope/dequeue", b"{}", 200, None),  # nothing to claim, and nothing made
     ("a.b/dequeue", b"{}", 400, "bad_queue_name"),
     ("q/frobnicate", b"{}", 404, "not_found"),
 ]
@@ -277,7 +281,7 @@ async def test_metrics_count_what_the_service_did(served: tuple[str, Path]) -> N
         await queue.enqueue("mail", b"4")  # this commit finds the third's lease run out
     with pytest.raises(ServiceError):
         async with connect(url, "no-such-queue") as missing:
-            await missing.dequeue()
+            await missing.ack("no-such-job")
     samples = scrape(url)
     mail = (("entrypoint", "mail"), ("queue", "m"))
     assert samples[("jqueue_jobs_total", (("action", "enqueued"), *mail))] == 4
@@ -300,7 +304,7 @@ async def test_metrics_count_what_the_service_did(served: tuple[str, Path]) -> N
         for status in ("queued", "in_progress", "dead")
     }
     assert backlog == {"queued": 2, "in_progress": 0, "dead": 1}
-    assert samples[("jqueue_requests_total", (("queue", ""), ("route", "dequeue"), ("status", "404")))] == 1
+    assert samples[("jqueue_requests_total", (("queue", ""), ("route", "ack"), ("status", "404")))] == 1
     assert samples[("jqueue_request_seconds_count", (("route", "enqueue"),))] == 2
 
 

@@ -125,8 +125,30 @@ class Service:
             Route("/v1/queues/{queue}/enqueue", self._endpoint(self._enqueue, create=True), methods=["POST"]),
         ]
         for verb, call in queue_calls.items():
-            routes.append(Route(f"/v1/queues/{{queue}}/{verb}", self._endpoint(call), methods=["POST"]))
+            absent = self._absent.get(verb)
+            routes.append(
+                Route(f"/v1/queues/{{queue}}/{verb}", self._endpoint(call, absent=absent), methods=["POST"])
+            )
         return routes
+
+    @property
+    def _absent(self) -> dict[str, Callable[[Request], Awaitable[Any]]]:
+        """What the calls that only look for jobs answer for a queue that does not exist yet: what
+        they answer for an empty queue, as a queue committed to directly does (a worker
+        started before its queue waits for it)."""
+        return {"dequeue": self._nothing_claimed, "peek": self._nothing_claimed, "changes": self._no_change}
+
+    async def _nothing_claimed(self, request: Request) -> JobsResponse:
+        await self.read_body(request, DequeueRequest if request.url.path.endswith("dequeue") else PeekRequest)
+        return JobsResponse([])
+
+    async def _no_change(self, request: Request) -> ChangesResponse:
+        body: ChangesRequest = await self.read_body(request, ChangesRequest)
+        name = request.path_params["queue"]
+        deadline = time.monotonic() + body.wait_seconds
+        while time.monotonic() < deadline and not await self.host.exists(name):
+            await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        return ChangesResponse(body.seen)
 
     async def _healthz(self, request: Request) -> Response:
         lease = self.lease
@@ -163,7 +185,11 @@ class Service:
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     def _endpoint(
-        self, call: Callable[[BrokerQueue, Request], Awaitable[Any]], *, create: bool = False
+        self,
+        call: Callable[[BrokerQueue, Request], Awaitable[Any]],
+        *,
+        create: bool = False,
+        absent: Callable[[Request], Awaitable[Any]] | None = None,
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
@@ -172,8 +198,11 @@ class Service:
             try:
                 await self.authorize(request, name)
                 await self.check_serving()
-                queue = await self.host.get(name, create=create)
-                answer, status = _answer(await call(queue, request), msgpack), 200
+                if absent is not None and not await self.host.exists(name):
+                    answer, status = _answer(await absent(request), msgpack), 200
+                else:
+                    queue = await self.host.get(name, create=create)
+                    answer, status = _answer(await call(queue, request), msgpack), 200
             except Exception as exc:
                 status, body = error_of(exc)
                 answer = _answer(ErrorResponse(body), msgpack, status)

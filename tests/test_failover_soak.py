@@ -1,0 +1,40 @@
+"""A short run of tools/soak_failover.py: brokers killed and frozen in turn under producers and
+``Worker`` processes through ``connect``; nothing lost, nothing acked twice, no client exits."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOL = ROOT / "tools" / "soak_failover.py"
+
+pytestmark = pytest.mark.slow
+
+
+def test_killed_and_frozen_brokers_lose_double_and_stop_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    arguments = ["--root", str(root), "--seconds", "30", "--every", "5", "--freeze", "12", "--clients", "2"]
+    done = subprocess.run(
+        [sys.executable, str(TOOL), *arguments], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    faults = re.search(r"(\d+) broker faults: (.*)", done.stdout)
+    assert faults is not None, done.stdout
+    assert int(faults[1]) >= 3
+    assert "killed" in faults[2]
+    assert "froze" in faults[2]
+    counts = re.search(r"(\d+) jobs enqueued, (\d+) acks returned, (\d+) in the history", done.stdout)
+    assert counts is not None, done.stdout
+    assert int(counts[1]) > 0
+    assert int(counts[1]) == int(counts[2])
+    stall = re.search(r"longest client stall: ([\d.]+) s", done.stdout)
+    assert stall is not None, done.stdout
+    # a frozen broker costs no more than a killed one, not the length of the freeze
+    assert float(stall[1]) < 9, done.stdout
+    print(done.stdout)

@@ -1,0 +1,325 @@
+"""Failover soak: brokers killed and frozen in turn under producers and workers through ``connect``.
+
+Two ``jqueue serve`` processes share a root (a directory, or an ``s3://`` root); producer
+processes enqueue batches through ``connect(ROOT, "q")`` and worker processes run a ``Worker``
+on the same. Every ``--every`` seconds the serving broker is, in turn, SIGKILLed (a new one is
+started in its place) or frozen with SIGSTOP for ``--freeze`` seconds and then let go with
+SIGCONT. After ``--seconds`` the producers stop, the workers drain the queue, and the soak
+checks, from the files the clients wrote and the queue's own history:
+
+- every enqueue that returned was acked exactly once (one ack that returned, per job);
+- every ack that returned is in the history as acked;
+- no worker or producer exited before it was told to;
+
+and prints the longest stall of a client call (an enqueue, claim or ack). Exit status 1 if a
+check fails.
+
+Example::
+
+    .venv/bin/python tools/soak_failover.py --seconds 180
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from jqueue import DirectQueue, Job, JobStatus, RemoteQueue, Worker
+from jqueue.adapters.service.host import root_storage
+from served import free_port
+
+FAST = ["--renew-every", "0.2", "--stale-after", "1"]
+"""Broker settings that make a takeover quick: a record not renewed for 1 s is stale."""
+BATCH = 5
+LEASE = timedelta(seconds=10)
+"""Short, so that a claim whose answer a broker never sent (it died or froze) comes back soon."""
+
+
+def _health(url: str) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=1) as answer:
+            found: dict[str, Any] = json.loads(answer.read())
+            return found
+    except OSError:
+        return None
+
+
+@dataclass
+class Broker:
+    """One ``jqueue serve`` process of the soak."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+
+
+@dataclass
+class Brokers:
+    """The brokers of the root: two at a time, one serving."""
+
+    root: str
+    logs: Path
+    started: int = 0
+    alive: list[Broker] = field(default_factory=list)
+
+    def start(self) -> Broker:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "jqueue", "serve", "--storage", self.root]
+        command += ["--listen", f"127.0.0.1:{port}", *FAST]
+        with (self.logs / f"serve-{self.started}.log").open("wb") as log:
+            process = subprocess.Popen(command, stderr=log, start_new_session=True)
+        self.started += 1
+        deadline = time.monotonic() + 60
+        while _health(url) is None:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"jqueue serve on {self.root} did not start (see {self.logs})")
+            time.sleep(0.05)
+        broker = Broker(url, process)
+        self.alive.append(broker)
+        return broker
+
+    def serving(self, within: float = 30.0) -> Broker:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            for broker in self.alive:
+                if (_health(broker.url) or {}).get("role") == "active":
+                    return broker
+            time.sleep(0.05)
+        raise RuntimeError(f"no broker serves {self.root} within {within:g} s")
+
+    def stop(self) -> None:
+        for broker in self.alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(broker.process.pid, signal.SIGCONT)
+                broker.process.terminate()
+        for broker in self.alive:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                broker.process.wait(15)
+            if broker.process.poll() is None:
+                broker.process.kill()
+
+
+def _queue(root: str) -> RemoteQueue:
+    return RemoteQueue(root, "q", visibility_timeout=LEASE)
+
+
+async def produce(root: str, out: Path, stop: Path) -> None:
+    """Enqueue batches until ``stop`` exists; write ``ID`` for each job enqueued, and the longest
+    call as ``stall SECONDS``."""
+    longest, n = 0.0, 0
+    async with _queue(root) as queue:
+        with out.open("a", buffering=1) as lines:
+            while not stop.exists():  # noqa: ASYNC240 (a local file, seldom)
+                started = time.monotonic()
+                jobs = await queue.enqueue_many("work", [f"{n + k}".encode() for k in range(BATCH)])
+                longest = max(longest, time.monotonic() - started)
+                n += BATCH
+                lines.write("".join(f"{job.id}\n" for job in jobs))
+                await asyncio.sleep(0.05)
+            lines.write(f"stall {longest:.3f}\n")
+
+
+class TimedQueue(RemoteQueue):
+    """A ``RemoteQueue`` that remembers its slowest claim or ack."""
+
+    longest: float = 0.0
+
+    async def dequeue(
+        self,
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> list[Job]:
+        started = time.monotonic()
+        try:
+            return await super().dequeue(
+                entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout
+            )
+        finally:
+            self.longest = max(self.longest, time.monotonic() - started)
+
+    async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
+        started = time.monotonic()
+        try:
+            await super().ack(job_id, result=result)
+        finally:
+            self.longest = max(self.longest, time.monotonic() - started)
+
+
+async def work(root: str, out: Path, stop: Path) -> None:
+    """Run a ``Worker`` until ``stop`` exists and nothing is left; write ``acked ID`` for each ack
+    that returned, and the longest claim or ack as ``stall SECONDS``."""
+    queue = TimedQueue(root, "q", visibility_timeout=LEASE)
+    async with queue:
+        worker = Worker(
+            queue, concurrency=8, visibility_timeout=LEASE, max_poll_interval=timedelta(seconds=0.5)
+        )
+
+        @worker.handler("work")
+        async def handle(job: Job) -> None:
+            await asyncio.sleep(0.01)
+
+        with out.open("a", buffering=1) as lines:
+
+            @worker.on("after_job")
+            def record(result: Any) -> None:
+                if result.outcome == "acked":
+                    lines.write(f"acked {result.job.id}\n")
+
+            running = asyncio.create_task(worker.run(install_signals=False))
+            while not stop.exists():  # noqa: ASYNC240
+                done, _ = await asyncio.wait({running}, timeout=0.2)
+                if done:
+                    running.result()  # a worker that stops on its own fails the soak
+                    raise RuntimeError("the worker stopped before it was told to")
+            worker.stop()
+            await running
+            lines.write(f"stall {queue.longest:.3f}\n")
+
+
+def _rows(path: Path) -> list[list[str]]:
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def _history(root: str) -> tuple[dict[str, JobStatus], dict[str, str]]:
+    """The outcome of each job of the history, and the status of each job still in the queue."""
+    async with DirectQueue(root_storage(root, "q")) as queue:
+        history = {record.job_id: record.outcome for record in await queue.history()}
+        jobs = await queue.jobs(limit=None)
+        live = {job.id: f"{job.status.value}, lease until {job.lease_expires_at}" for job in jobs}
+        return history, live
+
+
+def soak(root: str, work_dir: Path, seconds: float, every: float, freeze: float, clients: int) -> list[str]:
+    """Run the soak; return the checks that failed (none if it passed), printing what it saw."""
+    brokers = Brokers(root, work_dir)
+    stop_producing, stop_working = work_dir / "stop-producing", work_dir / "stop-working"
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    me = str(Path(__file__).resolve())
+    events: list[str] = []
+    try:
+        brokers.start()
+        brokers.serving()
+        brokers.start()
+        for n in range(clients):
+            for mode, stop in (("produce", stop_producing), ("work", stop_working)):
+                command = [sys.executable, me, mode, root, str(work_dir / f"{mode}-{n}.txt"), str(stop)]
+                processes[f"{mode}-{n}"] = subprocess.Popen(command)
+        ends = time.monotonic() + seconds
+        turn = 0
+        while time.monotonic() + every < ends:
+            time.sleep(every)
+            serving = brokers.serving()
+            if turn % 2 == 0:
+                serving.process.kill()
+                serving.process.wait()
+                brokers.alive.remove(serving)
+                events.append(f"killed {serving.url}")
+                brokers.start()
+            else:
+                os.kill(serving.process.pid, signal.SIGSTOP)
+                events.append(f"froze {serving.url} for {freeze:g} s")
+                time.sleep(freeze)
+                os.kill(serving.process.pid, signal.SIGCONT)
+            turn += 1
+        stop_producing.write_text("")
+        for n in range(clients):
+            processes[f"produce-{n}"].wait(120)
+        produced = {
+            row[0] for n in range(clients) for row in _rows(work_dir / f"produce-{n}.txt") if len(row) == 1
+        }
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            acked = {
+                row[1]
+                for n in range(clients)
+                for row in _rows(work_dir / f"work-{n}.txt")
+                if row[0] == "acked"
+            }
+            if produced <= acked:
+                break
+            time.sleep(0.5)
+        stop_working.write_text("")
+        for n in range(clients):
+            processes[f"work-{n}"].wait(120)
+        history, live = asyncio.run(_history(root))
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+        brokers.stop()
+    failures = [f"{name} exited with {p.returncode}" for name, p in processes.items() if p.returncode != 0]
+    acks = Counter(
+        row[1] for n in range(clients) for row in _rows(work_dir / f"work-{n}.txt") if row[0] == "acked"
+    )
+    stalls = [
+        float(row[1])
+        for n in range(clients)
+        for mode in ("produce", "work")
+        for row in _rows(work_dir / f"{mode}-{n}.txt")
+        if row[0] == "stall"
+    ]
+    missing = produced - set(acks)
+    twice = [job_id for job_id, count in acks.items() if count > 1]
+    unrecorded = [job_id for job_id in acks if history.get(job_id) is not JobStatus.ACKED]
+    strangers = set(acks) - produced
+    if missing:
+        print(
+            "never acked:", {job_id: history.get(job_id) or live.get(job_id, "nowhere") for job_id in missing}
+        )
+    for name, found in (
+        ("enqueued but never acked", missing),
+        ("acked twice", twice),
+        ("acked but not acked in the history", unrecorded),
+        ("acked but never enqueued", strangers),
+    ):
+        if found:
+            failures.append(f"{len(found)} jobs {name}, e.g. {sorted(found)[:3]}")
+    print(f"{len(events)} broker faults: {'; '.join(events)}")
+    print(f"{len(produced)} jobs enqueued, {sum(acks.values())} acks returned, {len(history)} in the history")
+    print(f"longest client stall: {max(stalls, default=0.0):.2f} s")
+    for failure in failures:
+        print(f"FAILED: {failure}")
+    return failures
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in ("produce", "work"):
+        mode, root, out, stop = sys.argv[1:5]
+        asyncio.run((produce if mode == "produce" else work)(root, Path(out), Path(stop)))
+        return
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--root", help="a directory or s3:// root (default: a new temporary directory)")
+    parser.add_argument("--seconds", type=float, default=180.0, help="how long the faults go on")
+    parser.add_argument("--every", type=float, default=10.0, help="seconds between two broker faults")
+    parser.add_argument("--freeze", type=float, default=5.0, help="how long a frozen broker stays frozen")
+    parser.add_argument("--clients", type=int, default=2, help="producer processes, and as many workers")
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="jqueue-soak-") as scratch:
+        root = options.root or str(Path(scratch, "root"))
+        if options.root is None:
+            Path(root).mkdir()
+        failures = soak(root, Path(scratch), options.seconds, options.every, options.freeze, options.clients)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
