@@ -79,7 +79,7 @@ def test_a_standby_refuses_calls_then_takes_over_when_the_broker_dies(tmp_path: 
             health = get(f"{second}/healthz")
             assert (health["role"], health["broker"], health["epoch"]) == ("active", second, 2)
             assert broker_gauges(second) == (2, 1, 0)
-    assert took < 5
+    assert took < 10  # about 1.5 s with stale-after 1 s; generous for a loaded machine
     record = json.loads((root / "_broker.json").read_text())
     assert (record["address"], record["epoch"]) == (second, 2)
 

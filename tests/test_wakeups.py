@@ -40,7 +40,7 @@ async def test_a_feed_misses_no_change_between_two_waits(tmp_path: Path) -> None
     feed.notify()  # before anyone waits
     started = time.monotonic()
     assert await feed.wait(seen, 10.0) > seen
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 5.0  # at once, not after the 10 s wait
     assert await feed.wait(feed.generation, 0.05) == feed.generation  # nothing new: the time runs out
 
 

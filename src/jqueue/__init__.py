@@ -42,6 +42,7 @@ from jqueue.domain.errors import (
     QueuePausedError,
     ServiceError,
     StorageError,
+    is_transient,
 )
 from jqueue.domain.models import Job, JobStatus, QueueState
 from jqueue.domain.policy import Backoff, QueuePolicy
@@ -129,5 +130,6 @@ __all__ = [
     "WorkerStats",
     "__version__",
     "current_job",
+    "is_transient",
     "storage_from_url",
 ]

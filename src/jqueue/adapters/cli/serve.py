@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +10,7 @@ import typer
 
 from jqueue.adapters.cli.common import errors, fail, run, shared_storage, storage_url
 from jqueue.adapters.optional import require
+from jqueue.adapters.service.host_names import is_loopback
 from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER
 from jqueue.adapters.service.wire import DEFAULT_MAX_BODY_BYTES
 from jqueue.domain.errors import InvalidURLError
@@ -31,15 +31,6 @@ def _split_listen(listen: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         fail(f"--listen wants HOST:PORT, as in 127.0.0.1:8080, not {listen!r}")
     return host.strip("[]"), int(port)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def serve(
@@ -76,7 +67,7 @@ def serve(
     if not root:
         fail("no root given: pass --storage DIRECTORY or URL (or the global --storage)")
     host, port = _split_listen(listen)
-    if not _is_loopback(host) and not token:
+    if not is_loopback(host) and not token:
         fail(f"listening on {host} needs a token: pass --token or set JQUEUE_TOKEN")
     if stale_after <= renew_every:
         fail(f"--stale-after ({stale_after:g} s) must be longer than --renew-every ({renew_every:g} s)")
@@ -130,7 +121,7 @@ def dashboard(
     (Ctrl-C stops). Off the loopback interface a token is required."""
     url = storage_url(ctx)
     host, port = _split_listen(listen)
-    if not _is_loopback(host) and not token:
+    if not is_loopback(host) and not token:
         fail(f"listening on {host} needs a token: pass --token or set JQUEUE_TOKEN")
     try:
         uvicorn = require("uvicorn", extra="serve")

@@ -16,7 +16,6 @@ which another site cannot read, guards every route but ``/healthz`` and ``/opena
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -25,7 +24,8 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from jqueue.adapters.service.wire import MSGPACK, ErrorBody, ErrorResponse, encode, is_msgpack
+from jqueue.adapters.service.host_names import host_name, is_loopback
+from jqueue.adapters.service.wire import MSGPACK, ErrorBody, ErrorResponse, encode, wants_msgpack
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 """The loopback interface's names, allowed when the service listens on it."""
@@ -37,28 +37,6 @@ BAD_HOST_STATUS = 421
 
 class BadHostNameError(ValueError):
     """A name given to allow that is not a host name."""
-
-
-def host_name(value: str) -> str:
-    """The name in a ``Host`` value (or ``HOST:PORT``, or a bare IPv6 address): without the
-    port, the brackets of an IPv6 address and a trailing dot, in lower case."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        value = value[1:].partition("]")[0]
-    elif value.count(":") == 1:
-        value = value.partition(":")[0]
-    return value.rstrip(".")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address) is the loopback interface."""
-    name = host_name(host)
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -112,7 +90,8 @@ class AllowedHosts:
 
 class HostCheck:
     """ASGI middleware: a request whose ``Host`` is not allowed is answered 421 with the error
-    code ``bad_host`` (an ``ErrorResponse``, MessagePack when it accepts it) and reaches no route.
+    code ``bad_host`` (an ``ErrorResponse``, in MessagePack when the request wants it:
+    ``wants_msgpack``) and reaches no route.
 
     Parameters
     ----------
@@ -144,7 +123,7 @@ class HostCheck:
             f"this service does not answer for {shown}: call it by its listen or advertised address, "
             "or start it with --allowed-host NAME"
         )
-        msgpack = is_msgpack(headers.get("accept"))
+        msgpack = wants_msgpack(headers)
         body = encode(ErrorResponse(ErrorBody("bad_host", message)), msgpack)
         media = MSGPACK if msgpack else "application/json"
         await Response(body, BAD_HOST_STATUS, media_type=media)(scope, receive, send)

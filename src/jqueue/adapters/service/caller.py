@@ -24,6 +24,8 @@ CONNECT_TIMEOUT = 5.0
 LONG_POLLS_IN_FLIGHT = 512
 """The most long polls (``result``, ``changes``) one caller holds open at once, on connections
 of their own, so that they never hold up claims, acks and heartbeats."""
+TELL_EVERY = 5.0
+"""Seconds between two log lines saying that calls look for a broker."""
 _MOVING = frozenset({"unreachable", "not_broker", "no_broker", "no_answer"})
 """The codes of a call that another broker may take: it goes to the one the root names."""
 
@@ -56,6 +58,7 @@ class ServiceCaller:
         self._failover_timeout = failover_timeout
         self._session: Any = None
         self._waits: Any = None
+        self._told_at = -TELL_EVERY
 
     async def start(self) -> None:
         """Open the connection pools."""
@@ -103,9 +106,21 @@ class ServiceCaller:
                 if exc.code not in _MOVING or time.monotonic() + pause > deadline:
                     raise
                 repeated = repeated or exc.code == "no_answer"
+                self._tell(exc)
                 self.finder.moved(exc.broker)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 1.0)
+
+    def _tell(self, exc: ServiceError) -> None:
+        """Log, once every few seconds, that calls are looking for a broker, and why."""
+        now = time.monotonic()
+        if now - self._told_at >= TELL_EVERY:
+            self._told_at = now
+            where = self.finder.root or self.finder.address
+            logger.warning(
+                "a call found no broker to take it (%s); looking for the broker of %s for up to %.0f s",
+                exc, where, self._failover_timeout.total_seconds(),
+            )  # fmt: skip
 
     async def _post(self, address: str, verb: str, body: Any, answer: type[Any], wait: float) -> Any:
         where = f"{address}/v1/queues/{self.queue}/{verb}"
