@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 from jqueue.core.context import JobContext
@@ -19,7 +17,7 @@ from jqueue.core.hooks import Hook, call_hooks
 from jqueue.core.outage import Outage
 from jqueue.core.outcomes import JobResult, Outcome, WorkerStats, result_bytes, traceback_text
 from jqueue.core.queue_set import QueueSet
-from jqueue.core.worker_setup import WorkerSetup
+from jqueue.core.worker_setup import WorkerSetup, handled_signals
 from jqueue.domain.errors import (
     JobNotFoundError,
     JQueueError,
@@ -135,21 +133,6 @@ class Worker(WorkerSetup):
             logger.info("signal: finishing running jobs, then stopping")
             self.stop()
 
-    @contextlib.contextmanager
-    def _signals(self, install: bool) -> Iterator[None]:
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        if install:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-                    loop.add_signal_handler(sig, self._on_signal)
-                    installed.append(sig)
-        try:
-            yield
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-
     async def burst(self) -> WorkerStats:
         """Run until nothing is left to claim (``run(until_empty=True)``)."""
         return await self.run(until_empty=True)
@@ -171,7 +154,7 @@ class Worker(WorkerSetup):
         pools = HandlerPools(self.concurrency)
         running: set[asyncio.Task[None]] = set()
         started = time.monotonic()
-        with self._signals(install_signals):
+        with handled_signals(self._on_signal, install_signals):
             await call_hooks(self.hooks["start"], self)
             ticking = [] if until_empty else [
                 asyncio.create_task(run_schedule(queue, schedule, self._stopping), name="jqueue-cron")
@@ -343,19 +326,6 @@ class Worker(WorkerSetup):
                 dies = give_up or (limit is not None and job.attempts >= limit)
                 outcome = Outcome.DEAD if dies else Outcome.RETRIED
                 await self._finish(queue, job, outcome, error, waited, started, delay, give_up)
-
-    def _attempts_limit(self, queue: Queue, job: Job) -> int | None:
-        """The job's own limit, else the queue policy's, else this worker's."""
-        for limit in (job.max_attempts, queue.policy.max_attempts):
-            if limit is not None:
-                return limit
-        return self.max_attempts
-
-    def _retry_delay(self, queue: Queue, attempts: int) -> timedelta | None:
-        """The queue policy's back-off, else this worker's."""
-        if queue.policy.backoff is not None:
-            return queue.policy.retry_delay(attempts)
-        return None if self.backoff is None else self.backoff.delay(attempts)
 
     async def _settle(
         self,

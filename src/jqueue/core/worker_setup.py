@@ -1,8 +1,12 @@
-"""How a ``Worker`` is told what to run: handlers, typed tasks, periodic jobs and hooks."""
+"""How a ``Worker`` is told what to run (handlers, typed tasks, periodic jobs and hooks), the
+limits it applies to a job, and the signals it stops on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
 from datetime import timedelta, tzinfo
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -10,6 +14,8 @@ from jqueue.core.cron import Schedule, time_zone
 from jqueue.core.handlers import Handler, HandlerSpec
 from jqueue.core.hooks import Hook
 from jqueue.core.tasks import Task
+from jqueue.domain.models import Job
+from jqueue.domain.policy import Backoff
 from jqueue.ports.queue import Queue
 
 P = ParamSpec("P")
@@ -24,6 +30,21 @@ class WorkerSetup:
     handlers: dict[str, HandlerSpec]
     hooks: dict[str, list[Hook]]
     schedules: list[tuple[Queue, Schedule]]
+    max_attempts: int | None
+    backoff: Backoff | None
+
+    def _attempts_limit(self, queue: Queue, job: Job) -> int | None:
+        """The job's own limit, else the queue policy's, else this worker's."""
+        for limit in (job.max_attempts, queue.policy.max_attempts):
+            if limit is not None:
+                return limit
+        return self.max_attempts
+
+    def _retry_delay(self, queue: Queue, attempts: int) -> timedelta | None:
+        """The queue policy's back-off, else this worker's."""
+        if queue.policy.backoff is not None:
+            return queue.policy.retry_delay(attempts)
+        return None if self.backoff is None else self.backoff.delay(attempts)
 
     def register(
         self,
@@ -114,3 +135,21 @@ class WorkerSetup:
             return made
 
         return decorate if function is None else decorate(function)
+
+
+@contextlib.contextmanager
+def handled_signals(handler: Callable[[], None], install: bool) -> Iterator[None]:
+    """Call ``handler`` on SIGTERM and SIGINT while the block runs (if ``install``, and where the
+    running loop can take signal handlers)."""
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    if install:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                loop.add_signal_handler(sig, handler)
+                installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
