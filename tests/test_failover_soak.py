@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from conftest import BUCKET, s3_env
 from servers import S3Endpoint
 
