@@ -39,7 +39,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from jqueue import DirectQueue, Job, JobStatus, RemoteQueue, Worker
+from jqueue import DirectQueue, Job, JobStatus, QueuePolicy, RemoteQueue, Worker
 from jqueue.adapters.service.host import root_storage
 from served import free_port
 
@@ -277,7 +277,14 @@ def soak(root: str, work_dir: Path, seconds: float, every: float, freeze: float,
     ]
     missing = produced - set(acks)
     twice = [job_id for job_id, count in acks.items() if count > 1]
-    unrecorded = [job_id for job_id in acks if history.get(job_id) is not JobStatus.ACKED]
+    # the history keeps the newest ``history_limit`` records: once it is full, an acked job
+    # missing from it was acked before its oldest record, unless the job is still in the queue
+    full = len(history) >= QueuePolicy().history_limit
+    unrecorded = [
+        job_id
+        for job_id in acks
+        if (history[job_id] is not JobStatus.ACKED if job_id in history else not full or job_id in live)
+    ]
     strangers = set(acks) - produced
     if missing:
         print(
@@ -292,7 +299,10 @@ def soak(root: str, work_dir: Path, seconds: float, every: float, freeze: float,
         if found:
             failures.append(f"{len(found)} jobs {name}, e.g. {sorted(found)[:3]}")
     print(f"{len(events)} broker faults: {'; '.join(events)}")
-    print(f"{len(produced)} jobs enqueued, {sum(acks.values())} acks returned, {len(history)} in the history")
+    print(
+        f"{len(produced)} jobs enqueued, {sum(acks.values())} acks returned, {len(history)} in the history"
+        + (" (full: the newest kept)" if full else "")
+    )
     print(f"longest client stall: {max(stalls, default=0.0):.2f} s")
     for failure in failures:
         print(f"FAILED: {failure}")
