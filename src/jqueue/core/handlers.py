@@ -50,31 +50,35 @@ class HandlerSpec:
     run_in : {"loop", "thread", "process"}
         Where it runs: async handlers on the loop; sync ones in a thread pool, or in a
         process pool (the function and the job must pickle: a module-level function).
+    label : str
+        What it runs, for the worker's start line: the function's qualified name, or what
+        replaced it (``jqueue exec``: the command).
     """
 
     function: Handler
     timeout: timedelta | None
     run_in: RunIn
+    label: str = ""
 
     @classmethod
     def of(cls, function: Handler, timeout: timedelta | None, in_process: bool) -> HandlerSpec:
         """Return the spec of ``function``: where it runs follows from what it is."""
         if timeout is not None and timeout <= timedelta(0):
             raise ValueError(f"timeout must be positive, got {span(timeout)}")
+        label = getattr(function, "__qualname__", type(function).__name__)
         if inspect.iscoroutinefunction(function):
             if in_process:
                 raise ValueError("an async handler runs on the event loop, not in a process")
-            return cls(function, timeout, "loop")
+            return cls(function, timeout, "loop", label)
         if in_process:
             try:
                 pickle.dumps(function)
             except (pickle.PicklingError, AttributeError, TypeError) as exc:
-                name = getattr(function, "__qualname__", repr(function))
                 raise ValueError(
                     f"an in_process handler must be a module-level function its process can import "
-                    f"by name; {name!r} cannot be sent to a process ({exc})"
+                    f"by name; {label!r} cannot be sent to a process ({exc})"
                 ) from None
-        return cls(function, timeout, "process" if in_process else "thread")
+        return cls(function, timeout, "process" if in_process else "thread", label)
 
 
 def _ignore_group_signals() -> None:

@@ -16,6 +16,10 @@ TRACEBACK_CHARS = 4_000
 """The most characters of a failed handler's traceback kept with its error (the end of it)."""
 
 
+SUMMARY_CHARS = 200
+"""The most characters of an error's first line in a text log line."""
+
+
 def traceback_text(exc: BaseException) -> str:
     """Return the traceback of ``exc`` (with a process handler's, which it carries), cut to
     its last ``TRACEBACK_CHARS`` characters."""
@@ -60,6 +64,21 @@ class JobResult:
     error: str | None
     waited: float
     ran: float
+
+    def level(self) -> int:
+        """The log level of this run: a dead job is an error, a retried or lost one a warning."""
+        if self.outcome is Outcome.DEAD:
+            return logging.ERROR
+        return logging.WARNING if self.outcome in (Outcome.RETRIED, Outcome.LOST) else logging.INFO
+
+    def summary(self) -> str:
+        """The run in one line: the job, its outcome and, when retried or dead, the error's
+        first line (its type and message): ``ID send_email: retried (ValueError: no such user)``."""
+        line = f"{self.job.id} {self.job.entrypoint}: {self.outcome}"
+        if self.error is None or self.outcome not in (Outcome.RETRIED, Outcome.DEAD):
+            return line
+        first = self.error.partition("\n")[0]
+        return f"{line} ({first if len(first) <= SUMMARY_CHARS else first[:SUMMARY_CHARS] + '...'})"
 
     def log_fields(self) -> dict[str, object]:
         """The fields of the log record of this run (the structured log's ``extra``)."""

@@ -25,7 +25,7 @@ from jqueue.core.management import ManagementCalls, entrypoint_set, fence
 from jqueue.core.numbered import IdSource, numbering
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
-from jqueue.core.store import StorageUse
+from jqueue.core.store import StorageUse, describe
 from jqueue.core.timed import timed
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import PayloadTooLargeError
@@ -116,6 +116,11 @@ class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
         """Wakes idle callers when the queue may have changed (see ``Worker``)."""
         self._opener.on_commit = self.changes.notify
         self._commits = strategy(self._opener, Housekeeping(self.policy), StorageUse(storage))
+
+    @property
+    def location(self) -> str:
+        """Where the queue is, for messages: its storage's URL."""
+        return describe(self.storage)
 
     async def __aenter__(self) -> Self:
         await self._commits.open()

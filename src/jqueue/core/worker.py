@@ -154,6 +154,7 @@ class Worker(WorkerSetup):
         pools = HandlerPools(self.concurrency)
         running: set[asyncio.Task[None]] = set()
         started = time.monotonic()
+        logger.info("worker started: %s", self.description())
         with handled_signals(self._on_signal, install_signals):
             await call_hooks(self.hooks["start"], self)
             ticking = [] if until_empty else [
@@ -392,5 +393,5 @@ class Worker(WorkerSetup):
             outcome = Outcome.LOST  # the storage is gone for good: the lease runs out and the job returns
         result = JobResult(job, outcome, error, waited, time.monotonic() - started)
         self.stats.outcomes[outcome] += 1
-        logger.info("job %s %s: %s", job.id, job.entrypoint, outcome, extra=result.log_fields())
+        logger.log(result.level(), "job %s", result.summary(), extra=result.log_fields())
         await call_hooks(self.hooks["after_job"], result)

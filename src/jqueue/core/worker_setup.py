@@ -16,6 +16,7 @@ from jqueue.core.hooks import Hook
 from jqueue.core.tasks import Task
 from jqueue.domain.models import Job
 from jqueue.domain.policy import Backoff
+from jqueue.domain.values import span
 from jqueue.ports.queue import Queue
 
 P = ParamSpec("P")
@@ -32,6 +33,21 @@ class WorkerSetup:
     schedules: list[tuple[Queue, Schedule]]
     max_attempts: int | None
     backoff: Backoff | None
+    concurrency: int
+    visibility_timeout: timedelta | None
+
+    def description(self) -> str:
+        """One line on what this worker runs and how: its queues, handlers, concurrency,
+        visibility timeout and attempts (logged when it starts)."""
+        first = self.queues[0]
+        places = ", ".join(getattr(q, "location", type(q).__name__) for q in self.queues)
+        handlers = ", ".join(f"{name} ({spec.label})" for name, spec in self.handlers.items())
+        visibility = self.visibility_timeout or first.visibility_timeout
+        attempts = first.policy.max_attempts or self.max_attempts
+        return (
+            f"{places}; handlers {handlers}; concurrency {self.concurrency}; visibility timeout"
+            f" {span(visibility)}; max attempts {attempts or 'unlimited'}"
+        )
 
     def _attempts_limit(self, queue: Queue, job: Job) -> int | None:
         """The job's own limit, else the queue policy's, else this worker's."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
+import shutil
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -97,6 +100,29 @@ async def _stop_command(process: asyncio.subprocess.Process) -> None:
         await asyncio.sleep(0.05)
 
 
+def _check_runnable(program: str) -> None:
+    """Fail at start, with one line, if ``program`` cannot be started: no job is claimed for it."""
+    if os.sep in program:
+        path = Path(program)
+        if not path.exists():
+            fail(f"cannot run {program!r}: no such file")
+        if path.is_dir() or not os.access(path, os.X_OK):
+            fail(f"cannot run {program!r}: not an executable file")
+    elif shutil.which(program) is None:
+        fail(f"cannot run {program!r}: no such command on the PATH")
+
+
+def _ending(status: int) -> str:
+    """How a command ended, from its exit status (negative: the signal that killed it)."""
+    if status >= 0:
+        return f"exit status {status}"
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:
+        name = f"signal {-status}"
+    return f"killed by {name}"
+
+
 def execute(
     ctx: typer.Context,
     entrypoint: str,
@@ -125,6 +151,7 @@ def execute(
     """
     if not command:
         fail("give the command after --, e.g. jqueue exec resize -- convert - out.png")
+    _check_runnable(command[0])
 
     async def run_command(job: Job) -> None:
         env = os.environ | {"JQUEUE_JOB_ID": job.id, "JQUEUE_ENTRYPOINT": job.entrypoint}
@@ -142,9 +169,10 @@ def execute(
         except asyncio.CancelledError:
             await _stop_command(process)
             raise
-        if process.returncode != 0:
+        status = process.returncode  # set: communicate waits for the command's exit
+        if status:
             detail = stderr.decode(errors="replace").strip()[-2000:]
-            raise CommandFailedError(f"exit status {process.returncode}" + (f": {detail}" if detail else ""))
+            raise CommandFailedError(_ending(status) + (f": {detail}" if detail else ""))
 
     async def go() -> WorkerStats:
         log_jobs(log_format, log_level)
@@ -158,6 +186,8 @@ def execute(
                 max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS,
                 backoff=DEFAULT_BACKOFF if retry_delay is None else backoff_of(retry_delay),
             )
+            spec = runner.handlers[entrypoint]
+            runner.handlers[entrypoint] = replace(spec, label=f"command: {shlex.join(command)}")
             return await runner.run(until_empty=burst)
 
     print_summary(run(go()), as_json)

@@ -170,6 +170,11 @@ class RemoteQueue(EnqueueCalls):
         """The queue's defaults for attempts and back-off."""
         return self._policy
 
+    @property
+    def location(self) -> str:
+        """Where the queue is, for messages: its name and the service (or root) it is called at."""
+        return f"queue {self.queue} through jqueue serve at {self.url}"
+
     async def __aenter__(self) -> RemoteQueue:
         await self.start()
         return self

@@ -1,0 +1,82 @@
+"""What a team sees of ``jqueue worker`` and ``jqueue exec`` in daily use: a start line that says
+what runs where, failures with their reason in the text log, a command that cannot start
+refused before any job is claimed, and a command killed by a signal named so."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+from test_cli import WORKER_MODULE, Cli, cli
+
+__all__ = ["cli"]  # the fixture, for this module's tests
+
+
+def _start_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "worker started:" in line]
+
+
+def test_exec_says_at_start_what_it_runs_and_why_jobs_failed(cli: Cli) -> None:
+    cli("enqueue", "shell", "bad")
+    script = 'read line; echo "cannot: $line" >&2; exit 3'
+    options = ("--burst", "--max-attempts", "2", "--retry-delay", "0", "--concurrency", "3")
+    done = cli("exec", "shell", *options, "--visibility-timeout", "45", "--", "sh", "-c", script)
+    [start] = _start_lines(done.stderr)
+    assert (cli.cwd / "q.json").as_uri() in start
+    assert f"handlers shell (command: sh -c '{script}')" in start
+    for part in ("concurrency 3", "visibility timeout 45 s", "max attempts 2"):
+        assert part in start, start
+    failures = [line for line in done.stderr.splitlines() if " shell: " in line]
+    assert len(failures) == 2, done.stderr
+    why = "(CommandFailedError: exit status 3: cannot: bad)"
+    assert " WARNING jqueue.worker job " in failures[0]
+    assert f"shell: retried {why}" in failures[0]
+    assert " ERROR jqueue.worker job " in failures[1]
+    assert f"shell: dead {why}" in failures[1]
+
+def test_worker_says_at_start_what_it_runs(cli: Cli) -> None:
+    (cli.cwd / "myjobs.py").write_text(WORKER_MODULE)
+    done = cli("worker", "myjobs:make", "--burst", "--concurrency", "7", "--max-attempts", "9")
+    [start] = _start_lines(done.stderr)
+    assert (cli.cwd / "q.json").as_uri() in start
+    assert "handlers greet (make.<locals>.greet), slow (make.<locals>.slow)" in start
+    for part in ("concurrency 7", "visibility timeout 300 s", "max attempts 9"):
+        assert part in start, start
+
+
+def test_a_json_start_line_is_one_json_record(cli: Cli) -> None:
+    done = cli("exec", "shell", "--burst", "--log-format", "json", "--", "cat")
+    records = [json.loads(line) for line in done.stderr.splitlines()]
+    [start] = [r for r in records if r["message"].startswith("worker started:")]
+    assert "handlers shell (command: cat)" in start["message"]
+
+
+def test_exec_refuses_a_command_that_cannot_start_and_claims_nothing(cli: Cli) -> None:
+    [job] = cli.json("enqueue", "shell", "x")
+    not_executable = cli.cwd / "script.sh"
+    not_executable.write_text("#!/bin/sh\nexit 0\n")
+    for command, why in (
+        ("no-such-command-here", "no such command on the PATH"),
+        ("./missing.sh", "no such file"),
+        (f".{os.sep}script.sh", "not an executable file"),
+        (str(cli.cwd), "not an executable file"),
+    ):
+        done = cli("exec", "shell", "--burst", "--", command, ok=False)
+        assert done.returncode == 1
+        assert done.stderr.strip() == f"error: cannot run {command!r}: {why}", done.stderr
+        assert done.stdout == ""
+    [still] = cli.json("ls")
+    assert (still["id"], still["status"], still["attempts"]) == (job["id"], "queued", 0)
+
+    not_executable.chmod(not_executable.stat().st_mode | stat.S_IXUSR)
+    summary = json.loads(cli("exec", "shell", "--burst", "--json", "--", "./script.sh").stdout)
+    assert summary["acked"] == 1
+
+
+def test_a_command_killed_by_a_signal_says_which(cli: Cli) -> None:
+    cli("enqueue", "shell", "x")
+    options = ("--burst", "--max-attempts", "1", "--json")
+    cli("exec", "shell", *options, "--", "sh", "-c", "echo going >&2; kill -TERM $$")
+    [dead] = cli.json("dead", "ls")
+    assert dead["last_error"] == "CommandFailedError: killed by SIGTERM: going"
