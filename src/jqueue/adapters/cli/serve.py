@@ -12,7 +12,7 @@ from jqueue.adapters.cli.common import errors, fail, run, shared_storage, storag
 from jqueue.adapters.optional import require
 from jqueue.adapters.service.host_names import is_loopback
 from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER
-from jqueue.adapters.service.wire import DEFAULT_MAX_BODY_BYTES
+from jqueue.adapters.service.wire import DEFAULT_MAX_BODY_BYTES, TOKEN_VARIABLE
 from jqueue.domain.errors import InvalidURLError
 
 ALLOWED_HOST_HELP = (
@@ -39,7 +39,7 @@ def serve(
     listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")] = "127.0.0.1:8080",
     token: Annotated[
         str | None,
-        typer.Option(envvar="JQUEUE_TOKEN", help="Clients must send 'Authorization: Bearer TOKEN'."),
+        typer.Option(envvar=TOKEN_VARIABLE, help="Clients must send 'Authorization: Bearer TOKEN'."),
     ] = None,
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body accepted.")] = (
         DEFAULT_MAX_BODY_BYTES
@@ -68,7 +68,7 @@ def serve(
         fail("no root given: pass --storage DIRECTORY or URL (or the global --storage)")
     host, port = _split_listen(listen)
     if not is_loopback(host) and not token:
-        fail(f"listening on {host} needs a token: pass --token or set JQUEUE_TOKEN")
+        fail(f"listening on {host} needs a token: pass --token or set {TOKEN_VARIABLE}")
     if stale_after <= renew_every:
         fail(f"--stale-after ({stale_after:g} s) must be longer than --renew-every ({renew_every:g} s)")
     shown_host, shown_port = _split_listen(advertise) if advertise else (host, port)
@@ -104,7 +104,10 @@ def serve(
         fail(f"--allowed-host: {exc}")
     shown = root if "://" in root else str(Path(root).absolute())
     errors.print(
-        f"jqueue serve: the queues under {shown} at {address} (Ctrl-C stops)", highlight=False, soft_wrap=True
+        f"jqueue serve: the queues under {shown} at {address} (Ctrl-C stops)\n"
+        f"dashboard: {address}/",
+        highlight=False,
+        soft_wrap=True,
     )
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="auto", http="auto")
 
@@ -113,7 +116,7 @@ def dashboard(
     ctx: typer.Context,
     listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")] = "127.0.0.1:8080",
     token: Annotated[
-        str | None, typer.Option(envvar="JQUEUE_TOKEN", help="The token to sign in to the dashboard with.")
+        str | None, typer.Option(envvar=TOKEN_VARIABLE, help="The token to sign in to the dashboard with.")
     ] = None,
     allowed_host: Annotated[list[str] | None, typer.Option(help=ALLOWED_HOST_HELP)] = None,
 ) -> None:
@@ -122,7 +125,7 @@ def dashboard(
     url = storage_url(ctx)
     host, port = _split_listen(listen)
     if not is_loopback(host) and not token:
-        fail(f"listening on {host} needs a token: pass --token or set JQUEUE_TOKEN")
+        fail(f"listening on {host} needs a token: pass --token or set {TOKEN_VARIABLE}")
     try:
         uvicorn = require("uvicorn", extra="serve")
         require("starlette", extra="serve")

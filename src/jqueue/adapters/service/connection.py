@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal
@@ -10,6 +11,7 @@ from jqueue.adapters.service.caller import DEFAULT_CALL_TIMEOUT, DEFAULT_FAILOVE
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.finder import BrokerFinder, is_service_url
 from jqueue.adapters.service.host import root_storage
+from jqueue.adapters.service.wire import TOKEN_VARIABLE
 from jqueue.core.broker import BrokerQueue
 
 Broker = Literal["auto", "require", "off"]
@@ -26,9 +28,9 @@ class connect:  # noqa: N801  (used as a function: ``async with connect(...) as 
     commits directly as a ``BrokerQueue`` on the root; ``"auto"`` calls the broker if the
     root has one when the queue is opened, and else commits directly. The queue yielded
     satisfies ``Queue`` and takes the calls of a ``BrokerQueue`` (a ``RemoteQueue``, or a
-    ``BrokerQueue`` when committing directly). ``token``, ``timeout`` (the longest a request
-    waits for its answer), ``failover_timeout`` and ``requests_in_flight`` go to the
-    ``RemoteQueue``.
+    ``BrokerQueue`` when committing directly). ``token`` (by default the ``JQUEUE_TOKEN``
+    environment variable's), ``timeout`` (the longest a request waits for its answer),
+    ``failover_timeout`` and ``requests_in_flight`` go to the ``RemoteQueue``.
     """
 
     def __init__(
@@ -48,7 +50,7 @@ class connect:  # noqa: N801  (used as a function: ``async with connect(...) as 
             raise ValueError(f"broker={broker!r} needs the storage root, not a service URL")
         self.target, self.queue, self.broker = target, queue, broker
         self._options: dict[str, Any] = {
-            "token": token,
+            "token": os.environ.get(TOKEN_VARIABLE) if token is None else token,
             "timeout": timeout,
             "failover_timeout": failover_timeout,
             "requests_in_flight": requests_in_flight,

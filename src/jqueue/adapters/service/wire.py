@@ -27,6 +27,9 @@ _MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
 
 CLIENT_HEADER = "X-JQueue-Client"
 """A request header naming the client process (``host:pid``), for the dashboard's list of workers."""
+TOKEN_VARIABLE = "JQUEUE_TOKEN"
+"""The environment variable that gives the service's token where none is passed (``jqueue serve``,
+``jqueue dashboard``, ``connect``)."""
 
 
 def client_name() -> str:

@@ -1,0 +1,49 @@
+"""``jqueue serve`` as a team first meets it: the start lines name the dashboard, and clients
+and the command line find the token in ``JQUEUE_TOKEN``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from jqueue import ServiceError, connect
+from servers import jqueue_serve
+
+pytestmark = pytest.mark.slow
+
+
+async def test_the_start_lines_name_the_dashboard(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    log = tmp_path / "serve.log"
+    with jqueue_serve(str(root), log) as url:
+        lines = log.read_text().splitlines()
+    assert lines[:2] == [
+        f"jqueue serve: the queues under {root} at {url} (Ctrl-C stops)",
+        f"dashboard: {url}/",
+    ]
+
+
+async def test_connect_and_serve_read_the_token_from_jqueue_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    env = os.environ | {"JQUEUE_TOKEN": "s3cret"}
+    with jqueue_serve(str(root), tmp_path / "serve.log", env=env) as url:
+        monkeypatch.delenv("JQUEUE_TOKEN", raising=False)
+        async with connect(url, "q") as refused:
+            with pytest.raises(ServiceError) as caught:
+                await refused.enqueue("e", b"x")
+        assert caught.value.status == 401
+        monkeypatch.setenv("JQUEUE_TOKEN", "s3cret")
+        async with connect(url, "q") as queue:
+            job = await queue.enqueue("e", b"x")
+            [claimed] = await queue.dequeue("e")
+            assert claimed.id == job.id
+        async with connect(url, "q", token="wrong") as given:  # a token passed comes first
+            with pytest.raises(ServiceError) as wrong:
+                await given.enqueue("e", b"x")
+        assert wrong.value.status == 401
