@@ -152,7 +152,7 @@ def test_worker_runs_a_worker_from_a_module(cli: Cli) -> None:
     ("args", "message"),
     [
         (("--storage", "ftp://x/q", "stats"), "error: invalid storage URL 'ftp://x/q'"),
-        (("show", "no-such-job"), "error: job 'no-such-job' is not in the queue"),
+        (("show", "no-such-job"), "error: job 'no-such-job' is neither in the queue nor in its history"),
         (("dead", "requeue", "no-such-job"), "error: job 'no-such-job' is not in the queue"),
         (("worker", "nomodule:attr"), "error: cannot import 'nomodule'"),
         (("enqueue", "work"), "error: give exactly one of PAYLOAD, --file or --stdin"),
@@ -245,7 +245,7 @@ def test_user_text_is_printed_as_it_is_never_as_markup(cli: Cli) -> None:
     assert "[bold]ep[/bold]" in listing
     assert "[red]payload" in listing
     done = cli("show", "[/red]", ok=False)
-    assert done.stderr.strip() == "error: job '[/red]' is not in the queue"
+    assert done.stderr.strip() == "error: job '[/red]' is neither in the queue nor in its history"
     assert job["entrypoint"] == "[bold]ep[/bold]"
 
 

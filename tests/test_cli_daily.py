@@ -80,3 +80,82 @@ def test_a_command_killed_by_a_signal_says_which(cli: Cli) -> None:
     cli("exec", "shell", *options, "--", "sh", "-c", "echo going >&2; kill -TERM $$")
     [dead] = cli.json("dead", "ls")
     assert dead["last_error"] == "CommandFailedError: killed by SIGTERM: going"
+
+
+FAILING_MODULE = """
+from jqueue import Worker
+
+def make(queue):
+    worker = Worker(queue, max_attempts=1)
+
+    @worker.handler("mail")
+    async def mail(job):
+        if job.payload == b"bad":
+            raise ValueError("the customer record 12345 has no e-mail address on file, so nothing was sent")
+        return {"sent": job.payload.decode()}
+
+    return worker
+"""
+
+
+def test_blank_stdin_lines_are_skipped_unless_allowed(cli: Cli) -> None:
+    done = cli("enqueue", "z", "--stdin", "--batch", "2", stdin="a\n\n  \nb\n\n")
+    assert done.stdout.strip() == "enqueued 2 jobs to 'z' (3 blank lines skipped)"
+    assert [job["payload"] for job in cli.json("ls")] == ["YQ==", "Yg=="]
+    kept = cli.json("enqueue", "empty", "--stdin", "--allow-empty", stdin="c\n\n")
+    assert [job["payload"] for job in kept] == ["Yw==", ""]
+
+
+def test_finished_jobs_show_their_record_and_result_and_say_what_happened(cli: Cli) -> None:
+    (cli.cwd / "mail.py").write_text(FAILING_MODULE)
+    [good] = cli.json("enqueue", "mail", "ann")
+    [bad] = cli.json("enqueue", "mail", "bad")
+    [quiet] = cli.json("enqueue", "other", "x")
+    cli("worker", "mail:make", "--burst")
+    cli("exec", "other", "--burst", "--", "true")
+
+    shown = cli.json("show", good["id"][:8])
+    assert (shown["job_id"], shown["outcome"], shown["result"]) == (good["id"], "acked", '{"sent": "ann"}')
+    assert '{"sent": "ann"}' in cli("show", good["id"]).stdout
+    missing = cli("show", "no-such-job", ok=False)
+    assert missing.stderr.strip() == "error: job 'no-such-job' is neither in the queue nor in its history"
+
+    nothing = cli("result", quiet["id"])
+    said = f"job {quiet['id']} was acked; its handler returned nothing"
+    assert (nothing.stdout, nothing.stderr.strip()) == ("", said)
+
+    assert [job["id"] for job in cli.json("ls", "--status", "any")] == [bad["id"]]  # a dead letter
+    assert cli("purge", "--entrypoint", "mail", "--yes").stdout.strip() == "purged 1 job (dead of 'mail')"
+    assert cli("purge", "--status", "any", "--yes").stdout.strip() == "purged 0 jobs (any)"
+    assert bad["id"] in {record["job_id"] for record in cli.json("history")}
+
+
+def test_history_fits_80_columns_with_the_errors_last_line_and_full_on_request(cli: Cli) -> None:
+    (cli.cwd / "mail.py").write_text(FAILING_MODULE)
+    cli("enqueue", "mail", "--stdin", stdin="ann\nbad\nbob\n")
+    cli("worker", "mail:make", "--burst")
+    cli.env["COLUMNS"] = "80"
+    lines = cli("history").stdout.splitlines()
+    assert len(lines) == 4  # a header and one line per record
+    assert all(len(line.rstrip()) <= 80 for line in lines), lines
+    assert "tries" in lines[0]
+    assert [line.split()[2] for line in lines[1:]] == ["acked", "dead", "acked"]
+    assert "ValueError: the c" in lines[2]
+    assert lines[2].rstrip().endswith("…")
+    assert "Traceback" not in "\n".join(lines)
+    full = cli("history", "--full").stdout
+    assert "Traceback (most recent call last):" in full
+    assert "nothing was sent" in full
+
+
+def test_a_file_queue_whose_log_is_gone_names_the_directory_on_disk(cli: Cli) -> None:
+    cli("enqueue", "a", "x")
+    segments = cli.cwd / "q.json.segments"
+    assert segments.is_dir()
+    for child in sorted(segments.rglob("*"), reverse=True):
+        child.unlink() if child.is_file() else child.rmdir()
+    segments.rmdir()
+    done = cli("ls", ok=False)
+    assert done.returncode == 1
+    assert f"{segments.as_uri()}/" in done.stderr
+    assert ".d/" not in done.stderr

@@ -107,6 +107,7 @@ async def test_the_dashboard_in_a_browser(
                 # Signing in: the dashboard sends a stranger to the form; a wrong token is refused.
                 await page.goto(f"{url}/")
                 await expect(page).to_have_url(f"{url}/login?next=%2F")
+                await expect(page.get_by_role("button", name="Sign out")).to_have_count(0)
                 await page.get_by_label("Token").fill("wrong")
                 await page.get_by_role("button", name="Sign in").click()
                 await expect(page.get_by_role("alert")).to_contain_text("not the right one")
@@ -114,6 +115,7 @@ async def test_the_dashboard_in_a_browser(
                 await page.get_by_label("Token").fill(TOKEN)
                 await page.get_by_role("button", name="Sign in").click()
                 await expect(page).to_have_url(f"{url}/")
+                await expect(page.get_by_role("button", name="Sign out")).to_have_count(1)
 
                 # The overview: the queue's counts, the broker, the last hour's finished jobs.
                 shop = "#queues tr[data-queue='shop']"

@@ -91,13 +91,15 @@ async def test_a_marker_whose_log_was_deleted_is_reported_not_restarted(backend:
     marker = await storage.read()
     for name in await _namespace(storage):
         await storage.delete(name)
+    where = f"{storage.url}.d/"  # type: ignore[attr-defined]
     if isinstance(storage, LocalFileSystemStorage):
         shutil.rmtree(storage.namespace)
+        where = f"{storage.url}.segments/"  # the directory it was in, as on disk
     async with DirectQueue(storage) as reopened:
         for call in (reopened.read_state(), reopened.enqueue("work", b"new"), reopened.stats()):
             with pytest.raises(CorruptStateError) as raised:
                 await call
-            assert raised.value.location == f"{storage.url}.d/"  # type: ignore[attr-defined]
+            assert raised.value.location == where
     assert await _namespace(storage) == []
     assert await storage.read() == marker
     if isinstance(storage, LocalFileSystemStorage):

@@ -42,6 +42,13 @@ def describe(storage: ObjectStoragePort) -> str:
     return url if isinstance(url, str) else repr(storage)
 
 
+def describe_named(storage: ObjectStoragePort, name: str) -> str:
+    """Return where ``storage`` keeps its named object ``name`` (with "" the directory or prefix of
+    them all), for error messages: its ``named_url(name)`` if it has one, else ``<url>.d/<name>``."""
+    named_url = getattr(storage, "named_url", None)
+    return str(named_url(name)) if callable(named_url) else f"{describe(storage)}.d/{name}"
+
+
 def located(exc: Exception, location: str) -> Exception:
     """Return what an operation raised as its caller sees it: a time reckoned out of range from
     stored times (``TimeRangeError``) is damaged state, a ``CorruptStateError`` at ``location``."""

@@ -7,7 +7,7 @@ from collections.abc import Awaitable
 from datetime import timedelta
 from typing import TypeVar
 
-from jqueue.core.store import describe
+from jqueue.core.store import describe, describe_named
 from jqueue.domain.errors import StorageError
 from jqueue.domain.values import span
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
@@ -54,6 +54,10 @@ class TimedKeyedStorage(TimedStorage):
     def __init__(self, inner: KeyedStoragePort, timeout: timedelta) -> None:
         super().__init__(inner, timeout)
         self.keyed = inner
+
+    def named_url(self, name: str) -> str:
+        """Where the wrapped storage keeps ``name``, for messages."""
+        return describe_named(self.keyed, name)
 
     async def get(self, name: str) -> bytes | None:
         """Read a named object within the time limit."""

@@ -8,14 +8,16 @@ from datetime import timedelta
 from typing import Annotated
 
 import typer
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from jqueue.adapters.cli.common import (
     EntrypointOption,
     JsonFlag,
     LimitOption,
     OlderOption,
-    StatusOption,
+    StatusChoice,
     age,
     console,
     errors,
@@ -98,7 +100,9 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 def ls(
     ctx: typer.Context,
-    status: StatusOption = None,
+    status: Annotated[StatusChoice, typer.Option(help="Only jobs in this status, or any.")] = (
+        StatusChoice.ANY
+    ),
     entrypoint: EntrypointOption = None,
     older_than: OlderOption = None,
     limit: LimitOption = 50,
@@ -106,9 +110,11 @@ def ls(
 ) -> None:
     """List jobs without claiming them, oldest first."""
 
+    chosen = None if status is StatusChoice.ANY else JobStatus(status.value)
+
     async def look() -> list[Job]:
         async with existing_queue(ctx) as queue:
-            return await queue.jobs(status, entrypoint, seconds(older_than), limit or None)
+            return await queue.jobs(chosen, entrypoint, seconds(older_than), limit or None)
 
     jobs = run(look())
     if as_json:
@@ -118,24 +124,31 @@ def ls(
 
 
 def show(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
-    """Show one job in full."""
+    """Show one job in full: a job in the queue, or the history record (and result) of a
+    finished one."""
 
-    async def look() -> Job | None:
+    async def look() -> Job | HistoryRecord | None:
         async with existing_queue(ctx) as queue:
-            [full_id] = await full_ids(queue, [job_id])
-            return await queue.find(full_id)
+            [full_id] = await full_ids(queue, [job_id], finished=True)
+            return await queue.find(full_id) or await queue.finished(full_id)
 
-    job = run(look())
-    if job is None:
-        fail(f"job {job_id!r} is not in the queue")
-    assert job is not None
+    found = run(look())
+    if found is None:
+        fail(f"job {job_id!r} is neither in the queue nor in its history")
+    assert found is not None
+    if isinstance(found, HistoryRecord):
+        result = None if found.result is None else found.result.decode(errors="replace")
+        fields = _history_json(found) | {"result": result}
+        shown = fields | {"result": None if found.result is None else preview(found.result, 2000)}
+    else:
+        fields = job_json(found)
+        shown = fields | {"payload": preview(found.payload, 2000)}
     if as_json:
-        print_json(job_json(job))
+        print_json(fields)
         return
     table = Table("field", "value", show_header=False)
-    for name, value in job_json(job).items():
-        shown = preview(job.payload, 2000) if name == "payload" else value
-        table.add_row(name, "" if shown is None else str(shown))
+    for name, value in shown.items():
+        table.add_row(name, "" if value is None else str(value))
     console.print(table)
 
 
@@ -179,6 +192,8 @@ def result(
         print_json({"id": job_id, "outcome": "acked", "result": text})
     elif found is not None:
         sys.stdout.buffer.write(found if found.endswith(b"\n") else found + b"\n")
+    else:
+        errors.print(f"job {job_id} was acked; its handler returned nothing", highlight=False, markup=False)
 
 
 def dead_ls(
@@ -214,9 +229,11 @@ def history(
     entrypoint: EntrypointOption = None,
     outcome: Annotated[str | None, typer.Option(help="acked, dead or cancelled.")] = None,
     limit: LimitOption = 50,
+    full: Annotated[bool, typer.Option("--full", help="Each error in full, with its traceback.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Show records of finished jobs, newest last."""
+    """Show records of finished jobs, newest last: one line each, with the last line of its error
+    (--full: the whole error below it)."""
     if outcome not in (None, "acked", "dead", "cancelled"):
         fail(f"unknown outcome {outcome!r}; one of acked, dead, cancelled")
     chosen = None if outcome is None else JobStatus(outcome)
@@ -232,15 +249,34 @@ def history(
     if not records:
         console.print("no finished jobs")
         return
-    table = Table("id", "entrypoint", "outcome", "attempts", "wait s", "run s", "finished", "error")
-    table.columns[0].no_wrap = True
+    if full:
+        for record in records:
+            console.print(_history_table([record], header=False))
+            if record.error:
+                console.print(Padding(record.error, (0, 0, 1, 4)), highlight=False, markup=False)
+    else:
+        console.print(_history_table(records))
+
+
+def _history_table(records: list[HistoryRecord], header: bool = True) -> Table:
+    """Finished jobs one line each, the error's last line cut to what the terminal has left."""
+    names = ("id", "entrypoint", "outcome", "tries", "wait s", "run s", "ended", "error")
     short = short_ids([r.job_id for r in records])
+    rows = []
     for r in records:
         wait = (r.claims[0] - r.created) / 1e6 if r.claims else None
         run_time = (r.finished - r.claims[-1]) / 1e6 if r.claims else None
         cells = (short[r.job_id], r.entrypoint, str(r.outcome), str(r.attempts), _num(wait), _num(run_time))
-        table.add_row(*cells, age(r.finished_at), r.error or "")
-    console.print(table)
+        rows.append((*cells, age(r.finished_at), (r.error or "").strip().rpartition("\n")[2]))
+    table = Table(*names, box=None, show_header=header)
+    widths = [max(len(row[n]) for row in [names, *rows]) for n in range(len(names) - 1)]
+    room = max(len(names[-1]), console.width - sum(width + 2 for width in widths) - 2)
+    for column in table.columns:
+        column.no_wrap = True
+    for row in rows:
+        error = row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…"
+        table.add_row(*row[:-1], Text(error))
+    return table
 
 
 def _num(value: float | None) -> str:

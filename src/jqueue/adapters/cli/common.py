@@ -9,6 +9,7 @@ import sys
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -153,7 +154,15 @@ def until(moment: datetime) -> str:
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
-StatusOption = Annotated[JobStatus | None, typer.Option("--status", help="Only jobs in this status.")]
+class StatusChoice(StrEnum):
+    """A job status as the commands take it: one of ``JobStatus``, or any."""
+
+    QUEUED = JobStatus.QUEUED.value
+    IN_PROGRESS = JobStatus.IN_PROGRESS.value
+    DEAD = JobStatus.DEAD.value
+    ACKED = JobStatus.ACKED.value
+    STAGED = JobStatus.STAGED.value
+    ANY = "any"
 
 EntrypointOption = Annotated[str | None, typer.Option("--entrypoint", "-e", help="Only this entrypoint.")]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from datetime import timedelta
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +16,7 @@ from jqueue.adapters.cli.common import (
     EntrypointOption,
     JsonFlag,
     OlderOption,
+    StatusChoice,
     broker_queue,
     console,
     direct_queue,
@@ -33,16 +33,6 @@ from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.spec import JobSpec
 
 ScopeArgument = Annotated[str | None, typer.Argument(help="The entrypoint (default: the whole queue).")]
-
-
-class PurgeStatus(StrEnum):
-    """The jobs ``purge`` deletes: those in one status, or any."""
-
-    DEAD = "dead"
-    QUEUED = "queued"
-    IN_PROGRESS = "in_progress"
-    STAGED = "staged"
-    ANY = "any"
 
 
 def enqueue(
@@ -62,13 +52,16 @@ def enqueue(
     atomic: Annotated[
         bool, typer.Option("--atomic", help="With --stdin: all lines in one commit, or none.")
     ] = False,
+    allow_empty: Annotated[
+        bool, typer.Option("--allow-empty", help="With --stdin: a blank line is a job with no payload.")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Add a job (or, with --stdin, one per line, in batches with a progress bar).
 
-    With --stdin, a line that cannot be a job (too large) stops the command, naming the
-    line and how many jobs the batches before it committed; --atomic commits every line
-    in one commit or none.
+    With --stdin, blank lines are skipped (--allow-empty makes each an empty job); a line
+    that cannot be a job (too large) stops the command, naming the line and how many jobs
+    the batches before it committed; --atomic commits every line in one commit or none.
     """
     sources = [payload is not None, file is not None, stdin]
     if sum(sources) != 1:
@@ -84,7 +77,10 @@ def enqueue(
             job = await queue.enqueue(entrypoint, data, priority, delay=seconds(delay), dedup_key=dedup_key)
             return [job]
 
+    skipped = 0
+
     async def many() -> list[Job]:
+        nonlocal skipped
         added: list[Job] = []
 
         def stop(where: str, problem: object) -> None:
@@ -96,9 +92,12 @@ def enqueue(
             with Progress(console=console, transient=True, disable=as_json) as progress:
                 task = progress.add_task("enqueueing", total=None)
                 lines: list[bytes] = []
-                first = 1
+                first = number = 1
                 for number, line in enumerate(sys.stdin.buffer, start=1):
                     payload = line.rstrip(b"\r\n")
+                    if not payload.strip() and not allow_empty:
+                        skipped += 1
+                        continue
                     if limit is not None and len(payload) > limit:
                         over = f"a payload of {len(payload)} bytes is over the limit of {limit}"
                         stop(f"line {number}", over)
@@ -114,14 +113,15 @@ def enqueue(
                     try:
                         added += await queue.enqueue_many(_specs(entrypoint, lines, priority, delay))
                     except JQueueError as exc:
-                        stop(f"lines {first}-{first + len(lines) - 1}", exc)
+                        stop(f"lines {first}-{number}", exc)
         return added
 
     jobs = run(many() if stdin else one())
     if as_json:
         print_json([job_json(job) for job in jobs])
     elif stdin:
-        console.print(f"enqueued {len(jobs)} jobs to {entrypoint!r}")
+        blank = f" ({skipped} blank line{'s' if skipped != 1 else ''} skipped)" if skipped else ""
+        console.print(f"enqueued {_jobs(len(jobs))} to {entrypoint!r}{blank}", highlight=False)
     else:
         console.print(jobs[0].id)
 
@@ -186,14 +186,18 @@ def dead_requeue(
 
 def purge(
     ctx: typer.Context,
-    status: Annotated[PurgeStatus, typer.Option(help="Which jobs: one status, or any.")] = PurgeStatus.DEAD,
+    status: Annotated[StatusChoice, typer.Option(help="Which jobs: one status, or any.")] = (
+        StatusChoice.DEAD
+    ),
     entrypoint: EntrypointOption = None,
     older_than: OlderOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Delete jobs by status, entrypoint and age (dead letters by default)."""
-    chosen = None if status is PurgeStatus.ANY else JobStatus(status.value)
+    chosen = None if status is StatusChoice.ANY else JobStatus(status.value)
+    which = status.value + (f" of {entrypoint!r}" if entrypoint else "")
+    which += f", enqueued over {older_than:g} s ago" if older_than is not None else ""
     if not yes:
 
         async def count() -> int:
@@ -201,18 +205,17 @@ def purge(
                 return await queue.count(chosen, entrypoint, seconds(older_than))
 
         found = run(count())
-        scope = f" of {entrypoint!r}" if entrypoint else ""
         if not found:
-            _report(0, "purged", as_json)
+            _report(0, "purged", as_json, which)
             return
-        if not typer.confirm(f"delete {_jobs(found)} ({status.value}{scope})?"):
+        if not typer.confirm(f"delete {_jobs(found)} ({which})?"):
             raise typer.Exit(1)
 
     async def act() -> int:
         async with existing_queue(ctx) as queue:
             return await queue.purge(chosen, entrypoint, seconds(older_than))
 
-    _report(run(act()), "purged", as_json)
+    _report(run(act()), "purged", as_json, which)
 
 
 def pause(
@@ -304,11 +307,11 @@ def _jobs(count: int) -> str:
     return f"{count} job" if count == 1 else f"{count} jobs"
 
 
-def _report(count: int, verb: str, as_json: bool) -> None:
+def _report(count: int, verb: str, as_json: bool, which: str = "") -> None:
     if as_json:
         print_json({verb: count})
     else:
-        console.print(f"{verb} {_jobs(count)}")
+        console.print(f"{verb} {_jobs(count)}" + (f" ({which})" if which else ""), highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -102,7 +102,7 @@ class Dashboard:
         page = self.templates.get_template(template).render(
             partial=partial,
             csrf=self.guard.csrf(session or fresh),
-            signed=self.guard.token is not None,
+            signed=self.guard.token is not None and self.guard.signed_in(request),
             refresh=REFRESH_SECONDS,
             flash=None if partial else flash,
             broker=self.source.broker(),

@@ -74,6 +74,11 @@ class LocalFileSystemStorage:
                 return self._segments  # a new queue
         return self._chosen
 
+    def named_url(self, name: str) -> str:
+        """Where the named object ``name`` is kept (with "" the directory of them all), for
+        messages: under ``<file>.segments/`` (``<file>.d/`` for a queue an earlier version made)."""
+        return f"{self.namespace.as_uri()}/{name}"
+
     async def read(self) -> tuple[bytes, str | None]:
         """Return the content and etag, or ``(b"", None)`` if the file does not exist."""
         return await asyncio.to_thread(self._read)

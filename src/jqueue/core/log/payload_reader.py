@@ -15,6 +15,7 @@ from jqueue.core.formats.marker import entry_name
 from jqueue.core.log.parts import is_part, part_name
 from jqueue.core.log.payload_refs import payload_place
 from jqueue.core.log.segment_cache import SegmentCache
+from jqueue.core.store import describe_named
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.schema import Payload
 from jqueue.ports.storage import KeyedStoragePort
@@ -53,7 +54,7 @@ class PayloadReader:
 
     def where(self, name: str) -> str:
         """Return the location of a named object of the queue, for messages."""
-        return f"{self.location}.d/{name}"
+        return describe_named(self.keyed, name)
 
     async def payloads(self, payloads: Sequence[Payload], base: str | None) -> list[bytes]:
         """Return each payload's bytes, reading the segments that are not cached (``base``: the

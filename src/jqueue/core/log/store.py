@@ -104,7 +104,7 @@ class LogStore(CommitStore):
 
     def where(self, name: str) -> str:
         """Return the location of a named object (or with "" of the namespace), for messages."""
-        return f"{self.location}.d/{name}"
+        return self._payloads.where(name)
 
     def _segment_name(self, segment: int) -> str:
         return segment_name(segment, self.base, self.location)
