@@ -7,10 +7,11 @@ import contextlib
 import contextvars
 import inspect
 import multiprocessing
+import os
 import pickle
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -31,6 +32,20 @@ RunIn = Literal["loop", "thread", "process"]
 # alone acts on them, and stops its handler processes itself.
 _GROUP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _KILL_WAIT = 5.0  # seconds for killed handler processes to exit
+
+
+GUARD_HINT = (
+    "a script that runs a Worker with in_process handlers must start it under "
+    "`if __name__ == \"__main__\":`, since each handler process imports the script"
+)
+
+
+def refuse_while_spawning(what: str) -> None:
+    """Raise ``RuntimeError`` in a spawned process that is importing its parent's script: code
+    there that opens a queue or starts a worker is the script's, run again in every handler
+    process (it would enqueue and claim as many times)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(f"{what} as a handler process imported the script: {GUARD_HINT}")
 
 
 class HandlerTimeoutError(Exception):
@@ -103,6 +118,11 @@ def _group_signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def _started(_: object) -> int:
+    """What a new handler process runs first, to show that it started."""
+    return os.getpid()
+
+
 def _join(processes: list[BaseProcess], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     for process in processes:
@@ -116,7 +136,7 @@ class _HandlerProcess:
         context = multiprocessing.get_context("spawn")  # no fork of a process running threads
         self.pool = ProcessPoolExecutor(1, mp_context=context, initializer=_ignore_group_signals)
 
-    def submit(self, function: Callable[[Job], object], job: Job) -> Future[object]:
+    def submit(self, function: Callable[[Any], object], job: Job | None) -> Future[object]:
         """Run ``function(job)`` in the process (started by the first call)."""
         with _group_signals_blocked():
             return self.pool.submit(function, job)
@@ -149,6 +169,28 @@ class HandlerPools:
         self._process_slots = asyncio.Semaphore(size)
         self._idle: list[_HandlerProcess] = []
         self._busy: set[_HandlerProcess] = set()
+
+    async def start(self, specs: Iterable[HandlerSpec]) -> None:
+        """Get ready to run ``specs``: where one runs in a process, start a process and wait
+        until it runs a call, so that a script that starts its worker unguarded fails here, at
+        start, and not on each job.
+
+        Raises
+        ------
+        RuntimeError
+            In a handler process that is importing its worker's script (it would start a
+            second worker, claiming jobs), or if the first handler process cannot start.
+        """
+        refuse_while_spawning("a Worker was started")
+        if not any(spec.run_in == "process" for spec in specs):
+            return
+        handler = _HandlerProcess()
+        try:
+            await asyncio.wrap_future(handler.submit(_started, None))
+        except BrokenProcessPool:
+            await asyncio.to_thread(_join, handler.shut_down(kill=True), _KILL_WAIT)
+            raise RuntimeError(f"a handler process did not start (see its error); {GUARD_HINT}") from None
+        self._idle.append(handler)
 
     def _thread_pool(self) -> ThreadPoolExecutor:
         if self._threads is None:

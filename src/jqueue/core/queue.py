@@ -20,6 +20,7 @@ from jqueue.core.bulk import BulkWrites, Found, adding
 from jqueue.core.changes import ChangeFeed
 from jqueue.core.commits import Commits, Housekeeping
 from jqueue.core.enqueue_calls import EnqueueCalls
+from jqueue.core.handlers import refuse_while_spawning
 from jqueue.core.layout import Layout, StoreOpener
 from jqueue.core.management import ManagementCalls, entrypoint_set, fence
 from jqueue.core.numbered import IdSource, numbering
@@ -123,6 +124,7 @@ class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
         return describe(self.storage)
 
     async def __aenter__(self) -> Self:
+        refuse_while_spawning("a queue was opened")
         await self._commits.open()
         return self
 

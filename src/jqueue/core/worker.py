@@ -162,6 +162,7 @@ class Worker(WorkerSetup):
                 for queue, schedule in self.schedules
             ]  # fmt: skip
             try:
+                await pools.start(self.handlers.values())
                 await self._claim_loop(running, pools, until_empty)
             finally:
                 for task in ticking:
