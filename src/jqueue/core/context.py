@@ -40,7 +40,8 @@ class JobContext:
 
     def progress(self, fraction: float, note: str | None = None) -> None:
         """Report how far the job got, from 0 to 1, with an optional ``note`` (cut to 1,000
-        characters); the newest report is stored with the next heartbeat, not at once.
+        characters); the newest report is stored within seconds (``PROMPT_EVERY``), one
+        heartbeat for all the reports made meanwhile, not one commit per call.
 
         Raises
         ------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from datetime import timedelta
 from types import TracebackType
 from typing import cast
@@ -12,9 +13,13 @@ from typing import cast
 from jqueue.core.context import JobContext
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, JQueueError, LeaseLostError
 from jqueue.domain.models import Job
-from jqueue.ports.queue import SupportsHeartbeat, SupportsProgress
+from jqueue.ports.queue import SupportsCancelCheck, SupportsHeartbeat, SupportsProgress
 
 logger = logging.getLogger("jqueue")
+
+PROMPT_EVERY = timedelta(seconds=2)
+"""How often a worker's job, between heartbeats, stores its new progress (one heartbeat, only
+if its handler reported some) or asks whether its cancel was asked for (a read, no commit)."""
 
 
 def _takes_progress(queue: SupportsHeartbeat) -> bool:
@@ -84,17 +89,26 @@ class HeartbeatManager:
                 raise
 
     async def _beat(self) -> None:
-        seconds = self.interval.total_seconds()
+        interval = self.interval.total_seconds()
+        prompt = self.context is not None and isinstance(self.queue, SupportsCancelCheck)
+        tick = min(interval, PROMPT_EVERY.total_seconds()) if prompt else interval
+        last_beat = time.monotonic()
         while True:
-            await asyncio.sleep(seconds)
+            await asyncio.sleep(tick)
             report = None if self.context is None else self.context.take_report()
+            due = time.monotonic() - last_beat >= interval - tick / 2
             try:
                 if report is not None and _takes_progress(self.queue):
                     await cast(SupportsProgress, self.queue).heartbeat(
                         self.job, progress=report[0], note=report[1]
                     )
-                else:
+                elif due:
                     await self.queue.heartbeat(self.job)
+                elif await cast(SupportsCancelCheck, self.queue).cancel_requested(self.job):
+                    raise JobCancelledError(self.job_id)
+                else:
+                    continue
+                last_beat = time.monotonic()
             except JobCancelledError:
                 logger.info("job %s was cancelled; heartbeats stop and its handler is stopped", self.job_id)
                 if self.context is not None:

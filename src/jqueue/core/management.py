@@ -165,13 +165,28 @@ class ManagementCalls:
         found = await self._jobs([record.as_added() for record in await self._view(look)])
         return found[0] if found else None
 
+    async def cancel_requested(self, job_id: Job | str) -> bool:
+        """Whether a running job's cancel was asked for, or a finished one ended cancelled: read
+        (catching up with storage), never committed, so a worker can ask every few seconds."""
+        plain_id = fence(job_id)[0]
+
+        def look(index: QueueIndex) -> bool:
+            record = index.records.get(plain_id)
+            if record is not None:
+                return record.cancel_requested is not None
+            finished = index.history.finished(plain_id)
+            return finished is not None and finished.outcome is JobStatus.CANCELLED
+
+        return await self._view(look)
+
     async def cancel(self, job_id: Job | str) -> bool:
         """Cancel a job; True if it left the queue now (with a history record of outcome
         ``cancelled``), False if it is running and its worker is asked to stop it.
 
-        A running job's worker learns of the cancel at its next heartbeat, stops the handler
-        and ends the job cancelled (so does the sweep if its lease runs out first). Given the
-        claimed ``Job``, the call is fenced: the worker that holds it ends it cancelled now.
+        A running job's worker learns of the cancel within seconds (``cancel_requested``, or
+        its next heartbeat), stops the handler and ends the job cancelled (so does the sweep
+        if its lease runs out first). Given the claimed ``Job``, the call is fenced: the
+        worker that holds it ends it cancelled now.
 
         Raises
         ------

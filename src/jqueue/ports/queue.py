@@ -35,6 +35,16 @@ class SupportsProgress(Protocol):
 
 
 @runtime_checkable
+class SupportsCancelCheck(Protocol):
+    """A queue that tells whether a job's cancel was asked for without committing (every jqueue
+    queue), so a worker learns of a cancel within seconds."""
+
+    async def cancel_requested(self, job_id: Any, /) -> bool:
+        """Whether the job's cancel was asked for (or it ended cancelled)."""
+        ...
+
+
+@runtime_checkable
 class Queue(SupportsHeartbeat, Protocol):
     """Claim, settle and keep alive jobs of one queue (see ``JobQueue`` for each call)."""
 

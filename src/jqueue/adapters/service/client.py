@@ -333,6 +333,15 @@ class RemoteQueue(EnqueueCalls):
             fraction, text = checked_progress(progress, note)
             await self._settle("heartbeat", _ref(job_id, progress=fraction, note=text))
 
+    async def cancel_requested(self, job_id: Job | str) -> bool:
+        """Whether the job's cancel was asked for: asked by a heartbeat, which the broker folds
+        into its next commit with the others."""
+        try:
+            await self.heartbeat(job_id)
+        except JobCancelledError:
+            return True
+        return False
+
     async def cancel(self, job_id: Job | str) -> bool:
         """Cancel a job; True if it left the queue at once, False if its worker is asked to stop
         it (see ``JobQueue.cancel``)."""
