@@ -9,6 +9,8 @@ group commits as concurrent async calls are::
     jobs = sync.open_queue("s3://bucket/jobs.json")       # or sync.connect("http://broker:8080", "jobs")
     job = jobs.enqueue("send_email", b'{"to": "a@example.com"}')
     print(jobs.stats().total(JobStatus.QUEUED))
+    print(jobs.result(job, timeout=timedelta(seconds=30)))  # what its handler returned
+    jobs.call(lambda queue: queue.pause("send_email"))     # any other call of the queue
     jobs.close()                                            # also at interpreter exit
 """
 
@@ -21,7 +23,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.connection import connect as async_connect
@@ -35,14 +37,16 @@ from jqueue.domain.stats import QueueStats
 from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")
+Q = TypeVar("Q", bound=BrokerQueue | RemoteQueue)
 DEFAULT_TIMEOUT = timedelta(seconds=60)
 """How long a call waits for its commit before it raises ``TimeoutError``."""
 
-_open_queues: weakref.WeakSet[SyncQueue] = weakref.WeakSet()
+_open_queues: weakref.WeakSet[SyncQueue[Any]] = weakref.WeakSet()
 
 
-class SyncQueue:
-    """A queue whose calls block: ``enqueue``, ``enqueue_many`` and ``stats``.
+class SyncQueue(Generic[Q]):
+    """A queue whose calls block: ``enqueue``, ``enqueue_many``, ``stats``, ``result``,
+    ``cancel``, and any other async call through ``call``.
 
     Parameters
     ----------
@@ -55,7 +59,7 @@ class SyncQueue:
 
     def __init__(
         self,
-        opener: Callable[[], Awaitable[tuple[BrokerQueue | RemoteQueue, Callable[[], Awaitable[None]]]]],
+        opener: Callable[[], Awaitable[tuple[Q, Callable[[], Awaitable[None]]]]],
         timeout: timedelta = DEFAULT_TIMEOUT,
     ) -> None:
         self.timeout = timeout.total_seconds()
@@ -63,6 +67,7 @@ class SyncQueue:
         self._thread = threading.Thread(target=self._loop.run_forever, name="jqueue-sync", daemon=True)
         self._thread.start()
         self._closed = False
+        self._queue: Q
         try:
             self._queue, self._close = self._run(opener())
         except BaseException:
@@ -70,21 +75,22 @@ class SyncQueue:
             raise
         _open_queues.add(self)
 
-    def _run(self, call: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
+    def _run(self, call: Coroutine[Any, Any, T] | Awaitable[T], waits: float = 0.0) -> T:
         async def wrapped() -> T:
             return await call
 
         future = asyncio.run_coroutine_threadsafe(wrapped(), self._loop)
         try:
-            return future.result(self.timeout)
+            return future.result(self.timeout + waits)
         except TimeoutError:
             future.cancel()
-            raise TimeoutError(f"no answer within {self.timeout:g} s") from None
+            raise TimeoutError(f"no answer within {self.timeout + waits:g} s") from None
 
-    def _call(self, call: Callable[[], Awaitable[T]]) -> T:
+    def _call(self, call: Callable[[], Awaitable[T]], waits: float = 0.0) -> T:
+        """Run ``call()`` in the loop; its answer may take ``timeout`` (and ``waits`` more)."""
         if self._closed:
             raise QueueClosedError("this SyncQueue is closed")
-        return self._run(call())
+        return self._run(call(), waits)
 
     def enqueue(
         self,
@@ -138,9 +144,34 @@ class SyncQueue:
             raise TypeError("stats() needs the queue opened on its storage (sync.open_queue), not a broker's")
         return self._call(queue.stats)
 
-    def call(self, function: Callable[[BrokerQueue | RemoteQueue], Awaitable[T]]) -> T:
+    def result(self, job_id: Job | str, timeout: timedelta | None = None) -> bytes | None:
+        """Wait until the job is finished (up to ``timeout``; None: do not wait) and return what
+        its handler returned, as the async ``result`` does; a typed task's
+        ``decode_result`` turns it into the function's typed value.
+
+        Raises
+        ------
+        JobFailedError
+            If the job died (its error and reason attached).
+        JobCancelledError
+            If it was cancelled.
+        TimeoutError
+            If it has not finished within ``timeout``.
+        """
+        plain_id = job_id if isinstance(job_id, str) else job_id.id
+        waits = 0.0 if timeout is None else timeout.total_seconds()
+        return self._call(lambda: self._queue.result(plain_id, timeout=timeout), waits)
+
+    def cancel(self, job_id: Job | str) -> bool:
+        """Cancel a job, as the async ``cancel`` does: True if it left the queue at once, False
+        if it is running and its worker is asked to stop it (within seconds)."""
+        return self._call(lambda: self._queue.cancel(job_id))
+
+    def call(self, function: Callable[[Q], Awaitable[T]]) -> T:
         """Run ``function(queue)`` on the async queue in this queue's loop and return its answer:
-        any call the async queue has (``queue.dequeue(...)``, ``queue.ack(job)``...)."""
+        any call the async queue has. The management calls go this way, on a queue opened on
+        its storage: ``jobs.call(lambda q: q.pause("email"))``, ``q.requeue_dead()``,
+        ``q.dead_letters()``, ``q.history()``, ``q.purge(...)``, ``q.find(job_id)``."""
         return self._call(lambda: function(self._queue))
 
     def close(self) -> None:
@@ -172,7 +203,7 @@ class SyncQueue:
 
 def open_queue(
     storage: ObjectStoragePort | str, *, timeout: timedelta = DEFAULT_TIMEOUT, **options: Any
-) -> SyncQueue:
+) -> SyncQueue[BrokerQueue]:
     """Open the queue on ``storage`` (a storage, a storage URL, or a file path) as a
     ``BrokerQueue`` (``options`` go to it) whose calls block."""
     if isinstance(storage, str):
@@ -187,7 +218,9 @@ def open_queue(
     return SyncQueue(opener, timeout)
 
 
-def connect(target: str, queue: str, *, timeout: timedelta = DEFAULT_TIMEOUT, **options: Any) -> SyncQueue:
+def connect(
+    target: str, queue: str, *, timeout: timedelta = DEFAULT_TIMEOUT, **options: Any
+) -> SyncQueue[BrokerQueue | RemoteQueue]:
     """Open queue ``queue`` through the broker of ``target``, as ``jqueue.connect`` does
     (``options``: ``token``, ``broker``, ``failover_timeout``, ...), with calls that block."""
     connection = async_connect(target, queue, **options)

@@ -10,10 +10,12 @@ reason instead of reaching the code.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from jqueue.core.control import Fail
 from jqueue.domain.models import Job
@@ -61,6 +63,8 @@ class Task(Generic[P, R]):
         self.priority = priority
         self.arguments = _model(function)
         self.signature = inspect.signature(function)
+        self.returns: Any = get_type_hints(function).get("return", Any)
+        """The return annotation (of an async function, what it returns when awaited)."""
 
     def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         """Return the job of a call with these arguments (``dataclasses.replace`` it to add a
@@ -82,6 +86,44 @@ class Task(Generic[P, R]):
         jobs: list[Job] = await queue.enqueue_many([self.spec(*args, **kwargs)])
         return jobs[0]
 
+    async def result(self, queue: Any, job_id: Job | str, /, timeout: timedelta | None = None) -> Any:  # noqa: ASYNC109
+        """Wait until a job of this task is finished and return what the function returned, as
+        its return annotation types it (``decode_result``); ``queue.result`` keeps the bytes.
+
+        Raises
+        ------
+        JobFailedError, JobCancelledError, TimeoutError
+            As ``queue.result`` does.
+        pydantic.ValidationError
+            If the stored result does not fit the return annotation.
+        """
+        plain_id = job_id if isinstance(job_id, str) else job_id.id
+        return self.decode_result(await queue.result(plain_id, timeout=timeout))
+
+    def decode_result(self, stored: bytes | None) -> Any:
+        """Return a result as the worker stored it (bytes as they are, text as UTF-8, anything
+        else as JSON) as the function's return annotation types it: a pydantic model, a
+        dataclass, a ``list[int]``...; None for none."""
+        if stored is None:
+            return None
+        if self.returns is bytes:
+            return stored
+        if self.returns is str:
+            return stored.decode()
+        if self.returns is Any:  # unannotated: JSON if it is, else text
+            try:
+                return json.loads(stored)
+            except ValueError:
+                return stored.decode(errors="replace")
+        return TypeAdapter(self.returns).validate_json(stored)
+
+    def _encoded(self, returned: object) -> object:
+        """What the handler returns for the worker to keep: the function's value as its return
+        annotation encodes it (models and dataclasses too), bytes and text as they are."""
+        if returned is None or self.returns in (bytes, str, Any):
+            return returned
+        return TypeAdapter(self.returns).dump_json(returned)
+
     def _arguments_of(self, job: Job) -> dict[str, Any]:
         try:
             return dict(self.arguments.model_validate_json(job.payload))
@@ -94,12 +136,12 @@ class Task(Generic[P, R]):
         if inspect.iscoroutinefunction(function):
 
             async def run_async(job: Job) -> object:
-                return await function(**self._arguments_of(job))
+                return self._encoded(await function(**self._arguments_of(job)))
 
             return run_async
 
         def run_sync(job: Job) -> object:
-            return function(**self._arguments_of(job))
+            return self._encoded(function(**self._arguments_of(job)))
 
         return run_sync
 

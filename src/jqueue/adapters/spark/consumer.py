@@ -88,7 +88,7 @@ class ConsumerReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.partition_count = int(options.get("partitions", "4"))
         if self.per_trigger < 1 or self.lease_seconds <= 0 or self.partition_count < 1:
             raise ValueError("maxJobsPerTrigger, leaseSeconds and partitions must be positive")
-        self._queue: SyncQueue | None = None
+        self._queue: SyncQueue[BrokerQueue] | None = None
         self._storage: KeyedStoragePort | None = None
         self._in_flight: dict[int, list[Job]] = {}
         self._available_now = False
@@ -104,7 +104,7 @@ class ConsumerReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- on the driver -----------------------------------------------------------------
 
-    def _open(self) -> SyncQueue:
+    def _open(self) -> SyncQueue[BrokerQueue]:
         if self._queue is None:
             self._queue = open_queue(self.url, visibility_timeout=timedelta(seconds=self.lease_seconds))
             self._storage = keyed_storage(self.url)
