@@ -3,12 +3,17 @@ and the command line find the token in ``JQUEUE_TOKEN``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from playwright.async_api import expect
 
-from jqueue import ServiceError, connect
+from browser import chromium
+from jqueue import BrokerQueue, LocalFileSystemStorage, ServiceError, connect
 from servers import jqueue_serve
 
 pytestmark = pytest.mark.slow
@@ -47,3 +52,24 @@ async def test_connect_and_serve_read_the_token_from_jqueue_token(
             with pytest.raises(ServiceError) as wrong:
                 await given.enqueue("e", b"x")
         assert wrong.value.status == 401
+
+
+async def test_the_dashboard_lists_queues_made_without_the_service_on_a_file_url_root(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    async with BrokerQueue(LocalFileSystemStorage(root / "before.json")) as made:
+        await made.enqueue("e", b"x")
+    with jqueue_serve(root.as_uri(), tmp_path / "serve.log") as url:
+        command = [sys.executable, "-m", "jqueue", "--storage", (root / "by-cli.json").as_uri()]
+        made_by_cli = await asyncio.to_thread(
+            subprocess.run, [*command, "enqueue", "e", "y"], capture_output=True, text=True, timeout=120
+        )
+        assert made_by_cli.returncode == 0, made_by_cli.stderr
+        async with chromium() as browser:
+            page = await browser.new_page()
+            await page.goto(f"{url}/")
+            for name in ("before", "by-cli"):
+                await expect(page.locator(f"#queues tr[data-queue='{name}']")).to_have_count(1)
+            await expect(page.get_by_text("No queues yet.")).to_have_count(0)

@@ -56,10 +56,13 @@ def record_storage(root: str) -> ObjectStoragePort:
 
 
 def checked_root(root: str) -> str:
-    """Return ``root`` if queues can live under it; a plain path must be a directory."""
+    """Return ``root`` if queues can live under it; a plain path (or a ``file://`` URL, returned
+    as its path) must be a directory."""
     if "://" in root:
-        storage_from_url(queue_location(root, "check"))  # raises InvalidURLError for a bad URL
-        return root
+        checked = storage_from_url(queue_location(root, "check"))  # InvalidURLError for a bad URL
+        if not isinstance(checked, LocalFileSystemStorage):
+            return root
+        root = str(checked.path.parent)  # a directory whose queue files can be listed
     if not Path(root).is_dir():
         raise InvalidURLError(
             root, "is not a directory (create it, or give a URL such as s3://bucket/prefix)"
@@ -155,9 +158,9 @@ class QueueHost:
         return sorted(self.catalog.record.queues)
 
     def found(self) -> list[str]:
-        """The queues the catalog lists and, under a directory root, the queue files made by the
-        Python API that it does not say were deleted; sorted. (Object-store roots are not
-        listed: their queues appear once used through the service.)"""
+        """The queues the catalog lists and, under a directory root (a path or ``file://``), the
+        queue files made by the Python API or the CLI that it does not say were deleted; sorted.
+        (Object-store roots are not listed: their queues appear once used through the service.)"""
         names = set(self.catalog.record.queues)
         if "://" not in self.root:
             on_disk = {
