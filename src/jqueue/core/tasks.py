@@ -138,11 +138,13 @@ class Task(Generic[P, R]):
             async def run_async(job: Job) -> object:
                 return self._encoded(await function(**self._arguments_of(job)))
 
+            run_async.__qualname__ = f"task {function.__qualname__}"  # the worker's start line
             return run_async
 
         def run_sync(job: Job) -> object:
             return self._encoded(function(**self._arguments_of(job)))
 
+        run_sync.__qualname__ = f"task {function.__qualname__}"
         return run_sync
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
