@@ -160,3 +160,30 @@ async def test_a_heartbeat_can_set_the_lease_to_a_new_length(
         assert (again.id, again.attempts) == (job.id, 2)
         with pytest.raises(LeaseLostError):
             await holder.heartbeat(job, visibility_timeout=LEASE)
+
+
+async def test_a_renewed_lease_fences_and_the_old_one_no_longer_does(
+    file_or_s3: Backend, layout: Layout
+) -> None:
+    storage, name = file_or_s3.new()
+    async with DirectQueue(storage, layout=layout) as q:
+        await q.enqueue("work", b"x")
+        [claimed] = await q.dequeue("work")
+        renewed = await q.renew_lease(claimed, visibility_timeout=timedelta(minutes=10))
+        assert (renewed.id, renewed.status) == (claimed.id, JobStatus.IN_PROGRESS)
+        assert renewed.lease is not None
+        assert renewed.lease != claimed.lease
+        with pytest.raises(LeaseLostError):
+            await q.heartbeat(claimed)  # the old lease
+        with pytest.raises(LeaseLostError):
+            await q.renew_lease(claimed)
+    async with DirectQueue(file_or_s3.handle(name), layout=layout) as reopened:  # replayed from storage
+        [found] = await reopened.jobs()
+        assert found.lease == renewed.lease
+        with pytest.raises(LeaseLostError):
+            await reopened.ack(claimed)
+        await reopened.ack(renewed)
+        assert await reopened.jobs() == []
+        await reopened.enqueue("other", b"y")
+        with pytest.raises(LeaseLostError):  # a job that is not claimed has no lease to renew
+            await reopened.renew_lease((await reopened.jobs())[0])

@@ -104,7 +104,14 @@ def test_push_poll_update_and_delete_messages(
         assert client.delete("q", (one["id"], wrong)) == (200, {}), "as queued: a stale tag is skipped"
         assert client.poll("q") == [], "a stale tag changed nothing"
 
-        assert client.update("q", one["id"], one["poll_tag"], -1) == (200, {"new_poll_tag": one["poll_tag"]})
+        renewed = client.update("q", two["id"], two["poll_tag"], 60)
+        assert renewed[0] == 200
+        new_tag = renewed[1]["new_poll_tag"]
+        assert new_tag != two["poll_tag"], "as queued: a new tag"
+        assert 0 <= new_tag < 2**32
+        assert client.update("q", two["id"], two["poll_tag"], 60)[0] == 404, "the old tag is stale"
+        two["poll_tag"] = new_tag
+        assert client.update("q", one["id"], one["poll_tag"], -1)[0] == 200
         [again] = client.poll("q", visibility=30)
         assert again["id"] == first
         assert client.delete("q", (one["id"], one["poll_tag"]), (two["id"], two["poll_tag"])) == (200, {})
@@ -114,7 +121,7 @@ def test_push_poll_update_and_delete_messages(
         assert counts["message_counter"] == 1
         assert (counts["successful_push_counter"], counts["successful_poll_counter"]) == (3, 3)
         assert (counts["successful_delete_counter"], counts["missing_delete_counter"]) == (2, 2)
-        assert (counts["successful_update_counter"], counts["missing_update_counter"]) == (1, 1)
+        assert (counts["successful_update_counter"], counts["missing_update_counter"]) == (2, 2)
         assert counts["empty_poll_counter"] == 2
 
         assert client.call("DELETE", "/queue/q") == (200, None)

@@ -29,7 +29,7 @@ from jqueue.core.settings import LogSettings
 from jqueue.core.store import StorageUse, describe
 from jqueue.core.timed import timed
 from jqueue.domain.effects import Added
-from jqueue.domain.errors import PayloadTooLargeError
+from jqueue.domain.errors import LeaseLostError, PayloadTooLargeError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState
 from jqueue.domain.policy import QueuePolicy
@@ -344,6 +344,32 @@ class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
             index.heartbeat(plain_id, to_micros(now), lease, expires, *reported)
 
         await self._commits.run(operation)
+
+    async def renew_lease(self, job: Job, *, visibility_timeout: timedelta | None = None) -> Job:
+        """Heartbeat a claimed job as ``heartbeat`` does, and hold it from now on under a new
+        lease, which the returned ``Job`` carries; the old lease no longer fences anything
+        (queued's ``update`` issues a new poll tag this way).
+
+        Raises
+        ------
+        LeaseLostError
+            If ``job``'s lease no longer holds it.
+        JobCancelledError
+            If its cancel was asked for.
+        """
+        plain_id, lease = fence(job)
+        if visibility_timeout is not None:
+            checked_span("visibility_timeout", visibility_timeout)
+        renewed = new_lease()
+
+        def operation(index: QueueIndex) -> Added:
+            now = utc_now()
+            expires = None if visibility_timeout is None else to_micros(now + visibility_timeout)
+            if not index.heartbeat(plain_id, to_micros(now), lease, expires, new_lease=renewed):
+                raise LeaseLostError(plain_id)  # not claimed: no lease of it holds
+            return index.records[plain_id].as_added()
+
+        return (await self._jobs([await self._commits.run(operation)]))[0]
 
     async def sweep(self) -> int:
         """Return to the queue (or, past their last attempt, to the dead letters) the claimed jobs

@@ -130,13 +130,15 @@ class SinkMarked:
 class Beat:
     """A claimed job's heartbeat moved to ``at``; its lease, if it expires, now expires at
     ``expires``, or when None as long again from ``at`` as it was from the last heartbeat.
-    With ``progress``, the attempt's progress (and ``note``) became these."""
+    With ``progress``, the attempt's progress (and ``note``) became these; with ``lease``, the
+    claim is held under that new lease from now on (the old one no longer fences)."""
 
     job_id: str
     at: int
     expires: int | None = None
     progress: float | None = None
     note: str | None = None
+    lease: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

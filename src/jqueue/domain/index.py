@@ -213,10 +213,12 @@ class QueueIndex(IndexState):
         expires: int | None = None,
         progress: float | None = None,
         note: str | None = None,
+        new_lease: str | None = None,
     ) -> list[Beat]:
         """Move a claimed job's heartbeat to ``now`` and extend its lease (to ``expires`` when
-        given), recording its ``progress`` and ``note`` when given; unfenced, nothing for a job
-        in another status.
+        given), recording its ``progress`` and ``note`` when given, and with ``new_lease``
+        holding the claim under that lease from now on; unfenced, nothing for a job in another
+        status.
 
         Raises
         ------
@@ -232,7 +234,7 @@ class QueueIndex(IndexState):
             return []
         if record.cancel_requested is not None:
             raise JobCancelledError(job_id)
-        return [self._applied(Beat(job_id, now, expires, progress, note))]
+        return [self._applied(Beat(job_id, now, expires, progress, note, new_lease))]
 
     def requeue_expired(self, now: int, max_attempts: int | None = None) -> list[Requeued | Died | Cancelled]:
         """Return the claimed jobs whose lease ran out before ``now`` to the queue; one that used

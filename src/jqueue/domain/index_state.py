@@ -224,7 +224,7 @@ class IndexState(Journal, BulkAdds):
                 self._record_undo(self.controls.count_claim(record.entrypoint, at))
             case Requeued(job_id, not_before, error, reset):
                 self._requeue(self._existing(job_id, effect), not_before, error, reset)
-            case Beat(job_id, at, new_expiry, progress, note):
+            case Beat(job_id, at, new_expiry, progress, note, new_lease):
                 record = self._existing(job_id, effect)
                 expires = record.expires
                 if new_expiry is not None:
@@ -232,6 +232,7 @@ class IndexState(Journal, BulkAdds):
                 elif expires is not None and record.heartbeat is not None:
                     expires = checked_time(at + (expires - record.heartbeat), f"the lease of job {job_id!r}")
                 reported = {} if progress is None else dict(progress=progress, progress_note=note)
+                reported |= {} if new_lease is None else {"lease": new_lease}
                 self._update(record, record.changed(heartbeat=at, expires=expires, **reported))
             case CancelAsked(job_id, at):
                 record = self._existing(job_id, effect)

@@ -29,6 +29,7 @@ from jqueue.adapters.service.queued_parts import (
     entrypoint_of,
     held,
     message_of,
+    poll_tag,
     queued_error,
     seconds,
 )
@@ -219,14 +220,17 @@ class QueuedRoutes:
         self._gate(name, "update")
         body: UpdateRequest = await self.service.read_body(request, UpdateRequest)
         timeout = seconds(body.visibility_timeout_secs)
-        try:
-            await queue.heartbeat(held(body.id, body.poll_tag), visibility_timeout=timeout)
+        try:  # a new poll tag, as queued's own server: the old one is stale from now on
+            renewed = await queue.renew_lease(held(body.id, body.poll_tag), visibility_timeout=timeout)
         except (JobNotFoundError, LeaseLostError, JobCancelledError) as exc:  # cancelled: gone to its poller
             self._count(name, "update", "missing")
             text = f"message {body.id} with poll tag {body.poll_tag} not found"
             raise HTTPError(404, "message_not_found", text) from exc
         self._count(name, "update", "successful")
-        return UpdateResponse(body.poll_tag)
+        tag = poll_tag(renewed)
+        if tag is None:  # renew_lease makes numbered leases: this is a defect
+            raise HTTPError(500, "internal", f"message {body.id} was renewed without a numbered lease")
+        return UpdateResponse(tag)
 
     async def _delete(self, request: Request, name: str) -> dict[str, Any]:
         """Delete the messages whose tags hold; as queued, one whose tag is stale (or that is

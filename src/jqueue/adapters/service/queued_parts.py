@@ -98,10 +98,15 @@ async def claim_text(queue: JobQueue, count: int, visibility: timedelta) -> list
     return text[:count]
 
 
+def poll_tag(job: Job) -> int | None:
+    """A claimed job's poll tag: its lease as a number (None for a lease that is not one)."""
+    return None if job.lease is None else lease_number(job.lease)
+
+
 def message_of(job: Job, text: bool) -> PolledMessage | None:
     """Return a polled job as a queued message (contents as text when ``text``: the caller
     claimed text alone), or None if its id or lease is not a number (added by other means)."""
-    tag = None if job.lease is None else lease_number(job.lease)
+    tag = poll_tag(job)
     if not job.id.isdigit() or tag is None:
         return None
     return PolledMessage(job.payload.decode() if text else job.payload, int(job.id), tag)

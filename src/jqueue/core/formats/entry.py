@@ -78,6 +78,7 @@ class _Beat(msgspec.Struct, tag="beat", array_like=True, omit_defaults=True):
     expires: Micros | None = None
     progress: Fraction | None = None
     note: str | None = None
+    lease: str | None = None
 
 
 class _CancelAsk(msgspec.Struct, tag="cancel_ask", array_like=True):
@@ -188,8 +189,8 @@ def _wire_effect(effect: Effect) -> _WireEffect:
             return _Requeue(job_id, not_before, error, reset)
         case Removed(job_id, at, result):
             return _Remove(job_id, at, result)
-        case Beat(job_id, at, expires, progress, note):
-            return _Beat(job_id, at, expires, progress, note)
+        case Beat(job_id, at, expires, progress, note, lease):
+            return _Beat(job_id, at, expires, progress, note, lease)
         case CancelAsked(job_id, at):
             return _CancelAsk(job_id, at)
         case Cancelled(job_id, at, error):
@@ -263,8 +264,8 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
                 effects.append(Requeued(job_id, not_before, error, reset))
             case _Remove(job_id, at, result):
                 effects.append(Removed(job_id, at, result))
-            case _Beat(job_id, at, expires, progress, note):
-                effects.append(Beat(job_id, at, expires, progress, note))
+            case _Beat(job_id, at, expires, progress, note, lease):
+                effects.append(Beat(job_id, at, expires, progress, note, lease))
             case _CancelAsk(job_id, at):
                 effects.append(CancelAsked(job_id, at))
             case _Cancel(job_id, at, error):
