@@ -30,7 +30,7 @@ def test_exec_says_at_start_what_it_runs_and_why_jobs_failed(cli: Cli) -> None:
     failures = [line for line in done.stderr.splitlines() if " shell: " in line]
     assert len(failures) == 2, done.stderr
     why = "(CommandFailedError: exit status 3: cannot: bad)"
-    assert " WARNING jqueue.worker job " in failures[0]
+    assert " INFO jqueue.worker job " in failures[0]
     assert f"shell: retried {why}" in failures[0]
     assert " ERROR jqueue.worker job " in failures[1]
     assert f"shell: dead {why}" in failures[1]

@@ -66,10 +66,11 @@ class JobResult:
     ran: float
 
     def level(self) -> int:
-        """The log level of this run: a dead job is an error, a retried or lost one a warning."""
+        """The log level of this run: a dead job is an error (it needs someone), a lost one a
+        warning, the rest (a retry included: the job goes on) information."""
         if self.outcome is Outcome.DEAD:
             return logging.ERROR
-        return logging.WARNING if self.outcome in (Outcome.RETRIED, Outcome.LOST) else logging.INFO
+        return logging.WARNING if self.outcome is Outcome.LOST else logging.INFO
 
     def summary(self) -> str:
         """The run in one line: the job, its outcome and, when retried or dead, the error's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import signal
 import time
@@ -30,6 +31,11 @@ POLICY = QueuePolicy(
     backoff=Backoff(initial=timedelta(milliseconds=20), maximum=timedelta(milliseconds=200)),
 )
 
+
+
+def _not_job_lines(record: logging.LogRecord) -> bool:
+    """Drop the workers' line per job (the demo shows its own counts); keep the rest."""
+    return not hasattr(record, "outcome")
 
 def _fails(job: Job, failure_rate: float) -> bool:
     """Whether this attempt of this job fails: random, but the same on every run."""
@@ -93,6 +99,7 @@ async def run_demo(
 
             if not interrupted.is_set():
                 pool += [Worker(queue, {ENTRYPOINT: square}, concurrency=concurrency) for _ in range(workers)]
+            logging.getLogger("jqueue.worker").addFilter(_not_job_lines)  # the table counts them
             for worker in pool:
                 worker.on("after_job")(count)
             await asyncio.gather(*(worker.run(until_empty=True, install_signals=False) for worker in pool))
