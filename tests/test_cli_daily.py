@@ -159,3 +159,11 @@ def test_a_file_queue_whose_log_is_gone_names_the_directory_on_disk(cli: Cli) ->
     assert done.returncode == 1
     assert f"{segments.as_uri()}/" in done.stderr
     assert ".d/" not in done.stderr
+
+
+def test_the_demo_shows_its_table_not_a_line_per_job(cli: Cli) -> None:
+    done = cli("demo", "--jobs", "200", "--failure-rate", "0.5")
+    assert "every job accounted for" in done.stdout
+    output = done.stdout + done.stderr
+    assert "demo-square: retried" not in output
+    assert "demo-square: dead" not in output
