@@ -162,12 +162,17 @@ async def test_a_foreign_host_is_refused_on_every_route_and_changes_nothing(tmp_
         assert (await direct.stats()).paused_claims == [None]
 
 
-async def test_a_csrf_value_holds_only_in_its_own_session(tmp_path: Path) -> None:
+async def _shop_root(tmp_path: Path) -> tuple[Path, BrokerQueue]:
+    """A root whose queue ``shop`` holds one job, and a queue that reads it directly (unopened)."""
     root = tmp_path / "root"
     root.mkdir()
-    direct = BrokerQueue(root_storage(str(root), "shop"))
     async with BrokerQueue(root_storage(str(root), "shop")) as queue:
         await queue.enqueue("email", b"x")
+    return root, BrokerQueue(root_storage(str(root), "shop"))
+
+
+async def test_a_csrf_value_holds_only_in_its_own_session(tmp_path: Path) -> None:
+    root, direct = await _shop_root(tmp_path)
     with jqueue_serve(str(root), tmp_path / "serve.log", options=["--token", TOKEN]) as url:
         signed = []
         for _ in range(2):
@@ -195,11 +200,7 @@ async def test_a_csrf_value_holds_only_in_its_own_session(tmp_path: Path) -> Non
 
 
 async def test_the_tokenless_dashboard_in_a_browser_under_its_names_only(tmp_path: Path) -> None:
-    root = tmp_path / "root"
-    root.mkdir()
-    direct = BrokerQueue(root_storage(str(root), "shop"))
-    async with BrokerQueue(root_storage(str(root), "shop")) as queue:
-        await queue.enqueue("email", b"x")
+    root, direct = await _shop_root(tmp_path)
     rules = f"--host-resolver-rules=MAP {EVIL} {LOOPBACK}, MAP {LISTED} {LOOPBACK}"
     with jqueue_serve(str(root), tmp_path / "serve.log", options=["--allowed-host", LISTED]) as url:
         async with chromium([rules]) as browser:
