@@ -9,6 +9,7 @@ reason instead of reaching the code.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -115,14 +116,19 @@ class Task(Generic[P, R]):
                 return json.loads(stored)
             except ValueError:
                 return stored.decode(errors="replace")
-        return TypeAdapter(self.returns).validate_json(stored)
+        return self._result_adapter.validate_json(stored)
 
     def _encoded(self, returned: object) -> object:
         """What the handler returns for the worker to keep: the function's value as its return
         annotation encodes it (models and dataclasses too), bytes and text as they are."""
         if returned is None or self.returns in (bytes, str, Any):
             return returned
-        return TypeAdapter(self.returns).dump_json(returned)
+        return self._result_adapter.dump_json(returned)
+
+    @functools.cached_property
+    def _result_adapter(self) -> TypeAdapter[Any]:
+        """The return annotation's validator and encoder, built once (it costs a schema)."""
+        return TypeAdapter(self.returns)
 
     def _arguments_of(self, job: Job) -> dict[str, Any]:
         try:
