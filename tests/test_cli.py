@@ -182,7 +182,9 @@ def test_a_corrupt_queue_is_reported_not_overwritten(cli: Cli) -> None:
 def test_no_storage_is_an_error_except_for_the_demo(cli: Cli) -> None:
     cli.env.pop("JQUEUE_STORAGE")
     done = cli("ls", ok=False)
-    assert done.stderr.strip() == "error: no queue given: pass --storage URL or set JQUEUE_STORAGE"
+    assert done.stderr.strip() == (
+        "error: no queue given: pass --storage URL (or --server URL --queue NAME), or set JQUEUE_STORAGE"
+    )
     summary = cli.json("demo", "--jobs", "300", "--workers", "2")
     assert summary["url"] == (cli.cwd / ".jqueue" / "demo.json").as_uri()
     assert summary["acked"] + summary["dead_letters"] == 300
@@ -427,9 +429,8 @@ def test_enqueue_stdin_names_a_bad_line_and_can_be_all_or_nothing(cli: Cli) -> N
     assert len(cli.json("enqueue", "other", "--stdin", "--atomic", stdin="a\nb\n")) == 2
 
 
-def test_the_readmes_command_table_lists_every_command(cli: Cli) -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme[readme.index("## Command line") : readme.index("## Spark")]
+def test_the_cli_pages_command_table_lists_every_command(cli: Cli) -> None:
+    section = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
     help_text = cli("--help").stdout
     commands = set(re.findall(r"^  ([a-z]+) ", help_text[help_text.index("Commands:") :], re.MULTILINE))
     rows = [line for line in section.splitlines() if line.startswith("| `")]

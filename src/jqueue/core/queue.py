@@ -104,7 +104,7 @@ class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
         if visibility_timeout < CLOCK_SAFE_VISIBILITY:
             logger.warning(
                 "a visibility timeout of %s is short: leases assume that the clocks of all processes "
-                "agree to well within it (see the README's guarantees)",
+                "agree to well within it (see docs/guarantees.md, Clocks)",
                 visibility_timeout,
             )
         self.storage = storage

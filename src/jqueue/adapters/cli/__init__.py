@@ -19,20 +19,24 @@ def main() -> None:
     build_app()(args=global_options_first(sys.argv[1:]), prog_name="jqueue")
 
 
+GLOBAL_OPTIONS = ("--storage", "--server", "--queue")
+"""The options of every queue command, which the command line reads before the command's name."""
+
+
 def global_options_first(args: list[str]) -> list[str]:
-    """Move ``--storage URL`` (or ``--storage=URL``) given after a command to the front, where
-    the command line reads global options; what follows ``--`` is left alone."""
+    """Move the ``GLOBAL_OPTIONS`` given after a command (``--storage URL`` or ``--storage=URL``)
+    to the front, where the command line reads global options; what follows ``--`` is left alone."""
     end = args.index("--") if "--" in args else len(args)
     moved: list[str] = []
     rest: list[str] = []
     position = 0
     while position < end:
         arg = args[position]
-        if arg == "--storage" and position + 1 < end and position > 0:
+        if arg in GLOBAL_OPTIONS and position + 1 < end and position > 0:
             moved += args[position : position + 2]
             position += 2
             continue
-        if arg.startswith("--storage=") and position > 0:
+        if arg.startswith(tuple(f"{name}=" for name in GLOBAL_OPTIONS)) and position > 0:
             moved.append(arg)
         else:
             rest.append(arg)

@@ -8,7 +8,7 @@ import typer
 
 from jqueue import __version__
 from jqueue.adapters.cli import demo, execute, jobs, run, serve
-from jqueue.adapters.cli.common import STORAGE_HELP, Options
+from jqueue.adapters.cli.common import QUEUE_HELP, SERVER_HELP, STORAGE_HELP, Options
 
 
 def _print_version(asked: bool) -> None:
@@ -34,11 +34,15 @@ def build_app() -> typer.Typer:
         storage: Annotated[
             str | None, typer.Option("--storage", envvar="JQUEUE_STORAGE", help=STORAGE_HELP)
         ] = None,
+        server: Annotated[
+            str | None, typer.Option("--server", envvar="JQUEUE_SERVER", help=SERVER_HELP)
+        ] = None,
+        queue: Annotated[str | None, typer.Option("--queue", envvar="JQUEUE_QUEUE", help=QUEUE_HELP)] = None,
         version: Annotated[
             bool, typer.Option("--version", is_eager=True, callback=_print_version, help="Print the version.")
         ] = False,
     ) -> None:
-        ctx.obj = Options(storage)
+        ctx.obj = Options(storage, server, queue)
 
     jobs.register(app)
     run.register(app)

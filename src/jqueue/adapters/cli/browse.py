@@ -1,4 +1,4 @@
-"""Commands that look at a queue without changing it: stats, ls, show, dead ls, history."""
+"""Commands that look at a queue without changing it: queues, stats, ls, show, dead ls, history."""
 
 from __future__ import annotations
 
@@ -27,8 +27,10 @@ from jqueue.adapters.cli.common import (
     job_json,
     preview,
     print_json,
+    remote_queue,
     run,
     seconds,
+    service,
     short_ids,
     until,
 )
@@ -54,6 +56,34 @@ def _jobs_table(jobs: list[Job]) -> Table:
         row = (short[job.id], job.entrypoint, *_status_and_due(job), str(job.priority), str(job.attempts))
         table.add_row(*row, age(job.created_at), preview(job.payload), job.last_error or "")
     return table
+
+
+def queues(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """The queues a running jqueue serve (--server) serves, with their counts."""
+    server = service(ctx)
+
+    async def look() -> dict[str, QueueStats]:
+        async with remote_queue(server, "default") as root:  # the root's call names no queue
+            names = await root.queue_names()
+        found = {}
+        for name in names:
+            async with remote_queue(server, name) as queue:
+                found[name] = await queue.stats()
+        return found
+
+    found = run(look())
+    shown = (JobStatus.QUEUED, JobStatus.IN_PROGRESS, JobStatus.DEAD)
+    totals = {name: {str(status): s.total(status) for status in shown} for name, s in found.items()}
+    if as_json:
+        print_json([{"queue": name, **counts} for name, counts in totals.items()])
+        return
+    if not totals:
+        console.print("no queues")
+        return
+    table = Table("queue", "queued", "in progress", "dead")
+    for name, counts in totals.items():
+        table.add_row(name, *map(str, counts.values()))
+    console.print(table)
 
 
 def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:

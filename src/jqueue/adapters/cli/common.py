@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
@@ -16,11 +17,13 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from jqueue.adapters.service.client import RemoteQueue
+from jqueue.adapters.service.wire import TOKEN_VARIABLE
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
-from jqueue.domain.errors import InvalidURLError, JQueueError
+from jqueue.domain.errors import InvalidURLError, JQueueError, ServiceError
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.times import utc_now
 from jqueue.ports.storage import ObjectStoragePort
@@ -31,20 +34,86 @@ errors = Console(stderr=True, markup=False)
 STORAGE_HELP = "Storage URL of the queue (file://, s3://, gs://); or set JQUEUE_STORAGE."
 
 
+SERVER_HELP = (
+    "A running jqueue serve (http://HOST:PORT, or the storage root it serves) to call instead of"
+    " the storage; or set JQUEUE_SERVER. The token comes from JQUEUE_TOKEN."
+)
+QUEUE_HELP = "With --server: the queue's name under the service's root; or set JQUEUE_QUEUE."
+
+
 @dataclass
 class Options:
-    """The global options, kept in typer's context."""
+    """The global options, kept in typer's context: the queue's storage, or a service and the
+    name of a queue it serves."""
 
     storage: str | None
+    server: str | None = None
+    queue: str | None = None
 
 
 def storage_url(ctx: typer.Context) -> str:
     """Return the queue's storage URL, or stop with an error if none was given."""
     options: Options = ctx.obj
     if not options.storage:
-        fail("no queue given: pass --storage URL or set JQUEUE_STORAGE")
+        if options.server:
+            fail(f"jqueue {ctx.command.name} reads the queue's storage: pass --storage URL (not --server)")
+        fail("no queue given: pass --storage URL (or --server URL --queue NAME), or set JQUEUE_STORAGE")
     assert options.storage is not None
     return options.storage
+
+
+def _served(ctx: typer.Context) -> RemoteQueue | None:
+    """The queue of ``--server`` and ``--queue``, if the command is to call a service (not opened)."""
+    options: Options = ctx.obj
+    if options.server is None:
+        return None
+    if options.storage is not None:
+        fail("give --storage or --server, not both (check JQUEUE_STORAGE and JQUEUE_SERVER)")
+    if not options.queue:
+        fail(
+            "--server needs the queue's name: pass --queue NAME or set JQUEUE_QUEUE"
+            " (jqueue queues lists them)"
+        )
+    assert options.queue is not None
+    try:
+        return remote_queue(options.server, options.queue)
+    except ValueError as exc:
+        fail(f"--queue: {exc}")
+        raise
+
+
+def service(ctx: typer.Context) -> str:
+    """The ``--server`` of a command about a service's root; stop with an error if none was given."""
+    options: Options = ctx.obj
+    if options.server is None:
+        fail(f"jqueue {ctx.command.name} asks a running jqueue serve: pass --server URL or set JQUEUE_SERVER")
+    assert options.server is not None
+    return options.server
+
+
+SERVER_WAIT = timedelta(seconds=10)
+"""How long a command looks for a broker that takes its call (one failover takes about 3 s)."""
+
+
+def remote_queue(server: str, name: str) -> RemoteQueue:
+    """Queue ``name`` of ``server`` (not opened), called with the token of ``JQUEUE_TOKEN``."""
+    return RemoteQueue(server, name, token=os.environ.get(TOKEN_VARIABLE), failover_timeout=SERVER_WAIT)
+
+
+@contextlib.asynccontextmanager
+async def _serving(ctx: typer.Context, queue: RemoteQueue) -> AsyncIterator[RemoteQueue]:
+    """Call ``queue`` for a command; its service's ``queue_not_found`` is one error line."""
+    async with queue:
+        try:
+            yield queue
+        except ServiceError as exc:
+            if exc.code in ("unreachable", "no_broker"):
+                fail(f"no jqueue serve took the call within {SERVER_WAIT.seconds} s: {exc}")
+            if exc.code != "queue_not_found":
+                raise
+            fail(
+                f"{queue.location} does not exist: nothing was ever enqueued there (jqueue queues lists them)"
+            )
 
 
 def shared_storage(ctx: typer.Context) -> ObjectStoragePort:
@@ -79,27 +148,42 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
     raise AssertionError("unreachable")
 
 
+AnyQueue = DirectQueue | RemoteQueue
+"""The queue of a command that commits a few calls: on its storage, or through a service."""
+ManyCallsQueue = BrokerQueue | RemoteQueue
+"""The queue of a command that makes many concurrent calls."""
+Local = TypeVar("Local", DirectQueue, BrokerQueue)
+
+
 @contextlib.asynccontextmanager
-async def direct_queue(ctx: typer.Context) -> AsyncIterator[DirectQueue]:
-    """Open the queue for a command that commits a few calls."""
-    async with DirectQueue(shared_storage(ctx)) as queue:
+async def _opened(ctx: typer.Context, kind: type[Local]) -> AsyncIterator[Local | RemoteQueue]:
+    """The queue of ``--server`` and ``--queue`` if given, else a ``kind`` on ``--storage``."""
+    served = _served(ctx)
+    if served is not None:
+        async with _serving(ctx, served) as remote:
+            yield remote
+        return
+    async with kind(shared_storage(ctx)) as queue:
         yield queue
 
 
+def direct_queue(ctx: typer.Context) -> contextlib.AbstractAsyncContextManager[AnyQueue]:
+    """Open the queue for a command that commits a few calls."""
+    return _opened(ctx, DirectQueue)
+
+
+def broker_queue(ctx: typer.Context) -> contextlib.AbstractAsyncContextManager[ManyCallsQueue]:
+    """Open the queue for a command that makes many concurrent calls."""
+    return _opened(ctx, BrokerQueue)
+
+
 @contextlib.asynccontextmanager
-async def existing_queue(ctx: typer.Context) -> AsyncIterator[DirectQueue]:
+async def existing_queue(ctx: typer.Context) -> AsyncIterator[AnyQueue]:
     """Open the queue for a command that only makes sense on a queue that exists (reading, redriving,
     purging): one that does not is an error, and nothing is created."""
     async with direct_queue(ctx) as queue:
-        if (await queue.storage.read())[1] is None:
+        if isinstance(queue, DirectQueue) and (await queue.storage.read())[1] is None:
             fail(f"no queue at {storage_url(ctx)}: nothing was ever enqueued there (is the path right?)")
-        yield queue
-
-
-@contextlib.asynccontextmanager
-async def broker_queue(ctx: typer.Context, **options: Any) -> AsyncIterator[BrokerQueue]:
-    """Open the queue for a command that makes many concurrent calls."""
-    async with BrokerQueue(shared_storage(ctx), **options) as queue:
         yield queue
 
 
@@ -154,6 +238,7 @@ def until(moment: datetime) -> str:
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
+
 class StatusChoice(StrEnum):
     """A job status as the commands take it: one of ``JobStatus``, or any."""
 
@@ -163,6 +248,7 @@ class StatusChoice(StrEnum):
     ACKED = JobStatus.ACKED.value
     STAGED = JobStatus.STAGED.value
     ANY = "any"
+
 
 EntrypointOption = Annotated[str | None, typer.Option("--entrypoint", "-e", help="Only this entrypoint.")]
 
@@ -190,7 +276,7 @@ def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
     return shortest
 
 
-async def full_ids(queue: DirectQueue, given: list[str], *, finished: bool = False) -> list[str]:
+async def full_ids(queue: AnyQueue, given: list[str], *, finished: bool = False) -> list[str]:
     """Return the ids with each unique prefix of a job's id replaced by that id (as git does):
     of a job in the queue, and with ``finished`` of one in the history too."""
     if all([await queue.find(job_id) is not None for job_id in given]):

@@ -32,10 +32,10 @@ POLICY = QueuePolicy(
 )
 
 
-
 def _not_job_lines(record: logging.LogRecord) -> bool:
     """Drop the workers' line per job (the demo shows its own counts); keep the rest."""
     return not hasattr(record, "outcome")
+
 
 def _fails(job: Job, failure_rate: float) -> bool:
     """Whether this attempt of this job fails: random, but the same on every run."""

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from jqueue.adapters.cli.browse import dead_ls, history, ls, result, show, stats
+from jqueue.adapters.cli.browse import dead_ls, history, ls, queues, result, show, stats
 from jqueue.adapters.cli.common import (
     EntrypointOption,
     JsonFlag,
@@ -28,6 +28,7 @@ from jqueue.adapters.cli.common import (
     run,
     seconds,
 )
+from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.spec import JobSpec
@@ -88,7 +89,7 @@ def enqueue(
             fail(f"{where}: {problem}; {kept}")
 
         async with broker_queue(ctx) as queue:
-            limit = queue.max_payload_bytes
+            limit = queue.max_payload_bytes if isinstance(queue, BrokerQueue) else None  # else: the service's
             with Progress(console=console, transient=True, disable=as_json) as progress:
                 task = progress.add_task("enqueueing", total=None)
                 lines: list[bytes] = []
@@ -317,6 +318,7 @@ def _report(count: int, verb: str, as_json: bool, which: str = "") -> None:
 def register(app: typer.Typer) -> None:
     """Add these commands to ``app``."""
     for command in (
+        queues,
         enqueue,
         stats,
         ls,

@@ -27,6 +27,7 @@ from jqueue.adapters.cli.common import (
     run,
     storage_url,
 )
+from jqueue.adapters.service.client import RemoteQueue
 from jqueue.core.outcomes import WorkerStats
 from jqueue.core.queue import JobQueue
 from jqueue.core.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
@@ -98,7 +99,7 @@ async def _why_idle(chosen: Worker) -> str:
     reasons: list[str] = []
     waiting = scheduled = 0
     for queue in chosen.queues:
-        if not isinstance(queue, JobQueue):  # a queue of another kind: nothing to say about it
+        if not isinstance(queue, JobQueue | RemoteQueue):  # a queue of another kind: nothing to say
             continue
         stats = await queue.stats()
         mine = [stats.entrypoints[name] for name in names if name in stats.entrypoints]

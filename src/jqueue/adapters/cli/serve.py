@@ -104,8 +104,7 @@ def serve(
         fail(f"--allowed-host: {exc}")
     shown = root if "://" in root else str(Path(root).absolute())
     errors.print(
-        f"jqueue serve: the queues under {shown} at {address} (Ctrl-C stops)\n"
-        f"dashboard: {address}/",
+        f"jqueue serve: the queues under {shown} at {address} (Ctrl-C stops)\ndashboard: {address}/",
         highlight=False,
         soft_wrap=True,
     )

@@ -6,9 +6,10 @@ import logging
 
 import msgspec
 from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
 from jqueue.adapters.service.host import BadQueueNameError, UnknownQueueError
-from jqueue.adapters.service.wire import ErrorBody
+from jqueue.adapters.service.wire import ErrorBody, encode
 from jqueue.domain.errors import (
     CASConflictError,
     CorruptStateError,
@@ -66,3 +67,9 @@ def error_of(exc: BaseException) -> tuple[int, ErrorBody]:
             return status, ErrorBody(code, text)
     logger.exception("an unexpected error answered with 500", exc_info=exc)
     return 500, ErrorBody("internal", f"{type(exc).__name__}: {exc}")
+
+
+def answer(body: object, msgpack: bool, status: int = 200) -> Response:
+    """Return the response of ``body`` in MessagePack or JSON."""
+    media = "application/msgpack" if msgpack else "application/json"
+    return Response(encode(body, msgpack), status_code=status, media_type=media)

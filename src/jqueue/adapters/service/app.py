@@ -30,11 +30,12 @@ from starlette.routing import Route
 from jqueue import __version__
 from jqueue.adapters.dashboard.pages import Dashboard
 from jqueue.adapters.service.allowed_hosts import AllowedHosts, HostCheck
-from jqueue.adapters.service.answers import HTTPError, error_of
+from jqueue.adapters.service.answers import HTTPError, answer, error_of
 from jqueue.adapters.service.host import QueueHost, record_storage
 from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER, BrokerLease
 from jqueue.adapters.service.metrics import ServiceMetrics
 from jqueue.adapters.service.openapi import openapi_document
+from jqueue.adapters.service.operator import OperatorRoutes
 from jqueue.adapters.service.queued import QueuedRoutes
 from jqueue.adapters.service.served import ServedQueues
 from jqueue.adapters.service.sightings import Sightings
@@ -57,7 +58,6 @@ from jqueue.adapters.service.wire import (
     SettleRequest,
     api_job,
     decode,
-    encode,
     is_msgpack,
     wants_msgpack,
 )
@@ -122,12 +122,12 @@ class Service:
             Route("/healthz", self._healthz, methods=["GET"]),
             Route("/metrics", self._metrics, methods=["GET"]),
             Route("/openapi.json", self._openapi, methods=["GET"]),
-            Route("/v1/queues/{queue}/enqueue", self._endpoint(self._enqueue, create=True), methods=["POST"]),
+            Route("/v1/queues/{queue}/enqueue", self.endpoint(self._enqueue, create=True), methods=["POST"]),
         ]
         for verb, call in queue_calls.items():
             absent = self._absent.get(verb)
             routes.append(
-                Route(f"/v1/queues/{{queue}}/{verb}", self._endpoint(call, absent=absent), methods=["POST"])
+                Route(f"/v1/queues/{{queue}}/{verb}", self.endpoint(call, absent=absent), methods=["POST"])
             )
         return routes
 
@@ -161,7 +161,7 @@ class Service:
             "version": __version__,
         }
         health["pid"] = os.getpid()
-        return _answer(health, wants_msgpack(request.headers))
+        return answer(health, wants_msgpack(request.headers))
 
     async def check_serving(self) -> None:
         if self.lease.serving():
@@ -173,18 +173,18 @@ class Service:
             raise HTTPError(503, "not_broker", f"this process is not the broker of its root{where}", broker)
 
     async def _openapi(self, request: Request) -> Response:
-        return _answer(openapi_document(__version__), False)
+        return answer(openapi_document(__version__), False)
 
     async def _metrics(self, request: Request) -> Response:
         try:
             await self.authorize(request)
         except HTTPError as exc:
             status, body = error_of(exc)
-            return _answer(ErrorResponse(body), False, status)
+            return answer(ErrorResponse(body), False, status)
         text = await self.metrics.render(self.host.open_queues(), self.lease)
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
-    def _endpoint(
+    def endpoint(
         self,
         call: Callable[[BrokerQueue, Request], Awaitable[Any]],
         *,
@@ -199,17 +199,17 @@ class Service:
                 await self.authorize(request, name)
                 await self.check_serving()
                 if absent is not None and not await self.host.exists(name):
-                    answer, status = _answer(await absent(request), msgpack), 200
+                    response, status = answer(await absent(request), msgpack), 200
                 else:
                     queue = await self.host.get(name, create=create)
-                    answer, status = _answer(await call(queue, request), msgpack), 200
+                    response, status = answer(await call(queue, request), msgpack), 200
             except Exception as exc:
                 status, body = error_of(exc)
-                answer = _answer(ErrorResponse(body), msgpack, status)
+                response = answer(ErrorResponse(body), msgpack, status)
             label = name if self.host.is_open(name) else ""  # no series per unknown name sent
             self.metrics.requests.labels(label, route, str(status)).inc()
             self.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
-            return answer
+            return response
 
         return endpoint
 
@@ -339,11 +339,6 @@ def _too_large(limit: int) -> HTTPError:
     return HTTPError(413, "body_too_large", f"the request body is larger than {limit} bytes")
 
 
-def _answer(body: Any, msgpack: bool, status: int = 200) -> Response:
-    media = "application/msgpack" if msgpack else "application/json"
-    return Response(encode(body, msgpack), status_code=status, media_type=media)
-
-
 def create_app(
     root: str,
     *,
@@ -385,11 +380,14 @@ def create_app(
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         code = {404: "not_found", 405: "method_not_allowed"}.get(status, "bad_request")
         body = ErrorResponse(ErrorBody(code, f"{request.method} {request.url.path}: {exc}"))
-        return _answer(body, wants_msgpack(request.headers), status)
+        return answer(body, wants_msgpack(request.headers), status)
 
     dashboard = Dashboard(ServedQueues(service), token)
     return Starlette(
-        routes=service.routes() + QueuedRoutes(service).routes() + dashboard.routes(),
+        routes=service.routes()
+        + OperatorRoutes(service).routes()
+        + QueuedRoutes(service).routes()
+        + dashboard.routes(),
         lifespan=lifespan,
         exception_handlers={HTTPException: not_routed},
         middleware=[Middleware(HostCheck, allowed=allowed)],

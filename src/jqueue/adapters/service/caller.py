@@ -76,7 +76,8 @@ class ServiceCaller:
                 await session.close()
 
     async def call(self, verb: str, body: Any, answer: type[Any], wait: float = 0.0) -> tuple[Any, bool]:
-        """POST ``body`` to the queue's route ``verb``; return the answer decoded as ``answer``, and
+        """POST ``body`` to the queue's route ``verb`` (or GET the service's path ``verb``, one that
+        starts with ``/``, when ``body`` is None); return the answer decoded as ``answer``, and
         whether the call was repeated after an attempt that may have landed.
 
         A call the broker did not take (no connection, or a standby's ``not_broker``) goes to
@@ -123,8 +124,10 @@ class ServiceCaller:
             )  # fmt: skip
 
     async def _post(self, address: str, verb: str, body: Any, answer: type[Any], wait: float) -> Any:
-        where = f"{address}/v1/queues/{self.queue}/{verb}"
-        exchange = asyncio.ensure_future(self._exchange(where, encode(body, True), wait))
+        where = f"{address}{verb}" if verb.startswith("/") else f"{address}/v1/queues/{self.queue}/{verb}"
+        exchange = asyncio.ensure_future(
+            self._exchange(where, None if body is None else encode(body, True), wait)
+        )
         try:
             while not exchange.done():
                 await asyncio.wait({exchange}, timeout=RECHECK_EVERY)
@@ -144,14 +147,16 @@ class ServiceCaller:
             raise ServiceError(status, error.code, error.message, error.broker)
         return decode(data, answer, True)
 
-    async def _exchange(self, where: str, data: bytes, wait: float) -> tuple[int, bytes]:
-        """Send one request (a long poll, ``wait`` > 0, on its own connections); read its answer."""
+    async def _exchange(self, where: str, data: bytes | None, wait: float) -> tuple[int, bytes]:
+        """Send one request (a long poll, ``wait`` > 0, on its own connections): a POST of ``data``,
+        or a GET without it; read its answer."""
         aiohttp = require("aiohttp", extra="client")
         session = self._waits if wait > 0 else self._session
         seconds = self._timeout.total_seconds() + wait
         timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=CONNECT_TIMEOUT)
         try:
-            async with session.post(where, data=data, timeout=timeout) as response:
+            method = "GET" if data is None else "POST"
+            async with session.request(method, where, data=data, timeout=timeout) as response:
                 return response.status, await response.read()
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise ServiceError(0, "unreachable", f"{where}: {type(exc).__name__}: {exc}") from exc

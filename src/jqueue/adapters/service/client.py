@@ -17,6 +17,7 @@ from typing import Any
 from jqueue.adapters.service.caller import DEFAULT_CALL_TIMEOUT, DEFAULT_FAILOVER_TIMEOUT, ServiceCaller
 from jqueue.adapters.service.coalesce import Coalescer
 from jqueue.adapters.service.host import QUEUE_NAME
+from jqueue.adapters.service.remote_operator import RemoteOperator
 from jqueue.adapters.service.wire import (
     MAX_BATCH,
     MAX_WAIT_SECONDS,
@@ -105,7 +106,7 @@ class RemoteChanges:
         return self.generation
 
 
-class RemoteQueue(EnqueueCalls):
+class RemoteQueue(EnqueueCalls, RemoteOperator):
     """One queue of a ``jqueue serve`` service.
 
     Parameters

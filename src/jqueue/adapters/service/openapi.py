@@ -7,8 +7,8 @@ from typing import Any
 
 import msgspec
 
+from jqueue.adapters.service import operator_wire, wire
 from jqueue.adapters.service import queued_wire as queued
-from jqueue.adapters.service import wire
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,11 @@ OPERATIONS = (
         "Wait for a job to finish; how it ended.",
         wire.ResultRequest,
         wire.ResultResponse,
+    ),
+    Operation("get", "/v1/queues", "Every queue of the root.", None, operator_wire.QueueNamesResponse),
+    *(
+        Operation("post", f"{_NATIVE}/{call.verb}", call.summary, call.request, call.response)
+        for call in operator_wire.OPERATOR_CALLS
     ),
     Operation("get", "/queues", "queued: every queue of the root.", None, queued.QueuesResponse),
     Operation("get", "/api-keys", "queued: the API keys and their prefixes.", None, queued.ApiKeysResponse),

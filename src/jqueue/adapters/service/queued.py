@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from jqueue.adapters.service.answers import HTTPError
+from jqueue.adapters.service.answers import HTTPError, answer
 from jqueue.adapters.service.catalog import ENDPOINTS, CatalogRecord, QueueSettings
 from jqueue.adapters.service.queued_parts import (
     MESSAGE_ENTRYPOINTS,
@@ -50,7 +50,7 @@ from jqueue.adapters.service.queued_wire import (
     UpdateRequest,
     UpdateResponse,
 )
-from jqueue.adapters.service.wire import JSON, answer_type, encode, is_msgpack, wants_msgpack
+from jqueue.adapters.service.wire import JSON, answer_type, is_msgpack, wants_msgpack
 from jqueue.core.numbered import TimeOrderedIds
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
 from jqueue.domain.spec import JobSpec
@@ -321,7 +321,4 @@ _COUNTERS = [
 
 
 def _response(body: Any, msgpack: bool, status: int = 200) -> Response:
-    if isinstance(body, Response):
-        return body
-    media = "application/msgpack" if msgpack else "application/json"
-    return Response(encode(body, msgpack), status_code=status, media_type=media)
+    return body if isinstance(body, Response) else answer(body, msgpack, status)

@@ -1,0 +1,153 @@
+"""The command line through a running ``jqueue serve`` (``--server``/``JQUEUE_SERVER`` and
+``--queue``/``JQUEUE_QUEUE``): every queue command says through the service what it says on
+the queue's storage."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servers import jqueue_serve
+
+pytestmark = pytest.mark.slow
+
+_VOLATILE = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # a job id
+    r"|\d{4}-\d\d-\d\dT[\d:.]+(Z|[+-]\d\d:\d\d)?"  # a time
+    r"|\b\d+\.\d[smhd]\b"  # an age
+)
+_TIMINGS = {"version", "wait_s", "run_s", "seconds", "age_s", "finished_s"}
+
+
+def _steady(value: Any) -> Any:
+    """``value`` without what differs between two runs: ids, times, durations, commit counts."""
+    if isinstance(value, dict):
+        return {key: _steady(item) for key, item in value.items() if key not in _TIMINGS}
+    if isinstance(value, list):
+        return [_steady(item) for item in value]
+    if isinstance(value, str):
+        return _VOLATILE.sub("~", value)
+    return value
+
+
+def _run(
+    env: dict[str, str], cwd: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jqueue", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env | {"COLUMNS": "200"},
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def _session(env: dict[str, str], cwd: Path) -> list[Any]:
+    """A first week in one list: what each command printed (JSON where it prints it)."""
+    said: list[Any] = []
+
+    def say(*args: str, stdin: str | None = None) -> Any:
+        done = _run(env, cwd, *args, stdin=stdin)
+        assert done.returncode == 0, (args, done.stderr)
+        said.append(json.loads(done.stdout) if "--json" in args else done.stdout)
+        return said[-1]
+
+    [hello] = say("enqueue", "mail", "hello", "--json")
+    say("enqueue", "mail", "later", "--delay", "3600")
+    say("enqueue", "sms", "--stdin", stdin="a\nb\n\n")
+    say(
+        "exec",
+        "sms",
+        "--burst",
+        "--concurrency",
+        "1",
+        "--max-attempts",
+        "1",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        'read x; [ "$x" = a ]',
+    )
+    say("stats", "--json")
+    say("ls", "--json")
+    say("history", "--json")
+    [dead] = say("dead", "ls", "--json")
+    say("show", dead["id"][:8], "--json")
+    say("pause", "mail", "--enqueues")
+    say("throttle", "3", "--per", "2", "-e", "sms")
+    say("stats")
+    say("dead", "requeue", "--all")
+    say("cancel", hello["id"])
+    say("purge", "--status", "any", "--yes")
+    say("ls")
+    return said
+
+
+def test_every_queue_command_says_the_same_through_the_service(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    on_storage = os.environ | {"JQUEUE_STORAGE": str(tmp_path / "direct.json")}
+    with jqueue_serve(str(root), tmp_path / "serve.log") as url:
+        through = {k: v for k, v in os.environ.items() if k != "JQUEUE_STORAGE"}
+        through |= {"JQUEUE_SERVER": url, "JQUEUE_QUEUE": "shop"}
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            direct = pool.submit(_session, on_storage, tmp_path)
+            served = pool.submit(_session, through, tmp_path)
+            direct_said, served_said = direct.result(), served.result()
+        listed = _run(through, tmp_path, "queues", "--json")
+    assert len(served_said) == len(direct_said) == 16
+    for number, (mine, theirs) in enumerate(zip(served_said, direct_said, strict=True)):
+        assert _steady(mine) == _steady(theirs), number
+    assert "claims paused: mail; enqueues paused: mail" in served_said[11]
+    assert json.loads(listed.stdout) == [{"queue": "shop", "queued": 0, "in_progress": 0, "dead": 0}]
+    on_disk = json.loads(
+        _run(os.environ | {"JQUEUE_STORAGE": str(root / "shop.json")}, tmp_path, "stats", "--json").stdout
+    )
+    assert on_disk["paused"] == {"claims": ["mail"], "enqueues": ["mail"]}
+
+
+def test_mistakes_with_a_server_are_one_line(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("JQUEUE_")}
+    with jqueue_serve(str(root), tmp_path / "serve.log") as url:
+        cases = [
+            (
+                ["--server", url, "ls"],
+                "error: --server needs the queue's name: pass --queue NAME or set JQUEUE_QUEUE",
+            ),
+            (
+                ["ls", "--server", url, "--queue", "nope"],
+                f"error: queue nope through jqueue serve at {url} does not exist",
+            ),
+            (
+                ["--server", url, "--storage", "q.json", "--queue", "q", "ls"],
+                "error: give --storage or --server, not both",
+            ),
+            (
+                ["--server", url, "--queue", "q", "report"],
+                "error: jqueue report reads the queue's storage: pass --storage URL",
+            ),
+            (
+                ["--server", url, "--queue", "bad/name", "ls"],
+                "error: --queue: 'bad/name' is not a queue name",
+            ),
+            (["queues"], "error: jqueue queues asks a running jqueue serve: pass --server URL"),
+        ]
+        for args, start in cases:
+            done = _run(bare, tmp_path, *args)
+            assert done.returncode == 1, (args, done.stdout)
+            assert done.stderr.startswith(start), (args, done.stderr)
+            assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert not (root / "nope.json").exists()
