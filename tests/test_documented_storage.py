@@ -156,7 +156,7 @@ JOB_FIELDS = {"id", "entrypoint", "payload", "status", "priority", "created_at",
 
 
 async def test_documented_state_format(new_storage: Callable[[], Storage], kind: str) -> None:
-    # New queues default to the log layout (README: "Layouts"); the documented single JSON
+    # New queues default to the log layout (docs/storage.md, "Layouts"); the documented single JSON
     # document is what layout="single" writes: the documented fields, plus ours.
     fresh = new_storage()
     async with opened(kind, fresh, layout="single") as q:

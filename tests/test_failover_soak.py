@@ -3,7 +3,7 @@
 
 It runs on an S3 root (moto). On a local-file root a broker frozen while it holds the file's
 write lock (an append and its sync) holds up the other processes' writes until it resumes,
-as README.md ("Failover") says, so there a freeze can cost its whole length; on object
+as docs/serve.md ("Clients") says, so there a freeze can cost its whole length; on object
 storage no lock exists and a frozen broker costs a client what a killed one does.
 """
 

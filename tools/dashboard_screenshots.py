@@ -1,4 +1,4 @@
-"""Take the README's screenshots of the dashboard: a ``jqueue serve`` on a temporary root, two
+"""Take the screenshots of the dashboard in docs/serve.md: a ``jqueue serve`` on a temporary root, two
 queues with jobs in every state, and a headless Chromium (the system's) driven by Playwright.
 
 Example::
