@@ -290,6 +290,9 @@ async def test_a_standby_points_to_the_broker_and_a_lone_queue_has_its_own_dashb
             await asyncio.sleep(0.1)
         assert '<dd id="count-queued">2</dd>' in page
         assert "No broker" in (await asyncio.to_thread(get, f"http://{LOOPBACK}:{port}/"))[1]
+        for view, marker in (("workers", 'id="no-broker"'), ("periodic", 'id="no-broker"')):
+            status, page = await asyncio.to_thread(get, f"http://{LOOPBACK}:{port}/{view}")
+            assert (status, marker in page) == (200, True), view
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         assert await asyncio.wait_for(proc.wait(), 20) == 0

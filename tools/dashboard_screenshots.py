@@ -19,7 +19,7 @@ from pathlib import Path
 
 from playwright.async_api import async_playwright
 
-from jqueue import BrokerQueue, RemoteQueue, connect
+from jqueue import BrokerQueue, Job, RemoteQueue, Worker, connect
 from served import jqueue_serve
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -34,11 +34,13 @@ async def work(queue: RemoteQueue | BrokerQueue, entrypoints: list[str], seconds
     while time.monotonic() < stop:
         for job in await queue.dequeue(entrypoints, batch_size=rng.randint(5, 30)):
             if rng.random() < 0.1:
-                await queue.nack(
-                    job, error=rng.choice(ERRORS) + "\nTraceback (most recent call last): ...", max_attempts=1
-                )
+                error = rng.choice(ERRORS)  # as a worker records it: the error, its traceback
+                traceback = f'Traceback (most recent call last):\n  File "shop.py", line 12\n{error}'
+                await queue.nack(job, error=f"{error}\n{traceback}", max_attempts=1)
             else:
-                await queue.ack(job)
+                await queue.ack(
+                    job, result=json.dumps({"done": job.entrypoint, "ms": rng.randint(3, 90)}).encode()
+                )
         await asyncio.sleep(0.2)
 
 
@@ -61,22 +63,46 @@ async def fill(url: str) -> str:
         return held[0].id
 
 
+async def pack(job: Job) -> None:
+    """A handler that takes its time, so the workers view shows jobs in progress."""
+    await asyncio.sleep(60)
+
+
 async def shoot(url: str, job_id: str, out: Path) -> None:
-    async with async_playwright() as driver:
-        browser = await driver.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
-        page = await browser.new_page(viewport={"width": 1280, "height": 860})
-        pages = {
-            "overview": "/",
-            "queue": "/q/orders",
-            "jobs": "/q/orders/jobs?status=in_progress",
-            "job": f"/q/orders/jobs/{job_id}",
-            "dead": "/q/orders/dead",
-        }
-        for name, path in pages.items():
-            await page.goto(url + path)
-            await page.screenshot(path=str(out / f"dashboard-{name}.png"))
-            print(out / f"dashboard-{name}.png")
-        await browser.close()
+    async with connect(url, "orders") as orders, connect(url, "emails") as emails:
+        packing = Worker(orders, concurrency=4)
+        packing.register("ship", pack)
+        packing.cron(None, "invoice", b"{}", every=timedelta(minutes=15))
+        sending = Worker(emails, concurrency=8)
+        sending.register("welcome", pack)
+        sending.cron(None, "digest", b"{}", every=timedelta(hours=1))
+        running = [asyncio.create_task(w.run(install_signals=False)) for w in (packing, sending)]
+        await asyncio.sleep(3)  # the workers' first calls carry their reports
+        async with async_playwright() as driver:
+            browser = await driver.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+            page = await browser.new_page(viewport={"width": 1280, "height": 860})
+            pages = {
+                "overview": "/",
+                "queue": "/q/orders",
+                "jobs": "/q/orders/jobs?status=in_progress",
+                "job": f"/q/orders/jobs/{job_id}",
+                "dead": "/q/orders/dead",
+                "finished": "/q/orders/finished",
+                "workers": "/workers",
+                "periodic": "/periodic",
+            }
+            for name, path in pages.items():
+                await page.goto(url + path)
+                await page.screenshot(path=str(out / f"dashboard-{name}.png"))
+                print(out / f"dashboard-{name}.png")
+            await browser.close()
+        for worker in (packing, sending):
+            worker.stop(immediate=True)
+        await asyncio.gather(*running)
+
+
+async def take(url: str, out: Path) -> None:
+    await shoot(url, await fill(url), out)
 
 
 def main() -> None:
@@ -85,8 +111,7 @@ def main() -> None:
     options = parser.parse_args()
     options.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, jqueue_serve(Path(tmp)) as (url, _):
-        job_id = asyncio.run(fill(url))
-        asyncio.run(shoot(url, job_id, options.out))
+        asyncio.run(take(url, options.out))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ _KILL_WAIT = 5.0  # seconds for killed handler processes to exit
 
 GUARD_HINT = (
     "a script that runs a Worker with in_process handlers must start it under "
-    "`if __name__ == \"__main__\":`, since each handler process imports the script"
+    '`if __name__ == "__main__":`, since each handler process imports the script'
 )
 
 

@@ -118,6 +118,11 @@ class WorkerStats:
     seconds: float = 0.0
 
     @property
+    def running(self) -> int:
+        """Jobs claimed that have no outcome yet."""
+        return self.claimed - sum(self.outcomes.values())
+
+    @property
     def acked(self) -> int:
         """Jobs that succeeded."""
         return self.outcomes[Outcome.ACKED]

@@ -17,6 +17,7 @@ from jqueue.core.hooks import Hook, call_hooks
 from jqueue.core.outage import Outage
 from jqueue.core.outcomes import JobResult, Outcome, WorkerStats, result_bytes, traceback_text
 from jqueue.core.queue_set import QueueSet
+from jqueue.core.worker_report import announce
 from jqueue.core.worker_setup import WorkerSetup, handled_signals
 from jqueue.domain.errors import (
     JobNotFoundError,
@@ -155,6 +156,7 @@ class Worker(WorkerSetup):
         running: set[asyncio.Task[None]] = set()
         started = time.monotonic()
         logger.info("worker started: %s", self.description())
+        announce(self)
         with handled_signals(self._on_signal, install_signals):
             await call_hooks(self.hooks["start"], self)
             ticking = [] if until_empty else [

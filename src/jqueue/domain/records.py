@@ -112,6 +112,21 @@ class HistoryRecord:
         """When the job was acked or died."""
         return from_micros(self.finished)
 
+    @property
+    def wait_seconds(self) -> float | None:
+        """How long the job waited for its first claim (None if it was never claimed)."""
+        return (self.claims[0] - self.created) / 1e6 if self.claims else None
+
+    @property
+    def run_seconds(self) -> float | None:
+        """How long its last attempt ran (None if it was never claimed)."""
+        return (self.finished - self.claims[-1]) / 1e6 if self.claims else None
+
+    @property
+    def error_line(self) -> str:
+        """The last line of its error: a traceback's type and message ("" without an error)."""
+        return (self.error or "").strip().rpartition("\n")[2].strip()
+
     @classmethod
     def of(
         cls,

@@ -6,8 +6,9 @@ a remote queue: ``Worker``, ``QueueSet`` and ``HeartbeatManager`` are typed agai
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from datetime import timedelta
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from jqueue.domain.models import Job
@@ -41,6 +42,39 @@ class SupportsCancelCheck(Protocol):
 
     async def cancel_requested(self, job_id: Any, /) -> bool:
         """Whether the job's cancel was asked for (or it ended cancelled)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PeriodicReport:
+    """A periodic job a worker enqueues: its ``schedule`` (as text), the tick that passed last
+    and the job that tick made (``last_job``, its id), and the next tick."""
+
+    entrypoint: str
+    schedule: str
+    last_tick: datetime
+    next_tick: datetime
+    last_job: str
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What a worker says of itself to a broker, for the dashboard: the entrypoints it handles,
+    how many jobs it runs at once and runs now, and its periodic jobs."""
+
+    handlers: list[str]
+    concurrency: int
+    running: int
+    periodic: list[PeriodicReport] = field(default_factory=list)
+
+
+@runtime_checkable
+class SupportsWorkerReport(Protocol):
+    """A queue that passes on what its worker says of itself (a ``RemoteQueue``: to the broker,
+    with its calls)."""
+
+    def report_worker(self, report: Callable[[], WorkerReport], /) -> None:
+        """Have ``report`` called for what the worker says, whenever it is to be said."""
         ...
 
 

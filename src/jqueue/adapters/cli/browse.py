@@ -294,10 +294,9 @@ def _history_table(records: list[HistoryRecord], header: bool = True) -> Table:
     short = short_ids([r.job_id for r in records])
     rows = []
     for r in records:
-        wait = (r.claims[0] - r.created) / 1e6 if r.claims else None
-        run_time = (r.finished - r.claims[-1]) / 1e6 if r.claims else None
-        cells = (short[r.job_id], r.entrypoint, str(r.outcome), str(r.attempts), _num(wait), _num(run_time))
-        rows.append((*cells, age(r.finished_at), (r.error or "").strip().rpartition("\n")[2]))
+        times = (_num(r.wait_seconds), _num(r.run_seconds))
+        cells = (short[r.job_id], r.entrypoint, str(r.outcome), str(r.attempts), *times)
+        rows.append((*cells, age(r.finished_at), r.error_line))
     table = Table(*names, box=None, show_header=header)
     widths = [max(len(row[n]) for row in [names, *rows]) for n in range(len(names) - 1)]
     room = max(len(names[-1]), console.width - sum(width + 2 for width in widths) - 2)

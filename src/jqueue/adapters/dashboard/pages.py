@@ -24,16 +24,25 @@ from jqueue.adapters.charts import sparkline, throughput_chart
 from jqueue.adapters.dashboard import filters
 from jqueue.adapters.dashboard.actions import Actions
 from jqueue.adapters.dashboard.guard import FLASH_COOKIE, SESSION_COOKIE, FormTooLargeError, Guard, read_form
-from jqueue.adapters.dashboard.source import NotServingError, QueueSource
-from jqueue.adapters.dashboard.views import entrypoint_rows, job_detail, queue_summary
+from jqueue.adapters.dashboard.source import FORGET_AFTER, STALE_AFTER, NotServingError, QueueSource
+from jqueue.adapters.dashboard.views import (
+    entrypoint_rows,
+    job_detail,
+    periodic_rows,
+    queue_summary,
+    result_line,
+)
 from jqueue.adapters.service.host import BadQueueNameError, UnknownQueueError
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import JobStatus
+from jqueue.domain.times import utc_now
 
 REFRESH_SECONDS = 2
 PAGE_SIZE = 50
 AGES = {"": None, "1m": timedelta(minutes=1), "10m": timedelta(minutes=10), "1h": timedelta(hours=1),
         "1d": timedelta(days=1)}  # fmt: skip
+FINISHED = (JobStatus.ACKED, JobStatus.DEAD, JobStatus.CANCELLED)
+"""The outcomes of finished jobs."""
 STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
 
 Page = Callable[[Request], Awaitable[Response]]
@@ -73,22 +82,30 @@ class Dashboard:
             sparkline=lambda *a: Markup(sparkline(*a)),
             chart=lambda *a: Markup(throughput_chart(*a)),
             statuses=list(JobStatus),
+            result_line=result_line,
         )
         self.actions = Actions(self)
 
     def routes(self) -> list[Route]:
         """The routes, for a Starlette application (pages, not API: outside the OpenAPI document)."""
+        pages: dict[str, Page] = {
+            "/": self._overview,
+            "/workers": self._workers,
+            "/periodic": self._periodic,
+            "/q/{queue}": self._queue,
+            "/q/{queue}/jobs": self._jobs,
+            "/q/{queue}/jobs/{job_id}": self._job,
+            "/q/{queue}/finished": self._finished,
+            "/q/{queue}/dead": self._dead,
+        }
         return [
-            Route("/", self._page(self._overview), methods=["GET"], include_in_schema=False),
+            *(
+                Route(path, self._page(page), methods=["GET"], include_in_schema=False)
+                for path, page in pages.items()
+            ),
             Route("/login", self._login, methods=["GET", "POST"], include_in_schema=False),
             Route("/logout", self._logout, methods=["POST"], include_in_schema=False),
             Route("/static/{name}", self._static, methods=["GET"], include_in_schema=False),
-            Route("/q/{queue}", self._page(self._queue), methods=["GET"], include_in_schema=False),
-            Route("/q/{queue}/jobs", self._page(self._jobs), methods=["GET"], include_in_schema=False),
-            Route(
-                "/q/{queue}/jobs/{job_id}", self._page(self._job), methods=["GET"], include_in_schema=False
-            ),
-            Route("/q/{queue}/dead", self._page(self._dead), methods=["GET"], include_in_schema=False),
             Route("/q/{queue}/act", self._page(self.actions.act), methods=["POST"], include_in_schema=False),
         ]
 
@@ -104,6 +121,8 @@ class Dashboard:
             csrf=self.guard.csrf(session or fresh),
             signed=self.guard.token is not None and self.guard.signed_in(request),
             refresh=REFRESH_SECONDS,
+            stale_after=STALE_AFTER,
+            forget_after=FORGET_AFTER,
             flash=None if partial else flash,
             broker=self.source.broker(),
             path=request.url.path,
@@ -233,3 +252,36 @@ class Dashboard:
         groups = await queue.dead_groups()
         total = (await queue.stats()).total(JobStatus.DEAD)
         return self.render(request, "dead.html", queue=name, groups=groups, total=total)
+
+    async def _finished(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        queue = await self.source.get(name)
+        params = request.query_params
+        outcome = params.get("outcome") or None
+        chosen = JobStatus(outcome) if outcome in FINISHED else None
+        entrypoint = params.get("entrypoint") or None
+        within = params.get("within", "")
+        span = AGES.get(within)
+        since = None if span is None else utc_now() - span
+        offset = int(params["offset"]) if params.get("offset", "").isdigit() else 0
+        records = (await queue.history(entrypoint, chosen, since))[::-1]
+        rows = records[offset : offset + PAGE_SIZE]
+        filters_now = {"outcome": outcome or "", "entrypoint": entrypoint or "", "within": within}
+        older = offset + PAGE_SIZE
+        older_url = f"?{urlencode({**filters_now, 'offset': older})}" if older < len(records) else None
+        timings = await queue.timings()
+        entrypoints = sorted(set((await queue.stats()).entrypoints) | set(timings))
+        return self.render(
+            request, "finished.html", queue=name, rows=rows, total=len(records), filters=filters_now,
+            outcomes=[str(o) for o in FINISHED], entrypoints=entrypoints, ages=list(AGES), offset=offset,
+            older_url=older_url,
+        )  # fmt: skip
+
+    async def _workers(self, request: Request) -> Response:
+        await self.source.names()  # only while this process serves the queues
+        found = self.source.all_workers()
+        shown = None if found is None else sorted(found, key=lambda w: (w.stale, w.queue, w.client))
+        return self.render(request, "workers.html", workers=shown)
+
+    async def _periodic(self, request: Request) -> Response:
+        return self.render(request, "periodic.html", periodic=await periodic_rows(self.source))

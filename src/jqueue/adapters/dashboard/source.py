@@ -3,12 +3,14 @@ or one queue opened by ``jqueue dashboard``."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from jqueue.adapters.service.host import UnknownQueueError
 from jqueue.core.broker import BrokerQueue
+from jqueue.ports.queue import WorkerReport
 
 
 @dataclass
@@ -28,6 +30,50 @@ class BrokerView:
     address: str
     epoch: int
     since: datetime | None
+
+
+FORGET_AFTER = 600.0
+"""A worker not seen for this many seconds is no longer listed (it shows as stale before)."""
+STALE_AFTER = 15.0
+"""A worker that made no call for this many seconds is shown as stale: a live one calls every
+few seconds (a claim, a heartbeat or a wait for changes)."""
+
+
+@dataclass
+class Sighting:
+    """A worker as its broker last saw it.
+
+    Attributes
+    ----------
+    queue : str
+        The queue it called.
+    client : str
+        The process, as ``host:pid``.
+    seen : float
+        When, in epoch seconds.
+    report : WorkerReport or None
+        What it said of itself (None for a client that sends no report).
+    """
+
+    queue: str
+    client: str
+    seen: float
+    report: WorkerReport | None
+
+    @property
+    def host(self) -> str:
+        """The host the worker runs on."""
+        return self.client.rpartition(":")[0] or self.client
+
+    @property
+    def pid(self) -> str:
+        """Its process id (empty if unknown)."""
+        return self.client.rpartition(":")[2] if ":" in self.client else ""
+
+    @property
+    def stale(self) -> bool:
+        """Whether it made no call for ``STALE_AFTER`` seconds."""
+        return time.time() - self.seen > STALE_AFTER
 
 
 class NotServingError(Exception):
@@ -59,9 +105,14 @@ class QueueSource(Protocol):
         """The broker serving the queues, or None without one."""
         ...
 
-    def workers(self, name: str) -> dict[str, float] | None:
-        """The clients that claimed from ``name`` lately, with when (epoch seconds); None when
-        they cannot be known (no broker sees them)."""
+    def workers(self, name: str) -> list[Sighting] | None:
+        """The workers that called ``name`` lately, the latest first; None when they cannot be
+        known (no broker sees them)."""
+        ...
+
+    def all_workers(self) -> list[Sighting] | None:
+        """The workers that called any queue lately (one that does not exist yet included);
+        None when they cannot be known."""
         ...
 
 
@@ -94,6 +145,10 @@ class SingleQueue:
         """None: no broker serves this queue here."""
         return None
 
-    def workers(self, name: str) -> dict[str, float] | None:
+    def workers(self, name: str) -> list[Sighting] | None:
+        """None: workers that commit directly are not seen."""
+        return None
+
+    def all_workers(self) -> list[Sighting] | None:
         """None: workers that commit directly are not seen."""
         return None

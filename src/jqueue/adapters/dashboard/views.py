@@ -9,9 +9,9 @@ from __future__ import annotations
 import codecs
 import json
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from jqueue.adapters.dashboard.source import QueueSource
+from jqueue.adapters.dashboard.source import QueueSource, Sighting
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.figures import Throughput, Timings
 from jqueue.domain.models import Job
@@ -32,7 +32,7 @@ class QueueSummary:
     stats: QueueStats
     throughput: Throughput
     expired_leases: int
-    workers: dict[str, float] | None
+    workers: list[Sighting] | None
 
     @property
     def totals(self) -> EntrypointStats:
@@ -141,3 +141,51 @@ async def job_detail(queue: BrokerQueue, job_id: str) -> JobDetail:
     if finished is not None and finished.result is not None:
         detail.result = preview(finished.result)
     return detail
+
+
+def result_line(record: HistoryRecord) -> str | None:
+    """The start of a finished job's result, on one line (its size, if it is not text)."""
+    if record.result is None:
+        return None
+    shown = preview(record.result)
+    return f"<{shown.size} bytes>" if shown.kind == "hex" else " ".join(shown.text.split())[:60]
+
+
+@dataclass
+class PeriodicRow:
+    """A periodic job on the periodic page, as the workers that have it last reported it, and
+    the state of the job of its last tick."""
+
+    queue: str
+    entrypoint: str
+    schedule: str
+    workers: int
+    live: bool
+    last_tick: datetime
+    next_tick: datetime
+    last_job: str
+    state: str
+
+
+async def periodic_rows(source: QueueSource) -> list[PeriodicRow] | None:
+    """Return a row per periodic job of the workers seen lately (None if none can be seen)."""
+    rows: dict[tuple[str, str, str], PeriodicRow] = {}
+    for name in await source.names():
+        sightings = source.workers(name)
+        if sightings is None:
+            return None
+        for seen in sightings:
+            for tick in seen.report.periodic if seen.report else []:
+                key = (name, tick.entrypoint, tick.schedule)
+                first = PeriodicRow(*key, 0, False, tick.last_tick, tick.next_tick, tick.last_job, "")
+                row = rows.setdefault(key, first)
+                if tick.last_tick > row.last_tick:
+                    row.last_tick, row.next_tick, row.last_job = tick.last_tick, tick.next_tick, tick.last_job
+                row.workers += 1
+                row.live = row.live or not seen.stale
+    for row in rows.values():
+        queue = await source.get(row.queue)
+        job = await queue.find(row.last_job)
+        finished = None if job is not None else await queue.finished(row.last_job)
+        row.state = str(job.status if job else finished.outcome if finished else "not enqueued")
+    return sorted(rows.values(), key=lambda row: (row.queue, row.entrypoint, row.schedule))

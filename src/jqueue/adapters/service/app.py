@@ -198,6 +198,7 @@ class Service:
             try:
                 await self.authorize(request, name)
                 await self.check_serving()
+                self.sightings.saw(name, route, request)
                 if absent is not None and not await self.host.exists(name):
                     response, status = answer(await absent(request), msgpack), 200
                 else:
@@ -258,7 +259,6 @@ class Service:
 
     async def _dequeue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
         body: DequeueRequest = await self.read_body(request, DequeueRequest)
-        self.sightings.saw(request.path_params["queue"], request)
         seconds = body.visibility_timeout_seconds
         jobs = await queue.dequeue(
             body.entrypoints,

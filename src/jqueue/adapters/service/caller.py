@@ -7,13 +7,25 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import msgspec
+
 from jqueue.adapters.optional import require
 from jqueue.adapters.service.finder import RECHECK_EVERY, BrokerFinder
-from jqueue.adapters.service.wire import CLIENT_HEADER, MSGPACK, ErrorResponse, client_name, decode, encode
+from jqueue.adapters.service.wire import (
+    CLIENT_HEADER,
+    MSGPACK,
+    WORKER_HEADER,
+    ErrorResponse,
+    client_name,
+    decode,
+    encode,
+)
 from jqueue.domain.errors import JQueueError, ServiceError
+from jqueue.ports.queue import WorkerReport
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +36,8 @@ CONNECT_TIMEOUT = 5.0
 LONG_POLLS_IN_FLIGHT = 512
 """The most long polls (``result``, ``changes``) one caller holds open at once, on connections
 of their own, so that they never hold up claims, acks and heartbeats."""
+REPORT_EVERY = 1.0
+"""Seconds a worker's report is sent as it was, before it is made again."""
 TELL_EVERY = 5.0
 """Seconds between two log lines saying that calls look for a broker."""
 _MOVING = frozenset({"unreachable", "not_broker", "no_broker", "no_answer"})
@@ -56,6 +70,9 @@ class ServiceCaller:
             self._headers["Authorization"] = f"Bearer {token}"
         self._timeout = timeout
         self._failover_timeout = failover_timeout
+        self.report: Callable[[], WorkerReport] | None = None
+        """What the worker calling says of itself, sent with every call (``WORKER_HEADER``)."""
+        self._reported: tuple[float, dict[str, str] | None] = (-REPORT_EVERY, None)
         self._session: Any = None
         self._waits: Any = None
         self._told_at = -TELL_EVERY
@@ -156,12 +173,26 @@ class ServiceCaller:
         timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=CONNECT_TIMEOUT)
         try:
             method = "GET" if data is None else "POST"
-            async with session.request(method, where, data=data, timeout=timeout) as response:
+            headers = self._worker_header()
+            async with session.request(
+                method, where, data=data, timeout=timeout, headers=headers
+            ) as response:
                 return response.status, await response.read()
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise ServiceError(0, "unreachable", f"{where}: {type(exc).__name__}: {exc}") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ServiceError(0, "no_answer", f"{where}: {type(exc).__name__}: {exc}") from exc
+
+    def _worker_header(self) -> dict[str, str] | None:
+        """``WORKER_HEADER`` with the worker's report, made again at most every ``REPORT_EVERY``."""
+        if self.report is None:
+            return None
+        now = time.monotonic()
+        made, header = self._reported
+        if now - made >= REPORT_EVERY:
+            header = {WORKER_HEADER: msgspec.json.encode(self.report()).decode()}
+            self._reported = (now, header)
+        return header
 
     async def _moved_from(self, address: str) -> str | None:
         try:

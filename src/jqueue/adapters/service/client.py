@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Awaitable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -48,6 +48,7 @@ from jqueue.domain.models import Job, new_job_id
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.spec import JobSpec, payload_bytes
 from jqueue.domain.values import checked_progress, span
+from jqueue.ports.queue import WorkerReport
 
 ClaimKey = tuple[tuple[str, ...] | None, float | None]
 """Claims that can share a request: the same entrypoints and visibility timeout."""
@@ -184,6 +185,10 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+    def report_worker(self, report: Callable[[], WorkerReport]) -> None:
+        """Send what ``report`` says of the worker with every call, for the dashboard."""
+        self._caller.report = report
 
     async def start(self) -> None:
         """Open the connection pools (what entering ``async with`` does)."""

@@ -196,7 +196,7 @@ class QueuedRoutes:
         if not self.polls.admit(name, self._settings(name).throttle):
             self._count(name, "poll", "throttled")
             raise HTTPError(429, "throttled", f"polls of queue {name} are throttled")
-        self.service.sightings.saw(name, request)
+        self.service.sightings.saw(name, "dequeue", request)  # a poll claims
         visibility = seconds(body.visibility_timeout_secs)
         text = not wants_msgpack(request.headers)  # JSON carries text: binary stays for MessagePack
         if text:

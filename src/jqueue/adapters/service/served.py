@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jqueue.adapters.dashboard.source import BrokerView, NotServingError
+from jqueue.adapters.dashboard.source import BrokerView, NotServingError, Sighting
 from jqueue.adapters.service.answers import HTTPError
 from jqueue.core.broker import BrokerQueue
 
@@ -40,6 +40,10 @@ class ServedQueues:
         record = lease.record
         return BrokerView(record.address if record else lease.address, lease.epoch, lease.since)
 
-    def workers(self, name: str) -> dict[str, float] | None:
-        """The clients that claimed from ``name`` through this broker in the last minute."""
-        return self.service.sightings.live(name)
+    def workers(self, name: str) -> list[Sighting] | None:
+        """The workers that called ``name`` through this broker lately."""
+        return self.service.sightings.of(name)
+
+    def all_workers(self) -> list[Sighting] | None:
+        """The workers that called any queue through this broker lately."""
+        return self.service.sightings.everyone()

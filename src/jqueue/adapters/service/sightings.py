@@ -1,40 +1,58 @@
-"""``Sightings``: which clients claimed jobs from each queue lately, for the dashboard."""
+"""``Sightings``: which workers called each queue lately, and what they said of themselves, for
+the dashboard."""
 
 from __future__ import annotations
 
 import time
 
+import msgspec
 from starlette.requests import Request
 
-from jqueue.adapters.service.wire import CLIENT_HEADER
+from jqueue.adapters.dashboard.source import FORGET_AFTER, Sighting
+from jqueue.adapters.service.wire import CLIENT_HEADER, MAX_WORKER_HEADER, WORKER_HEADER
+from jqueue.ports.queue import WorkerReport
 
-LIVE_FOR = 60.0
-"""A client that claimed nothing for this many seconds is no longer listed."""
 MOST_CLIENTS = 1_000
 """The most clients remembered per queue; the longest unseen go first."""
 
 
 class Sightings:
-    """When each client last claimed (or tried to claim) from each queue, in epoch seconds."""
+    """When each worker last called each queue, and its last report."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, dict[str, float]] = {}
+        self._seen: dict[str, dict[str, Sighting]] = {}
 
-    def saw(self, queue: str, request: Request) -> None:
-        """Note a claim by the client that sent ``request`` (named by ``CLIENT_HEADER``, or by
-        its address)."""
+    def saw(self, queue: str, route: str, request: Request) -> None:
+        """Note a call of ``route`` on ``queue``, if a worker made it: a claim, or a call that
+        carries a ``WORKER_HEADER``. The client is named by ``CLIENT_HEADER``, or by its address."""
+        header = request.headers.get(WORKER_HEADER)
+        if header is None and route != "dequeue":
+            return
         client = request.headers.get(CLIENT_HEADER) or (request.client.host if request.client else "?")
         seen = self._seen.setdefault(queue, {})
-        seen.pop(client, None)  # re-inserted last: the dict stays ordered by last sighting
-        seen[client] = time.time()
+        before = seen.pop(client, None)  # re-inserted last: the dict stays ordered by last sighting
+        report = _report(header) if header is not None else before.report if before else None
+        seen[client] = Sighting(queue, client, time.time(), report)
         if len(seen) > MOST_CLIENTS:
             del seen[next(iter(seen))]
 
-    def live(self, queue: str) -> dict[str, float]:
-        """Return the clients seen claiming from ``queue`` within ``LIVE_FOR`` seconds, with
-        when, the latest first."""
+    def of(self, queue: str) -> list[Sighting]:
+        """Return the workers seen calling ``queue`` within ``FORGET_AFTER`` seconds, the latest first."""
         seen = self._seen.get(queue, {})
-        cutoff = time.time() - LIVE_FOR
-        while seen and next(iter(seen.values())) < cutoff:
+        cutoff = time.time() - FORGET_AFTER
+        while seen and next(iter(seen.values())).seen < cutoff:
             del seen[next(iter(seen))]
-        return dict(reversed(seen.items()))
+        return list(reversed(seen.values()))
+
+    def everyone(self) -> list[Sighting]:
+        """Return the workers seen calling any queue (one that does not exist yet included)."""
+        return [seen for queue in sorted(self._seen) for seen in self.of(queue)]
+
+
+def _report(header: str) -> WorkerReport | None:
+    if len(header) > MAX_WORKER_HEADER:
+        return None
+    try:
+        return msgspec.json.decode(header, type=WorkerReport)
+    except msgspec.DecodeError:
+        return None

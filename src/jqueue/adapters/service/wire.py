@@ -27,6 +27,11 @@ _MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
 
 CLIENT_HEADER = "X-JQueue-Client"
 """A request header naming the client process (``host:pid``), for the dashboard's list of workers."""
+WORKER_HEADER = "X-JQueue-Worker"
+"""A request header in which a worker's calls carry its ``WorkerReport`` (JSON), for the
+dashboard's workers and periodic jobs."""
+MAX_WORKER_HEADER = 16_384
+"""The longest ``WORKER_HEADER`` a broker reads; a longer one is ignored."""
 TOKEN_VARIABLE = "JQUEUE_TOKEN"
 """The environment variable that gives the service's token where none is passed (``jqueue serve``,
 ``jqueue dashboard``, ``connect``)."""
