@@ -148,9 +148,7 @@ async def test_many_result_waiters_do_not_starve_the_workers_calls_on_the_same_q
     with jqueue_serve(str(root), tmp_path / "serve.log"):
         async with connect(str(root), "q") as queue:
             jobs = await queue.enqueue_many("e", [str(n).encode() for n in range(count)])
-            waits = [
-                asyncio.create_task(queue.result(job.id, timeout=timedelta(seconds=20))) for job in jobs
-            ]
+            waits = [asyncio.create_task(queue.result(job.id, timeout=timedelta(seconds=20))) for job in jobs]
             await asyncio.sleep(0.5)  # every long poll is open before the worker starts
             worker = Worker(queue, {"e": handler}, concurrency=20)
             async with running(worker):

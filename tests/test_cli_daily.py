@@ -35,6 +35,7 @@ def test_exec_says_at_start_what_it_runs_and_why_jobs_failed(cli: Cli) -> None:
     assert " ERROR jqueue.worker job " in failures[1]
     assert f"shell: dead {why}" in failures[1]
 
+
 def test_worker_says_at_start_what_it_runs(cli: Cli) -> None:
     (cli.cwd / "myjobs.py").write_text(WORKER_MODULE)
     done = cli("worker", "myjobs:make", "--burst", "--concurrency", "7", "--max-attempts", "9")
