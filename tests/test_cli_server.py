@@ -151,3 +151,22 @@ def test_mistakes_with_a_server_are_one_line(tmp_path: Path) -> None:
             assert done.stderr.startswith(start), (args, done.stderr)
             assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert not (root / "nope.json").exists()
+
+
+def test_the_command_line_takes_the_services_token_from_jqueue_token(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("JQUEUE_")}
+    with jqueue_serve(str(root), tmp_path / "serve.log", env=bare | {"JQUEUE_TOKEN": "s3cret"}) as url:
+        where = bare | {"JQUEUE_SERVER": url, "JQUEUE_QUEUE": "q"}
+        refused = _run(where, tmp_path, "enqueue", "e", "x")
+        assert (refused.returncode, refused.stderr.strip()) == (
+            1,
+            f"error: queue q through jqueue serve at {url} needs its token: JQUEUE_TOKEN is not set",
+        )
+        for command in ("stats", "queues"):
+            wrong = _run(where | {"JQUEUE_TOKEN": "nope"}, tmp_path, command)
+            assert wrong.stderr.strip().endswith("needs its token: JQUEUE_TOKEN was refused"), command
+        allowed = where | {"JQUEUE_TOKEN": "s3cret"}
+        assert _run(allowed, tmp_path, "enqueue", "e", "x").returncode == 0
+        assert json.loads(_run(allowed, tmp_path, "queues", "--json").stdout)[0]["queued"] == 1

@@ -31,6 +31,7 @@ from jqueue.adapters.cli.common import (
     run,
     seconds,
     service,
+    serving,
     short_ids,
     until,
 )
@@ -63,11 +64,11 @@ def queues(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     server = service(ctx)
 
     async def look() -> dict[str, QueueStats]:
-        async with remote_queue(server, "default") as root:  # the root's call names no queue
+        async with serving(remote_queue(server, "default")) as root:  # the root's call names no queue
             names = await root.queue_names()
         found = {}
         for name in names:
-            async with remote_queue(server, name) as queue:
+            async with serving(remote_queue(server, name)) as queue:
                 found[name] = await queue.stats()
         return found
 

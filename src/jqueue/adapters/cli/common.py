@@ -101,14 +101,18 @@ def remote_queue(server: str, name: str) -> RemoteQueue:
 
 
 @contextlib.asynccontextmanager
-async def _serving(ctx: typer.Context, queue: RemoteQueue) -> AsyncIterator[RemoteQueue]:
-    """Call ``queue`` for a command; its service's ``queue_not_found`` is one error line."""
+async def serving(queue: RemoteQueue) -> AsyncIterator[RemoteQueue]:
+    """Call ``queue`` for a command: what a user can mend (no broker, no token, no such queue)
+    is one error line."""
     async with queue:
         try:
             yield queue
         except ServiceError as exc:
             if exc.code in ("unreachable", "no_broker"):
                 fail(f"no jqueue serve took the call within {SERVER_WAIT.seconds} s: {exc}")
+            if exc.code == "unauthorized":
+                given = "was refused" if os.environ.get(TOKEN_VARIABLE) else "is not set"
+                fail(f"{queue.location} needs its token: {TOKEN_VARIABLE} {given}")
             if exc.code != "queue_not_found":
                 raise
             fail(
@@ -160,7 +164,7 @@ async def _opened(ctx: typer.Context, kind: type[Local]) -> AsyncIterator[Local 
     """The queue of ``--server`` and ``--queue`` if given, else a ``kind`` on ``--storage``."""
     served = _served(ctx)
     if served is not None:
-        async with _serving(ctx, served) as remote:
+        async with serving(served) as remote:
             yield remote
         return
     async with kind(shared_storage(ctx)) as queue:
