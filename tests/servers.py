@@ -524,17 +524,22 @@ def _drain_stderr(server: Any) -> None:
 
 @contextlib.contextmanager
 def jqueue_serve(
-    root: str, log: Path, *, env: dict[str, str] | None = None, options: Sequence[str] = ()
+    root: str,
+    log: Path,
+    *,
+    env: dict[str, str] | None = None,
+    options: Sequence[str] = (),
+    port: int | None = None,
 ) -> Iterator[str]:
-    """Run ``jqueue serve`` on ``root`` in a subprocess on a free loopback port, its standard
-    error going to ``log``.
+    """Run ``jqueue serve`` on ``root`` in a subprocess on a loopback ``port`` (by default a
+    free one), its standard error going to ``log``.
 
     Yields
     ------
     str
         The service's URL, once ``/healthz`` answers.
     """
-    port = free_port()
+    port = free_port() if port is None else port
     url = f"http://{LOOPBACK}:{port}"
     command = [sys.executable, "-m", "jqueue", "serve", "--storage", root, "--listen", f"{LOOPBACK}:{port}"]
     with log.open("wb") as stderr:

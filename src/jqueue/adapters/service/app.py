@@ -40,6 +40,7 @@ from jqueue.adapters.service.queued import QueuedRoutes
 from jqueue.adapters.service.served import ServedQueues
 from jqueue.adapters.service.sightings import Sightings
 from jqueue.adapters.service.wire import (
+    BROKER_HEADER,
     DEFAULT_MAX_BODY_BYTES,
     JSON,
     ChangesRequest,
@@ -163,7 +164,10 @@ class Service:
         health["pid"] = os.getpid()
         return answer(health, wants_msgpack(request.headers))
 
-    async def check_serving(self) -> None:
+    async def check_serving(self, request: Request | None = None) -> None:
+        named = None if request is None else request.headers.get(BROKER_HEADER)
+        if named is not None and named != self.lease.owner:
+            raise HTTPError(503, "not_broker", "this process is not the broker the caller's root names")
         if self.lease.serving():
             await self.host.serve_epoch(self.lease.epoch)
         else:
@@ -197,7 +201,7 @@ class Service:
             name, route = request.path_params["queue"], request.url.path.rsplit("/", 1)[1]
             try:
                 await self.authorize(request, name)
-                await self.check_serving()
+                await self.check_serving(request)
                 self.sightings.saw(name, route, request)
                 if absent is not None and not await self.host.exists(name):
                     response, status = answer(await absent(request), msgpack), 200

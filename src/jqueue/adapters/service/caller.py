@@ -16,6 +16,7 @@ import msgspec
 from jqueue.adapters.optional import require
 from jqueue.adapters.service.finder import RECHECK_EVERY, BrokerFinder
 from jqueue.adapters.service.wire import (
+    BROKER_HEADER,
     CLIENT_HEADER,
     MSGPACK,
     WORKER_HEADER,
@@ -72,7 +73,7 @@ class ServiceCaller:
         self._failover_timeout = failover_timeout
         self.report: Callable[[], WorkerReport] | None = None
         """What the worker calling says of itself, sent with every call (``WORKER_HEADER``)."""
-        self._reported: tuple[float, dict[str, str] | None] = (-REPORT_EVERY, None)
+        self._reported: tuple[float, str | None] = (-REPORT_EVERY, None)
         self._session: Any = None
         self._waits: Any = None
         self._told_at = -TELL_EVERY
@@ -142,9 +143,8 @@ class ServiceCaller:
 
     async def _post(self, address: str, verb: str, body: Any, answer: type[Any], wait: float) -> Any:
         where = f"{address}{verb}" if verb.startswith("/") else f"{address}/v1/queues/{self.queue}/{verb}"
-        exchange = asyncio.ensure_future(
-            self._exchange(where, None if body is None else encode(body, True), wait)
-        )
+        data = None if body is None else encode(body, True)
+        exchange = asyncio.ensure_future(self._exchange(where, data, wait, self._headers_to(address)))
         try:
             while not exchange.done():
                 await asyncio.wait({exchange}, timeout=RECHECK_EVERY)
@@ -164,16 +164,17 @@ class ServiceCaller:
             raise ServiceError(status, error.code, error.message, error.broker)
         return decode(data, answer, True)
 
-    async def _exchange(self, where: str, data: bytes | None, wait: float) -> tuple[int, bytes]:
+    async def _exchange(
+        self, where: str, data: bytes | None, wait: float, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
         """Send one request (a long poll, ``wait`` > 0, on its own connections): a POST of ``data``,
-        or a GET without it; read its answer."""
+        or a GET without it, with ``headers`` besides the session's; read its answer."""
         aiohttp = require("aiohttp", extra="client")
         session = self._waits if wait > 0 else self._session
         seconds = self._timeout.total_seconds() + wait
         timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=CONNECT_TIMEOUT)
         try:
             method = "GET" if data is None else "POST"
-            headers = self._worker_header()
             async with session.request(
                 method, where, data=data, timeout=timeout, headers=headers
             ) as response:
@@ -183,16 +184,21 @@ class ServiceCaller:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ServiceError(0, "no_answer", f"{where}: {type(exc).__name__}: {exc}") from exc
 
-    def _worker_header(self) -> dict[str, str] | None:
-        """``WORKER_HEADER`` with the worker's report, made again at most every ``REPORT_EVERY``."""
-        if self.report is None:
-            return None
-        now = time.monotonic()
-        made, header = self._reported
-        if now - made >= REPORT_EVERY:
-            header = {WORKER_HEADER: msgspec.json.encode(self.report()).decode()}
-            self._reported = (now, header)
-        return header
+    def _headers_to(self, address: str) -> dict[str, str]:
+        """The headers of a call to ``address`` besides the session's: the broker the root's record
+        named there (``BROKER_HEADER``), and the worker's report (``WORKER_HEADER``, made again
+        at most every ``REPORT_EVERY``)."""
+        headers = {}
+        if (owner := self.finder.owner_at(address)) is not None:
+            headers[BROKER_HEADER] = owner
+        if self.report is not None:
+            now = time.monotonic()
+            made, report = self._reported
+            if now - made >= REPORT_EVERY or report is None:
+                report = msgspec.json.encode(self.report()).decode()
+                self._reported = (now, report)
+            headers[WORKER_HEADER] = report
+        return headers
 
     async def _moved_from(self, address: str) -> str | None:
         try:

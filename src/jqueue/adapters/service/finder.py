@@ -35,6 +35,8 @@ class BrokerFinder:
     def __init__(self, target: str) -> None:
         self.root = None if is_service_url(target) else target
         self.address: str | None = target.rstrip("/") if self.root is None else None
+        self.owner: str | None = None
+        """The broker the root's record names for ``address`` (its ``owner``); None for a service URL."""
         self._record: ObjectStoragePort | None = None
         self._lock = asyncio.Lock()
         self._checked_at = -RECHECK_EVERY
@@ -47,7 +49,8 @@ class BrokerFinder:
             return self.address
         async with self._lock:
             if self.address is None:
-                self.address = await self._read()
+                record = await self._read()
+                self.address, self.owner = (None, None) if record is None else (record.address, record.owner)
         return self.address
 
     async def moved_from(self, address: str) -> str | None:
@@ -59,12 +62,14 @@ class BrokerFinder:
             return None
         async with self._lock:
             if time.monotonic() - self._checked_at >= RECHECK_EVERY:
-                self._recorded = await self._read()
+                record = await self._read()
+                self._recorded = None if record is None else record.address
                 self._checked_at = time.monotonic()
         recorded = self._recorded
         return recorded if recorded is not None and recorded != address else None
 
-    async def _read(self) -> str | None:
+    async def _read(self) -> BrokerRecord | None:
+        """The root's record, or None if it has none or its broker stopped (released it)."""
         assert self.root is not None
         if self._record is None:
             self._record = record_storage(self.root)
@@ -72,13 +77,20 @@ class BrokerFinder:
         if etag is None:
             return None
         try:
-            return msgspec.json.decode(content, type=BrokerRecord).address
+            record = msgspec.json.decode(content, type=BrokerRecord)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise CorruptStateError(f"{self.root}/_broker.json", f"not a broker record: {exc}") from exc
+        return None if record.released else record
+
+    def owner_at(self, address: str) -> str | None:
+        """The broker a call to ``address`` is meant for (``BROKER_HEADER``), if the record named it."""
+        return self.owner if address == self.address else None
 
     def moved(self, hint: str | None) -> None:
-        """The broker in use did not serve: go to ``hint``, or look at the record again."""
-        if hint is not None:
-            self.address = hint
-        elif self.root is not None:
-            self.address = None
+        """The broker in use did not serve: go to ``hint`` for a service URL; for a root, look at
+        its record again (a hint comes from whatever answers at the old address, which may
+        serve another root now)."""
+        if self.root is None:
+            self.address = hint or self.address
+        else:
+            self.address = self.owner = None

@@ -142,7 +142,7 @@ class OperatorRoutes:
     async def _names(self, request: Request) -> Response:
         try:
             await self.service.authorize(request)
-            await self.service.check_serving()
+            await self.service.check_serving(request)
             body: Any = ow.QueueNamesResponse(self.service.host.found())
             status = 200
         except Exception as exc:

@@ -106,7 +106,7 @@ class QueuedRoutes:
             status, body = 200, None
             try:
                 await service.authorize(request, None if admin else name)
-                await service.check_serving()
+                await service.check_serving(request)
                 body = await call(request, name)
                 answer = _response(body, msgpack)
             except Exception as exc:

@@ -27,6 +27,11 @@ _MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
 
 CLIENT_HEADER = "X-JQueue-Client"
 """A request header naming the client process (``host:pid``), for the dashboard's list of workers."""
+BROKER_HEADER = "X-JQueue-Broker"
+"""A request header naming the broker a client found in its root's record (the record's
+``owner``): a process that is not that broker refuses the call (503 ``not_broker``), so a
+stale record whose address now belongs to another process, of another root perhaps, never
+takes a call meant for this root."""
 WORKER_HEADER = "X-JQueue-Worker"
 """A request header in which a worker's calls carry its ``WorkerReport`` (JSON), for the
 dashboard's workers and periodic jobs."""
