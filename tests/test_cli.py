@@ -257,7 +257,8 @@ def test_a_missing_extra_is_one_line_naming_it(cli: Cli) -> None:
     done = cli("--storage", "s3://bucket/q.json", "stats", ok=False)
     assert done.returncode == 1
     assert done.stderr.strip() == (
-        "error: aioboto3 is not installed; install the 's3' extra: pip install 'jqueue[s3]'"
+        "error: aioboto3 is not installed; install jqueue with the 's3' extra"
+        " (from a checkout: pip install '/path/to/checkout[s3]')"
     )
 
 

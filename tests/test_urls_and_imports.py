@@ -141,4 +141,4 @@ def test_the_command_line_needs_no_service_extra_but_serve_names_it(tmp_path: Pa
     )
     assert served.returncode == 1
     assert served.stderr.count("\n") == 1  # one line, no traceback
-    assert "pip install 'jqueue[serve]'" in served.stderr
+    assert "install jqueue with the 'serve' extra" in served.stderr

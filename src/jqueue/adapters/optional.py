@@ -12,5 +12,6 @@ def require(module: str, *, extra: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ImportError(
-            f"{module} is not installed; install the {extra!r} extra: pip install 'jqueue[{extra}]'"
+            f"{module} is not installed; install jqueue with the {extra!r} extra"
+            f" (from a checkout: pip install '/path/to/checkout[{extra}]')"
         ) from exc

@@ -8,6 +8,7 @@ import traceback
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from jqueue.domain.errors import headline
 from jqueue.domain.models import Job
 
 logger = logging.getLogger("jqueue.worker")
@@ -74,11 +75,11 @@ class JobResult:
 
     def summary(self) -> str:
         """The run in one line: the job, its outcome and, when retried or dead, the error's
-        first line (its type and message): ``ID send_email: retried (ValueError: no such user)``."""
+        ``headline`` (its type and message): ``ID send_email: retried (ValueError: no such user)``."""
         line = f"{self.job.id} {self.job.entrypoint}: {self.outcome}"
         if self.error is None or self.outcome not in (Outcome.RETRIED, Outcome.DEAD):
             return line
-        first = self.error.partition("\n")[0]
+        first = headline(self.error)
         return f"{line} ({first if len(first) <= SUMMARY_CHARS else first[:SUMMARY_CHARS] + '...'})"
 
     def log_fields(self) -> dict[str, object]:

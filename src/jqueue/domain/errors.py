@@ -26,6 +26,19 @@ class CASConflictError(JQueueError):
     """A compare-and-swap write was rejected because the object changed since it was read."""
 
 
+TRACEBACK_START = "Traceback (most recent call last):"
+
+
+def headline(error: str) -> str:
+    """The line of a job's error that says what failed: its first line (a worker records the
+    exception's type and message there, then the traceback), or, for an error that is a bare
+    traceback, its last; "" for a blank error."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if lines[0].startswith(TRACEBACK_START) else lines[0]
+
+
 class JobFailedError(JQueueError):
     """The job whose result was asked for died instead of being acked.
 
@@ -41,8 +54,7 @@ class JobFailedError(JQueueError):
 
     def __init__(self, job_id: str, error: str | None, reason: str | None) -> None:
         self.job_id, self.error, self.reason = job_id, error, reason
-        first = (error or "no error recorded").splitlines()[0] if error else "no error recorded"
-        super().__init__(f"job {job_id!r} died ({reason}): {first}")
+        super().__init__(f"job {job_id!r} died ({reason}): {headline(error or '') or 'no error recorded'}")
 
 
 class JobCancelledError(JQueueError):

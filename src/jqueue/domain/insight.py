@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
+from jqueue.domain.errors import headline
 from jqueue.domain.figures import Throughput, Timings, empty_throughput, timings_of
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
@@ -135,7 +136,7 @@ def error_key(record: JobRecord | HistoryRecord) -> str:
     reason = record.dead_reason if isinstance(record, JobRecord) else record.reason
     if not error:
         return f"({reason or 'no error'})"
-    return error.strip().splitlines()[0][:ERROR_KEY_CHARS] if error.strip() else "(blank error)"
+    return headline(error)[:ERROR_KEY_CHARS] or "(blank error)"
 
 
 def dead_groups(index: QueueIndex, entrypoint: str | None = None) -> list[DeadGroup]:

@@ -8,6 +8,7 @@ from operator import attrgetter
 from typing import Any
 
 from jqueue.domain.effects import Added
+from jqueue.domain.errors import headline
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.schema import CHANGING_FIELDS, FIELD_NAMES, JobFields, field_values
 from jqueue.domain.times import from_micros
@@ -124,8 +125,8 @@ class HistoryRecord:
 
     @property
     def error_line(self) -> str:
-        """The last line of its error: a traceback's type and message ("" without an error)."""
-        return (self.error or "").strip().rpartition("\n")[2].strip()
+        """The line of its error that says what failed (``headline``; "" without an error)."""
+        return headline(self.error or "")
 
     @classmethod
     def of(

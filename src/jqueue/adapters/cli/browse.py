@@ -35,7 +35,7 @@ from jqueue.adapters.cli.common import (
     short_ids,
     until,
 )
-from jqueue.domain.errors import JobCancelledError, JobFailedError, JQueueError
+from jqueue.domain.errors import JobCancelledError, JobFailedError, JQueueError, headline
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.stats import QueueStats
@@ -55,7 +55,7 @@ def _jobs_table(jobs: list[Job]) -> Table:
     short = short_ids([job.id for job in jobs])
     for job in jobs:
         row = (short[job.id], job.entrypoint, *_status_and_due(job), str(job.priority), str(job.attempts))
-        table.add_row(*row, age(job.created_at), preview(job.payload), job.last_error or "")
+        table.add_row(*row, age(job.created_at), preview(job.payload), headline(job.last_error or ""))
     return table
 
 
@@ -251,7 +251,8 @@ def dead_ls(
     short = short_ids([job.id for job in jobs])
     for job in jobs:
         died = age(job.dead_at)
-        table.add_row(short[job.id], job.entrypoint, str(job.attempts), job.dead_reason, died, job.last_error)
+        error = headline(job.last_error or "")
+        table.add_row(short[job.id], job.entrypoint, str(job.attempts), job.dead_reason, died, error)
     console.print(table)
 
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
+from jqueue.domain.errors import headline
 from jqueue.domain.times import from_micros
 
 NONE = "\N{EN DASH}"
@@ -77,4 +78,5 @@ ALL: dict[str, Callable[..., Any]] = {
     "count": count,
     "percent": percent,
     "urldecode": unquote,
+    "headline": headline,
 }
