@@ -6,6 +6,7 @@ and next run), in a real headless Chromium over a real ``jqueue serve`` and a wo
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import urllib.request
@@ -15,7 +16,7 @@ import pytest
 from playwright.async_api import expect
 
 from browser import chromium
-from jqueue import JobStatus, connect
+from jqueue import Job, JobStatus, Worker, connect
 from jqueue.adapters.service.wire import CLIENT_HEADER, MAX_WORKER_HEADER, WORKER_HEADER
 from servers import jqueue_serve
 from test_dashboard import WINDOW, shot
@@ -39,6 +40,10 @@ async def main():
 
 asyncio.run(main())
 """
+
+
+async def _nothing(job: Job) -> None:
+    return None
 
 
 async def test_finished_jobs_workers_and_periodic_jobs_in_the_browser(tmp_path: Path) -> None:
@@ -101,6 +106,15 @@ async def test_finished_jobs_workers_and_periodic_jobs_in_the_browser(tmp_path: 
                     await page.get_by_role("button", name="Filter").click()
                     await expect(page.locator("#no-finished")).to_be_visible()
                     await rows.first.wait_for(state="detached")
+
+                    # A worker that ends its run says so, and is no longer listed.
+                    async with connect(url, "shop") as own:
+                        burst = Worker(own)
+                        burst.register("nothing", _nothing)
+                        assert (await burst.run(until_empty=True, install_signals=False)).claimed == 0
+                    await page.goto(f"{url}/workers")
+                    await expect(me).to_have_count(1)
+                    await expect(page.locator(f"#workers tr[data-worker$=':{os.getpid()}']")).to_have_count(0)
 
                     # A worker that stops calling is marked stale.
                     worker.send_signal(signal.SIGKILL)

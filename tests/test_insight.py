@@ -59,6 +59,7 @@ async def test_dead_letters_are_grouped_by_the_first_line_of_their_error(file_or
 
 async def test_throughput_and_timings_come_from_the_history(file_or_s3: Backend, clock: Clock) -> None:
     storage, _ = file_or_s3.new()
+    clock.now = clock.now.replace(second=10, microsecond=0)  # 10 s into a clock minute
     async with BrokerQueue(storage) as queue:
         await queue.enqueue_many("a", [b"%d" % i for i in range(4)])
         clock.advance(timedelta(seconds=2))  # each job waited 2 s
@@ -70,9 +71,10 @@ async def test_throughput_and_timings_come_from_the_history(file_or_s3: Backend,
         await queue.nack(jobs[3], error="late", max_attempts=1)
         found = await queue.throughput(timedelta(minutes=10), timedelta(minutes=1))
         assert (len(found.acked), sum(found.acked), sum(found.dead)) == (10, 3, 1)
-        assert found.acked[-2] == 3  # the bucket from two minutes ago to one minute ago
+        assert found.start % 60_000_000 == 0  # buckets are clock minutes, the last one this minute
+        assert found.acked[-3] == 3  # two clock minutes before this one
         assert found.dead[-1] == 1
-        assert found.per_entrypoint["a"][-3:] == [0, 3, 1]
+        assert found.per_entrypoint["a"][-3:] == [3, 0, 1]
         timings = (await queue.timings())["a"]
         assert (timings.finished, timings.acked, timings.dead, timings.retried) == (4, 3, 1, 0)
         assert timings.wait == (2.0, 2.0, 2.0)

@@ -17,7 +17,7 @@ from jqueue.core.hooks import Hook, call_hooks
 from jqueue.core.outage import Outage
 from jqueue.core.outcomes import JobResult, Outcome, WorkerStats, result_bytes, traceback_text
 from jqueue.core.queue_set import QueueSet
-from jqueue.core.worker_report import announce
+from jqueue.core.worker_report import announce, farewell
 from jqueue.core.worker_setup import WorkerSetup, handled_signals
 from jqueue.domain.errors import (
     JobNotFoundError,
@@ -149,9 +149,8 @@ class Worker(WorkerSetup):
         """
         if not self.handlers:
             raise ValueError("register a handler first")
-        self.stats = WorkerStats()
+        self.stats, self._outages = WorkerStats(), Outage(self.max_outage)
         self._stopping, self._abort = asyncio.Event(), asyncio.Event()
-        self._outages = Outage(self.max_outage)
         pools = HandlerPools(self.concurrency)
         running: set[asyncio.Task[None]] = set()
         started = time.monotonic()
@@ -174,6 +173,7 @@ class Worker(WorkerSetup):
                 pools.close(wait=finished and not self._abort.is_set())
                 self.stats.seconds = time.monotonic() - started
                 await call_hooks(self.hooks["stop"], self, self.stats)
+                await farewell(self)
         if self._outages.fatal is not None:
             raise self._outages.fatal
         return self.stats

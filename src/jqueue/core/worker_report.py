@@ -3,13 +3,17 @@ its handlers, concurrency, running jobs and periodic jobs, for the dashboard."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from jqueue.domain.errors import JQueueError
 from jqueue.domain.times import utc_now
 from jqueue.ports.queue import PeriodicReport, SupportsWorkerReport, WorkerReport
 
 if TYPE_CHECKING:
     from jqueue.core.worker import Worker
+
+logger = logging.getLogger("jqueue.worker")
 
 
 def worker_report(worker: Worker) -> WorkerReport:
@@ -29,3 +33,14 @@ def announce(worker: Worker) -> None:
     for queue in worker.queues:
         if isinstance(queue, SupportsWorkerReport):
             queue.report_worker(lambda: worker_report(worker))
+
+
+async def farewell(worker: Worker) -> None:
+    """Have each queue of ``worker`` that passes reports on say that the worker stopped (once;
+    a queue that cannot is left to let the worker's silence say it)."""
+    for queue in worker.queues:
+        if isinstance(queue, SupportsWorkerReport):
+            try:
+                await queue.say_stopped()
+            except JQueueError as exc:
+                logger.debug("could not say that the worker stopped: %s", exc)

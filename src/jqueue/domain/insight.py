@@ -28,9 +28,12 @@ ERROR_KEY_CHARS = 200
 
 
 def throughput(index: QueueIndex, now: int, window: int, bucket: int) -> Throughput:
-    """Return the jobs finished in each ``bucket`` of the ``window`` before ``now`` (microseconds)."""
+    """Return the jobs finished in each ``bucket`` of the ``window`` before ``now`` (microseconds).
+    Buckets fall on whole multiples of ``bucket`` since the epoch (a minute's bucket is a clock
+    minute), the last being the one ``now`` is in."""
     buckets = max(1, -(-window // bucket))
-    found = empty_throughput(now - buckets * bucket, bucket, buckets)
+    end = (now // bucket + 1) * bucket
+    found = empty_throughput(end - buckets * bucket, bucket, buckets)
     for seen, record in enumerate(index.history.newest_first()):
         if record.finished < found.start:
             break

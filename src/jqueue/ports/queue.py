@@ -66,6 +66,8 @@ class WorkerReport:
     concurrency: int
     running: int
     periodic: list[PeriodicReport] = field(default_factory=list)
+    stopped: bool = False
+    """The worker's run ended: its last word."""
 
 
 @runtime_checkable
@@ -75,6 +77,10 @@ class SupportsWorkerReport(Protocol):
 
     def report_worker(self, report: Callable[[], WorkerReport], /) -> None:
         """Have ``report`` called for what the worker says, whenever it is to be said."""
+        ...
+
+    async def say_stopped(self) -> None:
+        """Say, once, that the worker's run ended (its report with ``stopped``)."""
         ...
 
 

@@ -19,6 +19,7 @@ from jqueue.adapters.cli.common import (
     OlderOption,
     StatusChoice,
     age,
+    cell,
     console,
     errors,
     existing_queue,
@@ -114,7 +115,7 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     for name, s in result.entrypoints.items():
         counts = (s.queued, s.scheduled, s.in_progress, s.dead)
         table.add_row(name, *map(str, counts), age(s.oldest_queued_at))
-    console.print(table)
+    console.print(table if result.entrypoints else "no jobs")
 
     def scopes(paused: list[str | None]) -> str:
         return ", ".join("(all)" if p is None else p for p in paused) or "none"
@@ -179,7 +180,7 @@ def show(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
         return
     table = Table("field", "value", show_header=False)
     for name, value in shown.items():
-        table.add_row(name, "" if value is None else str(value))
+        table.add_row(name, cell(value))
     console.print(table)
 
 

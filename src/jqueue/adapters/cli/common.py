@@ -5,18 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
+from jqueue.adapters.service.caller import ServiceCaller
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.wire import TOKEN_VARIABLE
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
@@ -103,7 +106,10 @@ def remote_queue(server: str, name: str) -> RemoteQueue:
 @contextlib.asynccontextmanager
 async def serving(queue: RemoteQueue) -> AsyncIterator[RemoteQueue]:
     """Call ``queue`` for a command: what a user can mend (no broker, no token, no such queue)
-    is one error line."""
+    is one error line. A command that logs nothing (all but worker and exec) does not log the
+    search for a broker either: its error line says how it ended."""
+    if not logging.getLogger().handlers:
+        logging.getLogger(ServiceCaller.__module__).setLevel(logging.ERROR)
     async with queue:
         try:
             yield queue
@@ -127,6 +133,12 @@ def shared_storage(ctx: typer.Context) -> ObjectStoragePort:
     if url.lower().startswith("memory:"):
         fail(
             "a memory:// queue lives in one process and each command is a new one: use file://, s3:// or gs://"
+        )
+    path = Path(url.removeprefix("file://")) if "://" not in url or url.startswith("file://") else None
+    if path is not None and path.is_dir():
+        fail(
+            f"{url} is a directory: a queue is one file in it, e.g. {path / 'NAME.json'}"
+            f" (jqueue serve --storage {url} serves every queue in it)"
         )
     if "://" not in url:
         return LocalFileSystemStorage(url)
@@ -203,10 +215,26 @@ def print_json(data: Any) -> None:
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat()
+        return iso(value)
     if isinstance(value, timedelta):
         return value.total_seconds()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def iso(moment: datetime) -> str:
+    """A time as the JSON of a job has it: ISO 8601, ``Z`` for UTC."""
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def cell(value: object) -> str:
+    """A value of a job or a record as a table shows it: times as in JSON, lists comma-separated."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, list | tuple):
+        return ", ".join(map(cell, value))
+    return str(value)
 
 
 def job_json(job: Job) -> dict[str, Any]:

@@ -275,13 +275,13 @@ def report(
 
     if engine not in ENGINES:
         fail(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    url = storage_url(ctx)
 
     async def exists() -> None:
         async with existing_queue(ctx):
             pass
 
     run(exists())
-    url = storage_url(ctx)
     url = url if "://" in url else Path(url).resolve().as_uri()  # Spark's executors need a URL
     try:
         found, used = compute(url, engine)

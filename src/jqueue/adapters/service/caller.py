@@ -72,7 +72,8 @@ class ServiceCaller:
         self._timeout = timeout
         self._failover_timeout = failover_timeout
         self.report: Callable[[], WorkerReport] | None = None
-        """What the worker calling says of itself, sent with every call (``WORKER_HEADER``)."""
+        """What the worker calling says of itself, sent with every call (``WORKER_HEADER``;
+        set with ``set_report``)."""
         self._reported: tuple[float, str | None] = (-REPORT_EVERY, None)
         self._session: Any = None
         self._waits: Any = None
@@ -160,7 +161,9 @@ class ServiceCaller:
             try:
                 error = decode(data, ErrorResponse, True).error
             except Exception:
-                raise ServiceError(status, "bad_answer", data[:200].decode(errors="replace")) from None
+                said = " ".join(data[:400].decode(errors="replace").split())[:120]
+                text = f"{where} answered HTTP {status}, not as a jqueue serve does (is it one?): {said}"
+                raise ServiceError(status, "bad_answer", text) from None
             raise ServiceError(status, error.code, error.message, error.broker)
         return decode(data, answer, True)
 
@@ -183,6 +186,10 @@ class ServiceCaller:
             raise ServiceError(0, "unreachable", f"{where}: {type(exc).__name__}: {exc}") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ServiceError(0, "no_answer", f"{where}: {type(exc).__name__}: {exc}") from exc
+
+    def set_report(self, report: Callable[[], WorkerReport]) -> None:
+        """Send what ``report`` says from the next call on."""
+        self.report, self._reported = report, (-REPORT_EVERY, None)
 
     def _headers_to(self, address: str) -> dict[str, str]:
         """The headers of a call to ``address`` besides the session's: the broker the root's record

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -188,7 +189,15 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
 
     def report_worker(self, report: Callable[[], WorkerReport]) -> None:
         """Send what ``report`` says of the worker with every call, for the dashboard."""
-        self._caller.report = report
+        self._caller.set_report(report)
+
+    async def say_stopped(self) -> None:
+        """Tell the service that the worker stopped (a wait for changes of no time carries it)."""
+        report = self._caller.report
+        if report is not None:
+            last = replace(report(), running=0, stopped=True)
+            self._caller.set_report(lambda: last)
+            await self.changes.wait(self.changes.generation, 0)
 
     async def start(self) -> None:
         """Open the connection pools (what entering ``async with`` does)."""

@@ -94,6 +94,7 @@ class BrokerLease:
         self._etag: str | None = None
         self._seen_at = time.monotonic()
         self._renewed_at = -float("inf")
+        self._told: str | None = None  # the broker last said to be served while standing by
 
     def serving(self) -> bool:
         """Whether this process is the broker now: active, and renewed within ``stale_after``."""
@@ -132,6 +133,12 @@ class BrokerLease:
         released = self.record is not None and self.record.released
         if etag is None or released or now - self._seen_at >= self.stale_after:
             await self._write(self.epoch + 1, 1)
+        elif self.record is not None and self.record.owner != self._told:
+            self._told = self.record.owner
+            logger.warning(
+                "standing by: %s serves %s (epoch %d); taking over if its record goes %g s unrenewed",
+                self.record.address, _where(self.storage), self.record.epoch, self.stale_after,
+            )  # fmt: skip
 
     async def release(self) -> None:
         """Stop serving, marking the record released so that a standby takes over at once."""
@@ -139,6 +146,7 @@ class BrokerLease:
             self._renewed_at = -float("inf")
             with contextlib.suppress(JQueueError):
                 await self._write(self.epoch, self.record.beat + 1, released=True)
+                logger.warning("stopped serving %s: released its broker record", _where(self.storage))
             self.role = Role.STANDBY
 
     async def _write(self, epoch: int, beat: int, *, released: bool = False) -> None:

@@ -32,6 +32,8 @@ class Sightings:
         seen = self._seen.setdefault(queue, {})
         before = seen.pop(client, None)  # re-inserted last: the dict stays ordered by last sighting
         report = _report(header) if header is not None else before.report if before else None
+        if report is not None and report.stopped:
+            return  # its last word: it is gone
         seen[client] = Sighting(queue, client, time.time(), report)
         if len(seen) > MOST_CLIENTS:
             del seen[next(iter(seen))]
