@@ -73,7 +73,10 @@ def test_cloud_adapters_are_exported_lazily() -> None:
 
 
 def test_a_missing_extra_names_what_to_install() -> None:
-    with pytest.raises(ImportError, match=r"pip install 'jqueue\[s3\]'"):
+    with pytest.raises(
+        ImportError,
+        match=r"with the 's3' extra \(from a checkout: pip install '/path/to/checkout\[s3\]'\)",
+    ):
         require("jqueue_no_such_module", extra="s3")
 
 
