@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from jqueue import DirectQueue, LocalFileSystemStorage, ServiceError, connect
+from jqueue import DirectQueue, JobNotFoundError, LocalFileSystemStorage, ServiceError, connect
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.domain.models import JobStatus
 from servers import jqueue_serve
@@ -117,9 +117,9 @@ async def test_errors_keep_their_codes(served: tuple[RemoteQueue, DirectQueue, s
         assert (unknown.value.status, unknown.value.code) == (404, "queue_not_found")
         await missing.pause()  # a control may come before the first job: it makes the queue
         assert "missing" in await missing.queue_names()
-    with pytest.raises(ServiceError) as not_found:
+    with pytest.raises(JobNotFoundError) as not_found:
         await remote.requeue(["no-such-job"])
-    assert (not_found.value.status, not_found.value.code) == (404, "job_not_found")
+    assert not_found.value.job_id == "no-such-job"
     with pytest.raises(ServiceError) as bad:
         await remote.call("throttle", {"limit": 1, "per_seconds": 0}, msgspec.Struct)
     assert (bad.value.status, bad.value.code) == (400, "bad_body")

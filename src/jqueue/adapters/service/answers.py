@@ -4,47 +4,18 @@ from __future__ import annotations
 
 import logging
 
-import msgspec
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from jqueue.adapters.service.host import BadQueueNameError, UnknownQueueError
+from jqueue.adapters.service.error_codes import body_of, code_of
+from jqueue.adapters.service.host import UnknownQueueError
 from jqueue.adapters.service.wire import ErrorBody, encode
-from jqueue.domain.errors import (
-    CASConflictError,
-    CorruptStateError,
-    JobCancelledError,
-    JobNotFoundError,
-    LeaseLostError,
-    PayloadTooLargeError,
-    QueueClosedError,
-    QueuePausedError,
-    StorageError,
-)
 
 logger = logging.getLogger(__name__)
 
 CLIENT_CLOSED = 499
 """The status counted for a request whose client hung up before it sent its whole body (nginx's
 "client closed request"): no error of the service, and no answer reaches the client."""
-
-_ERRORS: list[tuple[type[BaseException], int, str]] = [
-    (ClientDisconnect, CLIENT_CLOSED, "client_closed_request"),
-    (BadQueueNameError, 400, "bad_queue_name"),
-    (UnknownQueueError, 404, "queue_not_found"),
-    (JobNotFoundError, 404, "job_not_found"),
-    (LeaseLostError, 409, "lease_lost"),
-    (JobCancelledError, 409, "cancelled"),
-    (QueuePausedError, 409, "paused"),
-    (PayloadTooLargeError, 413, "payload_too_large"),
-    (CASConflictError, 503, "conflict"),
-    (QueueClosedError, 503, "closing"),
-    (StorageError, 503, "storage_unavailable"),
-    (CorruptStateError, 500, "corrupt_state"),
-    (msgspec.DecodeError, 400, "bad_body"),
-    (ValueError, 400, "invalid_argument"),
-]
-"""Each error a call can raise, by the first class that matches: its status and code."""
 
 
 class HTTPError(Exception):
@@ -56,15 +27,17 @@ class HTTPError(Exception):
 
 
 def error_of(exc: BaseException) -> tuple[int, ErrorBody]:
-    """Return the status and body that report ``exc``."""
+    """Return the status and body that report ``exc`` (see ``error_codes.ERROR_CODES``)."""
     if isinstance(exc, HTTPError):
         return exc.status, ErrorBody(exc.code, str(exc), exc.broker)
-    for kind, status, code in _ERRORS:
-        if isinstance(exc, kind):
-            text = str(exc) or type(exc).__name__
-            if isinstance(exc, UnknownQueueError):
-                text = f"no queue named {exc}"
-            return status, ErrorBody(code, text)
+    if isinstance(exc, ClientDisconnect):
+        return CLIENT_CLOSED, ErrorBody("client_closed_request", "the client hung up mid-body")
+    entry = code_of(exc)
+    if entry is not None:
+        body = body_of(exc, entry)
+        if isinstance(exc, UnknownQueueError):
+            body.message = f"no queue named {exc}"
+        return entry.status, body
     logger.exception("an unexpected error answered with 500", exc_info=exc)
     return 500, ErrorBody("internal", f"{type(exc).__name__}: {exc}")
 

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from jqueue.adapters.optional import require
+from jqueue.adapters.service.error_codes import raised
 from jqueue.adapters.service.finder import RECHECK_EVERY, BrokerFinder
 from jqueue.adapters.service.wire import (
     BROKER_HEADER,
@@ -164,7 +165,7 @@ class ServiceCaller:
                 said = " ".join(data[:400].decode(errors="replace").split())[:120]
                 text = f"{where} answered HTTP {status}, not as a jqueue serve does (is it one?): {said}"
                 raise ServiceError(status, "bad_answer", text) from None
-            raise ServiceError(status, error.code, error.message, error.broker)
+            raise raised(error, status)
         return decode(data, answer, True)
 
     async def _exchange(

@@ -17,6 +17,7 @@ from typing import Any
 
 from jqueue.adapters.service.caller import DEFAULT_CALL_TIMEOUT, DEFAULT_FAILOVER_TIMEOUT, ServiceCaller
 from jqueue.adapters.service.coalesce import Coalescer
+from jqueue.adapters.service.error_codes import raised, status_of
 from jqueue.adapters.service.host import QUEUE_NAME
 from jqueue.adapters.service.remote_operator import RemoteOperator
 from jqueue.adapters.service.wire import (
@@ -38,13 +39,7 @@ from jqueue.adapters.service.wire import (
 )
 from jqueue.core.enqueue_calls import EnqueueCalls
 from jqueue.core.queue import DEFAULT_VISIBILITY_TIMEOUT
-from jqueue.domain.errors import (
-    JobCancelledError,
-    JobFailedError,
-    JobNotFoundError,
-    LeaseLostError,
-    ServiceError,
-)
+from jqueue.domain.errors import JobCancelledError, JobFailedError, JQueueError
 from jqueue.domain.models import Job, new_job_id
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.spec import JobSpec, payload_bytes
@@ -55,11 +50,6 @@ ClaimKey = tuple[tuple[str, ...] | None, float | None]
 """Claims that can share a request: the same entrypoints and visibility timeout."""
 SettleKey = tuple[str, tuple[tuple[str, Any], ...]]
 """Settling calls that can share a request: the same verb and options."""
-_PER_JOB_ERRORS: dict[str, type[JobNotFoundError] | type[LeaseLostError] | type[JobCancelledError]] = {
-    "job_not_found": JobNotFoundError,
-    "lease_lost": LeaseLostError,
-    "cancelled": JobCancelledError,
-}
 
 
 def _seconds(span: timedelta | None) -> float | None:
@@ -213,8 +203,10 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
 
         Raises
         ------
+        JQueueError or ValueError
+            For an error of the queue, the exception the queue itself raised (``error_codes``).
         ServiceError
-            For an answer that is not 2xx, or no broker within ``failover_timeout``.
+            For another answer that is not 2xx, or no broker within ``failover_timeout``.
         """
         return (await self._caller.call(verb, body, answer, wait))[0]
 
@@ -225,8 +217,8 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
     async def _send_enqueues(self, _: str, calls: list[list[NewJob]]) -> list[list[Job] | BaseException]:
         try:
             jobs = await self._enqueue_request([job for call in calls for job in call])
-        except ServiceError as exc:
-            if len(calls) == 1 or exc.status // 100 != 4:
+        except (JQueueError, ValueError) as exc:
+            if len(calls) == 1 or (status_of(exc) or 0) // 100 != 4:
                 raise
             # a job of one call was refused (too large, say): each call on its own, so that
             # the others do not share its error
@@ -251,10 +243,13 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
         """Claim up to ``batch_size`` jobs, best priority first (see ``JobQueue.dequeue``).
 
         Claims of the same entrypoints made while another claim is in flight go in one
-        request, and its jobs are shared out in the order of the calls.
+        request, and its jobs are shared out in the order of the calls; one request claims
+        at most ``MAX_BATCH`` jobs.
         """
-        if not 1 <= batch_size <= MAX_BATCH:
-            raise ValueError(f"batch_size must be between 1 and {MAX_BATCH}, got {batch_size}")
+        if batch_size < 0:
+            raise ValueError(f"batch_size must not be negative, got {batch_size}")
+        if batch_size == 0:  # claims nothing, as a local queue's dequeue
+            return []
         entrypoints = _entrypoints(entrypoint)
         key = (None if entrypoints is None else tuple(entrypoints), _seconds(visibility_timeout))
         return await self._claims.call(key, batch_size)
@@ -292,10 +287,8 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
                 answers.append(result.cancelled)
             elif repeated and verb == "ack" and await self._acked(ref.id):
                 answers.append(False)  # the attempt that got no answer landed
-            elif (kind := _PER_JOB_ERRORS.get(result.error.code)) is not None:
-                answers.append(kind(ref.id))
             else:
-                answers.append(ServiceError(200, result.error.code, result.error.message))
+                answers.append(raised(result.error))
         return answers
 
     async def _acked(self, job_id: str) -> bool:
@@ -305,7 +298,7 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
             found: ResultResponse = await self.call(
                 "result", ResultRequest(id=job_id, wait_seconds=0), ResultResponse
             )
-        except ServiceError:
+        except JQueueError:
             return False
         return found.outcome == "acked"
 
@@ -369,14 +362,9 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
         while True:
             left = MAX_WAIT_SECONDS if deadline is None else max(0.0, deadline - time.monotonic())
             request = ResultRequest(id=job_id, wait_seconds=min(left, MAX_WAIT_SECONDS))
-            try:
-                answer: ResultResponse = await self.call(
-                    "result", request, ResultResponse, wait=request.wait_seconds
-                )
-            except ServiceError as exc:
-                if exc.code == "job_not_found":
-                    raise JobNotFoundError(job_id) from None
-                raise
+            answer: ResultResponse = await self.call(
+                "result", request, ResultResponse, wait=request.wait_seconds
+            )
             if answer.outcome == "acked":
                 return answer.result
             if answer.outcome == "dead":
@@ -390,5 +378,5 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
 async def _outcome(call: Awaitable[list[Job]]) -> list[Job] | BaseException:
     try:
         return await call
-    except ServiceError as exc:
+    except (JQueueError, ValueError) as exc:
         return exc

@@ -19,8 +19,8 @@ def _seconds(span: timedelta | None) -> float | None:
 
 
 class RemoteOperator:
-    """What a remote operator reads and steers (``call`` is ``RemoteQueue.call``): an error
-    answered by the service raises ``ServiceError`` with its code."""
+    """What a remote operator reads and steers (``call`` is ``RemoteQueue.call``): a call fails
+    with the exception the same call raises on the queue itself."""
 
     if TYPE_CHECKING:
 

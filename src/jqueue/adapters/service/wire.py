@@ -193,11 +193,13 @@ class JobsResponse(msgspec.Struct):
 
 class ErrorBody(msgspec.Struct, omit_defaults=True):
     """What failed: a stable ``code`` and a message for people; for ``not_broker``, the URL of
-    the broker to call instead (when one is known)."""
+    the broker to call instead (when one is known); ``details``, the attributes of the error
+    (a ``job_id``, a payload's ``size`` and ``limit``...; see ``error_codes``)."""
 
     code: str
     message: str
     broker: str | None = None
+    details: dict[str, str | int | None] | None = None
 
 
 class ErrorResponse(msgspec.Struct):
