@@ -49,16 +49,6 @@ from jqueue.domain.errors import CASConflictError, StorageError
 from jqueue.domain.values import span
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
-__all__ = [
-    "READ_KINDS",
-    "WRITE_KINDS",
-    "Faults",
-    "InstrumentedKeyedStorage",
-    "InstrumentedStorage",
-    "Kind",
-    "instrumented",
-]
-
 T = TypeVar("T")
 
 Kind = Literal["read", "write", "get", "create", "list", "delete"]
