@@ -28,8 +28,8 @@ from playwright.async_api import expect
 
 from browser import chromium
 from jqueue import BrokerQueue, JobStatus
-from jqueue.adapters.service.allowed_hosts import AllowedHosts
 from jqueue.adapters.service.host import root_storage
+from jqueue.adapters.web.allowed_hosts import AllowedHosts
 from servers import LOOPBACK, free_port, jqueue_serve
 
 pytestmark = pytest.mark.slow

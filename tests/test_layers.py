@@ -61,3 +61,26 @@ def test_the_rule_sees_a_wrong_import(tmp_path: Path) -> None:
     module = tmp_path / "bad.py"
     module.write_text("def f():\n    from jqueue.adapters.storage.memory import InMemoryStorage\n")
     assert [layer_of(name) for _, name in imported_modules(module)] == ["adapters"]
+
+
+ADAPTER_ARROWS = {
+    "web": set(),
+    "dashboard": {"charts", "web"},
+}
+"""The adapter packages each of these adapter packages may import (the service composes the
+dashboard; the dashboard never imports the service: both share ``web``)."""
+
+
+@pytest.mark.parametrize("package", sorted(ADAPTER_ARROWS))
+def test_an_adapter_imports_only_the_adapters_it_may(package: str) -> None:
+    files = sorted((SRC / "adapters" / package).rglob("*.py"))
+    assert files, f"no modules found in adapters/{package}"
+    wrong = [
+        f"{path.relative_to(SRC)}:{line} imports {module}"
+        for path in files
+        for line, module in imported_modules(path)
+        if module.startswith("jqueue.adapters.")
+        and (target := module.split(".")[2]) != package
+        and target not in ADAPTER_ARROWS[package]
+    ]
+    assert wrong == []

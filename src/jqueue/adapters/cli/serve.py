@@ -10,9 +10,9 @@ import typer
 
 from jqueue.adapters.cli.common import errors, fail, run, shared_storage, storage_url
 from jqueue.adapters.optional import require
-from jqueue.adapters.service.host_names import is_loopback
 from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER
 from jqueue.adapters.service.wire import DEFAULT_MAX_BODY_BYTES, TOKEN_VARIABLE
+from jqueue.adapters.web.host_names import is_loopback
 from jqueue.domain.errors import InvalidURLError
 
 ALLOWED_HOST_HELP = (
@@ -84,8 +84,8 @@ def serve(
         require("jinja2", extra="serve")
     except ImportError as exc:
         fail(str(exc))
-    from jqueue.adapters.service.allowed_hosts import BadHostNameError
     from jqueue.adapters.service.app import create_app
+    from jqueue.adapters.web.allowed_hosts import BadHostNameError
 
     try:
         app = create_app(
@@ -132,7 +132,7 @@ def dashboard(
     except ImportError as exc:
         fail(str(exc))
     from jqueue.adapters.dashboard.app import create_dashboard_app, queue_name
-    from jqueue.adapters.service.allowed_hosts import BadHostNameError
+    from jqueue.adapters.web.allowed_hosts import BadHostNameError
 
     storage = shared_storage(ctx)
     if run(storage.read())[1] is None:

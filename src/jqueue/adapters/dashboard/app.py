@@ -13,7 +13,7 @@ from starlette.middleware import Middleware
 
 from jqueue.adapters.dashboard.pages import Dashboard
 from jqueue.adapters.dashboard.source import SingleQueue
-from jqueue.adapters.service.allowed_hosts import AllowedHosts, HostCheck
+from jqueue.adapters.web.allowed_hosts import AllowedHosts, HostCheck
 from jqueue.core.broker import BrokerQueue
 from jqueue.ports.storage import ObjectStoragePort
 

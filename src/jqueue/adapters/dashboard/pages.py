@@ -32,7 +32,7 @@ from jqueue.adapters.dashboard.views import (
     queue_summary,
     result_line,
 )
-from jqueue.adapters.service.host import BadQueueNameError, UnknownQueueError
+from jqueue.adapters.web.queue_names import BadQueueNameError, UnknownQueueError
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import JobStatus
 from jqueue.domain.times import utc_now

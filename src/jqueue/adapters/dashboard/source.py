@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from jqueue.adapters.service.host import UnknownQueueError
+from jqueue.adapters.web.queue_names import UnknownQueueError
 from jqueue.core.broker import BrokerQueue
 from jqueue.ports.queue import WorkerReport
 

@@ -8,8 +8,8 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from jqueue.adapters.service.error_codes import body_of, code_of
-from jqueue.adapters.service.host import UnknownQueueError
 from jqueue.adapters.service.wire import ErrorBody, encode
+from jqueue.adapters.web.queue_names import UnknownQueueError
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,6 @@ from starlette.routing import Route
 
 from jqueue import __version__
 from jqueue.adapters.dashboard.pages import Dashboard
-from jqueue.adapters.service.allowed_hosts import AllowedHosts, HostCheck
 from jqueue.adapters.service.answers import HTTPError, answer, error_of
 from jqueue.adapters.service.host import QueueHost, record_storage
 from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER, BrokerLease
@@ -42,7 +41,6 @@ from jqueue.adapters.service.sightings import Sightings
 from jqueue.adapters.service.wire import (
     BROKER_HEADER,
     DEFAULT_MAX_BODY_BYTES,
-    JSON,
     ChangesRequest,
     ChangesResponse,
     DequeueRequest,
@@ -59,9 +57,9 @@ from jqueue.adapters.service.wire import (
     SettleRequest,
     api_job,
     decode,
-    is_msgpack,
-    wants_msgpack,
 )
+from jqueue.adapters.web.allowed_hosts import AllowedHosts, HostCheck
+from jqueue.adapters.web.media import JSON, is_msgpack, wants_msgpack
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JobCancelledError, JobFailedError
 from jqueue.domain.models import Job, fencing_job

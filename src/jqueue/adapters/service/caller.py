@@ -19,13 +19,13 @@ from jqueue.adapters.service.finder import RECHECK_EVERY, BrokerFinder
 from jqueue.adapters.service.wire import (
     BROKER_HEADER,
     CLIENT_HEADER,
-    MSGPACK,
     WORKER_HEADER,
     ErrorResponse,
     client_name,
     decode,
     encode,
 )
+from jqueue.adapters.web.media import MSGPACK
 from jqueue.domain.errors import JQueueError, ServiceError
 from jqueue.ports.queue import WorkerReport
 

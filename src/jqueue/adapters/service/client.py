@@ -18,7 +18,6 @@ from typing import Any
 from jqueue.adapters.service.caller import DEFAULT_CALL_TIMEOUT, DEFAULT_FAILOVER_TIMEOUT, ServiceCaller
 from jqueue.adapters.service.coalesce import Coalescer
 from jqueue.adapters.service.error_codes import raised, status_of
-from jqueue.adapters.service.host import QUEUE_NAME
 from jqueue.adapters.service.remote_operator import RemoteOperator
 from jqueue.adapters.service.wire import (
     MAX_BATCH,
@@ -37,6 +36,7 @@ from jqueue.adapters.service.wire import (
     SettleRequest,
     job_of,
 )
+from jqueue.adapters.web.queue_names import QUEUE_NAME
 from jqueue.core.enqueue_calls import EnqueueCalls
 from jqueue.core.queue import DEFAULT_VISIBILITY_TIMEOUT
 from jqueue.domain.errors import JobCancelledError, JobFailedError, JQueueError

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from jqueue.adapters.service.host import BadQueueNameError, UnknownQueueError
 from jqueue.adapters.service.wire import ErrorBody
+from jqueue.adapters.web.queue_names import BadQueueNameError, UnknownQueueError
 from jqueue.domain.errors import (
     CASConflictError,
     CorruptStateError,

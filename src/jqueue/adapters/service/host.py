@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -11,20 +10,10 @@ from jqueue.adapters.service.catalog import CATALOG_NAME, Catalog, added, remove
 from jqueue.adapters.service.lease import RECORD_NAME
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
+from jqueue.adapters.web.queue_names import QUEUE_NAME, BadQueueNameError, UnknownQueueError
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import InvalidURLError
 from jqueue.ports.storage import ObjectStoragePort
-
-QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
-"""A queue's name: letters, digits, ``_`` and ``-``, at most 128; the queue is ``ROOT/NAME.json``."""
-
-
-class UnknownQueueError(LookupError):
-    """No queue of this name exists under the root (create it first)."""
-
-
-class BadQueueNameError(ValueError):
-    """A queue name that is not ``QUEUE_NAME``: it could reach outside the root."""
 
 
 def queue_location(root: str, name: str) -> str:

@@ -13,7 +13,8 @@ from starlette.routing import Route
 
 from jqueue.adapters.service import operator_wire as ow
 from jqueue.adapters.service.answers import answer, error_of
-from jqueue.adapters.service.wire import ErrorResponse, JobsResponse, api_job, wants_msgpack
+from jqueue.adapters.service.wire import ErrorResponse, JobsResponse, api_job
+from jqueue.adapters.web.media import wants_msgpack
 from jqueue.core.broker import BrokerQueue
 
 if TYPE_CHECKING:

@@ -50,7 +50,7 @@ from jqueue.adapters.service.queued_wire import (
     UpdateRequest,
     UpdateResponse,
 )
-from jqueue.adapters.service.wire import JSON, answer_type, is_msgpack, wants_msgpack
+from jqueue.adapters.web.media import JSON, answer_type, is_msgpack, wants_msgpack
 from jqueue.core.numbered import TimeOrderedIds
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
 from jqueue.domain.spec import JobSpec

@@ -9,9 +9,9 @@ from datetime import timedelta
 
 from jqueue.adapters.service.answers import error_of
 from jqueue.adapters.service.catalog import Throttle
-from jqueue.adapters.service.host import UnknownQueueError
 from jqueue.adapters.service.queued_wire import PolledMessage, QueuedError
 from jqueue.adapters.service.wire import MAX_BATCH
+from jqueue.adapters.web.queue_names import UnknownQueueError
 from jqueue.core.queue import JobQueue, lease_number, lease_of_number
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
 from jqueue.domain.models import Job, fencing_job

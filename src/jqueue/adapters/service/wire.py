@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -20,10 +19,6 @@ from jqueue.domain.models import Job, trusted_job
 from jqueue.domain.schema import FIELDS
 from jqueue.domain.spec import LONGEST_SPAN, MAX_ID_LENGTH, JobSpec
 from jqueue.domain.values import INT64_MAX
-
-JSON = "application/json"
-MSGPACK = "application/msgpack"
-_MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
 
 CLIENT_HEADER = "X-JQueue-Client"
 """A request header naming the client process (``host:pid``), for the dashboard's list of workers."""
@@ -234,26 +229,6 @@ def api_job(job: Job) -> Any:
 def job_of(wire: Any) -> Job:
     """Return the ``Job`` of a decoded wire job (msgspec checked every field's type)."""
     return trusted_job(**{name: getattr(wire, name) for name in Job.model_fields})
-
-
-def is_msgpack(content_type: str | None) -> bool:
-    """Whether a ``Content-Type`` or ``Accept`` value asks for MessagePack."""
-    return content_type is not None and content_type.split(";", 1)[0].strip().lower() in _MSGPACK_TYPES
-
-
-def answer_type(headers: Mapping[str, str]) -> str | None:
-    """The media type a request wants its answer in: the first of its ``Accept``, or, when it
-    has none (or accepts anything, ``*/*``), its own ``Content-Type``; None if neither says."""
-    accept = headers.get("accept", "").split(",", 1)[0].split(";", 1)[0].strip()
-    if accept and accept != "*/*":
-        return accept
-    return headers.get("content-type")
-
-
-def wants_msgpack(headers: Mapping[str, str]) -> bool:
-    """Whether a request wants its answer in MessagePack (see ``answer_type``): every route of
-    both APIs answers by this rule."""
-    return is_msgpack(answer_type(headers))
 
 
 _json_encoder = msgspec.json.Encoder()

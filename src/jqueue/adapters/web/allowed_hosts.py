@@ -20,12 +20,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import msgspec
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from jqueue.adapters.service.host_names import host_name, is_loopback
-from jqueue.adapters.service.wire import MSGPACK, ErrorBody, ErrorResponse, encode, wants_msgpack
+from jqueue.adapters.web.host_names import host_name, is_loopback
+from jqueue.adapters.web.media import MSGPACK, wants_msgpack
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 """The loopback interface's names, allowed when the service listens on it."""
@@ -124,6 +125,7 @@ class HostCheck:
             "or start it with --allowed-host NAME"
         )
         msgpack = wants_msgpack(headers)
-        body = encode(ErrorResponse(ErrorBody("bad_host", message)), msgpack)
+        error = {"error": {"code": "bad_host", "message": message}}  # as the service's ErrorResponse
+        body = msgspec.msgpack.encode(error) if msgpack else msgspec.json.encode(error)
         media = MSGPACK if msgpack else "application/json"
         await Response(body, BAD_HOST_STATUS, media_type=media)(scope, receive, send)
