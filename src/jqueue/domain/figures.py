@@ -134,9 +134,10 @@ def timings_of(records: Iterable[HistoryRecord], sample: int | None = None) -> d
         stats.acked += record.outcome is JobStatus.ACKED
         stats.dead += record.outcome is JobStatus.DEAD
         stats.retried += record.attempts > 1
-        if record.claims:
-            waits.setdefault(record.entrypoint, []).append((record.claims[0] - record.created) / 1e6)
-            runs.setdefault(record.entrypoint, []).append((record.finished - record.claims[-1]) / 1e6)
+        wait, run = record.wait_seconds, record.run_seconds
+        if wait is not None and run is not None:
+            waits.setdefault(record.entrypoint, []).append(wait)
+            runs.setdefault(record.entrypoint, []).append(run)
     for name, stats in found.items():
         stats.wait = percentiles(waits.get(name, []))
         stats.run = percentiles(runs.get(name, []))

@@ -264,13 +264,13 @@ class Dashboard:
         span = AGES.get(within)
         since = None if span is None else utc_now() - span
         offset = int(params["offset"]) if params.get("offset", "").isdigit() else 0
-        records = (await queue.history(entrypoint, chosen, since))[::-1]
+        finished = await queue.history(None, chosen, since)  # every entrypoint's, for the filter's choices
+        records = [r for r in reversed(finished) if entrypoint is None or r.entrypoint == entrypoint]
         rows = records[offset : offset + PAGE_SIZE]
         filters_now = {"outcome": outcome or "", "entrypoint": entrypoint or "", "within": within}
         older = offset + PAGE_SIZE
         older_url = f"?{urlencode({**filters_now, 'offset': older})}" if older < len(records) else None
-        timings = await queue.timings()
-        entrypoints = sorted(set((await queue.stats()).entrypoints) | set(timings))
+        entrypoints = sorted(set((await queue.stats()).entrypoints) | {r.entrypoint for r in finished})
         return self.render(
             request, "finished.html", queue=name, rows=rows, total=len(records), filters=filters_now,
             outcomes=[str(o) for o in FINISHED], entrypoints=entrypoints, ages=list(AGES), offset=offset,

@@ -3,6 +3,7 @@ the dashboard."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import msgspec
@@ -51,7 +52,10 @@ class Sightings:
         return [seen for queue in sorted(self._seen) for seen in self.of(queue)]
 
 
+@functools.lru_cache(maxsize=MOST_CLIENTS)
 def _report(header: str) -> WorkerReport | None:
+    """The report a header carries (None if it cannot be read); a worker sends the same one
+    for a second, with every call, so each is decoded once."""
     if len(header) > MAX_WORKER_HEADER:
         return None
     try:
