@@ -456,3 +456,20 @@ def test_report_on_a_plain_path_without_spark(cli: Cli) -> None:
     assert done.stdout.split() == ["out/report.md", "out/throughput.svg"]
     assert "computed with python" in done.stderr
     assert "| work | 1 |" in (cli.cwd / "out" / "report.md").read_text()
+
+
+def test_enqueue_takes_every_option_of_a_job(cli: Cli) -> None:
+    [job] = cli.json(
+        "enqueue", "email", "hi", "--not-before", "2031-01-02T03:04:05+00:00", "--max-attempts", "4",
+        "--ttl", "7200", "--id", "job-1", "--dedup-key", "k",
+    )  # fmt: skip
+    assert (job["id"], job["max_attempts"], job["dedup_key"]) == ("job-1", 4, "k")
+    assert job["not_before"].startswith("2031-01-02T03:04:05")
+    assert job["deadline"] is not None
+    assert cli.json("enqueue", "email", "again", "--id", "job-1")[0]["payload"] == job["payload"]
+    refused = cli("enqueue", "email", "x", "--ttl", "0", ok=False)
+    assert refused.stderr.strip() == "error: ttl must be positive, got 0 s"
+    bad_time = cli("enqueue", "email", "x", "--not-before", "tomorrow", ok=False)
+    assert "--not-before wants an ISO 8601 time" in bad_time.stderr
+    lines = cli("enqueue", "email", "--stdin", "--id", "j", stdin="a\n", ok=False)
+    assert "do not go with --stdin" in lines.stderr

@@ -21,9 +21,9 @@ import atexit
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar, Unpack
 
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.connection import connect as async_connect
@@ -32,7 +32,7 @@ from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import QueueClosedError
 from jqueue.domain.models import Job
-from jqueue.domain.spec import JobSpec
+from jqueue.domain.spec import EnqueueOptions, JobSpec
 from jqueue.domain.stats import QueueStats
 from jqueue.ports.storage import ObjectStoragePort
 
@@ -97,26 +97,11 @@ class SyncQueue(Generic[Q]):
         entrypoint: str,
         payload: bytes,
         priority: int = 0,
-        *,
-        delay: timedelta | None = None,
-        not_before: datetime | None = None,
-        dedup_key: str | None = None,
-        max_attempts: int | None = None,
-        ttl: timedelta | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> Job:
-        """Add a job, as the async ``enqueue`` does; returns it once it is durable."""
-        return self._call(
-            lambda: self._queue.enqueue(
-                entrypoint,
-                payload,
-                priority,
-                delay=delay,
-                not_before=not_before,
-                dedup_key=dedup_key,
-                max_attempts=max_attempts,
-                ttl=ttl,
-            )
-        )
+        """Add a job, as the async ``enqueue`` does (with the same options); returns it once it
+        is durable."""
+        return self._call(lambda: self._queue.enqueue(entrypoint, payload, priority, **options))
 
     def enqueue_many(
         self, jobs: str | Iterable[JobSpec], payloads: Iterable[bytes] = (), priority: int = 0

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from datetime import datetime, timedelta
-from typing import overload
+from typing import Unpack, overload
 
 from jqueue.domain.models import Job
-from jqueue.domain.spec import JobSpec
+from jqueue.domain.spec import EnqueueOptions, JobSpec
 
 
 class EnqueueCalls(ABC):
@@ -19,19 +18,15 @@ class EnqueueCalls(ABC):
         entrypoint: str,
         payload: bytes,
         priority: int = 0,
-        *,
-        delay: timedelta | None = None,
-        not_before: datetime | None = None,
-        dedup_key: str | None = None,
-        max_attempts: int | None = None,
-        ttl: timedelta | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> Job:
         """Add a job; returns it once it is durably committed.
 
-        The options are those of ``JobSpec``. With a ``dedup_key`` that a job in the
-        queue holds, that job is returned and nothing is added; for a key acked within
-        the history's retention, the acked job is returned (status ``ACKED``, empty
-        payload).
+        The options (``delay``, ``not_before``, ``dedup_key``, ``max_attempts``, ``ttl``,
+        ``id``: ``EnqueueOptions``) are those of ``JobSpec``, by keyword. With a
+        ``dedup_key`` that a job in the queue holds, that job is returned and nothing is
+        added; for a key acked within the history's retention, the acked job is returned
+        (status ``ACKED``, empty payload).
 
         Raises
         ------
@@ -40,7 +35,7 @@ class EnqueueCalls(ABC):
         QueuePausedError
             If enqueues of ``entrypoint`` are paused.
         """
-        spec = JobSpec(entrypoint, payload, priority, delay, not_before, dedup_key, max_attempts, ttl)
+        spec = JobSpec(entrypoint, payload, priority, **options)
         return (await self.enqueue_many([spec]))[0]
 
     @overload

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
+import types
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timedelta
+from typing import Any, TypedDict, get_args, get_type_hints
 
 from jqueue.domain.effects import Added
 from jqueue.domain.models import JobStatus, new_job_id
 from jqueue.domain.times import to_micros
-from jqueue.domain.values import checked_int64, checked_text
-from jqueue.domain.values import span as span_text
+from jqueue.domain.values import INT64_MAX, INT64_MIN, Limit, checked_int64, checked_text
 
 MAX_ID_LENGTH = 256
 """The longest job id a ``JobSpec`` takes."""
@@ -19,17 +21,29 @@ LONGEST_SPAN = timedelta(days=365 * 1000)
 """The longest ``delay`` or ``ttl`` a job takes (a time past it would not fit a datetime)."""
 
 
+SPAN = Limit(ge=timedelta(0), le=LONGEST_SPAN)
+"""A span a caller hands over (a delay, a lease, which 0 ends at once): 0 to ``LONGEST_SPAN``."""
+POSITIVE_SPAN = Limit(gt=timedelta(0), le=LONGEST_SPAN)
+"""A span that must be positive (a ttl, a visibility timeout)."""
+ATTEMPTS = Limit(ge=1, le=INT64_MAX)
+"""A number of attempts."""
+INT64 = Limit(ge=INT64_MIN, le=INT64_MAX)
+JOB_ID = Limit(min_length=1, max_length=MAX_ID_LENGTH)
+
+
 def checked_span(name: str, value: timedelta) -> timedelta:
-    """Return ``value`` if it is from 0 to ``LONGEST_SPAN`` (a lease, which 0 ends at once), else
-    raise ``ValueError``."""
-    if not timedelta(0) <= value <= LONGEST_SPAN:
-        raise ValueError(f"{name} must be from 0 to {LONGEST_SPAN.days} days, got {span_text(value)}")
+    """Return ``value`` if it is within ``SPAN``, else raise ``ValueError``."""
+    SPAN.check(name, value)
     return value
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One job for ``enqueue_many``, with the options ``enqueue`` takes.
+    r"""One job for ``enqueue_many``, with the options ``enqueue`` takes.
+
+    The fields, their types and their ``Limit``\ s are the one declaration of a job's options:
+    ``enqueue``'s keywords (``EnqueueOptions``), the HTTP API's ``NewJob`` and the checks
+    here all follow them.
 
     Attributes
     ----------
@@ -58,38 +72,22 @@ class JobSpec:
 
     entrypoint: str
     payload: bytes
-    priority: int = 0
-    delay: timedelta | None = None
+    priority: int = field(default=0, metadata={"limit": INT64})
+    delay: timedelta | None = field(default=None, metadata={"limit": SPAN})
     not_before: datetime | None = None
     dedup_key: str | None = None
-    max_attempts: int | None = None
-    ttl: timedelta | None = None
-    id: str | None = None
+    max_attempts: int | None = field(default=None, metadata={"limit": ATTEMPTS})
+    ttl: timedelta | None = field(default=None, metadata={"limit": POSITIVE_SPAN})
+    id: str | None = field(default=None, metadata={"limit": JOB_ID})
 
     def __post_init__(self) -> None:
-        checked_text("entrypoint", self.entrypoint)
-        if self.id is not None and not 0 < len(checked_text("id", self.id)) <= MAX_ID_LENGTH:
-            raise ValueError(f"id must be 1 to {MAX_ID_LENGTH} characters, got {len(self.id)}")
-        if not isinstance(self.payload, bytes | bytearray | str):  # a str is base64, as in jqueue
-            raise ValueError(f"payload must be bytes, got {type(self.payload).__name__}")
-        checked_int64("priority", self.priority)
-        if self.dedup_key is not None:
-            checked_text("dedup_key", self.dedup_key)
-        if self.max_attempts is not None:
-            checked_int64("max_attempts", self.max_attempts)
-        for name, span in (("delay", self.delay), ("ttl", self.ttl)):
-            if span is not None and span > LONGEST_SPAN:
-                raise ValueError(f"{name} must be at most {LONGEST_SPAN.days} days, got {span_text(span)}")
+        for spec_field in SPEC_FIELDS:
+            value = getattr(self, spec_field.name)
+            if value is not None or not spec_field.nullable:
+                _TYPE_CHECKS[spec_field.type](spec_field.name, value)
+                spec_field.limit.check(spec_field.name, value)
         if self.delay is not None and self.not_before is not None:
             raise ValueError("give delay or not_before, not both")
-        if self.delay is not None and self.delay < timedelta(0):
-            raise ValueError(f"delay must not be negative, got {span_text(self.delay)}")
-        if self.not_before is not None and self.not_before.tzinfo is None:
-            raise ValueError("not_before must be an aware datetime")
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
-        if self.ttl is not None and self.ttl <= timedelta(0):
-            raise ValueError(f"ttl must be positive, got {span_text(self.ttl)}")
 
     def build(self, now: datetime, default_ttl: timedelta | None = None, batch: str | None = None) -> Added:
         """Return the effect that adds the job this spec describes, enqueued at ``now``; staged
@@ -110,6 +108,70 @@ class JobSpec:
             dedup_key=self.dedup_key,
             batch=batch,
         )
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The keywords of ``enqueue``: the fields of ``JobSpec`` after ``priority``, as it documents them."""
+
+    delay: timedelta | None
+    not_before: datetime | None
+    dedup_key: str | None
+    max_attempts: int | None
+    ttl: timedelta | None
+    id: str | None
+
+
+@dataclass(frozen=True)
+class SpecField:
+    """One field of ``JobSpec``, resolved: its value's ``type`` (without None), whether it may
+    be None, whether it must be given, its ``Limit`` and its default."""
+
+    name: str
+    type: type
+    nullable: bool
+    required: bool
+    limit: Limit
+    default: Any
+
+
+def _resolved() -> tuple[SpecField, ...]:
+    hints = get_type_hints(JobSpec)
+    resolved = []
+    for spec_field in fields(JobSpec):
+        hint = hints[spec_field.name]
+        nullable = isinstance(hint, types.UnionType) and type(None) in get_args(hint)
+        base = next(arg for arg in get_args(hint) if arg is not type(None)) if nullable else hint
+        limit = spec_field.metadata.get("limit", Limit())
+        required = spec_field.default is MISSING
+        default = None if required else spec_field.default
+        resolved.append(SpecField(spec_field.name, base, nullable, required, limit, default))
+    return tuple(resolved)
+
+
+def _aware(name: str, value: object) -> None:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ValueError(f"{name} must be an aware datetime")
+
+
+def _span_value(name: str, value: object) -> None:
+    if not isinstance(value, timedelta):
+        raise ValueError(f"{name} must be a timedelta, got {type(value).__name__}")
+
+
+def _payload(name: str, value: object) -> None:
+    if not isinstance(value, bytes | bytearray | str):  # a str is base64, as in jqueue
+        raise ValueError(f"{name} must be bytes, got {type(value).__name__}")
+
+
+_TYPE_CHECKS: dict[type, Callable[[str, object], object]] = {
+    str: checked_text,
+    int: checked_int64,
+    bytes: _payload,
+    timedelta: _span_value,
+    datetime: _aware,
+}
+SPEC_FIELDS = _resolved()
+"""The fields of ``JobSpec``, in order: ``EnqueueOptions`` are those after ``priority``."""
 
 
 def payload_bytes(payload: bytes | bytearray | str) -> bytes:

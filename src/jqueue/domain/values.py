@@ -7,9 +7,55 @@ is recorded whatever it holds, with what cannot be stored replaced.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The range of a value a caller hands over, declared once beside the value and read by its
+    check (``check``) and by every wire form that restates it (as constraints of its type).
+
+    Attributes
+    ----------
+    ge, gt, le : int, timedelta or None
+        Inclusive lower, exclusive lower and inclusive upper bounds of a number or a span.
+    min_length, max_length : int or None
+        The shortest and the longest text, in characters.
+    """
+
+    ge: Any = None
+    gt: Any = None
+    le: Any = None
+    min_length: int | None = None
+    max_length: int | None = None
+
+    def check(self, name: str, value: Any) -> None:
+        """Raise ``ValueError`` naming ``name`` if ``value`` is out of range."""
+        if isinstance(value, str):
+            if not (self.min_length or 0) <= len(value) <= (self.max_length or len(value)):
+                raise ValueError(
+                    f"{name} must be {self.min_length or 0} to {self.max_length} characters, got {len(value)}"
+                )
+            return
+        if self.ge is not None and value < self.ge:
+            word = "not be negative" if not self.ge else f"be at least {_shown(self.ge)}"
+            raise ValueError(f"{name} must {word}, got {_shown(value)}")
+        if self.gt is not None and value <= self.gt:
+            word = "positive" if not self.gt else f"more than {_shown(self.gt)}"
+            raise ValueError(f"{name} must be {word}, got {_shown(value)}")
+        if self.le is not None and value > self.le:
+            raise ValueError(f"{name} must be at most {_shown(self.le)}, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, timedelta):
+        days = value.days
+        return f"{days} days" if value == timedelta(days=days) and days > 1 else span(value)
+    return str(value)
 
 
 def checked_text(name: str, value: object) -> str:

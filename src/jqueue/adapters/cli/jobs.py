@@ -4,7 +4,7 @@ and the registration of every job command."""
 from __future__ import annotations
 
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -31,7 +31,7 @@ from jqueue.adapters.cli.common import (
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import Job, JobStatus
-from jqueue.domain.spec import JobSpec
+from jqueue.domain.spec import EnqueueOptions, JobSpec
 
 ScopeArgument = Annotated[str | None, typer.Argument(help="The entrypoint (default: the whole queue).")]
 
@@ -46,8 +46,19 @@ def enqueue(
     ] = False,
     priority: Annotated[int, typer.Option(help="Lower runs first.")] = 0,
     delay: Annotated[float | None, typer.Option(help="Seconds before the job can be claimed.")] = None,
+    not_before: Annotated[
+        str | None,
+        typer.Option(help="Not claimable before this ISO 8601 time (local time without an offset)."),
+    ] = None,
     dedup_key: Annotated[
         str | None, typer.Option(help="Enqueue nothing if a job with this key exists.")
+    ] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Claims allowed before a failure makes the job dead.")
+    ] = None,
+    ttl: Annotated[float | None, typer.Option(help="Seconds after which the job dies unclaimed.")] = None,
+    job_id: Annotated[
+        str | None, typer.Option("--id", help="The job's id: enqueueing an id twice adds it once.")
     ] = None,
     batch: Annotated[int, typer.Option(help="Jobs per commit with --stdin.")] = 1000,
     atomic: Annotated[
@@ -67,18 +78,32 @@ def enqueue(
     sources = [payload is not None, file is not None, stdin]
     if sum(sources) != 1:
         fail("give exactly one of PAYLOAD, --file or --stdin")
-    if stdin and dedup_key is not None:
-        fail("--dedup-key names one job; it does not go with --stdin")
+    if stdin and (dedup_key, job_id) != (None, None):
+        fail("--dedup-key and --id name one job; they do not go with --stdin")
     if batch < 1:
         fail("--batch must be at least 1")
+    options = EnqueueOptions(
+        delay=seconds(delay),
+        not_before=_time(not_before),
+        dedup_key=dedup_key,
+        max_attempts=max_attempts,
+        ttl=seconds(ttl),
+        id=job_id,
+    )
+    try:
+        JobSpec(entrypoint, b"", priority, **options)
+    except ValueError as exc:
+        fail(str(exc))
 
     async def one() -> list[Job]:
         data = file.read_bytes() if file is not None else (payload or "").encode()
         async with direct_queue(ctx) as queue:
-            job = await queue.enqueue(entrypoint, data, priority, delay=seconds(delay), dedup_key=dedup_key)
-            return [job]
+            return [await queue.enqueue(entrypoint, data, priority, **options)]
 
     skipped = 0
+
+    def specs(lines: list[bytes]) -> list[JobSpec]:
+        return [JobSpec(entrypoint, line, priority, **options) for line in lines]
 
     async def many() -> list[Job]:
         nonlocal skipped
@@ -105,14 +130,18 @@ def enqueue(
                     lines.append(payload)
                     if len(lines) == batch and not atomic:
                         try:
-                            added += await queue.enqueue_many(_specs(entrypoint, lines, priority, delay))
+                            added += await queue.enqueue_many(
+                                [JobSpec(entrypoint, line, priority, **options) for line in lines]
+                            )
                         except JQueueError as exc:
                             stop(f"lines {first}-{number}", exc)
                         progress.update(task, advance=len(lines))
                         lines, first = [], number + 1
                 if lines:
                     try:
-                        added += await queue.enqueue_many(_specs(entrypoint, lines, priority, delay))
+                        added += await queue.enqueue_many(
+                            [JobSpec(entrypoint, line, priority, **options) for line in lines]
+                        )
                     except JQueueError as exc:
                         stop(f"lines {first}-{number}", exc)
         return added
@@ -127,8 +156,14 @@ def enqueue(
         console.print(jobs[0].id)
 
 
-def _specs(entrypoint: str, payloads: list[bytes], priority: int, delay: float | None) -> list[JobSpec]:
-    return [JobSpec(entrypoint, payload, priority, delay=seconds(delay)) for payload in payloads]
+def _time(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        time = datetime.fromisoformat(text)
+    except ValueError:
+        fail(f"--not-before wants an ISO 8601 time, as in 2026-01-31T09:00:00+01:00, not {text!r}")
+    return time if time.tzinfo is not None else time.astimezone()
 
 
 def requeue(

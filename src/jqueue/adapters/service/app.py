@@ -57,6 +57,7 @@ from jqueue.adapters.service.wire import (
     SettleRequest,
     api_job,
     decode,
+    spec_of,
 )
 from jqueue.adapters.web.allowed_hosts import AllowedHosts, HostCheck
 from jqueue.adapters.web.media import JSON, is_msgpack, wants_msgpack
@@ -255,7 +256,7 @@ class Service:
 
     async def _enqueue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
         body: EnqueueRequest = await self.read_body(request, EnqueueRequest)
-        jobs = await queue.enqueue_many([job.spec() for job in body.jobs])
+        jobs = await queue.enqueue_many([spec_of(job) for job in body.jobs])
         self._count(request, "enqueued", jobs)
         return JobsResponse([api_job(job) for job in jobs])
 

@@ -35,6 +35,7 @@ from jqueue.adapters.service.wire import (
     ResultsResponse,
     SettleRequest,
     job_of,
+    new_job,
 )
 from jqueue.adapters.web.queue_names import QUEUE_NAME
 from jqueue.core.enqueue_calls import EnqueueCalls
@@ -42,7 +43,7 @@ from jqueue.core.queue import DEFAULT_VISIBILITY_TIMEOUT
 from jqueue.domain.errors import JobCancelledError, JobFailedError, JQueueError
 from jqueue.domain.models import Job, new_job_id
 from jqueue.domain.policy import QueuePolicy
-from jqueue.domain.spec import JobSpec, payload_bytes
+from jqueue.domain.spec import JobSpec
 from jqueue.domain.values import checked_progress, span
 from jqueue.ports.queue import WorkerReport
 
@@ -54,20 +55,6 @@ SettleKey = tuple[str, tuple[tuple[str, Any], ...]]
 
 def _seconds(span: timedelta | None) -> float | None:
     return None if span is None else span.total_seconds()
-
-
-def _new_job(spec: JobSpec) -> NewJob:
-    return NewJob(
-        entrypoint=spec.entrypoint,
-        payload=payload_bytes(spec.payload),
-        priority=spec.priority,
-        delay_seconds=_seconds(spec.delay),
-        not_before=spec.not_before,
-        dedup_key=spec.dedup_key,
-        max_attempts=spec.max_attempts,
-        ttl_seconds=_seconds(spec.ttl),
-        id=new_job_id() if spec.id is None else spec.id,  # so that a repeated request is not doubled
-    )
 
 
 def _entrypoints(entrypoint: str | Collection[str] | None) -> list[str] | None:
@@ -212,7 +199,9 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
 
     async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:
         """Enqueue with the other enqueues in flight meanwhile, in one request (one commit)."""
-        return await self._enqueues.call("enqueue", [_new_job(spec) for spec in specs])
+        # every job gets its id here, so that a repeated request does not add it twice
+        jobs = [new_job(spec, spec.id or new_job_id()) for spec in specs]
+        return await self._enqueues.call("enqueue", jobs)
 
     async def _send_enqueues(self, _: str, calls: list[list[NewJob]]) -> list[list[Job] | BaseException]:
         try:

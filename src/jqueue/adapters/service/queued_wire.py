@@ -12,9 +12,12 @@ from typing import Annotated, Any
 import msgspec
 
 from jqueue.adapters.service.catalog import Throttle
-from jqueue.adapters.service.wire import LONGEST_SECONDS, MAX_BATCH
+from jqueue.adapters.service.wire import MAX_BATCH
 from jqueue.core.queue import LEASE_BITS
+from jqueue.domain.spec import LONGEST_SPAN
 from jqueue.domain.values import INT64_MAX
+
+LONGEST_SECONDS = int(LONGEST_SPAN.total_seconds())
 
 VisibilitySecs = Annotated[int, msgspec.Meta(ge=-LONGEST_SECONDS, le=LONGEST_SECONDS)]
 """Seconds from now, at most ``LONGEST_SPAN``; as in queued, a negative one means at once."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -17,8 +17,17 @@ import msgspec
 from jqueue.core.formats.wire import AwareDatetime, Fraction, Int64, wire_type
 from jqueue.domain.models import Job, trusted_job
 from jqueue.domain.schema import FIELDS
-from jqueue.domain.spec import LONGEST_SPAN, MAX_ID_LENGTH, JobSpec
-from jqueue.domain.values import INT64_MAX
+from jqueue.domain.spec import (
+    ATTEMPTS,
+    JOB_ID,
+    POSITIVE_SPAN,
+    SPAN,
+    SPEC_FIELDS,
+    JobSpec,
+    SpecField,
+    payload_bytes,
+)
+from jqueue.domain.values import Limit
 
 CLIENT_HEADER = "X-JQueue-Client"
 """A request header naming the client process (``host:pid``), for the dashboard's list of workers."""
@@ -42,16 +51,31 @@ def client_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-LONGEST_SECONDS = int(LONGEST_SPAN.total_seconds())
-"""``LONGEST_SPAN`` in seconds: the bound of every span the HTTP APIs take, as of ``JobSpec``'s."""
-Seconds = Annotated[float, msgspec.Meta(ge=0, le=LONGEST_SECONDS)]
-"""A delay: from 0 to ``LONGEST_SPAN``."""
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=LONGEST_SECONDS)]
-"""A ttl or a visibility timeout: positive, at most ``LONGEST_SPAN`` (as ``checked_span``)."""
-Attempts = Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)]
-"""``max_attempts``: at least 1, and 64 bits (``checked_int64``)."""
-JobId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH)]
-"""A job id, as ``JobSpec`` takes it: 1 to ``MAX_ID_LENGTH`` characters."""
+def _number(bound: Any) -> Any:
+    return bound.total_seconds() if isinstance(bound, timedelta) else bound
+
+
+def constraints(limit: Limit) -> msgspec.Meta:
+    """Return ``limit`` as msgspec's constraints of a wire value, spans in seconds."""
+    bounds: dict[str, Any] = {
+        "ge": _number(limit.ge),
+        "gt": _number(limit.gt),
+        "le": _number(limit.le),
+        "min_length": limit.min_length,
+        "max_length": limit.max_length,
+    }
+    meta: msgspec.Meta = msgspec.Meta(**bounds)
+    return meta
+
+
+Seconds = Annotated[float, constraints(SPAN)]
+"""A delay: from 0 to ``LONGEST_SPAN`` (``SPAN``)."""
+PositiveSeconds = Annotated[float, constraints(POSITIVE_SPAN)]
+"""A ttl or a visibility timeout (``POSITIVE_SPAN``)."""
+Attempts = Annotated[int, constraints(ATTEMPTS)]
+"""``max_attempts`` (``ATTEMPTS``)."""
+JobId = Annotated[str, constraints(JOB_ID)]
+"""A job id, as ``JobSpec`` takes it (``JOB_ID``)."""
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 """Larger request bodies are refused (413) unless ``jqueue serve --max-body-bytes`` says more."""
 MAX_BATCH = 10_000
@@ -72,39 +96,62 @@ else:
     _ApiJobs = list[ApiJob]
 
 
-class NewJob(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """One job to enqueue, with the options of ``JobSpec`` (spans in seconds). With an ``id``,
-    a repeated request adds nothing twice (the client sets one for every job)."""
+_ANNOTATED: Any = Annotated  # subscripted with values, not written-out types
+_WIRE_BASES: dict[type, Any] = {str: str, bytes: bytes, int: int, timedelta: float, datetime: AwareDatetime}
 
-    entrypoint: str
-    payload: bytes
-    priority: Int64 = 0
-    delay_seconds: Seconds | None = None
-    not_before: AwareDatetime | None = None
-    dedup_key: str | None = None
-    max_attempts: Attempts | None = None
-    ttl_seconds: PositiveSeconds | None = None
-    id: JobId | None = None
 
-    def spec(self) -> JobSpec:
-        """Return the ``JobSpec`` of this job (raises ``ValueError`` for options that clash)."""
-        return JobSpec(
-            self.entrypoint,
-            self.payload,
-            self.priority,
-            delay=_span(self.delay_seconds),
-            not_before=self.not_before,
-            dedup_key=self.dedup_key,
-            max_attempts=self.max_attempts,
-            ttl=_span(self.ttl_seconds),
-            id=self.id,
-        )
+def _wire_name(spec_field: SpecField) -> str:
+    return f"{spec_field.name}_seconds" if spec_field.type is timedelta else spec_field.name
+
+
+def _new_job_field(spec_field: SpecField) -> tuple[str, Any] | tuple[str, Any, Any]:
+    kind = _ANNOTATED[_WIRE_BASES[spec_field.type], constraints(spec_field.limit)]
+    if not spec_field.nullable:
+        return (spec_field.name, kind) if spec_field.required else (spec_field.name, kind, spec_field.default)
+    return _wire_name(spec_field), kind | None, None
+
+
+NewJob: Any = msgspec.defstruct(
+    "NewJob",
+    [_new_job_field(spec_field) for spec_field in SPEC_FIELDS],
+    kw_only=True,
+    forbid_unknown_fields=True,
+)
+"""One job to enqueue: the fields of ``JobSpec`` by the same names, spans in seconds
+(``delay_seconds``, ``ttl_seconds``), with its limits. With an ``id``, a repeated request adds
+nothing twice (the client sets one for every job)."""
+_SPANS = frozenset(f.name for f in SPEC_FIELDS if f.type is timedelta)
+_WIRE_NAMES = tuple((f.name, _wire_name(f)) for f in SPEC_FIELDS)
+
+
+def new_job(spec: JobSpec, job_id: str) -> Any:
+    """Return the ``NewJob`` of ``spec``, under ``job_id``."""
+    values = {wire: getattr(spec, name) for name, wire in _WIRE_NAMES}
+    for name in _SPANS:
+        span = values[f"{name}_seconds"]
+        values[f"{name}_seconds"] = None if span is None else span.total_seconds()
+    values["payload"], values["id"] = payload_bytes(spec.payload), job_id
+    return NewJob(**values)
+
+
+def spec_of(job: Any) -> JobSpec:
+    """Return the ``JobSpec`` of a decoded ``NewJob`` (raises ``ValueError`` for options that clash)."""
+    values = {name: getattr(job, wire) for name, wire in _WIRE_NAMES}
+    for name in _SPANS:
+        values[name] = None if values[name] is None else timedelta(seconds=values[name])
+    return JobSpec(**values)
+
+
+if TYPE_CHECKING:
+    _NewJobs = list[Any]
+else:
+    _NewJobs = list[NewJob]
 
 
 class EnqueueRequest(msgspec.Struct, forbid_unknown_fields=True):
     """``POST /v1/queues/{queue}/enqueue``: add jobs, all in one commit."""
 
-    jobs: list[NewJob]
+    jobs: _NewJobs
 
 
 class DequeueRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -215,10 +262,6 @@ class ResultsResponse(msgspec.Struct):
     """One answer per job of a batch, in the order of the request."""
 
     results: list[ItemResult]
-
-
-def _span(seconds: float | None) -> timedelta | None:
-    return None if seconds is None else timedelta(seconds=seconds)
 
 
 def api_job(job: Job) -> Any:
