@@ -25,16 +25,19 @@ from jqueue.sync import SyncQueue
 
 OPTIONS = [f for f in SPEC_FIELDS if f.name not in ("entrypoint", "payload", "priority")]
 
+SAMPLES: dict[type, Any] = {
+    str: "sample",
+    int: 7,
+    timedelta: timedelta(hours=2),
+    datetime: datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC),
+}
 EVERY_OPTION = JobSpec(
     "email",
     b"\x00payload",
     -3,
-    not_before=datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC),
-    dedup_key="key",
-    max_attempts=7,
-    ttl=timedelta(hours=2),
-    id="job-1",
+    **{f.name: SAMPLES[f.type] for f in OPTIONS if f.name != "delay"},  # delay: not with not_before
 )
+"""A spec whose every option but ``delay`` differs from its default, whatever options there are."""
 
 
 def test_enqueue_options_are_the_spec_fields_after_priority() -> None:
@@ -58,8 +61,8 @@ async def test_enqueue_takes_every_option_by_keyword() -> None:
         options: dict[str, Any] = {f.name: getattr(EVERY_OPTION, f.name) for f in OPTIONS}
         job = await queue.enqueue("email", b"x", 4, **options)
         assert (job.id, job.dedup_key, job.max_attempts, job.not_before) == (
-            "job-1",
-            "key",
+            "sample",
+            "sample",
             7,
             EVERY_OPTION.not_before,
         )
@@ -70,7 +73,7 @@ async def test_enqueue_takes_every_option_by_keyword() -> None:
 @pytest.mark.parametrize("spec", [EVERY_OPTION, replace(EVERY_OPTION, not_before=None, delay=timedelta(90))])
 @pytest.mark.parametrize("msgpack", [False, True])
 def test_new_job_carries_every_option(spec: JobSpec, msgpack: bool) -> None:
-    decoded = decode(encode(new_job(spec, "job-1"), msgpack), NewJob, msgpack)
+    decoded = decode(encode(new_job(spec, "sample"), msgpack), NewJob, msgpack)
     assert spec_of(decoded) == spec
 
 
