@@ -39,6 +39,7 @@ from jqueue.domain.schema import (
     domain_values,
     job_from,
 )
+from jqueue.domain.times import from_micros
 
 T0 = 1_800_000_000_000_000
 
@@ -205,6 +206,49 @@ def test_the_wire_history_has_every_field_of_a_history_record() -> None:
     from jqueue.domain.records import HistoryRecord
 
     assert WireHistory.__struct_fields__ == HistoryRecord.__slots__
+
+
+def _sample_history() -> Any:
+    from jqueue.domain.records import HistoryRecord
+
+    return HistoryRecord(
+        "job-1", "email", 1_000_000, (2_000_000, 5_000_000), 9_000_000, 2, JobStatus.DEAD,
+        "Traceback\nValueError: boom", "failed", "key", b"result",
+    )  # fmt: skip
+
+
+def test_every_form_of_a_history_record_keeps_its_fields() -> None:
+    from jqueue.core.formats.wire import history_from_wire, wire_history
+    from jqueue.domain.records import HISTORY_FIELDS
+
+    record = _sample_history()
+    assert history_from_wire(wire_history([record])) == [record]
+    public = record.public()
+    assert list(public) == [f.public for f in HISTORY_FIELDS]
+    assert public["created_at"] == from_micros(1_000_000)
+    assert public["claimed_at"] == (from_micros(2_000_000), from_micros(5_000_000))
+    job = record.as_job()
+    shown = {f.job: public[f.public] for f in HISTORY_FIELDS if f.job}
+    assert {name: getattr(job, name) for name in shown} == shown
+    assert (job.status, job.last_error, job.dead_reason) == (JobStatus.DEAD, record.error, "failed")
+    assert (record.wait_seconds, record.run_seconds) == (1.0, 4.0)
+
+
+def test_the_spark_history_table_types_each_column_by_its_kind() -> None:
+    from jqueue.adapters.spark.reader import HISTORY_COLUMNS, HISTORY_SCHEMA, history_row
+
+    record = _sample_history()
+    columns = dict(column.split(" ") for column in HISTORY_SCHEMA.split(", "))
+    assert list(columns) == list(HISTORY_COLUMNS)
+    assert (columns["created_at"], columns["attempts"], columns["wait_seconds"]) == (
+        "timestamp",
+        "bigint",
+        "double",
+    )
+    row = dict(zip(HISTORY_COLUMNS, history_row(record), strict=True))
+    assert row["first_claimed_at"] == from_micros(2_000_000)
+    assert row["last_claimed_at"] == from_micros(5_000_000)
+    assert (row["outcome"], row["error"], row["run_seconds"]) == ("dead", record.error, 4.0)
 
 
 def test_job_ids_are_distinct_random_uuids_in_canonical_form() -> None:

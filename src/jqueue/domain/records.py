@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
 from operator import attrgetter
 from typing import Any
@@ -10,7 +10,7 @@ from typing import Any
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import headline
 from jqueue.domain.models import Job, JobStatus
-from jqueue.domain.schema import CHANGING_FIELDS, FIELD_NAMES, JobFields, field_values
+from jqueue.domain.schema import CHANGING_FIELDS, FIELD_NAMES, JobFields, Kind, field_values
 from jqueue.domain.times import from_micros
 
 ClaimState = tuple[Any, ...]
@@ -60,9 +60,27 @@ class JobRecord(JobFields):
         return Added(*field_values(self))
 
 
+def _kept(kind: Kind, public: str | None = None, job: str | None = None) -> dict[str, HistoryMeta]:
+    return {"jqueue": HistoryMeta(kind, public, job)}
+
+
+@dataclass(frozen=True)
+class HistoryMeta:
+    """What ``HistoryRecord`` says about one field: its ``Kind`` (how formats store it), its
+    public name (times as datetimes), and the ``Job`` attribute that shows it."""
+
+    kind: Kind
+    public: str | None = None
+    job: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryRecord:
     """What is kept of a finished job: times in epoch microseconds (see the ``*_at`` properties).
+
+    The one declaration of a history record: its wire form, its public form (``public``,
+    which the CLI and the HTTP API show), its ``Job`` (``as_job``) and the Spark ``history``
+    table follow these fields (``HISTORY_FIELDS``).
 
     Attributes
     ----------
@@ -86,17 +104,17 @@ class HistoryRecord:
         What its handler returned (an acked job's, when it was acked with one).
     """
 
-    job_id: str
-    entrypoint: str
-    created: int
-    claims: tuple[int, ...]
-    finished: int
-    attempts: int
-    outcome: JobStatus
-    error: str | None = None
-    reason: str | None = None
-    dedup_key: str | None = None
-    result: bytes | None = None
+    job_id: str = field(metadata=_kept(Kind.TEXT, job="id"))
+    entrypoint: str = field(metadata=_kept(Kind.TEXT, job="entrypoint"))
+    created: int = field(metadata=_kept(Kind.TIME, "created_at", "created_at"))
+    claims: tuple[int, ...] = field(metadata=_kept(Kind.TIMES, "claimed_at", "claimed_at"))
+    finished: int = field(metadata=_kept(Kind.TIME, "finished_at"))
+    attempts: int = field(metadata=_kept(Kind.COUNT, job="attempts"))
+    outcome: JobStatus = field(metadata=_kept(Kind.STATUS, job="status"))
+    error: str | None = field(default=None, metadata=_kept(Kind.TEXT, job="last_error"))
+    reason: str | None = field(default=None, metadata=_kept(Kind.TEXT, job="dead_reason"))
+    dedup_key: str | None = field(default=None, metadata=_kept(Kind.TEXT, job="dedup_key"))
+    result: bytes | None = field(default=None, metadata=_kept(Kind.PAYLOAD))
 
     @property
     def created_at(self) -> datetime:
@@ -107,6 +125,16 @@ class HistoryRecord:
     def claimed_at(self) -> tuple[datetime, ...]:
         """When the job was claimed, each time."""
         return tuple(map(from_micros, self.claims))
+
+    @property
+    def first_claimed_at(self) -> datetime | None:
+        """When the job was first claimed (None if it never was)."""
+        return from_micros(self.claims[0]) if self.claims else None
+
+    @property
+    def last_claimed_at(self) -> datetime | None:
+        """When the job was last claimed (None if it never was)."""
+        return from_micros(self.claims[-1]) if self.claims else None
 
     @property
     def finished_at(self) -> datetime:
@@ -143,20 +171,44 @@ class HistoryRecord:
         fields = (r.id, r.entrypoint, r.created, r.claims, finished, r.attempts, outcome)
         return cls(*fields, r.last_error if error is None else error, r.dead_reason, r.dedup_key, result)
 
+    def public(self) -> dict[str, Any]:
+        """Return the record's fields by their public names (times as datetimes)."""
+        return {f.public: getattr(self, f.public) for f in HISTORY_FIELDS}
+
     def as_job(self) -> Job:
         """Return the finished job as a ``Job`` (its payload is not kept: empty)."""
-        return Job.model_construct(
-            id=self.job_id,
-            entrypoint=self.entrypoint,
-            payload=b"",
-            status=self.outcome,
-            created_at=self.created_at,
-            attempts=self.attempts,
-            dedup_key=self.dedup_key,
-            last_error=self.error,
-            dead_reason=self.reason,
-            claimed_at=self.claimed_at,
+        shown = {f.job: getattr(self, f.public) for f in HISTORY_FIELDS if f.job is not None}
+        return Job.model_construct(payload=b"", **shown)
+
+
+@dataclass(frozen=True)
+class HistoryField:
+    """One field of ``HistoryRecord``, resolved (see ``HistoryMeta``)."""
+
+    name: str
+    kind: Kind
+    public: str
+    job: str | None
+    nullable: bool
+    required: bool
+    default: Any
+
+
+def _history_fields() -> tuple[HistoryField, ...]:
+    resolved = []
+    for f in fields(HistoryRecord):
+        meta: HistoryMeta = f.metadata["jqueue"]
+        required = f.default is MISSING
+        nullable = not required and f.default is None
+        default = None if required else f.default
+        resolved.append(
+            HistoryField(f.name, meta.kind, meta.public or f.name, meta.job, nullable, required, default)
         )
+    return tuple(resolved)
+
+
+HISTORY_FIELDS = _history_fields()
+"""Every field of a history record, in declaration order (the wire order)."""
 
 
 RECORD_COLUMNS = (*FIELD_NAMES, "order")

@@ -316,15 +316,4 @@ def _num(value: float | None) -> str:
 
 
 def _history_json(record: HistoryRecord) -> dict[str, object]:
-    return {
-        "job_id": record.job_id,
-        "entrypoint": record.entrypoint,
-        "outcome": str(record.outcome),
-        "attempts": record.attempts,
-        "created_at": record.created_at,
-        "claimed_at": list(record.claimed_at),
-        "finished_at": record.finished_at,
-        "error": record.error,
-        "reason": record.reason,
-        "dedup_key": record.dedup_key,
-    }
+    return {name: value for name, value in record.public().items() if name != "result"}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
@@ -21,7 +20,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.direct import DirectQueue
 from jqueue.domain.models import Job
-from jqueue.domain.records import HistoryRecord
+from jqueue.domain.records import HISTORY_FIELDS, HistoryRecord
 from jqueue.domain.schema import FIELDS, Kind
 
 JOB_COLUMNS = (
@@ -52,11 +51,30 @@ SPARK_TYPES = {
 }
 _KINDS = {f.public: f.kind for f in FIELDS}
 JOBS_SCHEMA = ", ".join(f"{name} {SPARK_TYPES[_KINDS[name]]}" for name in JOB_COLUMNS)
-HISTORY_SCHEMA = (
-    "job_id string, entrypoint string, outcome string, attempts int, created_at timestamp, "
-    "first_claimed_at timestamp, last_claimed_at timestamp, finished_at timestamp, "
-    "wait_seconds double, run_seconds double, error string, reason string, dedup_key string"
+HISTORY_COLUMNS = (
+    "job_id",
+    "entrypoint",
+    "outcome",
+    "attempts",
+    "created_at",
+    "first_claimed_at",
+    "last_claimed_at",
+    "finished_at",
+    "wait_seconds",
+    "run_seconds",
+    "error",
+    "reason",
+    "dedup_key",
 )
+"""The columns of the ``history`` table: ``HistoryRecord`` attributes, its fields (by their public
+names) typed by their kind, and the timings it derives from them."""
+_HISTORY_TYPES = {f.public: SPARK_TYPES[f.kind] for f in HISTORY_FIELDS} | {
+    "first_claimed_at": SPARK_TYPES[Kind.TIME],
+    "last_claimed_at": SPARK_TYPES[Kind.TIME],
+    "wait_seconds": "double",
+    "run_seconds": "double",
+}
+HISTORY_SCHEMA = ", ".join(f"{name} {_HISTORY_TYPES[name]}" for name in HISTORY_COLUMNS)
 TABLES = {"jobs": JOBS_SCHEMA, "history": HISTORY_SCHEMA}
 
 
@@ -68,16 +86,13 @@ class Part(InputPartition):
     count: int
 
 
+_history_row = attrgetter(*HISTORY_COLUMNS)
+
+
 def history_row(record: HistoryRecord) -> tuple[Any, ...]:
     """Return a history record as a row of ``HISTORY_SCHEMA``."""
-    claims = record.claimed_at
-    first: datetime | None = claims[0] if claims else None
-    last: datetime | None = claims[-1] if claims else None
-    wait = None if first is None else (first - record.created_at).total_seconds()
-    run = None if last is None else (record.finished_at - last).total_seconds()
-    outcome = str(record.outcome)
-    head = (record.job_id, record.entrypoint, outcome, record.attempts, record.created_at, first, last)
-    return (*head, record.finished_at, wait, run, record.error, record.reason, record.dedup_key)
+    row: tuple[Any, ...] = _history_row(record)
+    return row
 
 
 class JQueueReader(DataSourceReader):

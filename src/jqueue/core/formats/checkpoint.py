@@ -19,7 +19,7 @@ from jqueue.core.formats.wire import (
     Count,
     Micros,
     WireControls,
-    WireHistory,
+    WireHistories,
     controls_from_wire,
     history_from_wire,
     wire_history,
@@ -50,7 +50,7 @@ _Checkpoint: Any = msgspec.defstruct(
         ("segment", list[Count]),
         ("position", list[Count]),
         *((f.name, list[wire_type(f)] | None, None) for f in _OPTIONAL),  # type: ignore[misc]
-        ("history", list[WireHistory], []),
+        ("history", WireHistories, []),
         ("controls", WireControls | None, None),
     ],
 )

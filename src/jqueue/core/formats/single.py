@@ -25,7 +25,7 @@ from jqueue.core.formats.wire import (
     AwareDatetime,
     Count,
     WireControls,
-    WireHistory,
+    WireHistories,
     controls_from_wire,
     history_from_wire,
     wire_history,
@@ -65,7 +65,7 @@ class _WireState(msgspec.Struct, omit_defaults=True):
     version: Count
     jobs: _WireJobs
     commit: str | None = None
-    history: list[WireHistory] = []
+    history: WireHistories = []
     controls: WireControls | None = None
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import operator
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
 from jqueue.domain.controls import Controls
 from jqueue.domain.models import JobStatus
-from jqueue.domain.records import HistoryRecord
+from jqueue.domain.records import HISTORY_FIELDS, HistoryField, HistoryRecord
 from jqueue.domain.schema import JobField, Kind
 from jqueue.domain.times import MAX_MICROS, MIN_MICROS
 from jqueue.domain.values import INT64_MAX, INT64_MIN
@@ -33,8 +33,9 @@ UNDECODABLE = (msgspec.DecodeError, UnicodeDecodeError)
 """What msgspec raises for bytes that are not the expected JSON (invalid UTF-8 included)."""
 
 
-def wire_type(job_field: JobField, time: Any = Micros) -> Any:
-    """Return the msgspec type of a job field, with times as ``time`` (``Micros`` or ``AwareDatetime``)."""
+def wire_type(job_field: JobField | HistoryField, time: Any = Micros) -> Any:
+    """Return the msgspec type of a job's (or a history record's) field, with times as ``time``
+    (``Micros`` or ``AwareDatetime``)."""
     kinds: dict[Kind, Any] = {
         Kind.TEXT: str,
         Kind.INT64: Int64,
@@ -49,20 +50,16 @@ def wire_type(job_field: JobField, time: Any = Micros) -> Any:
     return base | None if job_field.nullable else base
 
 
-class WireHistory(msgspec.Struct, array_like=True):
-    """A history record on the wire (as in ``HistoryRecord``)."""
-
-    job_id: str
-    entrypoint: str
-    created: Micros
-    claims: tuple[Micros, ...]
-    finished: Micros
-    attempts: Count
-    outcome: JobStatus
-    error: str | None = None
-    reason: str | None = None
-    dedup_key: str | None = None
-    result: bytes | None = None
+WireHistory: Any = msgspec.defstruct(
+    "WireHistory",
+    [(f.name, wire_type(f)) if f.required else (f.name, wire_type(f), f.default) for f in HISTORY_FIELDS],
+    array_like=True,
+)
+"""A history record on the wire: the fields of ``HistoryRecord``, in order."""
+if TYPE_CHECKING:
+    WireHistories = list[Any]
+else:
+    WireHistories = list[WireHistory]
 
 
 class WireControls(msgspec.Struct):
@@ -76,17 +73,17 @@ class WireControls(msgspec.Struct):
     marks: list[tuple[str, Count]] = []
 
 
-_history_fields = operator.attrgetter(*HistoryRecord.__slots__)
+_history_fields = operator.attrgetter(*(f.name for f in HISTORY_FIELDS))
 
 
-def wire_history(history: list[HistoryRecord]) -> list[WireHistory]:
+def wire_history(history: list[HistoryRecord]) -> WireHistories:
     """Return history records in their wire form."""
     return [WireHistory(*_history_fields(h)) for h in history]
 
 
-def history_from_wire(wire: list[WireHistory]) -> list[HistoryRecord]:
+def history_from_wire(wire: WireHistories) -> list[HistoryRecord]:
     """Return history records from their wire form."""
-    return [HistoryRecord(*(getattr(w, name) for name in HistoryRecord.__slots__)) for w in wire]
+    return [HistoryRecord(*msgspec.structs.astuple(w)) for w in wire]
 
 
 def controls_from_wire(wire: WireControls | None) -> Controls:
