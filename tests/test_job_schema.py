@@ -259,3 +259,31 @@ def test_job_ids_are_distinct_random_uuids_in_canonical_form() -> None:
         assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, job_id)
     for shift in (0, 40, 80, 127):  # random bits, not fixed ones
         assert {int(uuid.UUID(job_id)) >> shift & 1 for job_id in ids} == {0, 1}
+
+
+def _sample_effect(effect: type[Any], n: int) -> Any:
+    import types
+    from typing import Annotated, Union, get_args, get_origin, get_type_hints
+
+    plain = {bool: True, str: f"text-{n}", bytes: b"bytes"}
+    by_kind = {Kind.TIME: T0 + n, Kind.COUNT: 5 + n, Kind.FRACTION: 0.25, Kind.WINDOW: 1_000_000}
+    arguments = []
+    for hint in get_type_hints(effect, include_extras=True).values():
+        if get_origin(hint) in (Union, types.UnionType):
+            hint = get_args(hint)[0]  # the type that is not None
+        arguments.append(by_kind[get_args(hint)[1]] if get_origin(hint) is Annotated else plain[hint])
+    return effect(*arguments)
+
+
+def test_every_effect_has_a_tag_and_round_trips_through_an_entry_with_every_field_set() -> None:
+    from typing import get_args
+
+    from jqueue.core.formats.entry import TAGS
+
+    assert set(get_args(Effect)) == {Added, *TAGS}
+    assert len(set(TAGS.values())) == len(TAGS)
+    effects = [_sample_effect(effect, n) for n, effect in enumerate(TAGS)]
+    for effect in effects:  # every field differs from its default
+        assert all(getattr(effect, f.name) != f.default for f in dataclasses.fields(effect))
+    decoded = entry_format.decode_entry(entry_format.encode_entry(3, "c", T0, effects), 3, "log/3")
+    assert decoded.effects == effects

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jqueue.domain.schema import JobFields
+from jqueue.domain.schema import Counted, EpochMicros, JobFields, Share, Window
 
 
 @dataclass(slots=True)
@@ -28,9 +28,9 @@ class Claimed:
     """A queued job was claimed at ``at`` under ``lease`` until ``expires`` (one more attempt)."""
 
     job_id: str
-    at: int
+    at: EpochMicros
     lease: str | None = None
-    expires: int | None = None
+    expires: EpochMicros | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ class Requeued:
     """
 
     job_id: str
-    not_before: int | None = None
+    not_before: EpochMicros | None = None
     error: str | None = None
     reset: bool = False
 
@@ -53,7 +53,7 @@ class Removed:
     ``result`` if any), or purged (``at`` None)."""
 
     job_id: str
-    at: int | None = None
+    at: EpochMicros | None = None
     result: bytes | None = None
 
 
@@ -62,7 +62,7 @@ class Died:
     """A job became a dead letter at ``at`` for ``reason``, with its last ``error``."""
 
     job_id: str
-    at: int
+    at: EpochMicros
     reason: str
     error: str | None = None
 
@@ -85,7 +85,7 @@ class Discarded:
 class Forgotten:
     """The ``count`` oldest history records were dropped (retention)."""
 
-    count: int
+    count: Counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +104,8 @@ class ThrottleSet:
     per ``window`` microseconds; a ``limit`` of None lifts the throttle."""
 
     scope: str | None
-    limit: int | None
-    window: int
+    limit: Counted | None
+    window: Window
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +114,7 @@ class LimitSet:
     in progress at once; a ``limit`` of None lifts it."""
 
     scope: str | None
-    limit: int | None
+    limit: Counted | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +123,7 @@ class SinkMarked:
     id up to this one is a replay, to be skipped (see ``Controls.marks``)."""
 
     sink: str
-    batch_id: int
+    batch_id: Counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +134,9 @@ class Beat:
     claim is held under that new lease from now on (the old one no longer fences)."""
 
     job_id: str
-    at: int
-    expires: int | None = None
-    progress: float | None = None
+    at: EpochMicros
+    expires: EpochMicros | None = None
+    progress: Share | None = None
     note: str | None = None
     lease: str | None = None
 
@@ -146,7 +146,7 @@ class CancelAsked:
     """The worker running a claimed job was asked at ``at`` to stop it (``cancel``)."""
 
     job_id: str
-    at: int
+    at: EpochMicros
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +155,7 @@ class Cancelled:
     ``error`` when its attempt ended in one."""
 
     job_id: str
-    at: int
+    at: EpochMicros
     error: str | None = None
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
 from operator import attrgetter
-from typing import Any, TypeVar, get_args, get_type_hints
+from typing import Annotated, Any, TypeVar, get_args, get_type_hints
 
 from jqueue.domain.models import Job, JobStatus, trusted_job
 from jqueue.domain.times import from_micros, to_micros
@@ -39,6 +39,18 @@ class Kind(StrEnum):
     """Bytes in memory, or a handle (an int) under which a store keeps them."""
     FRACTION = "fraction"
     """A number from 0 to 1."""
+    WINDOW = "window"
+    """A positive span in microseconds."""
+
+
+EpochMicros = Annotated[int, Kind.TIME]
+"""A time in epoch microseconds, as effects and records hold it."""
+Counted = Annotated[int, Kind.COUNT]
+"""A non-negative integer."""
+Share = Annotated[float, Kind.FRACTION]
+"""A number from 0 to 1."""
+Window = Annotated[int, Kind.WINDOW]
+"""A positive span in microseconds."""
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ SPARK_TYPES = {
     Kind.STATUS: "string",
     Kind.PAYLOAD: "binary",
     Kind.FRACTION: "double",
+    Kind.WINDOW: "bigint",
 }
 _KINDS = {f.public: f.kind for f in FIELDS}
 JOBS_SCHEMA = ", ".join(f"{name} {SPARK_TYPES[_KINDS[name]]}" for name in JOB_COLUMNS)

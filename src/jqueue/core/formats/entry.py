@@ -9,15 +9,17 @@ payloads stay in parts beside the queue, come in ``add_part`` runs (``part_runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+import functools
+import operator
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, dataclass, fields
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 import msgspec
 
 from jqueue.core.formats.part_runs import AddPart, PartRun
-from jqueue.core.formats.wire import UNDECODABLE, Count, Fraction, Micros, Window, wire_type
+from jqueue.core.formats.wire import UNDECODABLE, Count, Micros, kind_type, wire_type
 from jqueue.core.log.payload_refs import payload_ref
 from jqueue.domain.effects import (
     Added,
@@ -48,112 +50,63 @@ _Add: Any = msgspec.defstruct(
     omit_defaults=True,
 )
 """An added job on the wire: its fields in ``JobFields`` order, trailing defaults left out."""
-_add_values = attrgetter(*(f.name for f in STORED_FIELDS))
+_add_values = operator.attrgetter(*(f.name for f in STORED_FIELDS))
 """The stored fields of an ``_Add``: a prefix of ``JobFields`` (see ``STORED_FIELDS``)."""
 
 
-class _Claim(msgspec.Struct, tag="claim", array_like=True):
-    id: str
-    at: Micros
-    lease: str | None = None
-    expires: Micros | None = None
+TAGS: dict[type[Effect], str] = {
+    Claimed: "claim",
+    Requeued: "requeue",
+    Removed: "remove",
+    Beat: "beat",
+    CancelAsked: "cancel_ask",
+    Cancelled: "cancel",
+    Died: "die",
+    Forgotten: "forget",
+    PauseSet: "pause",
+    ThrottleSet: "throttle",
+    LimitSet: "limit",
+    SinkMarked: "sink_mark",
+    Published: "publish",
+    Discarded: "discard",
+}
+"""Each effect's tag in an entry (``Added`` is ``add``, or ``add_part`` runs): the one thing the
+format says of an effect; its array is the effect's fields in order, typed by their kinds."""
 
 
-class _Requeue(msgspec.Struct, tag="requeue", array_like=True, omit_defaults=True):
-    id: str
-    not_before: Micros | None = None
-    error: str | None = None
-    reset: bool = False
+def _field_type(hint: Any) -> Any:
+    if get_origin(hint) in (Union, types.UnionType):
+        return functools.reduce(operator.or_, map(_field_type, get_args(hint)))
+    if get_origin(hint) is Annotated:
+        return kind_type(get_args(hint)[1])
+    return hint
 
 
-class _Remove(msgspec.Struct, tag="remove", array_like=True, omit_defaults=True):
-    id: str
-    at: Micros | None = None
-    result: bytes | None = None
+def _wire_struct(effect: type[Any], tag: str) -> Any:
+    hints = get_type_hints(effect, include_extras=True)
+    shapes = [
+        (f.name, _field_type(hints[f.name]))
+        if f.default is MISSING
+        else (f.name, _field_type(hints[f.name]), f.default)
+        for f in fields(effect)
+    ]
+    name = "_" + effect.__name__
+    return msgspec.defstruct(name, shapes, tag=tag, array_like=True, omit_defaults=True)
 
 
-class _Beat(msgspec.Struct, tag="beat", array_like=True, omit_defaults=True):
-    id: str
-    at: Micros
-    expires: Micros | None = None
-    progress: Fraction | None = None
-    note: str | None = None
-    lease: str | None = None
+def _values(effect: type[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    names = [f.name for f in fields(effect)]
+    get = operator.attrgetter(*names)
+    return get if len(names) > 1 else lambda item: (get(item),)
 
 
-class _CancelAsk(msgspec.Struct, tag="cancel_ask", array_like=True):
-    id: str
-    at: Micros
-
-
-class _Cancel(msgspec.Struct, tag="cancel", array_like=True, omit_defaults=True):
-    id: str
-    at: Micros
-    error: str | None = None
-
-
-class _Die(msgspec.Struct, tag="die", array_like=True):
-    id: str
-    at: Micros
-    reason: str
-    error: str | None = None
-
-
-class _Publish(msgspec.Struct, tag="publish", array_like=True):
-    batch: str
-
-
-class _Discard(msgspec.Struct, tag="discard", array_like=True):
-    batch: str
-
-
-class _Forget(msgspec.Struct, tag="forget", array_like=True):
-    count: Count
-
-
-class _Pause(msgspec.Struct, tag="pause", array_like=True):
-    scope: str | None
-    claims: bool
-    enqueues: bool
-
-
-class _Throttle(msgspec.Struct, tag="throttle", array_like=True):
-    scope: str | None
-    limit: Count | None
-    window: Window
-
-
-class _Limit(msgspec.Struct, tag="limit", array_like=True):
-    scope: str | None
-    limit: Count | None
-
-
-class _SinkMark(msgspec.Struct, tag="sink_mark", array_like=True):
-    sink: str
-    batch_id: Count
-
+_WIRE = {effect: (_wire_struct(effect, tag), _values(effect)) for effect, tag in TAGS.items()}
+_EFFECT = {wire: effect for effect, (wire, _) in _WIRE.items()}
 
 if TYPE_CHECKING:
     _WireEffect = Any
 else:
-    _WireEffect = (
-        _Add
-        | AddPart
-        | _Claim
-        | _Requeue
-        | _Remove
-        | _Beat
-        | _CancelAsk
-        | _Cancel
-        | _Die
-        | _Forget
-        | _Pause
-        | _Throttle
-        | _Limit
-        | _SinkMark
-        | _Publish
-        | _Discard
-    )
+    _WireEffect = functools.reduce(operator.or_, [_Add, AddPart, *_EFFECT])
 
 
 class _Entry(msgspec.Struct):
@@ -178,39 +131,12 @@ _entry_decoder = msgspec.json.Decoder(_Entry)
 
 
 def _wire_effect(effect: Effect) -> _WireEffect:
-    match effect:
-        case Added() as a:
-            if not isinstance(a.payload, bytes):
-                raise ValueError(f"payload of {a.job_id} is not in memory")
-            return _Add(*field_values(a))
-        case Claimed(job_id, at, lease, expires):
-            return _Claim(job_id, at, lease, expires)
-        case Requeued(job_id, not_before, error, reset):
-            return _Requeue(job_id, not_before, error, reset)
-        case Removed(job_id, at, result):
-            return _Remove(job_id, at, result)
-        case Beat(job_id, at, expires, progress, note, lease):
-            return _Beat(job_id, at, expires, progress, note, lease)
-        case CancelAsked(job_id, at):
-            return _CancelAsk(job_id, at)
-        case Cancelled(job_id, at, error):
-            return _Cancel(job_id, at, error)
-        case Died(job_id, at, reason, error):
-            return _Die(job_id, at, reason, error)
-        case Forgotten(count):
-            return _Forget(count)
-        case PauseSet(scope, claims, enqueues):
-            return _Pause(scope, claims, enqueues)
-        case ThrottleSet(scope, limit, window):
-            return _Throttle(scope, limit, window)
-        case LimitSet(scope, limit):
-            return _Limit(scope, limit)
-        case SinkMarked(sink, batch_id):
-            return _SinkMark(sink, batch_id)
-        case Published(batch):
-            return _Publish(batch)
-        case Discarded(batch):
-            return _Discard(batch)
+    if isinstance(effect, Added):
+        if not isinstance(effect.payload, bytes):
+            raise ValueError(f"payload of {effect.job_id} is not in memory")
+        return _Add(*field_values(effect))
+    wire, values = _WIRE[type(effect)]
+    return wire(*values(effect))
 
 
 def encode_entry(seq: int, commit_id: str, at: int, effects: Sequence[Effect]) -> bytes:
@@ -258,34 +184,8 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
                     effects += w.effects()
                 except ValueError as exc:
                     raise CorruptStateError(location, str(exc)) from exc
-            case _Claim(job_id, at, lease, expires):
-                effects.append(Claimed(job_id, at, lease, expires))
-            case _Requeue(job_id, not_before, error, reset):
-                effects.append(Requeued(job_id, not_before, error, reset))
-            case _Remove(job_id, at, result):
-                effects.append(Removed(job_id, at, result))
-            case _Beat(job_id, at, expires, progress, note, lease):
-                effects.append(Beat(job_id, at, expires, progress, note, lease))
-            case _CancelAsk(job_id, at):
-                effects.append(CancelAsked(job_id, at))
-            case _Cancel(job_id, at, error):
-                effects.append(Cancelled(job_id, at, error))
-            case _Die(job_id, at, reason, error):
-                effects.append(Died(job_id, at, reason, error))
-            case _Forget(count):
-                effects.append(Forgotten(count))
-            case _Pause(scope, claims, enqueues):
-                effects.append(PauseSet(scope, claims, enqueues))
-            case _Throttle(scope, limit, window):
-                effects.append(ThrottleSet(scope, limit, window))
-            case _Limit(scope, limit):
-                effects.append(LimitSet(scope, limit))
-            case _SinkMark(sink, batch_id):
-                effects.append(SinkMarked(sink, batch_id))
-            case _Publish(batch):
-                effects.append(Published(batch))
-            case _Discard(batch):
-                effects.append(Discarded(batch))
+            case _:
+                effects.append(_EFFECT[type(item)](*msgspec.structs.astuple(item)))
     return Entry(wire.seq, wire.commit, wire.at, effects, payloads)
 
 

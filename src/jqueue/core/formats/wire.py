@@ -33,9 +33,9 @@ UNDECODABLE = (msgspec.DecodeError, UnicodeDecodeError)
 """What msgspec raises for bytes that are not the expected JSON (invalid UTF-8 included)."""
 
 
-def wire_type(job_field: JobField | HistoryField, time: Any = Micros) -> Any:
-    """Return the msgspec type of a job's (or a history record's) field, with times as ``time``
-    (``Micros`` or ``AwareDatetime``)."""
+def kind_type(kind: Kind, time: Any = Micros) -> Any:
+    """Return the msgspec type of a value of ``kind``, with times as ``time`` (``Micros`` or
+    ``AwareDatetime``)."""
     kinds: dict[Kind, Any] = {
         Kind.TEXT: str,
         Kind.INT64: Int64,
@@ -45,8 +45,14 @@ def wire_type(job_field: JobField | HistoryField, time: Any = Micros) -> Any:
         Kind.STATUS: JobStatus,
         Kind.PAYLOAD: bytes,
         Kind.FRACTION: Fraction,
+        Kind.WINDOW: Window,
     }
-    base = kinds[job_field.kind]
+    return kinds[kind]
+
+
+def wire_type(job_field: JobField | HistoryField, time: Any = Micros) -> Any:
+    """Return the msgspec type of a job's (or a history record's) field, with times as ``time``."""
+    base = kind_type(job_field.kind, time)
     return base | None if job_field.nullable else base
 
 
