@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jqueue.core.collections_paused import COLLECT_AFTER, collections_paused
+from jqueue.core.formats.collections_paused import COLLECT_AFTER, collections_paused
 
 
 @pytest.fixture

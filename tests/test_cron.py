@@ -13,7 +13,7 @@ import pytest
 
 from conftest import Backend
 from jqueue import BrokerQueue, DirectQueue, Job, JobStatus, LocalFileSystemStorage, Worker
-from jqueue.core.cron import Schedule, time_zone
+from jqueue.core.runtime.cron import Schedule, time_zone
 
 HERE = Path(__file__).parent
 PARIS = ZoneInfo("Europe/Paris")

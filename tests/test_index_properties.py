@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from jqueue import Job, JobNotFoundError, LeaseLostError, QueueState
-from jqueue.core.log.snapshot import IndexSnapshot
+from jqueue.core.formats.snapshot import IndexSnapshot
 from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.schema import job_from

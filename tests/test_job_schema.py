@@ -22,8 +22,8 @@ from jqueue.adapters.spark.reader import JOB_COLUMNS, JOBS_SCHEMA, job_row
 from jqueue.core.formats import checkpoint as checkpoint_format
 from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import single as single_format
-from jqueue.core.log.payload_refs import payload_ref
-from jqueue.core.log.snapshot import IndexSnapshot
+from jqueue.core.formats.payload_refs import payload_ref
+from jqueue.core.formats.snapshot import IndexSnapshot
 from jqueue.domain.effects import Added, Beat, Claimed, Died, Effect, Published, Requeued
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import fencing_job, new_job_id

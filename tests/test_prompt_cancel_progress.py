@@ -13,7 +13,7 @@ import pytest
 
 from conftest import Backend
 from jqueue import BrokerQueue, JobStatus, Outcome, Worker, connect, current_job, storage_from_url
-from jqueue.core.heartbeat import PROMPT_EVERY
+from jqueue.core.runtime.heartbeat import PROMPT_EVERY
 from jqueue.ports.queue import Queue
 from servers import jqueue_serve
 

@@ -23,7 +23,7 @@ from jqueue import (
     Worker,
     sync,
 )
-from jqueue.core.tasks import Task
+from jqueue.core.runtime.tasks import Task
 
 
 class Receipt(pydantic.BaseModel):

@@ -28,9 +28,9 @@ import jqueue
 from jqueue.core.formats import checkpoint as checkpoint_format
 from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import marker as marker_format
+from jqueue.core.formats import payload_refs
 from jqueue.core.formats import single as single_format
-from jqueue.core.log import payload_refs
-from jqueue.core.log.snapshot import IndexSnapshot
+from jqueue.core.formats.snapshot import IndexSnapshot
 from jqueue.domain import effects as fx
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex

@@ -16,17 +16,17 @@ from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.memory import InMemoryStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
-from jqueue.core.context import JobContext, current_job
-from jqueue.core.control import Fail, HandlerFailure, Retry
 from jqueue.core.direct import DirectQueue
 from jqueue.core.group_commit import GroupCommitLoop
-from jqueue.core.heartbeat import HeartbeatManager
 from jqueue.core.layout import Layout
-from jqueue.core.outcomes import JobResult, Outcome, WorkerStats
-from jqueue.core.queue_set import QueueSet
+from jqueue.core.runtime.context import JobContext, current_job
+from jqueue.core.runtime.heartbeat import HeartbeatManager
+from jqueue.core.runtime.outcomes import JobResult, Outcome, WorkerStats
+from jqueue.core.runtime.queue_set import QueueSet
+from jqueue.core.runtime.steering import Fail, HandlerFailure, Retry
+from jqueue.core.runtime.tasks import Task
+from jqueue.core.runtime.worker import Worker
 from jqueue.core.settings import LogSettings
-from jqueue.core.tasks import Task
-from jqueue.core.worker import Worker
 from jqueue.domain.errors import (
     CASConflictError,
     CommitUnknownError,
@@ -51,6 +51,7 @@ from jqueue.domain.spec import JobSpec
 from jqueue.domain.stats import EntrypointStats, QueueStats
 from jqueue.ports.queue import Queue
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
+from jqueue.version import __version__
 
 if _typing.TYPE_CHECKING:
     from jqueue.adapters.service.client import RemoteQueue as RemoteQueue
@@ -59,7 +60,6 @@ if _typing.TYPE_CHECKING:
     from jqueue.adapters.storage.s3 import S3Storage as S3Storage
     from jqueue.adapters.worker_metrics import WorkerMetrics as WorkerMetrics
 
-__version__ = "0.1.0"
 
 _LAZY = {
     "S3Storage": "jqueue.adapters.storage.s3",

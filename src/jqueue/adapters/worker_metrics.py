@@ -15,8 +15,8 @@ import threading
 from typing import Any
 
 from jqueue.adapters.optional import require
-from jqueue.core.outcomes import JobResult
-from jqueue.core.worker import Worker
+from jqueue.core.runtime.outcomes import JobResult
+from jqueue.core.runtime.worker import Worker
 from jqueue.domain.models import Job
 
 prometheus = require("prometheus_client", extra="serve")

@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import jqueue
 from jqueue.bench.scenarios import Tally
 from jqueue.bench.settings import Settings
 from jqueue.bench.verify import Verdict
+from jqueue.version import __version__
 
 COLUMNS = ("backend", "queue", "scenario", "ops", "seconds", "ops/s", "p50 ms", "p95 ms", "p99 ms")
 
@@ -174,7 +174,7 @@ def metadata(settings: Settings, argv: Sequence[str], wall_seconds: float) -> di
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
-        "jqueue_version": jqueue.__version__,
+        "jqueue_version": __version__,
         "wall_seconds": round(wall_seconds, 3),
         "settings": {
             "backends": settings.backends,

@@ -13,8 +13,8 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
-from jqueue.core.collections_paused import collections_paused
 from jqueue.core.commits import Commits, Operation
+from jqueue.core.formats.collections_paused import collections_paused
 from jqueue.core.layout import StoreOpener
 from jqueue.core.log.parts import StoredPart, part_name, part_written_at
 from jqueue.core.log.store import LogStore

@@ -20,12 +20,12 @@ from jqueue.core.bulk import BulkWrites, Found, adding
 from jqueue.core.changes import ChangeFeed
 from jqueue.core.commits import Commits, Housekeeping
 from jqueue.core.enqueue_calls import EnqueueCalls
-from jqueue.core.handlers import refuse_while_spawning
 from jqueue.core.layout import Layout, StoreOpener
 from jqueue.core.management import ManagementCalls, entrypoint_set, fence
 from jqueue.core.numbered import IdSource, numbering
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
+from jqueue.core.spawn_guard import refuse_while_spawning
 from jqueue.core.store import StorageUse, describe
 from jqueue.core.timed import timed
 from jqueue.domain.effects import Added

@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from jqueue import __version__
 from jqueue.adapters.cli import demo, execute, jobs, run, serve
 from jqueue.adapters.cli.common import QUEUE_HELP, SERVER_HELP, STORAGE_HELP, Options
+from jqueue.version import __version__
 
 
 def _print_version(asked: bool) -> None:

@@ -19,8 +19,8 @@ from rich.table import Table
 from jqueue.adapters.cli.common import Options, console, print_json, run
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
-from jqueue.core.outcomes import JobResult, Outcome
-from jqueue.core.worker import Worker
+from jqueue.core.runtime.outcomes import JobResult, Outcome
+from jqueue.core.runtime.worker import Worker
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.policy import Backoff, QueuePolicy
 

@@ -30,9 +30,9 @@ from jqueue.adapters.cli.run import (
     log_jobs,
     print_summary,
 )
-from jqueue.core.control import HandlerFailure
-from jqueue.core.outcomes import WorkerStats
-from jqueue.core.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
+from jqueue.core.runtime.outcomes import WorkerStats
+from jqueue.core.runtime.steering import HandlerFailure
+from jqueue.core.runtime.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
 from jqueue.domain.models import Job
 
 VisibilityOption = Annotated[

@@ -28,9 +28,9 @@ from jqueue.adapters.cli.common import (
     storage_url,
 )
 from jqueue.adapters.service.client import RemoteQueue
-from jqueue.core.outcomes import WorkerStats
 from jqueue.core.queue import JobQueue
-from jqueue.core.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
+from jqueue.core.runtime.outcomes import WorkerStats
+from jqueue.core.runtime.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.policy import Backoff
 

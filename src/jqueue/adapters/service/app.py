@@ -27,7 +27,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from jqueue import __version__
 from jqueue.adapters.dashboard.pages import Dashboard
 from jqueue.adapters.service.answers import HTTPError, answer, error_of
 from jqueue.adapters.service.host import QueueHost, record_storage
@@ -64,6 +63,7 @@ from jqueue.adapters.web.media import JSON, is_msgpack, wants_msgpack
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JobCancelledError, JobFailedError
 from jqueue.domain.models import Job, fencing_job
+from jqueue.version import __version__
 
 logger = logging.getLogger(__name__)
 

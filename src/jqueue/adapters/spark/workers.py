@@ -17,9 +17,9 @@ from pyspark.sql import DataFrame, Row, SparkSession
 
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
-from jqueue.core.handlers import Handler
-from jqueue.core.outcomes import Outcome, WorkerStats
-from jqueue.core.worker import Worker
+from jqueue.core.runtime.handlers import Handler
+from jqueue.core.runtime.outcomes import Outcome, WorkerStats
+from jqueue.core.runtime.worker import Worker
 from jqueue.domain.policy import QueuePolicy
 
 STATS_SCHEMA = (

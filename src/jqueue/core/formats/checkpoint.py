@@ -12,8 +12,10 @@ from typing import Any
 
 import msgspec
 
-from jqueue.core.collections_paused import collections_paused
+from jqueue.core.formats.collections_paused import collections_paused
 from jqueue.core.formats.marker import LAYOUT
+from jqueue.core.formats.payload_refs import columns_from_refs, refs_from_columns
+from jqueue.core.formats.snapshot import IndexSnapshot
 from jqueue.core.formats.wire import (
     UNDECODABLE,
     Count,
@@ -25,8 +27,6 @@ from jqueue.core.formats.wire import (
     wire_history,
     wire_type,
 )
-from jqueue.core.log.payload_refs import columns_from_refs, refs_from_columns
-from jqueue.core.log.snapshot import IndexSnapshot
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.schema import STORED_FIELDS

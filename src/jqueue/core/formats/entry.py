@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin, g
 import msgspec
 
 from jqueue.core.formats.part_runs import AddPart, PartRun
+from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.formats.wire import UNDECODABLE, Count, Micros, kind_type, wire_type
-from jqueue.core.log.payload_refs import payload_ref
 from jqueue.domain.effects import (
     Added,
     Beat,

@@ -14,8 +14,8 @@ from operator import attrgetter
 
 import msgspec
 
+from jqueue.core.formats.payload_refs import POSITIONS_PER_SEGMENT, payload_place, payload_ref
 from jqueue.core.formats.wire import Count, Int64, Micros
-from jqueue.core.log.payload_refs import POSITIONS_PER_SEGMENT, payload_place, payload_ref
 from jqueue.domain.effects import Added
 from jqueue.domain.models import JobStatus
 from jqueue.domain.schema import STORED_FIELDS

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from jqueue.core.formats.entry import encode_entry
 from jqueue.core.formats.part_runs import ID_HEAD, AddPart, part_job_id
-from jqueue.core.log.payload_refs import POSITIONS_PER_SEGMENT
+from jqueue.core.formats.payload_refs import POSITIONS_PER_SEGMENT
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import CASConflictError
 from jqueue.domain.models import JobStatus

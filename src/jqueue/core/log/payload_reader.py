@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from jqueue.core.formats.entry import decode_entry
 from jqueue.core.formats.marker import entry_name
+from jqueue.core.formats.payload_refs import payload_place
 from jqueue.core.log.parts import is_part, part_name
-from jqueue.core.log.payload_refs import payload_place
 from jqueue.core.log.segment_cache import SegmentCache
 from jqueue.core.store import describe_named
 from jqueue.domain.errors import CorruptStateError

@@ -40,10 +40,10 @@ from jqueue.core.formats.marker import (
     entry_name,
     entry_seq,
 )
+from jqueue.core.formats.payload_refs import payload_ref
+from jqueue.core.formats.snapshot import IndexSnapshot
 from jqueue.core.log.compaction import Compactor, checkpoint_covers
 from jqueue.core.log.payload_reader import PayloadReader, segment_name
-from jqueue.core.log.payload_refs import payload_ref
-from jqueue.core.log.snapshot import IndexSnapshot
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
 from jqueue.core.store import CommitStore, check_not_empty

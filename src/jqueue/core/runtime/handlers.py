@@ -19,6 +19,7 @@ from datetime import timedelta
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
+from jqueue.core.spawn_guard import GUARD_HINT, refuse_while_spawning
 from jqueue.domain.models import Job
 from jqueue.domain.values import span
 
@@ -32,20 +33,6 @@ RunIn = Literal["loop", "thread", "process"]
 # alone acts on them, and stops its handler processes itself.
 _GROUP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _KILL_WAIT = 5.0  # seconds for killed handler processes to exit
-
-
-GUARD_HINT = (
-    "a script that runs a Worker with in_process handlers must start it under "
-    '`if __name__ == "__main__":`, since each handler process imports the script'
-)
-
-
-def refuse_while_spawning(what: str) -> None:
-    """Raise ``RuntimeError`` in a spawned process that is importing its parent's script: code
-    there that opens a queue or starts a worker is the script's, run again in every handler
-    process (it would enqueue and claim as many times)."""
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
-        raise RuntimeError(f"{what} as a handler process imported the script: {GUARD_HINT}")
 
 
 class HandlerTimeoutError(Exception):

@@ -18,7 +18,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
-from jqueue.core.control import Fail
+from jqueue.core.runtime.steering import Fail
 from jqueue.domain.models import Job
 from jqueue.domain.spec import JobSpec
 

@@ -11,7 +11,7 @@ from jqueue.domain.times import utc_now
 from jqueue.ports.queue import PeriodicReport, SupportsWorkerReport, WorkerReport
 
 if TYPE_CHECKING:
-    from jqueue.core.worker import Worker
+    from jqueue.core.runtime.worker import Worker
 
 logger = logging.getLogger("jqueue.worker")
 

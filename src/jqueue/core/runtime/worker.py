@@ -8,17 +8,17 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from jqueue.core.context import JobContext
-from jqueue.core.control import Fail, HandlerFailure, Retry
-from jqueue.core.cron import Schedule, run_schedule
-from jqueue.core.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
-from jqueue.core.heartbeat import HeartbeatManager
-from jqueue.core.hooks import Hook, call_hooks
-from jqueue.core.outage import Outage
-from jqueue.core.outcomes import JobResult, Outcome, WorkerStats, result_bytes, traceback_text
-from jqueue.core.queue_set import QueueSet
-from jqueue.core.worker_report import announce, farewell
-from jqueue.core.worker_setup import WorkerSetup, handled_signals
+from jqueue.core.runtime.context import JobContext
+from jqueue.core.runtime.cron import Schedule, run_schedule
+from jqueue.core.runtime.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
+from jqueue.core.runtime.heartbeat import HeartbeatManager
+from jqueue.core.runtime.hooks import Hook, call_hooks
+from jqueue.core.runtime.outage import Outage
+from jqueue.core.runtime.outcomes import JobResult, Outcome, WorkerStats, result_bytes, traceback_text
+from jqueue.core.runtime.queue_set import QueueSet
+from jqueue.core.runtime.report import announce, farewell
+from jqueue.core.runtime.setup import WorkerSetup, handled_signals
+from jqueue.core.runtime.steering import Fail, HandlerFailure, Retry
 from jqueue.domain.errors import (
     JobNotFoundError,
     JQueueError,

@@ -10,7 +10,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import cast
 
-from jqueue.core.context import JobContext
+from jqueue.core.runtime.context import JobContext
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, JQueueError, LeaseLostError
 from jqueue.domain.models import Job
 from jqueue.ports.queue import SupportsCancelCheck, SupportsHeartbeat, SupportsProgress

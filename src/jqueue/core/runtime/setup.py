@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta, tzinfo
 from typing import Any, ParamSpec, TypeVar, overload
 
-from jqueue.core.cron import Schedule, time_zone
-from jqueue.core.handlers import Handler, HandlerSpec
-from jqueue.core.hooks import Hook
-from jqueue.core.tasks import Task
+from jqueue.core.runtime.cron import Schedule, time_zone
+from jqueue.core.runtime.handlers import Handler, HandlerSpec
+from jqueue.core.runtime.hooks import Hook
+from jqueue.core.runtime.tasks import Task
 from jqueue.domain.models import Job
 from jqueue.domain.policy import Backoff
 from jqueue.domain.values import span
