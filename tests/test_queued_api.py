@@ -6,6 +6,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -291,3 +292,31 @@ def test_the_openapi_document_describes_every_route(tmp_path: Path) -> None:
     assert documented == served
     push = document["paths"]["/queue/{queue}/messages/push"]["post"]
     assert set(push["requestBody"]["content"]) == {"application/json", "application/msgpack"}
+
+
+async def test_a_poll_tag_is_the_adapters_mapping_of_the_queues_wide_lease() -> None:
+    from jqueue import BrokerQueue, InMemoryStorage
+    from jqueue.adapters.service.queued_parts import held, poll_tag
+    from jqueue.core.queue import LEASE_BITS
+    from jqueue.domain.errors import LeaseLostError
+    from jqueue.domain.spec import JobSpec
+
+    async with BrokerQueue(InMemoryStorage()) as queue:
+        await queue.enqueue_many([JobSpec("q", b"x", id="7")])
+        [job] = await queue.dequeue("q", visibility_timeout=timedelta(0))
+        assert job.lease is not None
+        assert len(job.lease) == LEASE_BITS // 4 == 32
+        first_tag = poll_tag(job)
+        assert first_tag is not None
+        assert first_tag == int(job.lease[:8], 16)
+        fence = await held(queue, 7, first_tag)
+        assert fence.lease == job.lease, "the tag stands for the whole lease"
+        [again] = await queue.dequeue("q")  # the first claim ran out: a new claim, a new lease
+        assert again.lease != job.lease
+        tag = poll_tag(again)
+        assert tag is not None
+        with pytest.raises(LeaseLostError):
+            await queue.ack(await held(queue, 7, first_tag))  # the stale holder's tag
+        assert (await held(queue, 7, tag ^ 1)).lease != again.lease
+        await queue.ack(await held(queue, 7, tag))
+        assert await queue.find("7") is None

@@ -46,34 +46,14 @@ a lease sweeps leases that are still valid for their holders."""
 logger = logging.getLogger("jqueue")
 
 
-LEASE_BITS = 32
-"""A lease token is this many random bits, so that it is also the 32-bit poll tag of queued's
-API (``lease_number``). A stale holder's lease matches the next claim's once in 2**32."""
-_LEASE_DIGITS = -(-LEASE_BITS // 4)
+LEASE_BITS = 128
+"""A lease token is this many random bits: the queue's fencing token, which a stale holder's
+lease never matches (an adapter that needs a shorter token maps it; see ``known_lease``)."""
 
 
 def new_lease() -> str:
     """Return a fresh lease token: ``LEASE_BITS`` random bits in hexadecimal."""
-    return f"{secrets.randbits(LEASE_BITS):0{_LEASE_DIGITS}x}"
-
-
-def lease_number(lease: str) -> int | None:
-    """Return the lease token as a number (the queued API's poll tag), or None for a token
-    that is not one (made by an earlier version)."""
-    if len(lease) != _LEASE_DIGITS:
-        return None
-    try:
-        return int(lease, 16)
-    except ValueError:
-        return None
-
-
-def lease_of_number(number: int) -> str:
-    """Return the lease token whose number is ``number`` (the inverse of ``lease_number``)."""
-    return f"{number:0{_LEASE_DIGITS}x}"
-
-
-"""An enqueue's answer before payloads are read: a new or live job, or an acked one."""
+    return f"{secrets.randbits(LEASE_BITS):0{LEASE_BITS // 4}x}"
 
 
 Strategy = Callable[[StoreOpener, Housekeeping, StorageUse], Commits]
@@ -370,6 +350,13 @@ class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
             return index.records[plain_id].as_added()
 
         return (await self._jobs([await self._commits.run(operation)]))[0]
+
+    async def known_lease(self, job_id: str) -> str | None:
+        """Return the lease of a claimed job as this process last saw it, reading no storage
+        (None if it knows no claim of it): for an adapter that maps a shorter token to the
+        lease (queued's poll tag). A call fenced by it is still checked in its commit."""
+        record = (await self._opener.store()).index.records.get(job_id)
+        return None if record is None else record.lease
 
     async def sweep(self) -> int:
         """Return to the queue (or, past their last attempt, to the dead letters) the claimed jobs

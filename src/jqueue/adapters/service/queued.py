@@ -2,10 +2,11 @@
 
 A queued message is a job of entrypoint ``QUEUED_ENTRYPOINT`` (``BINARY_ENTRYPOINT`` when
 its contents are not text, so that JSON polls never claim it) whose id is a number; its
-poll tag is its lease as a number (``lease_number``), so the fencing of every queue call
-guards updates and deletes: a stale tag changes nothing. Suspensions, throttles and API keys
-live in the root's catalog, so they survive a failover; the request counters are the
-broker's own. Errors are queued's ``{"error": NAME, "error_details": ...}`` bodies.
+poll tag is the first 32 bits of its lease (``queued_parts.tag_of``), and an update or a
+delete is fenced by the whole lease the tag stands for, so a stale tag changes nothing.
+Suspensions, throttles and API keys live in the root's catalog, so they survive a failover;
+the request counters are the broker's own. Errors are queued's ``{"error": NAME,
+"error_details": ...}`` bodies.
 """
 
 from __future__ import annotations
@@ -221,7 +222,9 @@ class QueuedRoutes:
         body: UpdateRequest = await self.service.read_body(request, UpdateRequest)
         timeout = seconds(body.visibility_timeout_secs)
         try:  # a new poll tag, as queued's own server: the old one is stale from now on
-            renewed = await queue.renew_lease(held(body.id, body.poll_tag), visibility_timeout=timeout)
+            renewed = await queue.renew_lease(
+                await held(queue, body.id, body.poll_tag), visibility_timeout=timeout
+            )
         except (JobNotFoundError, LeaseLostError, JobCancelledError) as exc:  # cancelled: gone to its poller
             self._count(name, "update", "missing")
             text = f"message {body.id} with poll tag {body.poll_tag} not found"
@@ -238,7 +241,7 @@ class QueuedRoutes:
         queue = await self.service.host.get(name)
         self._gate(name, "delete")
         body: DeleteRequest = await self.service.read_body(request, DeleteRequest)
-        fences = [held(m.id, m.poll_tag) for m in body.messages]
+        fences = [await held(queue, m.id, m.poll_tag) for m in body.messages]
         try:  # one commit for the whole batch; if one is stale, each on its own
             await queue.ack_many(fences)
             outcomes: list[BaseException | None] = [None] * len(fences)

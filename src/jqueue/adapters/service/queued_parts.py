@@ -9,10 +9,10 @@ from datetime import timedelta
 
 from jqueue.adapters.service.answers import error_of
 from jqueue.adapters.service.catalog import Throttle
-from jqueue.adapters.service.queued_wire import PolledMessage, QueuedError
+from jqueue.adapters.service.queued_wire import POLL_TAG_BITS, PolledMessage, QueuedError
 from jqueue.adapters.service.wire import MAX_BATCH
 from jqueue.adapters.web.queue_names import UnknownQueueError
-from jqueue.core.queue import JobQueue, lease_number, lease_of_number
+from jqueue.core.queue import JobQueue
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
 from jqueue.domain.models import Job, fencing_job
 
@@ -98,9 +98,22 @@ async def claim_text(queue: JobQueue, count: int, visibility: timedelta) -> list
     return text[:count]
 
 
+_TAG_DIGITS = POLL_TAG_BITS // 4
+"""A poll tag is the first 32 bits of the claim's lease: its first 8 hexadecimal digits."""
+
+
+def tag_of(lease: str) -> int | None:
+    """The poll tag of a lease: its first ``POLL_TAG_BITS`` bits (None for a lease that is not
+    hexadecimal, made by other means)."""
+    try:
+        return int(lease[:_TAG_DIGITS], 16)
+    except ValueError:
+        return None
+
+
 def poll_tag(job: Job) -> int | None:
-    """A claimed job's poll tag: its lease as a number (None for a lease that is not one)."""
-    return None if job.lease is None else lease_number(job.lease)
+    """A claimed job's poll tag (None if it has no lease that makes one)."""
+    return None if job.lease is None else tag_of(job.lease)
 
 
 def message_of(job: Job, text: bool) -> PolledMessage | None:
@@ -117,9 +130,15 @@ def seconds(visibility_timeout_secs: int) -> timedelta:
     return timedelta(seconds=max(0, visibility_timeout_secs))
 
 
-def held(message_id: int, poll_tag: int) -> Job:
-    """The argument that fences a call with the lease whose number is ``poll_tag``."""
-    return fencing_job(str(message_id), lease_of_number(poll_tag))
+async def held(queue: JobQueue, message_id: int, poll_tag: int) -> Job:
+    """The argument that fences a call on message ``message_id`` with the lease whose poll tag is
+    ``poll_tag``: the claim's lease as this broker knows it, if its tag is ``poll_tag``; else a
+    lease no claim has, which the commit refuses as a lost lease. The commit checks the lease
+    it is given, so a claim this broker has not seen yet fails as lost too."""
+    lease = await queue.known_lease(str(message_id))
+    if lease is None or tag_of(lease) != poll_tag:
+        lease = f"poll-tag-{poll_tag}"
+    return fencing_job(str(message_id), lease)
 
 
 def queued_error(exc: BaseException) -> tuple[int, QueuedError]:

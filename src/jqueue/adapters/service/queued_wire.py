@@ -13,7 +13,6 @@ import msgspec
 
 from jqueue.adapters.service.catalog import Throttle
 from jqueue.adapters.service.wire import MAX_BATCH
-from jqueue.core.queue import LEASE_BITS
 from jqueue.domain.spec import LONGEST_SPAN
 from jqueue.domain.values import INT64_MAX
 
@@ -23,8 +22,10 @@ VisibilitySecs = Annotated[int, msgspec.Meta(ge=-LONGEST_SECONDS, le=LONGEST_SEC
 """Seconds from now, at most ``LONGEST_SPAN``; as in queued, a negative one means at once."""
 MessageId = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 """A message id: a job id that is a number of 64 bits (those a push draws are below 2**53)."""
-PollTag = Annotated[int, msgspec.Meta(ge=0, le=2**LEASE_BITS - 1)]
-"""A poll tag: a lease token read as a number of ``LEASE_BITS`` bits."""
+POLL_TAG_BITS = 32
+"""queued's poll tags are 32-bit numbers (``queued_parts.tag_of`` maps a lease to one)."""
+PollTag = Annotated[int, msgspec.Meta(ge=0, le=2**POLL_TAG_BITS - 1)]
+"""A poll tag."""
 Contents = Any
 """Text (JSON, or a MessagePack str) or bytes (a MessagePack bin); checked by ``contents_bytes``."""
 
