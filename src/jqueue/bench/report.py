@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jqueue.bench.scenarios import Tally
+from jqueue.bench.scenarios import RunCalls
 from jqueue.bench.settings import Settings
 from jqueue.bench.verify import Verdict
 from jqueue.version import __version__
@@ -34,7 +34,7 @@ class RunResult:
         Seconds per call.
     verdict : Verdict
         The final-state check.
-    tally : Tally
+    tally : RunCalls
         What the calls did.
     storage_reads, storage_writes, cas_conflicts : int
         Storage requests made by the benchmarked queue (reads: ``read``, ``get``,
@@ -45,7 +45,7 @@ class RunResult:
     seconds: float
     latencies: list[float]
     verdict: Verdict
-    tally: Tally
+    tally: RunCalls
     storage_reads: int
     storage_writes: int
     cas_conflicts: int

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.bench.report import Row, RunResult, format_table, metadata, summarise, write_json
-from jqueue.bench.scenarios import Tally, open_queue, prefill, run_scenario
+from jqueue.bench.scenarios import RunCalls, open_queue, prefill, run_scenario
 from jqueue.bench.settings import Settings, build_parser, parse_settings
 from jqueue.bench.verify import verify
 from jqueue.core.direct import DirectQueue
@@ -117,7 +117,7 @@ async def run_once(settings: Settings, backend: Backend, queue_kind: str, scenar
         if scenario == "dequeue-seq":
             prefilled = await prefill(base, settings.ops, payload, settings.layout)
         storage = instrumented(base, latency(settings))
-        tally = Tally()
+        tally = RunCalls()
         async with open_queue(queue_kind, storage, settings.layout) as queue:
             start = time.perf_counter()
             await run_scenario(scenario, queue, tally, settings.ops, payload)

@@ -23,7 +23,7 @@ R = TypeVar("R")
 
 
 @dataclass
-class Tally:
+class RunCalls:
     """What the calls of one run did, for the latency figures and the final check.
 
     Attributes
@@ -96,7 +96,7 @@ def _split(total: int, parts: int) -> list[int]:
 
 
 async def _enqueue_concurrently(
-    queue: JobQueue, tally: Tally, ops: int, callers: int, payload: bytes
+    queue: JobQueue, tally: RunCalls, ops: int, callers: int, payload: bytes
 ) -> None:
     """Run ``ops`` enqueues split over ``callers`` concurrent tasks (1: sequential)."""
 
@@ -107,13 +107,13 @@ async def _enqueue_concurrently(
     await asyncio.gather(*(caller(n) for n in _split(ops, callers)))
 
 
-async def _dequeue_sequentially(queue: JobQueue, tally: Tally, ops: int) -> None:
+async def _dequeue_sequentially(queue: JobQueue, tally: RunCalls, ops: int) -> None:
     """Run ``ops`` dequeues of one job each, one after another."""
     for _ in range(ops):
         await tally.dequeue(queue)
 
 
-async def _mixed(queue: JobQueue, tally: Tally, ops: int, callers: int, payload: bytes) -> None:
+async def _mixed(queue: JobQueue, tally: RunCalls, ops: int, callers: int, payload: bytes) -> None:
     """Run ``callers`` tasks looping enqueue -> dequeue -> ack until ``ops`` calls were made."""
     budget = ops
 
@@ -164,7 +164,7 @@ async def open_queue(kind: str, storage: ObjectStoragePort, layout: Layout) -> A
         raise ValueError(f"unknown queue {kind!r}")
 
 
-async def run_scenario(scenario: str, queue: JobQueue, tally: Tally, ops: int, payload: bytes) -> None:
+async def run_scenario(scenario: str, queue: JobQueue, tally: RunCalls, ops: int, payload: bytes) -> None:
     """Make the ``ops`` calls of ``scenario`` on ``queue``, recording them in ``tally``.
 
     Raises

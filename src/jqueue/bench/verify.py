@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jqueue.bench.scenarios import Tally
+from jqueue.bench.scenarios import RunCalls
 from jqueue.domain.models import JobStatus, QueueState
 
 
@@ -30,7 +30,7 @@ class Verdict:
     final_in_progress: int
 
 
-def verify(scenario: str, ops: int, tally: Tally, state: QueueState, prefilled: Sequence[str]) -> Verdict:
+def verify(scenario: str, ops: int, tally: RunCalls, state: QueueState, prefilled: Sequence[str]) -> Verdict:
     """Check that the calls of a run really happened, from the state read back afterwards.
 
     Parameters
@@ -39,7 +39,7 @@ def verify(scenario: str, ops: int, tally: Tally, state: QueueState, prefilled: 
         Which scenario ran.
     ops : int
         Calls it was asked to make.
-    tally : Tally
+    tally : RunCalls
         What the calls returned.
     state : QueueState
         The queue state read from storage after the run.

@@ -131,7 +131,7 @@ class _Pending:
     future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
-Outcome = tuple[bool, Any]
+RoundAnswer = tuple[bool, Any]
 """An operation's answer (True, value) or failure (False, exception)."""
 
 
@@ -209,9 +209,9 @@ class GroupedCommits:
             unsent, self._pending = self._pending, []
             _fail(unsent, QueueClosedError("the queue stopped before this call was committed"))
 
-    def _round(self, batch: list[_Pending], index: QueueIndex, location: str) -> list[Outcome]:
+    def _round(self, batch: list[_Pending], index: QueueIndex, location: str) -> list[RoundAnswer]:
         swept = self.housekeeping.before(index)
-        outcomes: list[Outcome] = []
+        outcomes: list[RoundAnswer] = []
         for pending in batch:
             if pending.operation is None:
                 outcomes.append((True, swept))

@@ -30,13 +30,13 @@ from starlette.routing import Route
 from jqueue.adapters.dashboard.pages import Dashboard
 from jqueue.adapters.service.answers import HTTPError, answer, error_of
 from jqueue.adapters.service.host import QueueHost, record_storage
-from jqueue.adapters.service.lease import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER, BrokerLease
 from jqueue.adapters.service.metrics import ServiceMetrics
 from jqueue.adapters.service.openapi import openapi_document
 from jqueue.adapters.service.operator import OperatorRoutes
 from jqueue.adapters.service.queued import QueuedRoutes
 from jqueue.adapters.service.served import ServedQueues
 from jqueue.adapters.service.sightings import Sightings
+from jqueue.adapters.service.tenure import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER, BrokerTenure
 from jqueue.adapters.service.wire import (
     BROKER_HEADER,
     DEFAULT_MAX_BODY_BYTES,
@@ -83,7 +83,7 @@ class Service:
     ----------
     host : QueueHost
         The queues.
-    lease : BrokerLease
+    tenure : BrokerTenure
         The root's broker record: queue calls are served only while this process holds it.
     token : str or None
         When set, every request but ``/healthz`` needs ``Authorization: Bearer TOKEN``.
@@ -94,12 +94,12 @@ class Service:
     def __init__(
         self,
         host: QueueHost,
-        lease: BrokerLease,
+        tenure: BrokerTenure,
         token: str | None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.host = host
-        self.lease = lease
+        self.tenure = tenure
         self.token = token
         self.max_body_bytes = max_body_bytes
         self.metrics = ServiceMetrics()
@@ -151,12 +151,12 @@ class Service:
         return ChangesResponse(body.seen)
 
     async def _healthz(self, request: Request) -> Response:
-        lease = self.lease
-        broker = lease.record.address if lease.record is not None else None
+        tenure = self.tenure
+        broker = tenure.record.address if tenure.record is not None else None
         health = {
             "ok": True,
-            "role": lease.role.value,
-            "epoch": lease.epoch,
+            "role": tenure.role.value,
+            "epoch": tenure.epoch,
             "broker": broker,
             "version": __version__,
         }
@@ -165,13 +165,13 @@ class Service:
 
     async def check_serving(self, request: Request | None = None) -> None:
         named = None if request is None else request.headers.get(BROKER_HEADER)
-        if named is not None and named != self.lease.owner:
+        if named is not None and named != self.tenure.owner:
             raise HTTPError(503, "not_broker", "this process is not the broker the caller's root names")
-        if self.lease.serving():
-            await self.host.serve_epoch(self.lease.epoch)
+        if self.tenure.serving():
+            await self.host.serve_epoch(self.tenure.epoch)
         else:
-            record = self.lease.record
-            broker = record.address if record is not None and record.address != self.lease.address else None
+            record = self.tenure.record
+            broker = record.address if record is not None and record.address != self.tenure.address else None
             where = f"; the broker is {broker}" if broker else ""
             raise HTTPError(503, "not_broker", f"this process is not the broker of its root{where}", broker)
 
@@ -184,7 +184,7 @@ class Service:
         except HTTPError as exc:
             status, body = error_of(exc)
             return answer(ErrorResponse(body), False, status)
-        text = await self.metrics.render(self.host.open_queues(), self.lease)
+        text = await self.metrics.render(self.host.open_queues(), self.tenure)
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     def endpoint(
@@ -227,8 +227,8 @@ class Service:
         key = given.removeprefix("Bearer ")
         if hmac.compare_digest(key.encode(), self.token.encode()):
             return
-        if queue is not None and self.lease.serving():
-            await self.host.serve_epoch(self.lease.epoch)
+        if queue is not None and self.tenure.serving():
+            await self.host.serve_epoch(self.tenure.epoch)
             if self.host.catalog.record.key_opens(key, queue):
                 return
         raise HTTPError(401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is required")
@@ -362,14 +362,16 @@ def create_app(
     """
     allowed = AllowedHosts.of(listen, address, allowed_hosts, token=token)
     host = QueueHost(root)
-    lease = BrokerLease(record_storage(host.root), address, renew_every=renew_every, stale_after=stale_after)
-    service = Service(host, lease, token, max_body_bytes)
+    tenure = BrokerTenure(
+        record_storage(host.root), address, renew_every=renew_every, stale_after=stale_after
+    )
+    service = Service(host, tenure, token, max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         with contextlib.suppress(TimeoutError):  # a first look before the first request
-            await asyncio.wait_for(lease.look(), lease.stale_after)
-        keeping = asyncio.create_task(lease.run(), name="jqueue-broker-lease")
+            await asyncio.wait_for(tenure.look(), tenure.stale_after)
+        keeping = asyncio.create_task(tenure.run(), name="jqueue-broker-tenure")
         try:
             yield
         finally:
@@ -377,7 +379,7 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await keeping
             await host.close()
-            await lease.release()
+            await tenure.release()
 
     async def not_routed(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500

@@ -8,7 +8,7 @@ import time
 import msgspec
 
 from jqueue.adapters.service.host import record_storage
-from jqueue.adapters.service.lease import BrokerRecord
+from jqueue.adapters.service.tenure import BrokerRecord
 from jqueue.domain.errors import CorruptStateError
 from jqueue.ports.storage import ObjectStoragePort
 

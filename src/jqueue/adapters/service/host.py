@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from jqueue.adapters.service.catalog import CATALOG_NAME, Catalog, added, removed
-from jqueue.adapters.service.lease import RECORD_NAME
+from jqueue.adapters.service.tenure import RECORD_NAME
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.adapters.web.queue_names import QUEUE_NAME, BadQueueNameError, UnknownQueueError

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from jqueue.adapters.service.lease import BrokerLease, Role
+from jqueue.adapters.service.tenure import BrokerTenure, Role
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.commit_stats import LATENCY_BUCKETS, CommitStats
 from jqueue.domain.models import Job
@@ -100,12 +100,12 @@ class ServiceMetrics:
         for job in jobs:
             self.jobs_done.labels(queue, job.entrypoint, action).inc()
 
-    async def render(self, queues: dict[str, BrokerQueue], lease: BrokerLease) -> bytes:
+    async def render(self, queues: dict[str, BrokerQueue], tenure: BrokerTenure) -> bytes:
         """The text exposition, with the broker gauges, the commits and the backlog of every
         open queue read now."""
         self.commits.queues = {name: await queue.commit_stats() for name, queue in queues.items()}
-        self.broker_epoch.set(lease.epoch)
-        current = Role.ACTIVE if lease.serving() else Role.STANDBY
+        self.broker_epoch.set(tenure.epoch)
+        current = Role.ACTIVE if tenure.serving() else Role.STANDBY
         for role in Role:
             self.broker_role.labels(role.value).set(1 if role is current else 0)
         self.backlog.clear()

@@ -64,7 +64,7 @@ Call = Callable[[Request, str], Awaitable[Any]]
 
 
 class QueuedRoutes:
-    """queued's routes over the queues of ``service`` (its host, broker lease, token and
+    """queued's routes over the queues of ``service`` (its host, broker tenure, token and
     metrics)."""
 
     def __init__(self, service: Service) -> None:
@@ -290,7 +290,7 @@ class QueuedRoutes:
         queue = await self.service.host.get(name)
         wanted = answer_type(request.headers) or ""
         if not (is_msgpack(wanted) or wanted.startswith(JSON)):  # as queued: Prometheus by default
-            text = await self.service.metrics.render(self.service.host.open_queues(), self.service.lease)
+            text = await self.service.metrics.render(self.service.host.open_queues(), self.service.tenure)
             return Response(text, media_type=CONTENT_TYPE_LATEST)
         entrypoints = (await queue.stats()).entrypoints
         kinds = [entrypoints[name] for name in MESSAGE_ENTRYPOINTS if name in entrypoints]

@@ -36,9 +36,9 @@ class ServedQueues:
 
     def broker(self) -> BrokerView | None:
         """This process, as the broker (or as it last saw the record)."""
-        lease = self.service.lease
-        record = lease.record
-        return BrokerView(record.address if record else lease.address, lease.epoch, lease.since)
+        tenure = self.service.tenure
+        record = tenure.record
+        return BrokerView(record.address if record else tenure.address, tenure.epoch, tenure.since)
 
     def workers(self, name: str) -> list[Sighting] | None:
         """The workers that called ``name`` through this broker lately."""

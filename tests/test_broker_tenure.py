@@ -11,18 +11,21 @@ import pytest
 
 from jqueue import CorruptStateError, LocalFileSystemStorage
 from jqueue.adapters.service import finder as finder_module
-from jqueue.adapters.service.lease import BrokerLease, BrokerRecord, Role
+from jqueue.adapters.service.tenure import BrokerRecord, BrokerTenure, Role
 from jqueue.testing import instrumented
 
 QUICK = {"renew_every": timedelta(milliseconds=10), "stale_after": timedelta(milliseconds=100)}
 
 
-def lease(path: Path, address: str) -> BrokerLease:
-    return BrokerLease(LocalFileSystemStorage(path), address, **QUICK)
+def tenure(path: Path, address: str) -> BrokerTenure:
+    return BrokerTenure(LocalFileSystemStorage(path), address, **QUICK)
 
 
 async def test_one_serves_the_other_takes_over_only_a_stale_record(tmp_path: Path) -> None:
-    first, second = lease(tmp_path / "_broker.json", "http://a"), lease(tmp_path / "_broker.json", "http://b")
+    first, second = (
+        tenure(tmp_path / "_broker.json", "http://a"),
+        tenure(tmp_path / "_broker.json", "http://b"),
+    )
     await first.step()
     await second.step()
     assert (first.role, second.role, second.record and second.record.address) == (
@@ -44,7 +47,7 @@ async def test_one_serves_the_other_takes_over_only_a_stale_record(tmp_path: Pat
 
 async def test_a_foreign_record_is_never_overwritten_even_after_a_lost_race(tmp_path: Path) -> None:
     path = tmp_path / "_broker.json"
-    broker = lease(path, "http://a")
+    broker = tenure(path, "http://a")
     await broker.step()
     path.write_text("somebody else's file")  # written while the broker held the record
     await broker.step()

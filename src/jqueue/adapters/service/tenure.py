@@ -1,4 +1,4 @@
-"""``BrokerLease``: which ``jqueue serve`` process serves a root, kept in a record in the storage.
+"""``BrokerTenure``: which ``jqueue serve`` process serves a root, kept in a record in the storage.
 
 The active broker rewrites the record (``ROOT/_broker.json``) every ``renew_every`` with a
 compare-and-swap, raising its ``beat``. A standby reads the record as often; when it has not
@@ -54,7 +54,7 @@ class BrokerRecord(msgspec.Struct, forbid_unknown_fields=True):
 _decoder = msgspec.json.Decoder(BrokerRecord)
 
 
-class BrokerLease:
+class BrokerTenure:
     """Holds (or waits for) the broker record of a root.
 
     Parameters
