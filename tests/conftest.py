@@ -192,7 +192,12 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """An injected clock for lease tests, so that a loaded machine cannot expire a lease early."""
     fake = Clock()
-    for module in ("jqueue.core.queue", "jqueue.core.management", "jqueue.core.commits"):
+    for module in (
+        "jqueue.core.queue",
+        "jqueue.core.management",
+        "jqueue.core.insight",
+        "jqueue.core.commits",
+    ):
         monkeypatch.setattr(f"{module}.utc_now", fake)
     return fake
 

@@ -29,9 +29,9 @@ Call = Callable[[Any], Awaitable[object]]
 OPERATIONS: dict[str, Call] = {
     "enqueue": lambda q: q.enqueue("work", b"x"),
     "enqueue_many": lambda q: q.enqueue_many("work", [b"a", b"b"]),
-    "stage_many": lambda q: q.stage_many([JobSpec("work", b"s")], "bulk"),
-    "publish": lambda q: q.publish("bulk"),
-    "discard": lambda q: q.discard("bulk"),
+    "stage_many": lambda q: q.bulk.stage_many([JobSpec("work", b"s")], "bulk"),
+    "publish": lambda q: q.bulk.publish("bulk"),
+    "discard": lambda q: q.bulk.discard("bulk"),
     "dequeue": lambda q: q.dequeue(batch_size=2),
     "ack": lambda q: q.ack(JOB_ID),
     "nack": lambda q: q.nack(JOB_ID, error="boom"),

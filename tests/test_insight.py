@@ -44,12 +44,12 @@ async def test_dead_letters_are_grouped_by_the_first_line_of_their_error(file_or
         errors = ["Boom: x\ntrace 1", "Boom: x\ntrace 2", "Other", "Boom: x"]
         for job, error in zip(await queue.dequeue(["a", "b"], batch_size=4), errors, strict=True):
             await queue.nack(job, error=error, max_attempts=1)
-        groups = await queue.dead_groups()
+        groups = await queue.insight.dead_groups()
         assert [(g.error, len(g.ids), g.entrypoints) for g in groups] == [
             ("Boom: x", 3, {"a": 2, "b": 1}),
             ("Other", 1, {"a": 1}),
         ]
-        assert [len(g.ids) for g in await queue.dead_groups("b")] == [1]
+        assert [len(g.ids) for g in await queue.insight.dead_groups("b")] == [1]
         # A purge by id touches only the named jobs that match its filters.
         boom = groups[0].ids
         assert await queue.purge(JobStatus.DEAD, ids=[*boom[:2], "missing"]) == 2
@@ -69,18 +69,18 @@ async def test_throughput_and_timings_come_from_the_history(file_or_s3: Backend,
             await queue.ack(job)
         clock.advance(timedelta(minutes=2))
         await queue.nack(jobs[3], error="late", max_attempts=1)
-        found = await queue.throughput(timedelta(minutes=10), timedelta(minutes=1))
+        found = await queue.insight.throughput(timedelta(minutes=10), timedelta(minutes=1))
         assert (len(found.acked), sum(found.acked), sum(found.dead)) == (10, 3, 1)
         assert found.start % 60_000_000 == 0  # buckets are clock minutes, the last one this minute
         assert found.acked[-3] == 3  # two clock minutes before this one
         assert found.dead[-1] == 1
         assert found.per_entrypoint["a"][-3:] == [3, 0, 1]
-        timings = (await queue.timings())["a"]
+        timings = (await queue.insight.timings())["a"]
         assert (timings.finished, timings.acked, timings.dead, timings.retried) == (4, 3, 1, 0)
         assert timings.wait == (2.0, 2.0, 2.0)
         assert timings.run == pytest.approx((1.0, 103.0, 117.4))  # 1, 1, 1 and 121 s, interpolated
         with pytest.raises(ValueError, match="positive"):
-            await queue.throughput(timedelta(0))
+            await queue.insight.throughput(timedelta(0))
 
 
 def test_percentiles_interpolate_between_ranks_as_spark_does() -> None:

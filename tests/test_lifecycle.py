@@ -285,9 +285,9 @@ async def test_a_bulk_write_is_staged_in_parts_and_published_in_one_commit(
 ) -> None:
     storage, name = file_or_s3.new()
     async with DirectQueue(storage, layout=layout) as q:
-        first = await q.stage_many([JobSpec("bulk", b"%d" % i) for i in range(3)], "write-1")
-        await q.stage_many([JobSpec("bulk", b"%d" % i) for i in range(3, 5)], "write-1")
-        await q.stage_many([JobSpec("bulk", b"x")], "write-2")
+        first = await q.bulk.stage_many([JobSpec("bulk", b"%d" % i) for i in range(3)], "write-1")
+        await q.bulk.stage_many([JobSpec("bulk", b"%d" % i) for i in range(3, 5)], "write-1")
+        await q.bulk.stage_many([JobSpec("bulk", b"x")], "write-2")
         assert {(j.status, j.batch) for j in first} == {(JobStatus.STAGED, "write-1")}
         assert await q.dequeue("bulk") == []
         assert (await q.stats()).entrypoints["bulk"].staged == 6
@@ -295,10 +295,10 @@ async def test_a_bulk_write_is_staged_in_parts_and_published_in_one_commit(
     async with DirectQueue(file_or_s3.handle(name), layout=layout) as other:
         assert await other.peek("bulk") == []
         version = (await other.read_state()).version
-        assert await other.publish("write-1") == 5
+        assert await other.bulk.publish("write-1") == 5
         assert (await other.read_state()).version == version + 1
-        assert await other.publish("write-1") == 0
-        assert await other.discard("write-2") == 1
+        assert await other.bulk.publish("write-1") == 0
+        assert await other.bulk.discard("write-2") == 1
         claimed = await other.dequeue("bulk", batch_size=10)
         assert [j.payload for j in claimed] == [b"%d" % i for i in range(5)]
         assert await other.count(JobStatus.STAGED) == 0

@@ -45,7 +45,7 @@ async def test_parts_are_added_in_one_commit_and_their_payloads_are_read_from_th
     async with open_queue(queue_kind, storage) as q:
         await q.enqueue("bulk", b"before", priority=-9)
         version = (await q.stats()).version
-        assert await q.add_parts(parts) == 303
+        assert await q.bulk.add_parts(parts) == 303
         assert (await q.stats()).version == version + 1
         [before] = await q.dequeue("bulk")
         assert before.payload == b"before"
@@ -82,7 +82,7 @@ async def test_a_dedup_key_already_in_the_queue_is_not_staged_again(file_or_s3: 
         written = await part(
             storage, [(b"dup", 0, "k1", None), (b"new", 0, "k2", None), (b"again", 0, "k2", None)]
         )
-        assert await q.add_parts([written]) == 1
+        assert await q.bulk.add_parts([written]) == 1
         assert sorted(j.payload for j in await q.jobs(limit=None)) == [b"first", b"new"]
 
 
@@ -91,7 +91,7 @@ async def test_nothing_is_added_when_the_commit_is_refused(file_or_s3: Backend) 
     async with DirectQueue(storage) as q:
         await q.pause("bulk", enqueues=True)
         with pytest.raises(QueuePausedError):
-            await q.add_parts([await part(storage, rows("a", 100)), await part(storage, rows("b", 100))])
+            await q.bulk.add_parts([await part(storage, rows("a", 100)), await part(storage, rows("b", 100))])
         assert await q.count() == 0
 
 
@@ -101,14 +101,14 @@ async def test_a_write_abandoned_before_publishing_is_discarded_after_the_staged
     storage, _ = file_or_s3.new_keyed()
     policy = QueuePolicy(staged_timeout=timedelta(minutes=30))
     async with DirectQueue(storage, policy=policy) as q:
-        await q.stage_many([JobSpec("bulk", b"%d" % i) for i in range(10)], "dead-driver")
+        await q.bulk.stage_many([JobSpec("bulk", b"%d" % i) for i in range(10)], "dead-driver")
         clock.advance(timedelta(minutes=29))
         await q.enqueue("other", b"1")
         assert (await q.stats()).entrypoints["bulk"].staged == 10
         clock.advance(timedelta(minutes=2))
         await q.enqueue("other", b"2")  # any commit discards what was staged too long ago
         assert "bulk" not in (await q.stats()).entrypoints
-        assert await q.publish("dead-driver") == 0
+        assert await q.bulk.publish("dead-driver") == 0
 
 
 async def test_compaction_deletes_old_unreferenced_parts_and_keeps_the_rest(file_or_s3: Backend) -> None:
@@ -118,7 +118,7 @@ async def test_compaction_deletes_old_unreferenced_parts_and_keeps_the_rest(file
     young_orphan = await part(storage, rows("y", 2))
     old_linked = await part(storage, rows("l", 2), age=timedelta(hours=2))
     async with DirectQueue(storage) as q:  # links it within the default lifetime of a day
-        await q.add_parts([old_linked])
+        await q.bulk.add_parts([old_linked])
     async with DirectQueue(storage, log=log) as q:
         for _ in range(3):  # checkpoints; the last compacts with one taken over a second before
             await q.enqueue("tick", b"")
@@ -139,8 +139,8 @@ async def test_parts_older_than_their_lifetime_or_on_a_single_object_queue_are_r
     stale = await part(storage, rows("s", 1), age=timedelta(days=2))
     async with DirectQueue(storage) as q:
         with pytest.raises(ValueError, match="older than the part lifetime"):
-            await q.add_parts([stale])
+            await q.bulk.add_parts([stale])
     single, _ = file_or_s3.new_keyed()
     async with DirectQueue(single, layout="single") as q:
         with pytest.raises(ValueError, match="need the log layout"):
-            await q.add_parts([await part(storage, rows("s", 1))])
+            await q.bulk.add_parts([await part(storage, rows("s", 1))])

@@ -52,7 +52,7 @@ async def _progress_and_cancel(worker_queue: Queue, reader: BrokerQueue) -> None
     running = asyncio.create_task(worker.run(install_signals=False))
     try:
         await _wait_for("the claim", lambda: _status_is(reader, job.id, JobStatus.IN_PROGRESS))
-        before = (await reader.commit_stats()).commits if _local(worker_queue, reader) else None
+        before = (await reader.insight.commit_stats()).commits if _local(worker_queue, reader) else None
 
         async def progressed() -> bool:
             found = await reader.find(job.id)
@@ -61,7 +61,7 @@ async def _progress_and_cancel(worker_queue: Queue, reader: BrokerQueue) -> None
         took = await _wait_for("the progress", progressed)
         print(f"progress showed in {took:.2f} s")
         if before is not None:  # the worker commits through the reader: count its commits
-            commits = (await reader.commit_stats()).commits - before
+            commits = (await reader.insight.commit_stats()).commits - before
             assert commits <= 4, f"{reports} progress reports took {commits} commits"
 
         assert await reader.cancel(job.id) is False  # running: its worker is asked to stop it

@@ -79,7 +79,7 @@ def test_each_micro_batch_is_enqueued_once_across_query_restarts(
             jobs = await q.jobs(limit=None)
             assert sorted(j.payload.decode() for j in jobs) == sorted(expected)
             assert {j.priority for j in jobs} == {0, 1}
-            assert await q.sink_mark(str(checkpoint)) == 3
+            assert await q.bulk.sink_mark(str(checkpoint)) == 3
 
     asyncio.run(check())
 
@@ -159,8 +159,8 @@ def test_the_change_feed_replays_each_commit_once_across_restarts(
             await q.ack(first)
             [second] = await q.dequeue()
             await q.nack(second, error="boom")  # its last attempt: dead
-            [staged] = await q.stage_many([JobSpec("bulk", b"s")], "w1")
-            await q.publish("w1")
+            [staged] = await q.bulk.stage_many([JobSpec("bulk", b"s")], "w1")
+            await q.bulk.publish("w1")
             added = [f"added:{j.id}" for j in [*jobs, staged]]
             return [*added, f"acked:{first.id}", f"dead:{second.id}", "published:w1"]
 

@@ -11,57 +11,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from jqueue.core.commits import Commits, Operation
+from jqueue.core.adding import adding
+from jqueue.core.commits import Commits
 from jqueue.core.formats.collections_paused import collections_paused
 from jqueue.core.layout import StoreOpener
 from jqueue.core.log.parts import StoredPart, part_name, part_written_at
 from jqueue.core.log.store import LogStore
-from jqueue.domain.effects import Added, SinkMarked
-from jqueue.domain.errors import QueuePausedError
+from jqueue.core.numbered import IdSource, numbering
+from jqueue.domain.effects import SinkMarked
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job
 from jqueue.domain.policy import QueuePolicy
-from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_text, span
 
-Found = Added | HistoryRecord
-"""What an add is answered with: the job it added, or the one that held its id or dedup key."""
-
-
-def adding(new: list[Added], retention: timedelta) -> Operation[list[Found]]:
-    """Return the operation that adds ``new`` jobs: each is answered with the job it adds, or
-    with the job that holds its id or its dedup key already (live, or acked within ``retention``)."""
-
-    def operation(index: QueueIndex) -> list[Found]:
-        acked_since = to_micros(utc_now() - retention)
-        found: list[Found] = []
-        keyed: dict[str, Added] = {}
-        ids: dict[str, Added] = {}
-        accepted: list[Added] = []
-        for job in new:
-            if index.controls.enqueues_paused(job.entrypoint):
-                raise QueuePausedError(job.entrypoint)
-            key = job.dedup_key
-            match = ids.get(job.id) or index.known(job.id)
-            if match is None and key is not None:
-                match = keyed.get(key) or index.dedup_match(key, acked_since)
-            if isinstance(match, JobRecord):
-                found.append(match.as_added())
-            elif match is not None:
-                found.append(match)
-            else:
-                accepted.append(job)
-                keyed.update({} if key is None else {key: job})
-                ids[job.id] = job
-                found.append(job)
-        index.apply_all(accepted)
-        return found
-
-    return operation
+if TYPE_CHECKING:
+    from jqueue.core.queue import JobQueue
 
 
 def _batch_name(batch: str) -> str:
@@ -71,21 +39,41 @@ def _batch_name(batch: str) -> str:
 
 
 class BulkWrites:
-    """The bulk-write calls of ``JobQueue``, over its commit strategy and store."""
+    """The writes of bulk loaders and adapters, as ``queue.bulk``: jobs staged under a batch
+    name and published in one commit, jobs of parts written beside the queue (Spark's), and
+    jobs under numeric ids drawn inside the commit (queued's API)."""
 
-    _commits: Commits
-    _opener: StoreOpener
-    policy: QueuePolicy
-
-    async def _add(self, jobs: Iterable[JobSpec], batch: str | None) -> list[Job]:
-        raise NotImplementedError
+    def __init__(self, queue: JobQueue) -> None:
+        self._queue = queue
+        self._commits: Commits = queue._commits
+        self._opener: StoreOpener = queue._opener
+        self.policy: QueuePolicy = queue.policy
 
     async def stage_many(self, jobs: Iterable[JobSpec], batch: str) -> list[Job]:
         """Add jobs as part of bulk write ``batch``, staged: stored, but not claimable until
         ``publish(batch)`` makes every job of the batch claimable in one commit (or
         ``discard(batch)`` drops them). A bulk write too large for one commit stages its jobs
         in several calls; dedup keys work as in ``enqueue_many``."""
-        return await self._add(jobs, _batch_name(batch))
+        return await self._queue._add(jobs, _batch_name(batch))
+
+    async def enqueue_numbered(self, specs: Iterable[JobSpec], ids: IdSource) -> list[Job]:
+        """Add jobs in one commit, all or none, each under a numeric id drawn from ``ids`` inside
+        the commit: one that no job in the queue or its history has, so every job is added
+        (unlike an id chosen before, which a job of the queue may hold). Returns them in order.
+
+        Raises
+        ------
+        ValueError
+            If a spec has an ``id`` or a ``dedup_key`` (either could match a job already there).
+        """
+        specs = list(specs)
+        if any(spec.id is not None or spec.dedup_key is not None for spec in specs):
+            raise ValueError("numbered jobs take neither an id nor a dedup key")
+        new = self._queue._built(specs, None)
+        if not new:
+            return []
+        found = await self._commits.run(numbering(new, self.policy.history_retention, ids))
+        return await self._queue._resolved(list(found))
 
     async def add_parts(self, parts: Sequence[StoredPart], mark: tuple[str, int] | None = None) -> int | None:
         """Add the jobs of parts already written beside the queue (``write_part``), claimable at

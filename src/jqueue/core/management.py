@@ -8,20 +8,14 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from jqueue.core.changes import ChangeFeed
-from jqueue.core.commit_stats import CommitStats
 from jqueue.core.commits import Commits
 from jqueue.core.layout import StoreOpener
 from jqueue.domain.effects import Cancelled, LimitSet, PauseSet, ThrottleSet
 from jqueue.domain.errors import JobCancelledError, JobFailedError, JobNotFoundError
-from jqueue.domain.figures import Throughput, Timings
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.insight import (
-    DeadGroup,
     browse,
-    dead_groups,
     matches,
-    throughput,
-    timings,
 )
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
@@ -118,10 +112,6 @@ class ManagementCalls:
             return index.peek(entrypoints, limit, to_micros(utc_now()))
 
         return await self._jobs([record.as_added() for record in await self._view(look)])
-
-    async def commit_stats(self) -> CommitStats:
-        """Return the counts of this process's commits to the queue (for metrics)."""
-        return (await self._opener.store()).stats
 
     async def stats(self) -> QueueStats:
         """Return counts per entrypoint and status, the oldest waiting job, pauses and throttles."""
@@ -336,22 +326,6 @@ class ManagementCalls:
 
         return await self._view(look)
 
-    async def throughput(
-        self, window: timedelta = timedelta(hours=1), bucket: timedelta = timedelta(minutes=1)
-    ) -> Throughput:
-        """Return how many jobs were acked and how many died in each ``bucket`` of the last
-        ``window``, from the history (at a cost bounded by ``HISTORY_BUDGET`` records)."""
-        micros = timedelta(microseconds=1)
-        if bucket <= timedelta(0) or window <= timedelta(0):
-            raise ValueError("window and bucket must be positive")
-        now = to_micros(utc_now())
-        return await self._view(lambda index: throughput(index, now, window // micros, bucket // micros))
-
-    async def timings(self, sample: int = 1_000) -> dict[str, Timings]:
-        """Return, per entrypoint, the outcomes and the wait and run time percentiles of its
-        newest ``sample`` finished jobs, from the history."""
-        return await self._view(lambda index: timings(index, sample))
-
     async def browse(
         self,
         status: JobStatus | None = None,
@@ -372,8 +346,3 @@ class ManagementCalls:
 
         snapshots, next_cursor = await self._view(look)
         return await self._jobs(snapshots), next_cursor
-
-    async def dead_groups(self, entrypoint: str | None = None) -> list[DeadGroup]:
-        """Return the dead jobs (of ``entrypoint`` if given) grouped by the first line of their
-        error, largest group first (at most ``GROUP_BUDGET`` dead jobs are looked at)."""
-        return await self._view(lambda index: dead_groups(index, entrypoint))

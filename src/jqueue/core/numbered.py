@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from jqueue.core.bulk import adding
+from jqueue.core.adding import adding
 from jqueue.core.commits import Operation
 from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex

@@ -16,13 +16,14 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Self
 
-from jqueue.core.bulk import BulkWrites, Found, adding
+from jqueue.core.adding import Found, adding
+from jqueue.core.bulk import BulkWrites
 from jqueue.core.changes import ChangeFeed
 from jqueue.core.commits import Commits, Housekeeping
 from jqueue.core.enqueue_calls import EnqueueCalls
+from jqueue.core.insight import QueueInsight
 from jqueue.core.layout import Layout, StoreOpener
 from jqueue.core.management import ManagementCalls, entrypoint_set, fence
-from jqueue.core.numbered import IdSource, numbering
 from jqueue.core.retry import RetryPolicy
 from jqueue.core.settings import LogSettings
 from jqueue.core.spawn_guard import refuse_while_spawning
@@ -60,7 +61,7 @@ Strategy = Callable[[StoreOpener, Housekeeping, StorageUse], Commits]
 """Makes a queue's commit strategy: ``DirectCommits`` or ``GroupedCommits``."""
 
 
-class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
+class JobQueue(ManagementCalls, EnqueueCalls):
     """The queue API over a commit strategy: the documented calls, management and the lifecycle.
 
     ``DirectQueue``, ``GroupCommitLoop`` and ``BrokerQueue`` are this class with the strategy
@@ -133,38 +134,30 @@ class JobQueue(ManagementCalls, BulkWrites, EnqueueCalls):
     async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:
         return await self._add(specs, None)
 
-    async def _add(self, jobs: Iterable[JobSpec], batch: str | None) -> list[Job]:
+    def _built(self, specs: Iterable[JobSpec], batch: str | None) -> list[Added]:
         now = utc_now()
-        new = [spec.build(now, self.policy.ttl, batch) for spec in jobs]
+        new = [spec.build(now, self.policy.ttl, batch) for spec in specs]
         for job in new:
             if isinstance(job.payload, bytes):
                 self._checked(job.payload)
+        return new
+
+    async def _add(self, jobs: Iterable[JobSpec], batch: str | None) -> list[Job]:
+        new = self._built(jobs, batch)
         if not new:
             return []
         return await self._resolved(await self._commits.run(adding(new, self.policy.history_retention)))
 
-    async def enqueue_numbered(self, specs: Iterable[JobSpec], ids: IdSource) -> list[Job]:
-        """Add jobs in one commit, all or none, each under a numeric id drawn from ``ids`` inside
-        the commit: one that no job in the queue or its history has, so every job is added
-        (unlike an id chosen before, which a job of the queue may hold). Returns them in order.
+    @property
+    def bulk(self) -> BulkWrites:
+        """The writes of bulk loaders and adapters (``BulkWrites``): staged batches, parts, numbered jobs."""
+        return BulkWrites(self)
 
-        Raises
-        ------
-        ValueError
-            If a spec has an ``id`` or a ``dedup_key`` (either could match a job already there).
-        """
-        specs = list(specs)
-        if any(spec.id is not None or spec.dedup_key is not None for spec in specs):
-            raise ValueError("numbered jobs take neither an id nor a dedup key")
-        now = utc_now()
-        new = [spec.build(now, self.policy.ttl) for spec in specs]
-        for job in new:
-            if isinstance(job.payload, bytes):
-                self._checked(job.payload)
-        if not new:
-            return []
-        added: list[Found] = list(await self._commits.run(numbering(new, self.policy.history_retention, ids)))
-        return await self._resolved(added)
+    @property
+    def insight(self) -> QueueInsight:
+        """What the dashboard and the metrics read (``QueueInsight``): throughput, timings, dead
+        letters grouped by error, commit counts."""
+        return QueueInsight(self)
 
     async def _resolved(self, found: list[Found]) -> list[Job]:
         live = [item for item in found if isinstance(item, Added)]

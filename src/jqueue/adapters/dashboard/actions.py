@@ -67,7 +67,7 @@ class Actions:
         group = form.get("group")
         if group is None or group == "":
             return None
-        for found in await queue.dead_groups():
+        for found in await queue.insight.dead_groups():
             if found.error == group:
                 return found.ids
         return []

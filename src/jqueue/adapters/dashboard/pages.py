@@ -208,7 +208,7 @@ class Dashboard:
     async def _queue(self, request: Request) -> Response:
         name = request.path_params["queue"]
         summary = await queue_summary(self.source, name)
-        timings = await (await self.source.get(name)).timings()
+        timings = await (await self.source.get(name)).insight.timings()
         rows = entrypoint_rows(summary, timings)
         return self.render(request, "queue.html", queue=name, summary=summary, rows=rows)
 
@@ -249,7 +249,7 @@ class Dashboard:
     async def _dead(self, request: Request) -> Response:
         name = request.path_params["queue"]
         queue = await self.source.get(name)
-        groups = await queue.dead_groups()
+        groups = await queue.insight.dead_groups()
         total = (await queue.stats()).total(JobStatus.DEAD)
         return self.render(request, "dead.html", queue=name, groups=groups, total=total)
 

@@ -54,8 +54,8 @@ async def queue_summary(source: QueueSource, name: str) -> QueueSummary:
     """Gather what the overview and the queue page show of queue ``name``."""
     queue = await source.get(name)
     stats = await queue.stats()
-    found = await queue.throughput(HOUR, MINUTE)
-    expired = (await queue.commit_stats()).expired_leases
+    found = await queue.insight.throughput(HOUR, MINUTE)
+    expired = (await queue.insight.commit_stats()).expired_leases
     return QueueSummary(name, stats, found, expired, source.workers(name))
 
 

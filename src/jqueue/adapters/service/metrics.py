@@ -103,7 +103,7 @@ class ServiceMetrics:
     async def render(self, queues: dict[str, BrokerQueue], tenure: BrokerTenure) -> bytes:
         """The text exposition, with the broker gauges, the commits and the backlog of every
         open queue read now."""
-        self.commits.queues = {name: await queue.commit_stats() for name, queue in queues.items()}
+        self.commits.queues = {name: await queue.insight.commit_stats() for name, queue in queues.items()}
         self.broker_epoch.set(tenure.epoch)
         current = Role.ACTIVE if tenure.serving() else Role.STANDBY
         for role in Role:

@@ -184,7 +184,7 @@ class QueuedRoutes:
             )
             for m in body.messages
         ]
-        jobs = await queue.enqueue_numbered(specs, self.ids)  # every id free when its commit lands
+        jobs = await queue.bulk.enqueue_numbered(specs, self.ids)  # every id free when its commit lands
         self._count(name, "push", "successful", len(jobs))
         return PushResponse([int(job.id) for job in jobs])
 

@@ -136,7 +136,7 @@ class PartWriting:
         """Delete the parts no job refers to: an abort may follow a commit that landed."""
         if parts:
             async with DirectQueue(storage_from_url(self.url)) as queue:
-                await queue.delete_unused_parts(parts)
+                await queue.bulk.delete_unused_parts(parts)
 
 
 def _parts(messages: list[WriterCommitMessage | None]) -> list[StoredPart]:
@@ -156,7 +156,7 @@ class JQueueWriter(PartWriting, DataSourceArrowWriter):
 
     async def _publish(self, parts: list[StoredPart]) -> None:
         async with DirectQueue(storage_from_url(self.url)) as queue:
-            await queue.add_parts(parts)  # one commit: all or nothing, whatever the size
+            await queue.bulk.add_parts(parts)  # one commit: all or nothing, whatever the size
             try:
                 await queue.checkpoint()  # readers that open the queue next start from here
             except Exception as exc:  # the write is durable: failing it now would invite a rerun
@@ -190,5 +190,5 @@ class JQueueStreamWriter(PartWriting, DataSourceStreamArrowWriter):
 
     async def _publish(self, parts: list[StoredPart], batch_id: int) -> None:
         async with DirectQueue(storage_from_url(self.url)) as queue:
-            if await queue.add_parts(parts, (self.sink, batch_id)) is None:
-                await queue.delete_unused_parts(parts)  # a replayed batch: its jobs came before
+            if await queue.bulk.add_parts(parts, (self.sink, batch_id)) is None:
+                await queue.bulk.delete_unused_parts(parts)  # a replayed batch: its jobs came before
