@@ -56,7 +56,15 @@ class DirectQueue(JobQueue):
         policy: QueuePolicy | None = None,
         storage_timeout: timedelta | None = DEFAULT_STORAGE_TIMEOUT,
     ) -> None:
-        retry = RetryPolicy(max_retries=max_retries)
-        options = (log, visibility_timeout, policy, storage_timeout)
-        super().__init__(storage, DirectCommits, retry, layout, max_payload_bytes, *options)
+        super().__init__(
+            storage,
+            DirectCommits,
+            retry=RetryPolicy(max_retries=max_retries),
+            layout=layout,
+            max_payload_bytes=max_payload_bytes,
+            log=log,
+            visibility_timeout=visibility_timeout,
+            policy=policy,
+            storage_timeout=storage_timeout,
+        )
         self.max_retries = max_retries

@@ -63,10 +63,17 @@ class GroupCommitLoop(JobQueue):
     ) -> None:
         if visibility_timeout is not None and stale_timeout != DEFAULT_VISIBILITY_TIMEOUT:
             raise ValueError("give visibility_timeout or its documented alias stale_timeout, not both")
-        retry = RetryPolicy(max_retries=max_retries)
-        visibility = stale_timeout if visibility_timeout is None else visibility_timeout
-        options = (log, visibility, policy, storage_timeout)
-        super().__init__(storage, GroupedCommits, retry, layout, max_payload_bytes, *options)
+        super().__init__(
+            storage,
+            GroupedCommits,
+            retry=RetryPolicy(max_retries=max_retries),
+            layout=layout,
+            max_payload_bytes=max_payload_bytes,
+            log=log,
+            visibility_timeout=stale_timeout if visibility_timeout is None else visibility_timeout,
+            policy=policy,
+            storage_timeout=storage_timeout,
+        )
 
     @property
     def stale_timeout(self) -> timedelta:

@@ -72,6 +72,7 @@ class JobQueue(ManagementCalls, EnqueueCalls):
         self,
         storage: ObjectStoragePort,
         strategy: Strategy,
+        *,
         retry: RetryPolicy,
         layout: Layout,
         max_payload_bytes: int | None,

@@ -130,18 +130,14 @@ def enqueue(
                     lines.append(payload)
                     if len(lines) == batch and not atomic:
                         try:
-                            added += await queue.enqueue_many(
-                                [JobSpec(entrypoint, line, priority, **options) for line in lines]
-                            )
+                            added += await queue.enqueue_many(specs(lines))
                         except JQueueError as exc:
                             stop(f"lines {first}-{number}", exc)
                         progress.update(task, advance=len(lines))
                         lines, first = [], number + 1
                 if lines:
                     try:
-                        added += await queue.enqueue_many(
-                            [JobSpec(entrypoint, line, priority, **options) for line in lines]
-                        )
+                        added += await queue.enqueue_many(specs(lines))
                     except JQueueError as exc:
                         stop(f"lines {first}-{number}", exc)
         return added
