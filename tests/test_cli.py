@@ -204,7 +204,7 @@ def test_bench_runs_the_benchmark_against_the_given_storage(cli: Cli, tmp_path: 
         "--json",
         str(results),
     )
-    done = cli("bench", "--", *options)
+    done = cli("bench", *options)
     assert "enqueue-seq" in done.stdout
     rows = json.loads(results.read_text())["rows"]
     assert [(row["scenario"], row["verified"]) for row in rows] == [
@@ -323,8 +323,13 @@ def test_tables_show_id_prefixes_that_show_and_requeue_accept(cli: Cli) -> None:
 
 
 def test_bench_writes_results_only_where_asked(cli: Cli) -> None:
-    cli("bench", "--", "--ops", "5", "--queues", "direct", "--scenarios", "enqueue-seq")
+    cli("bench", "--ops", "5", "--queues", "direct", "--scenarios", "enqueue-seq")
     assert sorted(path.name for path in cli.cwd.iterdir()) == []
+    wrong = cli("bench", "--scenarios", "enqueue-seq,fast", ok=False)
+    assert wrong.stderr.strip() == (
+        "error: unknown scenario 'fast' (choose from enqueue-seq, enqueue-c10, enqueue-c50, "
+        "dequeue-seq, mixed-c50)"
+    )
 
 
 COMMANDS = ["enqueue", "stats", "ls", "show", "requeue", "purge", "pause", "resume", "throttle", "history"]

@@ -315,8 +315,8 @@ def test_this_module_and_the_benchmark_need_no_dev_dependency(tmp_path: Path) ->
         (tmp_path / f"{module}.py").write_text(f"raise ImportError('{module} is not installed')\n")
     program = (
         "import jqueue.testing\n"
-        "from jqueue.bench import main\n"
-        "raise SystemExit(main(['--url', 'memory://nodev', '--ops', '5', '--scenarios', 'mixed-c50']))\n"
+        "from jqueue.bench import Settings, run\n"
+        "raise SystemExit(run(Settings(url='memory://nodev', ops=5, scenarios=['mixed-c50'])))\n"
     )
     source = Path(jqueue.__file__).resolve().parents[1]
     env = {"PYTHONPATH": f"{tmp_path}:{source}", "PATH": ""}

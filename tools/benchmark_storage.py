@@ -39,18 +39,20 @@ bad arguments.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
+import math
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from jqueue import InMemoryStorage, LocalFileSystemStorage, ObjectStoragePort
-from jqueue.bench.runner import Backend, discard_local_files, main, unique_name, url_backends
-from jqueue.bench.settings import Settings
+from jqueue.bench.runner import Backend, discard_local_files, run, unique_name, url_backends
+from jqueue.bench.settings import BACKENDS, QUEUES, SCENARIOS, Settings, name_list
 from jqueue.testing import free_port
 
 S3_REGION = "us-east-1"
@@ -189,6 +191,152 @@ def open_backends(settings: Settings, stack: contextlib.ExitStack) -> list[Backe
     return backends
 
 
+def _name_list(kind: str, allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    """Return an argparse ``type`` that parses a comma list of names from ``allowed``."""
+
+    def parse(text: str) -> list[str]:
+        try:
+            return name_list(kind, text, allowed)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _bounded_int(minimum: int) -> Callable[[str], int]:
+    """Return an argparse ``type`` for an integer of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _non_negative_float(text: str) -> float:
+    """Parse a finite number of at least zero (an argparse ``type``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the command-line parser."""
+    parser = argparse.ArgumentParser(
+        prog="benchmark_storage.py",
+        description="Benchmark jqueue's DirectQueue and BrokerQueue on memory, file and S3 (moto) storage.",
+        epilog="Each (backend, queue, scenario) starts from a fresh queue object. "
+        "See the module docstring for the scenarios. Exit status: 0 if every row verified, "
+        "1 if some did not, 2 for bad arguments.",
+    )
+    lists = (
+        ("--backends", "backend", BACKENDS, "storage backends"),
+        ("--queues", "queue", QUEUES, "queue kinds"),
+        ("--scenarios", "scenario", SCENARIOS, "scenarios"),
+    )
+    for flag, kind, names, what in lists:
+        parser.add_argument(
+            flag,
+            type=_name_list(kind, names),
+            default=",".join(names),  # a string default goes through ``type`` too
+            metavar="LIST",
+            help=f"comma-separated {what}, from: {', '.join(names)} (default: all)",
+        )
+    parser.add_argument(
+        "--ops",
+        type=_bounded_int(1),
+        default=1000,
+        metavar="N",
+        help="operations (queue calls) per scenario (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--payload-bytes",
+        type=_bounded_int(0),
+        default=1024,
+        metavar="N",
+        help="payload size of each enqueued job (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--get-latency-ms",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="MS",
+        help="fixed delay added before every storage read, on any backend (default: 0)",
+    )
+    parser.add_argument(
+        "--put-latency-ms",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="MS",
+        help="fixed delay added before every storage write, on any backend (default: 0)",
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="directory for the file backend's state files, created if needed; the tool deletes "
+        "the files it made there (default: a temporary directory, removed afterwards)",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write the results as JSON to PATH; parent directories are created",
+    )
+    parser.add_argument(
+        "--layout",
+        choices=("single", "log"),
+        default="log",
+        help="storage layout of every queue (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--url",
+        default=None,
+        help="benchmark this storage URL instead of --backends: every scenario uses a fresh object "
+        "beside it (file:, s3:, gs: or memory:); objects made on S3 or GCS are left in place",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=_bounded_int(1),
+        default=1,
+        metavar="N",
+        help="run every combination N times and report the run with the median ops/s "
+        "(the lower median for even N) (default: %(default)s)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the options, run the benchmark over their backends; returns the exit status."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    ns = build_parser().parse_args(arguments)
+    settings = Settings(
+        backends=ns.backends,
+        queues=ns.queues,
+        scenarios=ns.scenarios,
+        ops=ns.ops,
+        payload_bytes=ns.payload_bytes,
+        get_latency_ms=ns.get_latency_ms,
+        put_latency_ms=ns.put_latency_ms,
+        directory=ns.dir,
+        json_path=ns.json,
+        repeat=ns.repeat,
+        layout=ns.layout,
+        url=ns.url,
+    )
+    return run(settings, open_backends, [sys.argv[0], *arguments])
+
+
 if __name__ == "__main__":
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs every request
-    sys.exit(main(open_backends=open_backends))
+    sys.exit(main())

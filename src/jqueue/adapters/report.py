@@ -9,11 +9,8 @@ chooses). ``tools/queue_report.py`` runs the same.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib.util
-import sys
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -101,17 +98,3 @@ def compute(url: str, engine: str = "auto") -> tuple[Report, str]:
     except ImportError as exc:
         raise ImportError(f"{exc}; or use --engine python") from exc
     return compute_at(url), "spark"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Compute and write the report; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="queue_report.py", description=__doc__)
-    parser.add_argument("url", help="the queue's storage URL")
-    parser.add_argument("--out", type=Path, default=Path("queue-report"), help="output directory")
-    parser.add_argument("--engine", choices=ENGINES, default="auto")
-    args = parser.parse_args(argv)
-    report, engine = compute(args.url, args.engine)
-    for path in write(report, args.out):
-        print(path)
-    print(f"computed with {engine}", file=sys.stderr)
-    return 0

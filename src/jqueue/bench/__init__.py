@@ -23,8 +23,8 @@ mixed-c50
     50 concurrent callers each loop enqueue -> dequeue -> ack (of what the
     dequeue returned); every call counts as one op, ``--ops`` calls in total.
 
-Modules: ``settings`` (the options), ``scenarios`` (the calls), ``verify`` (the
-check), ``report`` (rows, table, JSON) and ``runner`` (backends and ``main``).
+Modules: ``settings`` (what a run does), ``scenarios`` (the calls), ``verify`` (the
+check), ``report`` (rows, table, JSON) and ``runner`` (backends and ``run``).
 It needs nothing beyond the core (and the extra of the storage it runs against);
 ``tools/benchmark_storage.py`` runs it on memory, file and S3 (moto's server).
 
@@ -32,9 +32,10 @@ Examples
 --------
 ::
 
-    jqueue bench --storage file:///tmp/bench/queue.json -- --ops 200 --scenarios mixed-c50
+    jqueue bench --storage file:///tmp/bench/queue.json --ops 200 --scenarios mixed-c50
 """
 
-from jqueue.bench.runner import main
+from jqueue.bench.runner import run
+from jqueue.bench.settings import Settings
 
-__all__ = ["main"]
+__all__ = ["Settings", "run"]

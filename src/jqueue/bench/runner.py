@@ -18,7 +18,7 @@ from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.bench.report import Row, RunResult, format_table, metadata, summarise, write_json
 from jqueue.bench.scenarios import RunCalls, open_queue, prefill, run_scenario
-from jqueue.bench.settings import Settings, build_parser, parse_settings
+from jqueue.bench.settings import Settings
 from jqueue.bench.verify import verify
 from jqueue.core.direct import DirectQueue
 from jqueue.ports.storage import ObjectStoragePort
@@ -157,27 +157,27 @@ async def run_all(settings: Settings, backends: Sequence[Backend]) -> list[Row]:
     return rows
 
 
-def main(argv: Sequence[str] | None = None, open_backends: OpenBackends | None = None) -> int:
+def run(settings: Settings, open_backends: OpenBackends | None = None, command: Sequence[str] = ()) -> int:
     """Run the benchmark and print its table; returns the process exit status.
 
     Parameters
     ----------
-    argv : sequence of str or None
-        The options (default: ``sys.argv[1:]``).
+    settings : Settings
+        What to run.
     open_backends : callable or None
-        Makes the backends for the parsed settings. None runs only ``--url``, which is
-        then required (``tools/benchmark_storage.py`` adds memory, file and S3 on moto).
+        Makes the backends for the settings. None runs only ``settings.url``, which is then
+        required (``tools/benchmark_storage.py`` adds memory, file and S3 on moto).
+    command : sequence of str
+        The command line that asked for the run, for the JSON's metadata.
 
     Returns
     -------
     int
-        0 when every row verified, 1 when some did not; bad arguments exit with 2.
+        0 when every row verified, 1 when some did not.
     """
-    args = list(sys.argv[1:] if argv is None else argv)
-    settings = parse_settings(args)
     if open_backends is None:
         if settings.url is None:
-            build_parser().error("--url is required here (tools/benchmark_storage.py runs --backends)")
+            raise ValueError("settings.url is required without open_backends")
         open_backends = url_backends
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None, open_backends: OpenBackends | None =
     wall = time.perf_counter() - started
     print(format_table(rows))
     if settings.json_path is not None:
-        write_json(settings.json_path, metadata(settings, [sys.argv[0], *args], wall), rows)
+        write_json(settings.json_path, metadata(settings, list(command), wall), rows)
         print(f"results written to {settings.json_path} (wall time {wall:.1f}s)", file=sys.stderr)
     failed = [row for row in rows if not row.verified]
     for row in failed:

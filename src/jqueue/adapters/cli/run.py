@@ -28,6 +28,7 @@ from jqueue.adapters.cli.common import (
     storage_url,
 )
 from jqueue.adapters.service.client import RemoteQueue
+from jqueue.bench.settings import QUEUES, SCENARIOS, name_list
 from jqueue.core.queue import JobQueue
 from jqueue.core.runtime.outcomes import WorkerStats
 from jqueue.core.runtime.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
@@ -250,17 +251,58 @@ def worker(
     print_summary(run(go()), as_json)
 
 
+def _as_url(storage: str) -> str:
+    """A storage given as a path, as the URL of the same file."""
+    return storage if "://" in storage else Path(storage).resolve().as_uri()
+
+
 def bench(
     ctx: typer.Context,
-    options: Annotated[list[str] | None, typer.Argument(help="Options of the benchmark, after --.")] = None,
+    queues: Annotated[str, typer.Option(help=f"Comma list of queue kinds, from {', '.join(QUEUES)}.")] = (
+        ",".join(QUEUES)
+    ),
+    scenarios: Annotated[
+        str, typer.Option(help=f"Comma list of scenarios, from {', '.join(SCENARIOS)}.")
+    ] = ",".join(SCENARIOS),
+    ops: Annotated[int, typer.Option(min=1, help="Queue calls per scenario.")] = 1000,
+    payload_bytes: Annotated[int, typer.Option(min=0, help="Payload size of each job.")] = 1024,
+    get_latency_ms: Annotated[
+        float, typer.Option(min=0, help="Milliseconds added before every storage read.")
+    ] = 0.0,
+    put_latency_ms: Annotated[
+        float, typer.Option(min=0, help="Milliseconds added before every storage write.")
+    ] = 0.0,
+    layout: Annotated[str, typer.Option(help="Storage layout of every queue: log or single.")] = "log",
+    repeat: Annotated[
+        int, typer.Option(min=1, help="Runs per combination; the one with the median calls/s is shown.")
+    ] = 1,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Also write the results as JSON to this file.")
+    ] = None,
 ) -> None:
-    """Run the storage benchmark's scenarios against fresh queues beside --storage.
+    """Run the storage benchmark's scenarios on fresh queues beside --storage (exit status 1 if a
+    run's calls did not all land)."""
+    from jqueue.bench import Settings, run
 
-    Options after -- go to the benchmark, e.g. jqueue bench -- --ops 200 --scenarios mixed-c50.
-    """
-    from jqueue.bench import main as benchmark
-
-    raise typer.Exit(benchmark(["--url", storage_url(ctx), *(options or [])]))
+    if layout not in ("log", "single"):
+        fail(f"--layout must be log or single, not {layout!r}")
+    try:
+        settings = Settings(
+            queues=name_list("queue", queues, QUEUES),
+            scenarios=name_list("scenario", scenarios, SCENARIOS),
+            ops=ops,
+            payload_bytes=payload_bytes,
+            get_latency_ms=get_latency_ms,
+            put_latency_ms=put_latency_ms,
+            json_path=json_path,
+            repeat=repeat,
+            layout="log" if layout == "log" else "single",
+            url=_as_url(storage_url(ctx)),
+        )
+    except ValueError as exc:
+        fail(str(exc))
+        raise
+    raise typer.Exit(run(settings, command=sys.argv))
 
 
 def report(
@@ -282,7 +324,7 @@ def report(
             pass
 
     run(exists())
-    url = url if "://" in url else Path(url).resolve().as_uri()  # Spark's executors need a URL
+    url = _as_url(url)  # Spark's executors need a URL
     try:
         found, used = compute(url, engine)
         written = write(found, Path(out))
