@@ -17,6 +17,7 @@ from typing import Any
 from jqueue.bench.scenarios import RunCalls
 from jqueue.bench.settings import Settings
 from jqueue.bench.verify import Verdict
+from jqueue.domain.figures import percentiles
 from jqueue.version import __version__
 
 COLUMNS = ("backend", "queue", "scenario", "ops", "seconds", "ops/s", "p50 ms", "p95 ms", "p99 ms")
@@ -54,16 +55,6 @@ class RunResult:
     def ops_per_s(self) -> float:
         """Calls per second over the timed phase."""
         return len(self.latencies) / self.seconds if self.seconds > 0 else math.inf
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Return the ``q``-th percentile (0-100) of ascending values, interpolating linearly."""
-    if not sorted_values:
-        return math.nan
-    position = (len(sorted_values) - 1) * q / 100.0
-    low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
 @dataclass(frozen=True)
@@ -104,7 +95,7 @@ def summarise(backend_label: str, queue_kind: str, scenario: str, runs: Sequence
     """Make the row of the run with the median ops/s (the lower median for an even count)."""
     ranked = sorted(runs, key=lambda run: run.ops_per_s)
     chosen = ranked[(len(ranked) - 1) // 2]
-    latencies = sorted(chosen.latencies)
+    p50, p95, p99 = percentiles(chosen.latencies, (0.5, 0.95, 0.99)) or (math.nan,) * 3
     failed = [run.verdict for run in runs if not run.verdict.ok]
     verdict = failed[0] if failed else chosen.verdict
     return Row(
@@ -114,9 +105,9 @@ def summarise(backend_label: str, queue_kind: str, scenario: str, runs: Sequence
         ops=len(chosen.latencies),
         seconds=chosen.seconds,
         ops_per_s=chosen.ops_per_s,
-        p50_ms=percentile(latencies, 50) * 1000,
-        p95_ms=percentile(latencies, 95) * 1000,
-        p99_ms=percentile(latencies, 99) * 1000,
+        p50_ms=p50 * 1000,
+        p95_ms=p95 * 1000,
+        p99_ms=p99 * 1000,
         verified=not failed,
         verify_detail=verdict.detail,
         final_jobs=chosen.verdict.final_jobs,
