@@ -9,18 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
 
-from jqueue.domain.effects import (
-    Beat,
-    CancelAsked,
-    Cancelled,
-    Claimed,
-    Died,
-    Discarded,
-    Forgotten,
-    Published,
-    Removed,
-    Requeued,
-)
+from jqueue.domain import effects as fx
 from jqueue.domain.errors import JobCancelledError
 from jqueue.domain.index_state import IndexState
 from jqueue.domain.models import LEASE_EXPIRED, JobStatus
@@ -70,7 +59,7 @@ class QueueIndex(IndexState):
         now: int,
         expires: int | None = None,
         leases: Callable[[], str] | None = None,
-    ) -> list[Claimed]:
+    ) -> list[fx.Claimed]:
         """Claim up to ``batch_size`` claimable jobs in priority order (of ``entrypoints`` if
         given), each under a new lease from ``leases`` that runs out at ``expires``.
 
@@ -79,7 +68,7 @@ class QueueIndex(IndexState):
         dies (``ttl``) instead of being claimed.
         """
         self.order.release_due(now)
-        claimed: list[Claimed] = []
+        claimed: list[fx.Claimed] = []
         while len(claimed) < batch_size:
             job_id = self.order.next_claimable(entrypoints, self.controls, now, self.running)
             if job_id is None:
@@ -89,9 +78,9 @@ class QueueIndex(IndexState):
                 self.order.reschedule(record)
                 continue
             if record.deadline is not None and record.deadline <= now:
-                self.apply(Died(record.id, now, "ttl", record.last_error))
+                self.apply(fx.Died(record.id, now, "ttl", record.last_error))
                 continue
-            claimed.append(self._applied(Claimed(record.id, now, leases() if leases else None, expires)))
+            claimed.append(self._applied(fx.Claimed(record.id, now, leases() if leases else None, expires)))
         return claimed
 
     def peek(self, entrypoints: Collection[str] | None, limit: int, now: int) -> list[JobRecord]:
@@ -110,11 +99,11 @@ class QueueIndex(IndexState):
 
     def remove(
         self, job_id: str, lease: str | None = None, at: int | None = None, result: bytes | None = None
-    ) -> Removed:
+    ) -> fx.Removed:
         """Remove a job: an ack at ``at`` (fenced by ``lease`` if given) that keeps ``result``
         in its history record, or with ``at`` None a purge that leaves no history."""
         self._holding(job_id, lease)
-        return self._applied(Removed(job_id, at, result))
+        return self._applied(fx.Removed(job_id, at, result))
 
     def nack(
         self,
@@ -125,7 +114,7 @@ class QueueIndex(IndexState):
         error: str | None = None,
         max_attempts: int | None = None,
         dead: bool = False,
-    ) -> Requeued | Died | Cancelled:
+    ) -> fx.Requeued | fx.Died | fx.Cancelled:
         """Return a job to the queue, claimable from ``retry_at`` (fenced by ``lease`` if given);
         a claimed job that used its last attempt dies instead, and with ``dead`` a claimed job
         dies at once (reason ``failed``). A claimed job whose cancel was asked for is cancelled.
@@ -134,15 +123,15 @@ class QueueIndex(IndexState):
         """
         record = self._holding(job_id, lease)
         if record.status is JobStatus.IN_PROGRESS and record.cancel_requested is not None:
-            return self._applied(Cancelled(job_id, now, error))
+            return self._applied(fx.Cancelled(job_id, now, error))
         if record.status is JobStatus.IN_PROGRESS and dead:
-            return self._applied(Died(job_id, now, "failed", error))
+            return self._applied(fx.Died(job_id, now, "failed", error))
         limit = record.max_attempts if record.max_attempts is not None else max_attempts
         if record.status is JobStatus.IN_PROGRESS and limit is not None and record.attempts >= limit:
-            return self._applied(Died(job_id, now, "max_attempts", error))
-        return self._applied(Requeued(job_id, retry_at, error))
+            return self._applied(fx.Died(job_id, now, "max_attempts", error))
+        return self._applied(fx.Requeued(job_id, retry_at, error))
 
-    def release(self, job_id: str, lease: str | None, now: int) -> list[Requeued | Cancelled]:
+    def release(self, job_id: str, lease: str | None, now: int) -> list[fx.Requeued | fx.Cancelled]:
         """Return a claimed job to the queue at once, not as a failure (fenced by ``lease`` if
         given), or cancel it at ``now`` if its cancel was asked for; unfenced, nothing for a job
         in another status."""
@@ -150,10 +139,10 @@ class QueueIndex(IndexState):
         if record.status is not JobStatus.IN_PROGRESS:
             return []
         if record.cancel_requested is not None:
-            return [self._applied(Cancelled(job_id, now))]
-        return [self._applied(Requeued(job_id))]
+            return [self._applied(fx.Cancelled(job_id, now))]
+        return [self._applied(fx.Requeued(job_id))]
 
-    def cancel(self, job_id: str, lease: str | None, now: int) -> list[CancelAsked | Cancelled]:
+    def cancel(self, job_id: str, lease: str | None, now: int) -> list[fx.CancelAsked | fx.Cancelled]:
         """Cancel a job at ``now``: one that is not running, or (fenced by ``lease``) the claimed
         job of the worker that stopped it, leaves the queue with a history record; a running
         job, unfenced, is marked for its worker to stop (once).
@@ -171,10 +160,10 @@ class QueueIndex(IndexState):
         if record.status is JobStatus.STAGED:
             raise ValueError(f"job {job_id!r} is staged by a bulk write not yet published; discard the write")
         if lease is None and record.status is JobStatus.IN_PROGRESS:
-            return [] if record.cancel_requested is not None else [self._applied(CancelAsked(job_id, now))]
-        return [self._applied(Cancelled(job_id, now))]
+            return [] if record.cancel_requested is not None else [self._applied(fx.CancelAsked(job_id, now))]
+        return [self._applied(fx.Cancelled(job_id, now))]
 
-    def requeue(self, job_ids: Iterable[str]) -> list[Requeued]:
+    def requeue(self, job_ids: Iterable[str]) -> list[fx.Requeued]:
         """Make jobs claimable at once whatever their state: a dead one with its attempts reset,
         a claimed one released, a waiting one due now; a job already claimable is left alone.
 
@@ -183,15 +172,15 @@ class QueueIndex(IndexState):
         JobNotFoundError
             If one of ``job_ids`` is not in the queue.
         """
-        done: list[Requeued] = []
+        done: list[fx.Requeued] = []
         for job_id in dict.fromkeys(job_ids):
             record = self._require(job_id)
             if record.status is JobStatus.QUEUED and record.not_before is None:
                 continue
-            done.append(self._applied(Requeued(job_id, reset=record.status is JobStatus.DEAD)))
+            done.append(self._applied(fx.Requeued(job_id, reset=record.status is JobStatus.DEAD)))
         return done
 
-    def requeue_dead(self, job_ids: Iterable[str] | None = None) -> list[Requeued]:
+    def requeue_dead(self, job_ids: Iterable[str] | None = None) -> list[fx.Requeued]:
         """Requeue dead jobs (those of ``job_ids``, or all) with their attempts reset.
 
         Raises
@@ -203,7 +192,7 @@ class QueueIndex(IndexState):
             dead = [r.id for r in self.select({JobStatus.DEAD})]
         else:
             dead = [job_id for job_id in job_ids if self._require(job_id).status is JobStatus.DEAD]
-        return [self._applied(Requeued(job_id, reset=True)) for job_id in dict.fromkeys(dead)]
+        return [self._applied(fx.Requeued(job_id, reset=True)) for job_id in dict.fromkeys(dead)]
 
     def heartbeat(
         self,
@@ -214,7 +203,7 @@ class QueueIndex(IndexState):
         progress: float | None = None,
         note: str | None = None,
         new_lease: str | None = None,
-    ) -> list[Beat]:
+    ) -> list[fx.Beat]:
         """Move a claimed job's heartbeat to ``now`` and extend its lease (to ``expires`` when
         given), recording its ``progress`` and ``note`` when given, and with ``new_lease``
         holding the claim under that lease from now on; unfenced, nothing for a job in another
@@ -234,16 +223,18 @@ class QueueIndex(IndexState):
             return []
         if record.cancel_requested is not None:
             raise JobCancelledError(job_id)
-        return [self._applied(Beat(job_id, now, expires, progress, note, new_lease))]
+        return [self._applied(fx.Beat(job_id, now, expires, progress, note, new_lease))]
 
-    def requeue_expired(self, now: int, max_attempts: int | None = None) -> list[Requeued | Died | Cancelled]:
+    def requeue_expired(
+        self, now: int, max_attempts: int | None = None
+    ) -> list[fx.Requeued | fx.Died | fx.Cancelled]:
         """Return the claimed jobs whose lease ran out before ``now`` to the queue; one that used
         its last attempt (its own ``max_attempts``, else the one given) dies instead, and one
         whose cancel was asked for is cancelled."""
         expired = self.order.expired(now)
         return [self.nack(job_id, None, now, None, LEASE_EXPIRED, max_attempts) for job_id in expired]
 
-    def requeue_stale(self, cutoff: int, now: int) -> list[Requeued | Cancelled]:
+    def requeue_stale(self, cutoff: int, now: int) -> list[fx.Requeued | fx.Cancelled]:
         """Requeue the claimed jobs whose heartbeat is older than ``cutoff`` (or missing); one
         whose cancel was asked for is cancelled at ``now``."""
         return [effect for job_id in self.order.stale(cutoff) for effect in self.release(job_id, None, now)]
@@ -252,25 +243,25 @@ class QueueIndex(IndexState):
         """Return the bulk writes not yet published, with their job counts."""
         return {batch: len(ids) for batch, ids in self._staged.items()}
 
-    def publish(self, batch: str) -> list[Published]:
+    def publish(self, batch: str) -> list[fx.Published]:
         """Make the staged jobs of ``batch`` claimable; nothing if it has none (published already)."""
-        return [self._applied(Published(batch))] if batch in self._staged else []
+        return [self._applied(fx.Published(batch))] if batch in self._staged else []
 
-    def discard(self, batch: str) -> list[Discarded]:
+    def discard(self, batch: str) -> list[fx.Discarded]:
         """Drop the staged jobs of ``batch``; nothing if it has none."""
-        return [self._applied(Discarded(batch))] if batch in self._staged else []
+        return [self._applied(fx.Discarded(batch))] if batch in self._staged else []
 
-    def discard_abandoned(self, staged_before: int) -> list[Discarded]:
+    def discard_abandoned(self, staged_before: int) -> list[fx.Discarded]:
         """Drop each bulk write whose staged jobs were created before ``staged_before`` (one of
         them is looked at: a writer stages a batch in minutes, and the limit is far longer)."""
         records = self.records
         abandoned = [
             batch for batch, ids in self._staged.items() if records[next(iter(ids))].created < staged_before
         ]
-        return [self._applied(Discarded(batch)) for batch in abandoned]
+        return [self._applied(fx.Discarded(batch)) for batch in abandoned]
 
-    def forget(self, finished_before: int, keep: int) -> list[Forgotten]:
+    def forget(self, finished_before: int, keep: int) -> list[fx.Forgotten]:
         """Drop the oldest history records: those finished before ``finished_before`` and any
         beyond the newest ``keep``."""
         count = self.history.expired(finished_before, keep)
-        return [self._applied(Forgotten(count))] if count else []
+        return [self._applied(fx.Forgotten(count))] if count else []

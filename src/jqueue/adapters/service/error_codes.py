@@ -10,18 +10,7 @@ import msgspec
 
 from jqueue.adapters.service.wire import ErrorBody
 from jqueue.adapters.web.queue_names import BadQueueNameError, UnknownQueueError
-from jqueue.domain.errors import (
-    CASConflictError,
-    CorruptStateError,
-    JobCancelledError,
-    JobNotFoundError,
-    LeaseLostError,
-    PayloadTooLargeError,
-    QueueClosedError,
-    QueuePausedError,
-    ServiceError,
-    StorageError,
-)
+from jqueue.domain import errors
 
 Detail = str | int | None
 
@@ -42,15 +31,15 @@ class ErrorCode:
 ERROR_CODES = (
     ErrorCode(BadQueueNameError, 400, "bad_queue_name", raised=False),
     ErrorCode(UnknownQueueError, 404, "queue_not_found", raised=False),
-    ErrorCode(JobNotFoundError, 404, "job_not_found", ("job_id",)),
-    ErrorCode(LeaseLostError, 409, "lease_lost", ("job_id",)),
-    ErrorCode(JobCancelledError, 409, "cancelled", ("job_id",)),
-    ErrorCode(QueuePausedError, 409, "paused", ("entrypoint",)),
-    ErrorCode(PayloadTooLargeError, 413, "payload_too_large", ("size", "limit")),
-    ErrorCode(CASConflictError, 503, "conflict"),
-    ErrorCode(QueueClosedError, 503, "closing", raised=False),  # the service is stopping
-    ErrorCode(StorageError, 503, "storage_unavailable"),
-    ErrorCode(CorruptStateError, 500, "corrupt_state", ("location",)),
+    ErrorCode(errors.JobNotFoundError, 404, "job_not_found", ("job_id",)),
+    ErrorCode(errors.LeaseLostError, 409, "lease_lost", ("job_id",)),
+    ErrorCode(errors.JobCancelledError, 409, "cancelled", ("job_id",)),
+    ErrorCode(errors.QueuePausedError, 409, "paused", ("entrypoint",)),
+    ErrorCode(errors.PayloadTooLargeError, 413, "payload_too_large", ("size", "limit")),
+    ErrorCode(errors.CASConflictError, 503, "conflict"),
+    ErrorCode(errors.QueueClosedError, 503, "closing", raised=False),  # the service is stopping
+    ErrorCode(errors.StorageError, 503, "storage_unavailable"),
+    ErrorCode(errors.CorruptStateError, 500, "corrupt_state", ("location",)),
     ErrorCode(msgspec.DecodeError, 400, "bad_body", raised=False),
     ErrorCode(ValueError, 400, "invalid_argument"),
 )
@@ -72,7 +61,7 @@ def body_of(exc: BaseException, entry: ErrorCode) -> ErrorBody:
 
 def status_of(exc: BaseException) -> int | None:
     """The status a service answers ``exc`` with, or answered it with (None if it answers none)."""
-    if isinstance(exc, ServiceError):
+    if isinstance(exc, errors.ServiceError):
         return exc.status
     entry = code_of(exc)
     return None if entry is None else entry.status
@@ -86,11 +75,11 @@ def raised(body: ErrorBody, status: int | None = None) -> Exception:
     if status is None:
         status = 500 if entry is None else entry.status
     if entry is None or not entry.raised or not issubclass(entry.kind, Exception):
-        return ServiceError(status, body.code, body.message, body.broker)
+        return errors.ServiceError(status, body.code, body.message, body.broker)
     exc = entry.kind.__new__(entry.kind)
     Exception.__init__(exc, body.message)
     for name in entry.fields:
         setattr(exc, name, (body.details or {}).get(name))
-    if isinstance(exc, StorageError):
-        exc.cause = ServiceError(status, body.code, body.message)
+    if isinstance(exc, errors.StorageError):
+        exc.cause = errors.ServiceError(status, body.code, body.message)
     return exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Iterator
 
@@ -18,81 +19,69 @@ STATUSES = ("queued", "scheduled", "in_progress", "dead", "staged")
 CONFLICT_BUCKETS = (0, 1, 2, 4, 8, 16)
 
 
+QUEUE_ENTRYPOINT = ("queue", "entrypoint")
+
+
 class ServiceMetrics:
     """The service's counters, histograms and per-queue gauges, in a registry of their own."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
-        self.requests = Counter(
-            "jqueue_requests",
-            "Requests answered, by queue, route and status.",
-            ["queue", "route", "status"],
-            registry=registry,
+        counter = functools.partial(Counter, registry=registry)
+        gauge = functools.partial(Gauge, registry=registry)
+        histogram = functools.partial(Histogram, registry=registry)
+        self.requests = counter(
+            "jqueue_requests", "Requests answered, by queue, route and status.", ["queue", "route", "status"]
         )
-        self.request_seconds = Histogram(
+        self.request_seconds = histogram(
             "jqueue_request_seconds",
             "Time to answer a request (its commit included), by route.",
             ["route"],
-            registry=registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
-        self.batch_size = Histogram(
+        self.batch_size = histogram(
             "jqueue_request_jobs",
             "Jobs in one request, by route.",
             ["route"],
-            registry=registry,
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 10_000),
         )
-        self.jobs_done = Counter(
+        self.jobs_done = counter(
             "jqueue_jobs",
             "Jobs enqueued and claimed, by queue and entrypoint.",
             ["queue", "entrypoint", "action"],
-            registry=registry,
         )
-        self.settled = Counter(
-            "jqueue_settled",
-            "Jobs acked, nacked, heartbeaten and released, by queue.",
-            ["queue", "action"],
-            registry=registry,
+        self.settled = counter(
+            "jqueue_settled", "Jobs acked, nacked, heartbeaten and released, by queue.", ["queue", "action"]
         )
-        self.empty_polls = Counter(
-            "jqueue_empty_polls",
-            "Dequeue requests that claimed nothing, by queue.",
-            ["queue"],
-            registry=registry,
+        self.empty_polls = counter(
+            "jqueue_empty_polls", "Dequeue requests that claimed nothing, by queue.", ["queue"]
         )
-        self.settle_errors = Counter(
+        self.settle_errors = counter(
             "jqueue_settle_errors",
             "Jobs of a settling request that failed, by queue, route and code.",
             ["queue", "route", "code"],
-            registry=registry,
         )
-        self.queued_calls = Counter(
+        self.queued_calls = counter(
             "jqueue_queued_calls",
             "Calls of the queued-compatible routes by queue, endpoint and outcome (messages for"
             " successful pushes and deletes, requests otherwise).",
             ["queue", "endpoint", "outcome"],
-            registry=registry,
         )
-        self.broker_epoch = Gauge(
-            "jqueue_broker_epoch",
-            "The epoch of the root's broker record as this process last saw it.",
-            registry=registry,
+        self.broker_epoch = gauge(
+            "jqueue_broker_epoch", "The epoch of the root's broker record as this process last saw it."
         )
-        self.broker_role = Gauge(
+        self.broker_role = gauge(
             "jqueue_broker_role",
             "1 for this process's role for its root (active: it serves; standby: it waits).",
             ["role"],
-            registry=registry,
         )
         self.commits = CommitCollector()
         registry.register(self.commits)
-        self.backlog = Gauge(
+        self.backlog = gauge(
             "jqueue_backlog",
             "Jobs in the queue by entrypoint and status, at the last scrape.",
-            ["queue", "entrypoint", "status"],
-            registry=registry,
+            [*QUEUE_ENTRYPOINT, "status"],
         )
 
     def jobs(self, queue: str, action: str, jobs: Iterable[Job]) -> None:

@@ -22,22 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
+from jqueue.adapters.storage import segment_format as fmt
 from jqueue.adapters.storage.object_files import fsync_dir
-from jqueue.adapters.storage.segment_format import (
-    DELETED,
-    FILE_HEADER,
-    FILE_MAGIC,
-    FLAGS_AT,
-    OBJECT,
-    RECORD,
-    SEAL,
-    TOMBSTONE,
-    TOMBSTONE_PLACE,
-    ZEROS,
-    encode_record,
-    preallocate,
-    write_at,
-)
 from jqueue.adapters.storage.segment_index import Place
 from jqueue.adapters.storage.segment_reader import Segment, SegmentReader
 from jqueue.domain.errors import CASConflictError, CorruptStateError
@@ -141,10 +127,10 @@ class SegmentLog(SegmentReader):
         place = self._index.places.get(name)
         if place is not None and self._is_live(name, place):
             raise CASConflictError(f"{self.directory.as_uri()}/{name} exists")
-        if quick and not self._fits(RECORD.size + len(name.encode()) + len(content)):
+        if quick and not self._fits(fmt.RECORD.size + len(name.encode()) + len(content)):
             return BUSY  # rolling to a new segment costs more syncs, and may compact
         tail = self._tail
-        self._sync(self._append(OBJECT, name, content).fd)
+        self._sync(self._append(fmt.OBJECT, name, content).fd)
         self._tidy(since=tail)
         return None
 
@@ -180,13 +166,13 @@ class SegmentLog(SegmentReader):
     def _fits(self, size: int) -> bool:
         """Whether a record of ``size`` bytes fits the newest segment (with room for a seal)."""
         segment = self._segments.get(self._tail)
-        return segment is not None and self._end + size + RECORD.size <= segment.capacity
+        return segment is not None and self._end + size + fmt.RECORD.size <= segment.capacity
 
     def _append(self, kind: int, name: str, content: bytes) -> Segment:
         """Write a record at the end (not synced); return the segment it went to."""
-        record = encode_record(kind, name, content)
+        record = fmt.encode_record(kind, name, content)
         segment = self._segments[self._tail] if self._fits(len(record)) else self._roll(len(record))
-        write_at(segment.fd, record, self._end)
+        fmt.write_at(segment.fd, record, self._end)
         place = Place(segment.number, self._end, len(record))
         self._end += len(record)
         self._note(place, kind, 0, name, content)
@@ -195,12 +181,12 @@ class SegmentLog(SegmentReader):
     def _roll(self, size: int) -> Segment:
         """Create the next segment whole, then seal the current one to point at it."""
         number = self._tail + 1
-        capacity = max(self.segment_bytes, FILE_HEADER.size + size + RECORD.size)
+        capacity = max(self.segment_bytes, fmt.FILE_HEADER.size + size + fmt.RECORD.size)
         temporary = self.directory / f".{number:012d}.{uuid.uuid4().hex}.tmp"
         fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            write_at(fd, FILE_HEADER.pack(FILE_MAGIC, number), 0)
-            preallocate(fd, capacity)
+            fmt.write_at(fd, fmt.FILE_HEADER.pack(fmt.FILE_MAGIC, number), 0)
+            fmt.preallocate(fd, capacity)
             os.fsync(fd)
             os.link(temporary, self._path(number))
             segment = self._segments[number] = Segment(number, fd, capacity)
@@ -215,21 +201,21 @@ class SegmentLog(SegmentReader):
         fsync_dir(self.directory)
         if self._tail:
             current = self._segments[self._tail]
-            write_at(current.fd, encode_record(SEAL, "", b""), self._end)
+            fmt.write_at(current.fd, fmt.encode_record(fmt.SEAL, "", b""), self._end)
             self._sync(current.fd)
-        self._tail, self._end = number, FILE_HEADER.size
+        self._tail, self._end = number, fmt.FILE_HEADER.size
         return segment
 
     def _adopt(self, number: int, capacity: int) -> Segment:
         segment = self._open_segment(number)
         if segment is None:
             raise CASConflictError(f"{self._path(number).as_uri()} vanished while being created")
-        if os.pread(segment.fd, RECORD.size, FILE_HEADER.size) != ZEROS:
+        if os.pread(segment.fd, fmt.RECORD.size, fmt.FILE_HEADER.size) != fmt.ZEROS:
             raise CorruptStateError(
                 self._path(number).as_uri(), "holds records, but the segment before it is not sealed"
             )
         if segment.capacity < capacity:
-            preallocate(segment.fd, capacity)
+            fmt.preallocate(segment.fd, capacity)
             os.fsync(segment.fd)
             segment.capacity = capacity
         return segment
@@ -241,7 +227,7 @@ class SegmentLog(SegmentReader):
             return
         segment = self._segments[self._tail]
         rest = os.pread(segment.fd, segment.capacity - self._end, self._end)
-        write_at(segment.fd, bytes(len(rest.rstrip(b"\0"))), self._end)
+        fmt.write_at(segment.fd, bytes(len(rest.rstrip(b"\0"))), self._end)
         self._sync(segment.fd)
         self._dirty = False
 
@@ -250,11 +236,11 @@ class SegmentLog(SegmentReader):
         places = self._index.copies(name)
         touched = {place.segment: self._segments[place.segment] for place in places}
         for place in places:
-            write_at(touched[place.segment].fd, bytes([DELETED]), place.offset + FLAGS_AT)
+            fmt.write_at(touched[place.segment].fd, bytes([fmt.DELETED]), place.offset + fmt.FLAGS_AT)
         for segment in touched.values():
             self._sync(segment.fd)
         for place in places:
-            self._append(TOMBSTONE, name, TOMBSTONE_PLACE.pack(place.segment, place.offset))
+            self._append(fmt.TOMBSTONE, name, fmt.TOMBSTONE_PLACE.pack(place.segment, place.offset))
         for segment in touched.values():
             self._reclaim(segment)
 
@@ -277,13 +263,13 @@ class SegmentLog(SegmentReader):
         for name, place in self._index.current_in(segment.number):
             content = self._read_live(name, place)
             if content is not None:
-                target = self._append(OBJECT, name, content)
+                target = self._append(fmt.OBJECT, name, content)
                 moved[target.number] = target
         for target in moved.values():
             self._sync(target.fd)
         for name, place in self._index.shadows_in(segment.number):
-            write_at(segment.fd, bytes([DELETED]), place.offset + FLAGS_AT)
-            self._append(TOMBSTONE, name, TOMBSTONE_PLACE.pack(place.segment, place.offset))
+            fmt.write_at(segment.fd, bytes([fmt.DELETED]), place.offset + fmt.FLAGS_AT)
+            self._append(fmt.TOMBSTONE, name, fmt.TOMBSTONE_PLACE.pack(place.segment, place.offset))
         with contextlib.suppress(FileNotFoundError):
             self._path(segment.number).unlink()
         os.close(segment.fd)

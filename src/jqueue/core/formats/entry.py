@@ -21,24 +21,7 @@ import msgspec
 from jqueue.core.formats.part_runs import AddPart, PartRun
 from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.formats.wire import UNDECODABLE, Count, Micros, kind_type, wire_type
-from jqueue.domain.effects import (
-    Added,
-    Beat,
-    CancelAsked,
-    Cancelled,
-    Claimed,
-    Died,
-    Discarded,
-    Effect,
-    Forgotten,
-    LimitSet,
-    PauseSet,
-    Published,
-    Removed,
-    Requeued,
-    SinkMarked,
-    ThrottleSet,
-)
+from jqueue.domain import effects as fx
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.schema import STORED_FIELDS, field_values
 
@@ -54,21 +37,21 @@ _add_values = operator.attrgetter(*(f.name for f in STORED_FIELDS))
 """The stored fields of an ``_Add``: a prefix of ``JobFields`` (see ``STORED_FIELDS``)."""
 
 
-TAGS: dict[type[Effect], str] = {
-    Claimed: "claim",
-    Requeued: "requeue",
-    Removed: "remove",
-    Beat: "beat",
-    CancelAsked: "cancel_ask",
-    Cancelled: "cancel",
-    Died: "die",
-    Forgotten: "forget",
-    PauseSet: "pause",
-    ThrottleSet: "throttle",
-    LimitSet: "limit",
-    SinkMarked: "sink_mark",
-    Published: "publish",
-    Discarded: "discard",
+TAGS: dict[type[fx.Effect], str] = {
+    fx.Claimed: "claim",
+    fx.Requeued: "requeue",
+    fx.Removed: "remove",
+    fx.Beat: "beat",
+    fx.CancelAsked: "cancel_ask",
+    fx.Cancelled: "cancel",
+    fx.Died: "die",
+    fx.Forgotten: "forget",
+    fx.PauseSet: "pause",
+    fx.ThrottleSet: "throttle",
+    fx.LimitSet: "limit",
+    fx.SinkMarked: "sink_mark",
+    fx.Published: "publish",
+    fx.Discarded: "discard",
 }
 """Each effect's tag in an entry (``Added`` is ``add``, or ``add_part`` runs): the one thing the
 format says of an effect; its array is the effect's fields in order, typed by their kinds."""
@@ -123,15 +106,15 @@ class Entry:
     seq: int
     commit: str
     at: int
-    effects: list[Effect]
+    effects: list[fx.Effect]
     payloads: list[bytes]
 
 
 _entry_decoder = msgspec.json.Decoder(_Entry)
 
 
-def _wire_effect(effect: Effect) -> _WireEffect:
-    if isinstance(effect, Added):
+def _wire_effect(effect: fx.Effect) -> _WireEffect:
+    if isinstance(effect, fx.Added):
         if not isinstance(effect.payload, bytes):
             raise ValueError(f"payload of {effect.job_id} is not in memory")
         return _Add(*field_values(effect))
@@ -139,12 +122,12 @@ def _wire_effect(effect: Effect) -> _WireEffect:
     return wire(*values(effect))
 
 
-def encode_entry(seq: int, commit_id: str, at: int, effects: Sequence[Effect]) -> bytes:
+def encode_entry(seq: int, commit_id: str, at: int, effects: Sequence[fx.Effect]) -> bytes:
     """Serialise one commit's effects: an added job's payload in memory, or a part's jobs in runs
     (``AddPart``)."""
     wire: list[_WireEffect | PartRun] = []
     for effect in effects:
-        if isinstance(effect, Added) and isinstance(effect.payload, int):
+        if isinstance(effect, fx.Added) and isinstance(effect.payload, int):
             run = wire[-1] if wire else None
             if not isinstance(run, PartRun) or not run.takes(effect):
                 run = PartRun(effect)
@@ -170,12 +153,12 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
         raise CorruptStateError(location, str(exc)) from exc
     if wire.seq != seq:
         raise CorruptStateError(location, f"holds entry {wire.seq}, expected {seq}")
-    effects: list[Effect] = []
+    effects: list[fx.Effect] = []
     payloads: list[bytes] = []
     for item in wire.effects:
         match item:
             case _Add() as w:
-                added = Added(*_add_values(w))
+                added = fx.Added(*_add_values(w))
                 payloads.append(w.payload)
                 added.payload = payload_ref(seq, len(payloads) - 1)
                 effects.append(added)

@@ -19,18 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from jqueue.core.formats import wire as shared
 from jqueue.core.formats.marker import decode_marker
-from jqueue.core.formats.wire import (
-    UNDECODABLE,
-    AwareDatetime,
-    Count,
-    WireControls,
-    WireHistories,
-    controls_from_wire,
-    history_from_wire,
-    wire_history,
-    wire_type,
-)
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
@@ -44,9 +34,9 @@ _FIELDS = sorted(STORED_FIELDS, key=lambda f: _DOCUMENTED.index(f.public) if f.p
 _WireJob: Any = msgspec.defstruct(
     "_WireJob",
     [
-        (f.public, wire_type(f, AwareDatetime))
+        (f.public, shared.wire_type(f, shared.AwareDatetime))
         if f.required and not f.nullable
-        else (f.public, wire_type(f, AwareDatetime), f.default)
+        else (f.public, shared.wire_type(f, shared.AwareDatetime), f.default)
         for f in _FIELDS
     ],
     kw_only=True,
@@ -62,11 +52,11 @@ else:
 
 
 class _WireState(msgspec.Struct, omit_defaults=True):
-    version: Count
+    version: shared.Count
     jobs: _WireJobs
     commit: str | None = None
-    history: WireHistories = []
-    controls: WireControls | None = None
+    history: shared.WireHistories = []
+    controls: shared.WireControls | None = None
 
 
 _encoder = msgspec.json.Encoder()
@@ -87,8 +77,8 @@ def encode_index(index: QueueIndex, version: int, commit_id: str | None) -> byte
         version=version,
         jobs=jobs,
         commit=commit_id,
-        history=wire_history(list(index.history)),
-        controls=WireControls(**controls) if any(controls.values()) else None,
+        history=shared.wire_history(list(index.history)),
+        controls=shared.WireControls(**controls) if any(controls.values()) else None,
     )
     return _encoder.encode(state)
 
@@ -96,7 +86,7 @@ def encode_index(index: QueueIndex, version: int, commit_id: str | None) -> byte
 def _decode_wire(data: bytes, location: str) -> _WireState:
     try:
         wire = _decoder.decode(data)
-    except UNDECODABLE as exc:
+    except shared.UNDECODABLE as exc:
         if decode_marker(data, location)[0]:
             raise CorruptStateError(
                 location, "this queue uses the log-structured layout; open it with layout 'auto' or 'log'"
@@ -133,6 +123,6 @@ def decode_index(data: bytes, location: str = "<bytes>") -> QueueIndex:
         index.apply_all(_in_range(Added(*domain_values(job))) for job in wire.jobs)
     except ValueError as exc:
         raise CorruptStateError(location, str(exc)) from exc
-    index.restore(history_from_wire(wire.history), controls_from_wire(wire.controls))
+    index.restore(shared.history_from_wire(wire.history), shared.controls_from_wire(wire.controls))
     index.version = wire.version
     return index
