@@ -27,8 +27,7 @@ from typing import Any, Generic, Self, TypeVar, Unpack
 
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.connection import connect as async_connect
-from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
-from jqueue.adapters.storage.url import storage_from_url
+from jqueue.adapters.storage.url import storage_at
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import QueueClosedError
 from jqueue.domain.models import Job
@@ -192,7 +191,7 @@ def open_queue(
     """Open the queue on ``storage`` (a storage, a storage URL, or a file path) as a
     ``BrokerQueue`` (``options`` go to it) whose calls block."""
     if isinstance(storage, str):
-        storage = storage_from_url(storage) if "://" in storage else LocalFileSystemStorage(storage)
+        storage = storage_at(storage)
     where = storage
 
     async def opener() -> tuple[BrokerQueue, Callable[[], Awaitable[None]]]:

@@ -22,8 +22,7 @@ from rich.text import Text
 from jqueue.adapters.service.caller import ServiceCaller
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.wire import TOKEN_VARIABLE
-from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
-from jqueue.adapters.storage.url import storage_from_url
+from jqueue.adapters.storage.url import storage_at
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
 from jqueue.domain.errors import InvalidURLError, JQueueError, ServiceError
@@ -140,10 +139,8 @@ def shared_storage(ctx: typer.Context) -> ObjectStoragePort:
             f"{url} is a directory: a queue is one file in it, e.g. {path / 'NAME.json'}"
             f" (jqueue serve --storage {url} serves every queue in it)"
         )
-    if "://" not in url:
-        return LocalFileSystemStorage(url)
     try:
-        return storage_from_url(url)
+        return storage_at(url)
     except InvalidURLError as exc:
         fail(str(exc))
         raise

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 from jqueue.adapters.service.catalog import CATALOG_NAME, Catalog, added, removed
 from jqueue.adapters.service.tenure import RECORD_NAME
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
-from jqueue.adapters.storage.url import storage_from_url
+from jqueue.adapters.storage.url import storage_at
 from jqueue.adapters.web.queue_names import QUEUE_NAME, BadQueueNameError, UnknownQueueError
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import InvalidURLError
@@ -31,7 +31,7 @@ def _location(root: str, filename: str) -> str:
 
 
 def _storage(location: str) -> ObjectStoragePort:
-    return storage_from_url(location) if "://" in location else LocalFileSystemStorage(location)
+    return storage_at(location)
 
 
 def root_storage(root: str, name: str) -> ObjectStoragePort:
@@ -48,7 +48,7 @@ def checked_root(root: str) -> str:
     """Return ``root`` if queues can live under it; a plain path (or a ``file://`` URL, returned
     as its path) must be a directory."""
     if "://" in root:
-        checked = storage_from_url(queue_location(root, "check"))  # InvalidURLError for a bad URL
+        checked = storage_at(queue_location(root, "check"))  # InvalidURLError for a bad URL
         if not isinstance(checked, LocalFileSystemStorage):
             return root
         root = str(checked.path.parent)  # a directory whose queue files can be listed

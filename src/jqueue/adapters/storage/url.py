@@ -1,4 +1,4 @@
-"""``storage_from_url``: a storage backend from one URL."""
+"""``storage_from_url``: a storage backend from one URL (``storage_at``: or from a path)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,17 @@ _memory_objects: dict[str, InMemoryStorage] = {}
 _memory_lock = threading.Lock()
 
 _S3_OPTIONS = frozenset({"endpoint_url", "region"})
+
+
+def storage_at(location: str) -> ObjectStoragePort:
+    """Build the storage of a URL (as ``storage_from_url``) or of a file's path (no ``://``).
+
+    Raises
+    ------
+    InvalidURLError
+        If a URL is malformed, its scheme unknown, or a part is missing or unexpected.
+    """
+    return storage_from_url(location) if "://" in location else LocalFileSystemStorage(location)
 
 
 def storage_from_url(url: str) -> ObjectStoragePort:
