@@ -81,11 +81,12 @@ class JobSpec:
     id: str | None = field(default=None, metadata={"limit": JOB_ID})
 
     def __post_init__(self) -> None:
-        for spec_field in SPEC_FIELDS:
-            value = getattr(self, spec_field.name)
-            if value is not None or not spec_field.nullable:
-                _TYPE_CHECKS[spec_field.type](spec_field.name, value)
-                spec_field.limit.check(spec_field.name, value)
+        for name, nullable, check_type, limit in _CHECKS:
+            value = getattr(self, name)
+            if value is not None or not nullable:
+                check_type(name, value)
+                if limit is not None:
+                    limit.check(name, value)
         if self.delay is not None and self.not_before is not None:
             raise ValueError("give delay or not_before, not both")
 
@@ -172,6 +173,9 @@ _TYPE_CHECKS: dict[type, Callable[[str, object], object]] = {
 }
 SPEC_FIELDS = _resolved()
 """The fields of ``JobSpec``, in order: ``EnqueueOptions`` are those after ``priority``."""
+_CHECKS = tuple(
+    (f.name, f.nullable, _TYPE_CHECKS[f.type], f.limit if f.limit.bounds else None) for f in SPEC_FIELDS
+)
 
 
 def payload_bytes(payload: bytes | bytearray | str) -> bytes:

@@ -33,13 +33,18 @@ class Limit:
     min_length: int | None = None
     max_length: int | None = None
 
+    @property
+    def bounds(self) -> bool:
+        """Whether the limit bounds anything."""
+        return any(v is not None for v in (self.ge, self.gt, self.le, self.min_length, self.max_length))
+
     def check(self, name: str, value: Any) -> None:
         """Raise ``ValueError`` naming ``name`` if ``value`` is out of range."""
         if isinstance(value, str):
-            if not (self.min_length or 0) <= len(value) <= (self.max_length or len(value)):
-                raise ValueError(
-                    f"{name} must be {self.min_length or 0} to {self.max_length} characters, got {len(value)}"
-                )
+            shortest, longest = self.min_length or 0, self.max_length
+            if len(value) < shortest or (longest is not None and len(value) > longest):
+                wanted = f"at least {shortest}" if longest is None else f"{shortest} to {longest}"
+                raise ValueError(f"{name} must be {wanted} characters, got {len(value)}")
             return
         if self.ge is not None and value < self.ge:
             word = "not be negative" if not self.ge else f"be at least {_shown(self.ge)}"
