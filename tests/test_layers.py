@@ -13,11 +13,18 @@ from pathlib import Path
 import jqueue
 
 SRC = Path(jqueue.__file__).resolve().parent
+CORE_PACKAGES = ("formats", "loop", "log", "runtime")
+"""The subpackages of ``core`` that are units of their own (the rest of ``core`` is one)."""
+ENGINE = {"core", "core.loop", "core.log", "core.formats"}
+"""The commit engine: the queue (``core``), the commit loop, the log layout, the wire formats."""
 ARROWS: dict[str, set[str]] = {
     "domain": set(),
     "ports": {"domain"},
     "version": set(),
-    "core": {"domain", "ports"},
+    "core.formats": {"domain"},
+    "core.loop": {"domain", "ports", "core.formats"},
+    "core.log": {"domain", "ports", "core.formats", "core.loop"},
+    "core": {"domain", "ports", "core.formats", "core.loop", "core.log"},
     "core.runtime": {"domain", "ports", "core"},
     "adapters": set(),
     "adapters.optional": set(),
@@ -26,17 +33,17 @@ ARROWS: dict[str, set[str]] = {
     "adapters.storage": {"domain", "ports", "adapters.optional"},
     "adapters.dashboard": {"domain", "ports", "core", "adapters.charts", "adapters.web"},
     "adapters.service": {
-        "domain", "ports", "core", "version",
+        "domain", "ports", *ENGINE, "version",
         "adapters.optional", "adapters.storage", "adapters.web", "adapters.dashboard",
     },
     "adapters.worker_metrics": {"domain", "core.runtime", "adapters.optional"},
     "sync": {"domain", "ports", "core", "adapters.storage", "adapters.service"},
     "adapters.spark": {
-        "domain", "ports", "core", "core.runtime", "sync",
+        "domain", "ports", *ENGINE, "core.runtime", "sync",
         "adapters.optional", "adapters.storage", "adapters.service",
     },
     "adapters.report": {"domain", "core", "adapters.charts", "adapters.storage", "adapters.spark"},
-    "testing": {"domain", "ports", "core"},
+    "testing": {"domain", "ports", *ENGINE},
     "bench": {"domain", "ports", "core", "version", "testing", "adapters.storage"},
     "adapters.cli": {
         "domain", "ports", "core", "core.runtime", "version", "bench",
@@ -44,7 +51,7 @@ ARROWS: dict[str, set[str]] = {
         "adapters.service", "adapters.report", "adapters.worker_metrics",
     },
     "jqueue": {
-        "domain", "ports", "core", "core.runtime", "version",
+        "domain", "ports", *ENGINE, "core.runtime", "version",
         "adapters.storage", "adapters.service", "adapters.worker_metrics",
     },
     "spark": {"adapters.spark"},
@@ -79,7 +86,7 @@ def unit_of(module: str) -> str | None:
     if parts[1] == "adapters":
         return ".".join(parts[1:3])
     if parts[1] == "core":
-        return "core.runtime" if parts[2:3] == ["runtime"] else "core"
+        return f"core.{parts[2]}" if parts[2:3] and parts[2] in CORE_PACKAGES else "core"
     return parts[1]
 
 

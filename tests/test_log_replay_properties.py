@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from jqueue import InMemoryStorage, Job, LogSettings, QueueState
 from jqueue.core.layout import StoreOpener
 from jqueue.core.log.store import LogStore
-from jqueue.core.retry import RetryPolicy
+from jqueue.core.loop.retry import RetryPolicy
 from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.times import to_micros

@@ -19,6 +19,7 @@ from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
 from jqueue.core.group_commit import GroupCommitLoop
 from jqueue.core.layout import Layout
+from jqueue.core.loop.settings import LogSettings
 from jqueue.core.runtime.context import JobContext, current_job
 from jqueue.core.runtime.heartbeat import HeartbeatManager
 from jqueue.core.runtime.outcomes import JobResult, Outcome, WorkerStats
@@ -26,7 +27,6 @@ from jqueue.core.runtime.queue_set import QueueSet
 from jqueue.core.runtime.steering import Fail, HandlerFailure, Retry
 from jqueue.core.runtime.tasks import Task
 from jqueue.core.runtime.worker import Worker
-from jqueue.core.settings import LogSettings
 from jqueue.domain.errors import (
     CASConflictError,
     CommitUnknownError,

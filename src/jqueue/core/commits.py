@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from jqueue.core.layout import StoreOpener
-from jqueue.core.store import StorageUse, located
+from jqueue.core.loop.store import StorageUse, located
 from jqueue.domain.errors import JQueueError, QueueClosedError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.policy import QueuePolicy

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 from jqueue.core.commits import GroupedCommits
 from jqueue.core.layout import Layout
+from jqueue.core.loop.retry import GROUPED_MAX_RETRIES, RetryPolicy
+from jqueue.core.loop.settings import LogSettings
+from jqueue.core.loop.timed import DEFAULT_STORAGE_TIMEOUT
 from jqueue.core.queue import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_VISIBILITY_TIMEOUT, JobQueue
-from jqueue.core.retry import GROUPED_MAX_RETRIES, RetryPolicy
-from jqueue.core.settings import LogSettings
-from jqueue.core.timed import DEFAULT_STORAGE_TIMEOUT
 from jqueue.domain.policy import QueuePolicy
 from jqueue.ports.storage import ObjectStoragePort
 

@@ -18,9 +18,9 @@ from jqueue.core.formats.marker import decode_marker
 from jqueue.core.formats.single import decode_index
 from jqueue.core.log.migration import migrate
 from jqueue.core.log.store import LogStore
-from jqueue.core.retry import RetryPolicy
-from jqueue.core.settings import LogSettings
-from jqueue.core.store import CommitStore, SingleObjectStore, check_not_empty, describe
+from jqueue.core.loop.retry import RetryPolicy
+from jqueue.core.loop.settings import LogSettings
+from jqueue.core.loop.store import CommitStore, SingleObjectStore, check_not_empty, describe
 from jqueue.domain.errors import CASConflictError, CorruptStateError
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 

@@ -23,12 +23,12 @@ from jqueue.core.commits import Commits, Housekeeping
 from jqueue.core.enqueue_calls import EnqueueCalls
 from jqueue.core.insight import QueueInsight
 from jqueue.core.layout import Layout, StoreOpener
+from jqueue.core.loop.retry import RetryPolicy
+from jqueue.core.loop.settings import LogSettings
+from jqueue.core.loop.store import StorageUse, describe
+from jqueue.core.loop.timed import timed
 from jqueue.core.management import ManagementCalls, entrypoint_set, fence
-from jqueue.core.retry import RetryPolicy
-from jqueue.core.settings import LogSettings
 from jqueue.core.spawn_guard import refuse_while_spawning
-from jqueue.core.store import StorageUse, describe
-from jqueue.core.timed import timed
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import LeaseLostError, PayloadTooLargeError
 from jqueue.domain.index import QueueIndex

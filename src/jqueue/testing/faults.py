@@ -44,7 +44,7 @@ from types import TracebackType
 from typing import Literal, Self, TypeVar, overload
 
 from jqueue.core.formats.marker import ENTRY_PREFIX
-from jqueue.core.store import describe
+from jqueue.core.loop.store import describe
 from jqueue.domain.errors import CASConflictError, StorageError
 from jqueue.domain.values import span
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort

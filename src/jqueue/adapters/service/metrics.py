@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 
 from jqueue.adapters.service.tenure import BrokerTenure, Role
 from jqueue.core.broker import BrokerQueue
-from jqueue.core.commit_stats import LATENCY_BUCKETS, CommitStats
+from jqueue.core.loop.commit_stats import LATENCY_BUCKETS, CommitStats
 from jqueue.domain.models import Job
 
 STATUSES = ("queued", "scheduled", "in_progress", "dead", "staged")

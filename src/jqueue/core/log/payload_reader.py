@@ -15,7 +15,7 @@ from jqueue.core.formats.marker import entry_name
 from jqueue.core.formats.payload_refs import payload_place
 from jqueue.core.log.parts import is_part, part_name
 from jqueue.core.log.segment_cache import SegmentCache
-from jqueue.core.store import describe_named
+from jqueue.core.loop.store import describe_named
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.schema import Payload
 from jqueue.ports.storage import KeyedStoragePort

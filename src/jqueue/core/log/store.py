@@ -44,9 +44,9 @@ from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.formats.snapshot import IndexSnapshot
 from jqueue.core.log.compaction import Compactor, checkpoint_covers
 from jqueue.core.log.payload_reader import PayloadReader, segment_name
-from jqueue.core.retry import RetryPolicy
-from jqueue.core.settings import LogSettings
-from jqueue.core.store import CommitStore, check_not_empty
+from jqueue.core.loop.retry import RetryPolicy
+from jqueue.core.loop.settings import LogSettings
+from jqueue.core.loop.store import CommitStore, check_not_empty
 from jqueue.domain.effects import Added, Effect
 from jqueue.domain.errors import CASConflictError, CommitUnknownError, CorruptStateError, StorageError
 from jqueue.domain.index import QueueIndex

@@ -7,7 +7,7 @@ from collections.abc import Awaitable
 from datetime import timedelta
 from typing import TypeVar
 
-from jqueue.core.store import describe, describe_named
+from jqueue.core.loop.store import describe, describe_named
 from jqueue.domain.errors import StorageError
 from jqueue.domain.values import span
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort

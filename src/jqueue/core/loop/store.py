@@ -21,9 +21,9 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TypeVar
 
-from jqueue.core.commit_stats import CommitStats
 from jqueue.core.formats.single import decode_index, encode_index
-from jqueue.core.retry import RetryPolicy
+from jqueue.core.loop.commit_stats import CommitStats
+from jqueue.core.loop.retry import RetryPolicy
 from jqueue.domain.effects import Added, Effect
 from jqueue.domain.errors import CASConflictError, CorruptStateError
 from jqueue.domain.index import QueueIndex
