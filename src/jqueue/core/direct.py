@@ -26,22 +26,11 @@ class DirectQueue(JobQueue):
         Where the queue lives.
     max_retries : int
         Conflicting commits retried before ``CASConflictError`` reaches the caller.
-    max_payload_bytes : int or None
-        Largest payload ``enqueue`` accepts; None for no limit.
-    layout : {"auto", "log", "single"}
-        Storage layout: keep what exists and start new queues as a log (``"auto"``),
-        migrate to or insist on the log (``"log"``), or the documented single object.
-    log : LogSettings or None
-        Checkpoint, retention and cache settings of the log layout.
-    policy : QueuePolicy or None
-        Defaults for retries, back-off, time to live and history.
     visibility_timeout : timedelta
-        How long a claim holds a job without a heartbeat before the job returns to
-        the queue (``dequeue`` can override it per call). Every commit returns the
-        jobs whose lease ran out.
-    storage_timeout : timedelta or None
-        The longest a storage call may take before it fails with ``StorageError``; None
-        waits forever.
+        How long a claim holds a job without a heartbeat (``JobQueue``).
+
+    The other parameters (``max_payload_bytes``, ``layout``, ``log``, ``policy``,
+    ``storage_timeout``) are ``JobQueue``'s.
     """
 
     def __init__(

@@ -31,21 +31,12 @@ class GroupCommitLoop(JobQueue):
         The documented name of ``visibility_timeout``.
     max_retries : int
         Conflicting commits retried before the batch fails with ``CASConflictError``.
-    max_payload_bytes : int or None
-        Largest payload ``enqueue`` accepts; None for no limit.
-    layout : {"auto", "log", "single"}
-        Storage layout: keep what exists and start new queues as a log (``"auto"``),
-        migrate to or insist on the log (``"log"``), or the documented single object.
-    log : LogSettings or None
-        Checkpoint, retention and cache settings of the log layout.
-    policy : QueuePolicy or None
-        Defaults for retries, back-off, time to live and history.
-    storage_timeout : timedelta or None
-        The longest a storage call may take before it fails with ``StorageError``; None
-        waits forever.
     visibility_timeout : timedelta or None
-        How long a claim holds a job without a heartbeat before the job returns to the
-        queue (``dequeue`` can override it per call); ``stale_timeout`` if None.
+        How long a claim holds a job without a heartbeat (``JobQueue``); ``stale_timeout``
+        if None.
+
+    The other parameters (``max_payload_bytes``, ``layout``, ``log``, ``policy``,
+    ``storage_timeout``) are ``JobQueue``'s.
     """
 
     def __init__(

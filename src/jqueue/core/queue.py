@@ -64,8 +64,29 @@ Strategy = Callable[[StoreOpener, Housekeeping, StorageUse], Commits]
 class JobQueue(ManagementCalls, EnqueueCalls):
     """The queue API over a commit strategy: the documented calls, management and the lifecycle.
 
-    ``DirectQueue``, ``GroupCommitLoop`` and ``BrokerQueue`` are this class with the strategy
-    and the documented parameters of each; see them for the parameters.
+    ``DirectQueue``, ``GroupCommitLoop`` and ``BrokerQueue`` are this class with a strategy
+    (``strategy``, ``retry``) and their documented parameters; the settings they all take:
+
+    Parameters
+    ----------
+    storage : ObjectStoragePort
+        Where the queue lives.
+    max_payload_bytes : int or None
+        Largest payload ``enqueue`` accepts; None for no limit.
+    layout : {"auto", "log", "single"}
+        Storage layout: keep what exists and start new queues as a log (``"auto"``),
+        migrate to or insist on the log (``"log"``), or the documented single object.
+    log : LogSettings or None
+        Checkpoint, retention and cache settings of the log layout.
+    policy : QueuePolicy or None
+        Defaults for retries, back-off, time to live and history.
+    visibility_timeout : timedelta
+        How long a claim holds a job without a heartbeat before the job returns to the
+        queue (``dequeue`` can override it per call). Every commit returns the jobs whose
+        lease ran out.
+    storage_timeout : timedelta or None
+        The longest a storage call may take before it fails with ``StorageError``; None
+        waits forever.
     """
 
     def __init__(
