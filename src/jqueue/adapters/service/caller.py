@@ -78,11 +78,12 @@ class ServiceCaller:
         self._reported: tuple[float, str | None] = (-REPORT_EVERY, None)
         self._session: Any = None
         self._waits: Any = None
+        self._aiohttp: Any = None
         self._told_at = -TELL_EVERY
 
     async def start(self) -> None:
         """Open the connection pools."""
-        aiohttp = require("aiohttp", extra="client")
+        aiohttp = self._aiohttp = require("aiohttp", extra="client")
         if self._session is None:
             self._session = aiohttp.ClientSession(headers=self._headers)
             waits = aiohttp.TCPConnector(limit=LONG_POLLS_IN_FLIGHT)
@@ -173,19 +174,18 @@ class ServiceCaller:
     ) -> tuple[int, bytes]:
         """Send one request (a long poll, ``wait`` > 0, on its own connections): a POST of ``data``,
         or a GET without it, with ``headers`` besides the session's; read its answer."""
-        aiohttp = require("aiohttp", extra="client")
         session = self._waits if wait > 0 else self._session
         seconds = self._timeout.total_seconds() + wait
-        timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=CONNECT_TIMEOUT)
+        timeout = self._aiohttp.ClientTimeout(total=seconds, sock_connect=CONNECT_TIMEOUT)
         try:
             method = "GET" if data is None else "POST"
             async with session.request(
                 method, where, data=data, timeout=timeout, headers=headers
             ) as response:
                 return response.status, await response.read()
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+        except (self._aiohttp.ClientConnectorError, self._aiohttp.ConnectionTimeoutError) as exc:
             raise ServiceError(0, "unreachable", f"{where}: {type(exc).__name__}: {exc}") from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (self._aiohttp.ClientError, TimeoutError) as exc:
             raise ServiceError(0, "no_answer", f"{where}: {type(exc).__name__}: {exc}") from exc
 
     def set_report(self, report: Callable[[], WorkerReport]) -> None:
