@@ -206,7 +206,12 @@ def test_bench_runs_the_benchmark_against_the_given_storage(cli: Cli, tmp_path: 
     )
     done = cli("bench", *options)
     assert "enqueue-seq" in done.stdout
-    rows = json.loads(results.read_text())["rows"]
+    written = json.loads(results.read_text())
+    assert (written["metadata"]["settings"]["url"], written["metadata"]["settings"]["backends"]) == (
+        (tmp_path / "q.json").as_uri(),
+        None,
+    ), "the storage that ran, not the tool's backends"
+    rows = written["rows"]
     assert [(row["scenario"], row["verified"]) for row in rows] == [
         ("enqueue-seq", True),
         ("mixed-c50", True),

@@ -73,3 +73,34 @@ async def test_the_dashboard_lists_queues_made_without_the_service_on_a_file_url
             for name in ("before", "by-cli"):
                 await expect(page.locator(f"#queues tr[data-queue='{name}']")).to_have_count(1)
             await expect(page.get_by_text("No queues yet.")).to_have_count(0)
+
+
+@pytest.mark.parametrize("command", ["serve", "dashboard"])
+def test_a_port_in_use_is_one_line_before_anything_starts(tmp_path: Path, command: str) -> None:
+    import socket
+
+    root = tmp_path / "root"
+    root.mkdir()
+    queue = root / "jobs.json"
+
+    async def fill() -> None:
+        async with BrokerQueue(LocalFileSystemStorage(queue)) as q:
+            await q.enqueue("e", b"x")
+
+    asyncio.run(fill())
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        storage = str(root) if command == "serve" else str(queue)
+        done = subprocess.run(
+            [sys.executable, "-m", "jqueue", command, "--storage", storage, "--listen", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: "), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (root / "_broker.json").exists(), "no broker record taken"

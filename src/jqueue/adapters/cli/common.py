@@ -53,11 +53,12 @@ class Options:
     queue: str | None = None
 
 
-def storage_url(ctx: typer.Context) -> str:
-    """Return the queue's storage URL, or stop with an error if none was given."""
+def storage_url(ctx: typer.Context, *, storage_only: bool = False) -> str:
+    """Return the queue's storage URL, or stop with an error if none was given (naming
+    ``--server`` as the other way unless the command reads storage only)."""
     options: Options = ctx.obj
     if not options.storage:
-        if options.server:
+        if options.server or storage_only:
             fail(f"jqueue {ctx.command.name} reads the queue's storage: pass --storage URL (not --server)")
         fail("no queue given: pass --storage URL (or --server URL --queue NAME), or set JQUEUE_STORAGE")
     assert options.storage is not None

@@ -297,7 +297,7 @@ def bench(
             json_path=json_path,
             repeat=repeat,
             layout="log" if layout == "log" else "single",
-            url=_as_url(storage_url(ctx)),
+            url=_as_url(storage_url(ctx, storage_only=True)),
         )
     except ValueError as exc:
         fail(str(exc))
@@ -317,7 +317,7 @@ def report(
 
     if engine not in ENGINES:
         fail(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-    url = storage_url(ctx)
+    url = storage_url(ctx, storage_only=True)
 
     async def exists() -> None:
         async with existing_queue(ctx):

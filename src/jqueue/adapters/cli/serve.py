@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -31,6 +32,26 @@ def _split_listen(listen: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         fail(f"--listen wants HOST:PORT, as in 127.0.0.1:8080, not {listen!r}")
     return host.strip("[]"), int(port)
+
+
+def _listening(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port``, before anything else starts (the broker record taken, say):
+    a port in use or an address this machine does not have is one line, not a server that
+    starts and then fails."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    return sock
+
+
+def _run(uvicorn: Any, app: Any, sock: socket.socket) -> None:
+    config = uvicorn.Config(app, log_level="warning", access_log=False, loop="auto", http="auto")
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def serve(
@@ -87,6 +108,7 @@ def serve(
     from jqueue.adapters.service.app import create_app
     from jqueue.adapters.web.allowed_hosts import BadHostNameError
 
+    sock = _listening(host, port)
     try:
         app = create_app(
             root,
@@ -108,7 +130,7 @@ def serve(
         highlight=False,
         soft_wrap=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="auto", http="auto")
+    _run(uvicorn, app, sock)
 
 
 def dashboard(
@@ -121,7 +143,7 @@ def dashboard(
 ) -> None:
     """Serve the web dashboard of one queue (--storage URL), opened directly without a broker
     (Ctrl-C stops). Off the loopback interface a token is required."""
-    url = storage_url(ctx)
+    url = storage_url(ctx, storage_only=True)
     host, port = _split_listen(listen)
     if not is_loopback(host) and not token:
         fail(f"listening on {host} needs a token: pass --token or set {TOKEN_VARIABLE}")
@@ -137,6 +159,7 @@ def dashboard(
     storage = shared_storage(ctx)
     if run(storage.read())[1] is None:
         fail(f"no queue at {url}: nothing was ever enqueued there (is the path right?)")
+    sock = _listening(host, port)
     try:
         app = create_dashboard_app(
             storage, queue_name(url), token, listen=host, allowed_hosts=allowed_host or ()
@@ -145,7 +168,7 @@ def dashboard(
         fail(f"--allowed-host: {exc}")
     shown = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     errors.print(f"jqueue dashboard: {url} at {shown}/ (Ctrl-C stops)", highlight=False, soft_wrap=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, loop="auto", http="auto")
+    _run(uvicorn, app, sock)
 
 
 def register(app: typer.Typer) -> None:
