@@ -132,9 +132,9 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 def ls(
     ctx: typer.Context,
-    status: Annotated[StatusChoice, typer.Option(help="Only jobs in this status, or any.")] = (
-        StatusChoice.ANY
-    ),
+    status: Annotated[
+        StatusChoice, typer.Option(help="Only jobs in this status, or any (finished jobs: jqueue history).")
+    ] = (StatusChoice.ANY),
     entrypoint: EntrypointOption = None,
     older_than: OlderOption = None,
     limit: LimitOption = 50,

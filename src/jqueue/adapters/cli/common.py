@@ -270,12 +270,12 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts."
 
 
 class StatusChoice(StrEnum):
-    """A job status as the commands take it: one of ``JobStatus``, or any."""
+    """A job status as the commands take it: a status a job in the queue can have, or any (finished
+    jobs are in the history: ``jqueue history``)."""
 
     QUEUED = JobStatus.QUEUED.value
     IN_PROGRESS = JobStatus.IN_PROGRESS.value
     DEAD = JobStatus.DEAD.value
-    ACKED = JobStatus.ACKED.value
     STAGED = JobStatus.STAGED.value
     ANY = "any"
 
@@ -283,7 +283,7 @@ class StatusChoice(StrEnum):
 EntrypointOption = Annotated[str | None, typer.Option("--entrypoint", "-e", help="Only this entrypoint.")]
 
 OlderOption = Annotated[
-    float | None, typer.Option("--older-than", help="Only jobs enqueued this many seconds ago.")
+    float | None, typer.Option("--older-than", help="Only jobs enqueued at least this many seconds ago.")
 ]
 
 LimitOption = Annotated[int, typer.Option("--limit", help="At most this many (0: all).")]
