@@ -290,7 +290,7 @@ def test_messages_read_as_english(cli: Cli) -> None:
     assert "delete 2 jobs (queued)?" in asked.stdout
     assert cli.json("ls")[0]["id"] == job["id"]
     late = cli("enqueue", "work", "z", "--delay", "-5", ok=False)
-    assert late.stderr.strip() == "error: delay must not be negative, got -5 s"
+    assert late.stderr.strip() == "error: --delay must not be negative, got -5 s"
     wrong = cli("history", "--outcome", "nope", ok=False)
     assert wrong.stderr.strip() == "error: unknown outcome 'nope'; one of acked, dead, cancelled"
 
@@ -478,8 +478,10 @@ def test_enqueue_takes_every_option_of_a_job(cli: Cli) -> None:
     assert job["deadline"] is not None
     assert cli.json("enqueue", "email", "again", "--id", "job-1")[0]["payload"] == job["payload"]
     refused = cli("enqueue", "email", "x", "--ttl", "0", ok=False)
-    assert refused.stderr.strip() == "error: ttl must be positive, got 0 s"
+    assert refused.stderr.strip() == "error: --ttl must be positive, got 0 s"
     bad_time = cli("enqueue", "email", "x", "--not-before", "tomorrow", ok=False)
     assert "--not-before wants an ISO 8601 time" in bad_time.stderr
+    both = cli("enqueue", "email", "x", "--delay", "5", "--not-before", "2031-01-01T00:00:00Z", ok=False)
+    assert both.stderr.strip() == "error: give --delay or --not-before, not both"
     lines = cli("enqueue", "email", "--stdin", "--id", "j", stdin="a\n", ok=False)
     assert "do not go with --stdin" in lines.stderr

@@ -9,6 +9,8 @@ from typing import Unpack, overload
 from jqueue.domain.models import Job
 from jqueue.domain.spec import EnqueueOptions, JobSpec
 
+_OPTIONS = EnqueueOptions.__optional_keys__ | EnqueueOptions.__required_keys__
+
 
 class EnqueueCalls(ABC):
     """The documented ways to add jobs, over the one a queue implements (``_enqueue_specs``)."""
@@ -35,6 +37,10 @@ class EnqueueCalls(ABC):
         QueuePausedError
             If enqueues of ``entrypoint`` are paused.
         """
+        if not options.keys() <= _OPTIONS:
+            raise TypeError(
+                f"enqueue() got an unexpected keyword argument {min(options.keys() - _OPTIONS)!r}"
+            )
         spec = JobSpec(entrypoint, payload, priority, **options)
         return (await self.enqueue_many([spec]))[0]
 

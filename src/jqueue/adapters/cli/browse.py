@@ -174,7 +174,11 @@ def show(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
         shown = fields | {"result": None if found.result is None else preview(found.result, 2000)}
     else:
         fields = job_json(found)
-        shown = fields | {"payload": preview(found.payload, 2000)}
+        status, due = _status_and_due(found)
+        shown = fields | {
+            "status": f"{status} ({due})" if due else status,
+            "payload": preview(found.payload, 2000),
+        }
     if as_json:
         print_json(fields)
         return

@@ -3,6 +3,7 @@ and the registration of every job command."""
 
 from __future__ import annotations
 
+import re
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,7 +32,7 @@ from jqueue.adapters.cli.common import (
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import Job, JobStatus
-from jqueue.domain.spec import EnqueueOptions, JobSpec
+from jqueue.domain.spec import SPEC_FIELDS, EnqueueOptions, JobSpec
 
 ScopeArgument = Annotated[str | None, typer.Argument(help="The entrypoint (default: the whole queue).")]
 
@@ -93,7 +94,7 @@ def enqueue(
     try:
         JobSpec(entrypoint, b"", priority, **options)
     except ValueError as exc:
-        fail(str(exc))
+        fail(_FLAG_NAMES.sub(lambda name: "--" + name[0].replace("_", "-"), str(exc)))
 
     async def one() -> list[Job]:
         data = file.read_bytes() if file is not None else (payload or "").encode()
@@ -150,6 +151,10 @@ def enqueue(
         console.print(f"enqueued {_jobs(len(jobs))} to {entrypoint!r}{blank}", highlight=False)
     else:
         console.print(jobs[0].id)
+
+
+_FLAG_NAMES = re.compile(r"\b(" + "|".join(f.name for f in SPEC_FIELDS[2:]) + r")\b")
+"""The options of ``JobSpec`` in its messages, which the command names as its flags."""
 
 
 def _time(text: str | None) -> datetime | None:
