@@ -110,7 +110,8 @@ def test_every_queue_command_says_the_same_through_the_service(tmp_path: Path) -
     for number, (mine, theirs) in enumerate(zip(served_said, direct_said, strict=True)):
         assert _steady(mine) == _steady(theirs), number
     assert "claims paused: mail; enqueues paused: mail" in served_said[11]
-    assert json.loads(listed.stdout) == [{"queue": "shop", "queued": 0, "in_progress": 0, "dead": 0}]
+    counts = {"queued": 0, "scheduled": 0, "in_progress": 0, "dead": 0}
+    assert json.loads(listed.stdout) == [{"queue": "shop", **counts}]
     on_disk = json.loads(
         _run(os.environ | {"JQUEUE_STORAGE": str(root / "shop.json")}, tmp_path, "stats", "--json").stdout
     )
@@ -169,4 +170,6 @@ def test_the_command_line_takes_the_services_token_from_jqueue_token(tmp_path: P
             assert wrong.stderr.strip().endswith("needs its token: JQUEUE_TOKEN was refused"), command
         allowed = where | {"JQUEUE_TOKEN": "s3cret"}
         assert _run(allowed, tmp_path, "enqueue", "e", "x").returncode == 0
-        assert json.loads(_run(allowed, tmp_path, "queues", "--json").stdout)[0]["queued"] == 1
+        assert _run(allowed, tmp_path, "enqueue", "e", "later", "--delay", "3600").returncode == 0
+        [listed] = json.loads(_run(allowed, tmp_path, "queues", "--json").stdout)
+        assert (listed["queued"], listed["scheduled"]) == (1, 1), "jobs due now apart from those not due yet"

@@ -74,18 +74,28 @@ def queues(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         return found
 
     found = run(look())
-    shown = (JobStatus.QUEUED, JobStatus.IN_PROGRESS, JobStatus.DEAD)
-    totals = {name: {str(status): s.total(status) for status in shown} for name, s in found.items()}
+    totals = {name: _counts(s) for name, s in found.items()}
     if as_json:
         print_json([{"queue": name, **counts} for name, counts in totals.items()])
         return
     if not totals:
         console.print("no queues")
         return
-    table = Table("queue", "queued", "in progress", "dead")
+    table = Table("queue", "queued", "scheduled", "in progress", "dead")
     for name, counts in totals.items():
         table.add_row(name, *map(str, counts.values()))
     console.print(table)
+
+
+def _counts(stats: QueueStats) -> dict[str, int]:
+    """A queue's counts as ``stats`` splits them: jobs due now apart from those not due yet."""
+    counts = stats.entrypoints.values()
+    return {
+        "queued": sum(s.queued for s in counts),
+        "scheduled": sum(s.scheduled for s in counts),
+        "in_progress": stats.total(JobStatus.IN_PROGRESS),
+        "dead": stats.total(JobStatus.DEAD),
+    }
 
 
 def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
