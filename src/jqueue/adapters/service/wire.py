@@ -105,10 +105,13 @@ def _wire_name(spec_field: SpecField) -> str:
 
 
 def _new_job_field(spec_field: SpecField) -> tuple[str, Any] | tuple[str, Any, Any]:
-    kind = _ANNOTATED[_WIRE_BASES[spec_field.type], constraints(spec_field.limit)]
-    if not spec_field.nullable:
-        return (spec_field.name, kind) if spec_field.required else (spec_field.name, kind, spec_field.default)
-    return _wire_name(spec_field), kind | None, None
+    name, kind = (
+        _wire_name(spec_field),
+        _ANNOTATED[_WIRE_BASES[spec_field.type], constraints(spec_field.limit)],
+    )
+    if spec_field.nullable:
+        return name, kind | None, None
+    return (name, kind) if spec_field.required else (name, kind, spec_field.default)
 
 
 NewJob: Any = msgspec.defstruct(
@@ -120,16 +123,15 @@ NewJob: Any = msgspec.defstruct(
 """One job to enqueue: the fields of ``JobSpec`` by the same names, spans in seconds
 (``delay_seconds``, ``ttl_seconds``), with its limits. With an ``id``, a repeated request adds
 nothing twice (the client sets one for every job)."""
-_SPANS = frozenset(f.name for f in SPEC_FIELDS if f.type is timedelta)
 _WIRE_NAMES = tuple((f.name, _wire_name(f)) for f in SPEC_FIELDS)
+_SPANS = tuple((f.name, _wire_name(f)) for f in SPEC_FIELDS if f.type is timedelta)
 
 
 def new_job(spec: JobSpec, job_id: str) -> Any:
     """Return the ``NewJob`` of ``spec``, under ``job_id``."""
     values = {wire: getattr(spec, name) for name, wire in _WIRE_NAMES}
-    for name in _SPANS:
-        span = values[f"{name}_seconds"]
-        values[f"{name}_seconds"] = None if span is None else span.total_seconds()
+    for _, wire in _SPANS:
+        values[wire] = None if values[wire] is None else values[wire].total_seconds()
     values["payload"], values["id"] = payload_bytes(spec.payload), job_id
     return NewJob(**values)
 
@@ -137,7 +139,7 @@ def new_job(spec: JobSpec, job_id: str) -> Any:
 def spec_of(job: Any) -> JobSpec:
     """Return the ``JobSpec`` of a decoded ``NewJob`` (raises ``ValueError`` for options that clash)."""
     values = {name: getattr(job, wire) for name, wire in _WIRE_NAMES}
-    for name in _SPANS:
+    for name, _ in _SPANS:
         values[name] = None if values[name] is None else timedelta(seconds=values[name])
     return JobSpec(**values)
 
