@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from datetime import timedelta
 from pathlib import Path
@@ -50,8 +51,11 @@ def _listening(host: str, port: int) -> socket.socket:
 
 
 def _run(uvicorn: Any, app: Any, sock: socket.socket) -> None:
+    """Serve ``app`` on ``sock`` until Ctrl-C or SIGTERM, then exit 0 (as ``uvicorn.run`` does:
+    the server hands the signal on once it has shut down)."""
     config = uvicorn.Config(app, log_level="warning", access_log=False, loop="auto", http="auto")
-    uvicorn.Server(config).run(sockets=[sock])
+    with contextlib.suppress(KeyboardInterrupt):
+        uvicorn.Server(config).run(sockets=[sock])
 
 
 def serve(
