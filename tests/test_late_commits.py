@@ -13,7 +13,7 @@ import pytest
 from conftest import Backend
 from jqueue import CommitUnknownError, DirectQueue, JobSpec, KeyedStoragePort, LogSettings
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX, ENTRY_PREFIX, entry_name
-from jqueue.testing import Faults, InstrumentedKeyedStorage, InstrumentedStorage, Kind, instrumented
+from jqueue.testing import CallKind, Faults, InstrumentedKeyedStorage, InstrumentedStorage, instrumented
 
 RETENTION = timedelta(seconds=1)
 BOUND = RETENTION.total_seconds() / 2
@@ -21,7 +21,7 @@ WRITER = LogSettings(checkpoint_every=1000, retention=RETENTION)  # never checkp
 COMPACTING = LogSettings(checkpoint_every=1, retention=RETENTION)
 
 
-def entry_creates(kind: Kind, name: str) -> bool:
+def entry_creates(kind: CallKind, name: str) -> bool:
     return kind == "create" and name.startswith(ENTRY_PREFIX)
 
 
@@ -39,7 +39,7 @@ class AnswerHeld(InstrumentedKeyedStorage):
             await self.answer.wait()
 
 
-async def asked(storage: InstrumentedStorage, kind: Kind, calls: int) -> None:
+async def asked(storage: InstrumentedStorage, kind: CallKind, calls: int) -> None:
     """Wait until ``calls`` calls of ``kind`` were asked of an instrumented storage."""
     while storage.calls[kind] < calls:
         await asyncio.sleep(0.01)

@@ -27,10 +27,10 @@ from jqueue.core.formats.marker import ENTRY_PREFIX, checkpoint_name, decode_mar
 from jqueue.testing import (
     READ_KINDS,
     WRITE_KINDS,
+    CallKind,
     Faults,
     InstrumentedKeyedStorage,
     InstrumentedStorage,
-    Kind,
     instrumented,
 )
 
@@ -209,9 +209,9 @@ async def test_a_seeded_share_of_calls_fails(inner: Inner) -> None:
 
 
 async def test_faults_apply_only_to_the_calls_selected(inner: Inner) -> None:
-    seen: list[tuple[Kind, str]] = []
+    seen: list[tuple[CallKind, str]] = []
 
-    def only_entries(kind: Kind, name: str) -> bool:
+    def only_entries(kind: CallKind, name: str) -> bool:
         seen.append((kind, name))
         return name.startswith(ENTRY_PREFIX)
 

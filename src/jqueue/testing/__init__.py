@@ -11,6 +11,7 @@ from __future__ import annotations
 from jqueue.testing.faults import (
     READ_KINDS,
     WRITE_KINDS,
+    CallKind,
     Faults,
     InstrumentedKeyedStorage,
     InstrumentedStorage,
@@ -23,6 +24,7 @@ __all__ = [
     "LOOPBACK",
     "READ_KINDS",
     "WRITE_KINDS",
+    "CallKind",
     "Faults",
     "InstrumentedKeyedStorage",
     "InstrumentedStorage",

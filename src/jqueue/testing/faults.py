@@ -51,17 +51,19 @@ from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 T = TypeVar("T")
 
-Kind = Literal["read", "write", "get", "create", "list", "delete"]
+CallKind = Literal["read", "write", "get", "create", "list", "delete"]
 """The kind of a storage call: ``list`` is ``list_names``, the others are the methods' names."""
+Kind = CallKind
+"""The former name of ``CallKind`` (``Kind`` is a stored value's kind, ``jqueue.domain.schema``)."""
 
-READ_KINDS: frozenset[Kind] = frozenset({"read", "get", "list"})
+READ_KINDS: frozenset[CallKind] = frozenset({"read", "get", "list"})
 """The calls that only look: ``Faults.read_latency`` applies to them."""
 
-WRITE_KINDS: frozenset[Kind] = frozenset({"write", "create", "delete"})
+WRITE_KINDS: frozenset[CallKind] = frozenset({"write", "create", "delete"})
 """The calls that change something: ``Faults.write_latency`` applies to them."""
 
 
-def every_call(kind: Kind, name: str) -> bool:
+def every_call(kind: CallKind, name: str) -> bool:
     """Select every call (the default of ``Faults.affects``)."""
     return True
 
@@ -91,7 +93,7 @@ class Faults:
         Selected calls wait until the event is set: clear it to hold calls mid-flight.
     """
 
-    affects: Callable[[Kind, str], bool] = every_call
+    affects: Callable[[CallKind, str], bool] = every_call
     read_latency: timedelta = timedelta(0)
     write_latency: timedelta = timedelta(0)
     conflict: bool = False
@@ -139,7 +141,7 @@ class InstrumentedStorage:
         self.inner = inner
         self.faults = Faults() if faults is None else faults
         self.url = describe(inner)
-        self.calls: Counter[Kind] = Counter()
+        self.calls: Counter[CallKind] = Counter()
         self.commits = 0
         self.conflicts = 0
         self.failures = 0
@@ -160,7 +162,7 @@ class InstrumentedStorage:
         self.calls.clear()
         self.commits = self.conflicts = self.failures = 0
 
-    async def _call(self, kind: Kind, name: str, call: Callable[[], Awaitable[T]]) -> T:
+    async def _call(self, kind: CallKind, name: str, call: Callable[[], Awaitable[T]]) -> T:
         """Count the call, apply the faults that select it, then make it."""
         self.calls[kind] += 1
         if kind == "write" or (kind == "create" and name.startswith(ENTRY_PREFIX)):
@@ -175,7 +177,7 @@ class InstrumentedStorage:
                 self.conflicts += 1
             raise
 
-    async def _inject(self, faults: Faults, kind: Kind, name: str) -> None:
+    async def _inject(self, faults: Faults, kind: CallKind, name: str) -> None:
         if faults.hang:
             await asyncio.get_running_loop().create_future()  # never set: only cancelling ends it
         if faults.gate is not None:
