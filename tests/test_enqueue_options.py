@@ -35,7 +35,7 @@ EVERY_OPTION = JobSpec(
     "email",
     b"\x00payload",
     -3,
-    **{f.name: SAMPLES[f.type] for f in OPTIONS if f.name != "delay"},  # delay: not with not_before
+    **{f.name: SAMPLES[f.base] for f in OPTIONS if f.name != "delay"},  # delay: not with not_before
 )
 """A spec whose every option but ``delay`` differs from its default, whatever options there are."""
 
@@ -81,7 +81,7 @@ def test_new_job_has_a_field_per_spec_field_with_its_default() -> None:
     wire = {f.name: f for f in msgspec.structs.fields(NewJob)}
     assert len(wire) == len(SPEC_FIELDS)
     for spec_field in SPEC_FIELDS:
-        name = f"{spec_field.name}_seconds" if spec_field.type is timedelta else spec_field.name
+        name = f"{spec_field.name}_seconds" if spec_field.base is timedelta else spec_field.name
         assert name in wire, name
         assert wire[name].required == spec_field.required
         if not spec_field.required:

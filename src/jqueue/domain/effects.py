@@ -24,11 +24,17 @@ class Added(JobFields):
 
 
 @dataclass(frozen=True, slots=True)
-class Claimed:
-    """A queued job was claimed at ``at`` under ``lease`` until ``expires`` (one more attempt)."""
+class JobEvent:
+    """What befell job ``job_id`` at ``at``: the fields every such effect starts with."""
 
     job_id: str
     at: EpochMicros
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed(JobEvent):
+    """A queued job was claimed at ``at`` under ``lease`` until ``expires`` (one more attempt)."""
+
     lease: str | None = None
     expires: EpochMicros | None = None
 
@@ -58,11 +64,9 @@ class Removed:
 
 
 @dataclass(frozen=True, slots=True)
-class Died:
+class Died(JobEvent):
     """A job became a dead letter at ``at`` for ``reason``, with its last ``error``."""
 
-    job_id: str
-    at: EpochMicros
     reason: str
     error: str | None = None
 
@@ -127,14 +131,12 @@ class SinkMarked:
 
 
 @dataclass(frozen=True, slots=True)
-class Beat:
+class Beat(JobEvent):
     """A claimed job's heartbeat moved to ``at``; its lease, if it expires, now expires at
     ``expires``, or when None as long again from ``at`` as it was from the last heartbeat.
     With ``progress``, the attempt's progress (and ``note``) became these; with ``lease``, the
     claim is held under that new lease from now on (the old one no longer fences)."""
 
-    job_id: str
-    at: EpochMicros
     expires: EpochMicros | None = None
     progress: Share | None = None
     note: str | None = None
@@ -142,20 +144,15 @@ class Beat:
 
 
 @dataclass(frozen=True, slots=True)
-class CancelAsked:
+class CancelAsked(JobEvent):
     """The worker running a claimed job was asked at ``at`` to stop it (``cancel``)."""
-
-    job_id: str
-    at: EpochMicros
 
 
 @dataclass(frozen=True, slots=True)
-class Cancelled:
+class Cancelled(JobEvent):
     """A job left the queue cancelled at ``at`` (leaving a history record), with its last
     ``error`` when its attempt ended in one."""
 
-    job_id: str
-    at: EpochMicros
     error: str | None = None
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
+from jqueue.domain.declared import DeclaredField, declared_fields
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import headline
 from jqueue.domain.models import Job, JobStatus
@@ -182,28 +183,20 @@ class HistoryRecord:
 
 
 @dataclass(frozen=True)
-class HistoryField:
+class HistoryField(DeclaredField):
     """One field of ``HistoryRecord``, resolved (see ``HistoryMeta``)."""
 
-    name: str
     kind: Kind
     public: str
     job: str | None
-    nullable: bool
-    required: bool
-    default: Any
 
 
 def _history_fields() -> tuple[HistoryField, ...]:
     resolved = []
-    for f in fields(HistoryRecord):
-        meta: HistoryMeta = f.metadata["jqueue"]
-        required = f.default is MISSING
-        nullable = not required and f.default is None
-        default = None if required else f.default
-        resolved.append(
-            HistoryField(f.name, meta.kind, meta.public or f.name, meta.job, nullable, required, default)
-        )
+    for f in declared_fields(HistoryRecord):
+        meta: HistoryMeta = f.field.metadata["jqueue"]
+        public = meta.public or f.name
+        resolved.append(HistoryField(**f.parts(), kind=meta.kind, public=public, job=meta.job))
     return tuple(resolved)
 
 

@@ -10,13 +10,13 @@ so adding a field is one declaration here plus its meaning (the transitions that
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
 from operator import attrgetter
-from typing import Annotated, Any, TypeVar, get_args, get_type_hints
+from typing import Annotated, Any, TypeVar
 
+from jqueue.domain.declared import DeclaredField, declared_fields
 from jqueue.domain.models import Job, JobStatus, trusted_job
 from jqueue.domain.times import from_micros, to_micros
 
@@ -109,31 +109,22 @@ class JobFields:
 
 
 @dataclass(frozen=True)
-class JobField:
+class JobField(DeclaredField):
     """One field of ``JobFields``, resolved: see ``FieldMeta`` for the meaning of each part."""
 
-    name: str
     kind: Kind
     public: str
     changes: bool
     stored: bool
-    nullable: bool
-    required: bool
-    default: Any
 
 
 def _resolved() -> tuple[JobField, ...]:
-    hints = get_type_hints(JobFields)
     resolved = []
-    for f in fields(JobFields):
-        meta: FieldMeta = f.metadata["jqueue"]
-        hint = hints[f.name]
-        nullable = isinstance(hint, types.UnionType) and type(None) in get_args(hint)
-        required = f.default is MISSING
-        default = None if required else f.default
+    for f in declared_fields(JobFields):
+        meta: FieldMeta = f.field.metadata["jqueue"]
         public = meta.public or f.name
         resolved.append(
-            JobField(f.name, meta.kind, public, meta.changes, meta.stored, nullable, required, default)
+            JobField(**f.parts(), kind=meta.kind, public=public, changes=meta.changes, stored=meta.stored)
         )
     return tuple(resolved)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import types
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypedDict, get_args, get_type_hints
+from typing import TypedDict
 
+from jqueue.domain.declared import DeclaredField, declared_fields
 from jqueue.domain.effects import Added
 from jqueue.domain.models import JobStatus, new_job_id
 from jqueue.domain.times import to_micros
@@ -123,30 +123,16 @@ class EnqueueOptions(TypedDict, total=False):
 
 
 @dataclass(frozen=True)
-class SpecField:
-    """One field of ``JobSpec``, resolved: its value's ``type`` (without None), whether it may
-    be None, whether it must be given, its ``Limit`` and its default."""
+class SpecField(DeclaredField):
+    """One field of ``JobSpec``, resolved, with its ``Limit``."""
 
-    name: str
-    type: type
-    nullable: bool
-    required: bool
     limit: Limit
-    default: Any
 
 
 def _resolved() -> tuple[SpecField, ...]:
-    hints = get_type_hints(JobSpec)
-    resolved = []
-    for spec_field in fields(JobSpec):
-        hint = hints[spec_field.name]
-        nullable = isinstance(hint, types.UnionType) and type(None) in get_args(hint)
-        base = next(arg for arg in get_args(hint) if arg is not type(None)) if nullable else hint
-        limit = spec_field.metadata.get("limit", Limit())
-        required = spec_field.default is MISSING
-        default = None if required else spec_field.default
-        resolved.append(SpecField(spec_field.name, base, nullable, required, limit, default))
-    return tuple(resolved)
+    return tuple(
+        SpecField(**f.parts(), limit=f.field.metadata.get("limit", Limit())) for f in declared_fields(JobSpec)
+    )
 
 
 def _aware(name: str, value: object) -> None:
@@ -174,7 +160,7 @@ _TYPE_CHECKS: dict[type, Callable[[str, object], object]] = {
 SPEC_FIELDS = _resolved()
 """The fields of ``JobSpec``, in order: ``EnqueueOptions`` are those after ``priority``."""
 _CHECKS = tuple(
-    (f.name, f.nullable, _TYPE_CHECKS[f.type], f.limit if f.limit.bounds else None) for f in SPEC_FIELDS
+    (f.name, f.nullable, _TYPE_CHECKS[f.base], f.limit if f.limit.bounds else None) for f in SPEC_FIELDS
 )
 
 

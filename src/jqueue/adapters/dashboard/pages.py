@@ -48,6 +48,16 @@ STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
 Page = Callable[[Request], Awaitable[Response]]
 
 
+def _query(request: Request, *names: str) -> dict[str, str]:
+    """The filters of a listing as the page's form sent them ("" where not given)."""
+    return {name: request.query_params.get(name, "") for name in names}
+
+
+def _page_start(request: Request, name: str) -> int:
+    value = request.query_params.get(name, "")
+    return int(value) if value.isdigit() else 0
+
+
 def refuse_framing(response: Response) -> Response:
     """Forbid every page to show ``response`` in a frame (``X-Frame-Options: DENY``, and
     ``frame-ancestors 'none'`` in its ``Content-Security-Policy``, kept with the policy's other
@@ -215,22 +225,17 @@ class Dashboard:
     async def _jobs(self, request: Request) -> Response:
         name = request.path_params["queue"]
         queue = await self.source.get(name)
-        params = request.query_params
-        status = params.get("status") or None
-        chosen = JobStatus(status) if status in set(JobStatus) else None
-        entrypoint = params.get("entrypoint") or None
-        age = params.get("age", "")
-        dedup_key = params.get("dedup_key") or None
-        cursor = int(params["cursor"]) if params.get("cursor", "").isdigit() else 0
+        filters_now = _query(request, "status", "entrypoint", "age", "dedup_key")
+        status = JobStatus(filters_now["status"]) if filters_now["status"] in set(JobStatus) else None
+        cursor = _page_start(request, "cursor")
         jobs, next_cursor = await queue.browse(
-            chosen, entrypoint, AGES.get(age), dedup_key, cursor=cursor, limit=PAGE_SIZE
+            status,
+            filters_now["entrypoint"] or None,
+            AGES.get(filters_now["age"]),
+            filters_now["dedup_key"] or None,
+            cursor=cursor,
+            limit=PAGE_SIZE,
         )
-        filters_now = {
-            "status": status or "",
-            "entrypoint": entrypoint or "",
-            "age": age,
-            "dedup_key": dedup_key or "",
-        }
         next_url = None
         if next_cursor is not None:
             next_url = f"/q/{name}/jobs?{urlencode({**filters_now, 'cursor': next_cursor})}"
@@ -256,18 +261,15 @@ class Dashboard:
     async def _finished(self, request: Request) -> Response:
         name = request.path_params["queue"]
         queue = await self.source.get(name)
-        params = request.query_params
-        outcome = params.get("outcome") or None
-        chosen = JobStatus(outcome) if outcome in FINISHED else None
-        entrypoint = params.get("entrypoint") or None
-        within = params.get("within", "")
-        span = AGES.get(within)
+        filters_now = _query(request, "outcome", "entrypoint", "within")
+        outcome = JobStatus(filters_now["outcome"]) if filters_now["outcome"] in FINISHED else None
+        entrypoint = filters_now["entrypoint"] or None
+        span = AGES.get(filters_now["within"])
         since = None if span is None else utc_now() - span
-        offset = int(params["offset"]) if params.get("offset", "").isdigit() else 0
-        finished = await queue.history(None, chosen, since)  # every entrypoint's, for the filter's choices
+        offset = _page_start(request, "offset")
+        finished = await queue.history(None, outcome, since)  # every entrypoint's, for the filter's choices
         records = [r for r in reversed(finished) if entrypoint is None or r.entrypoint == entrypoint]
         rows = records[offset : offset + PAGE_SIZE]
-        filters_now = {"outcome": outcome or "", "entrypoint": entrypoint or "", "within": within}
         older = offset + PAGE_SIZE
         older_url = f"?{urlencode({**filters_now, 'offset': older})}" if older < len(records) else None
         entrypoints = sorted(set((await queue.stats()).entrypoints) | {r.entrypoint for r in finished})

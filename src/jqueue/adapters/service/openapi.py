@@ -23,6 +23,13 @@ class Endpoint:
 
 
 _NATIVE = "/v1/queues/{queue}"
+_SETTLE_SUMMARIES = {
+    "ack": "Finish jobs.",
+    "nack": "Fail jobs (retry or dead letter).",
+    "heartbeat": "Extend leases.",
+    "release": "Return claimed jobs.",
+    "cancel": "Cancel jobs (a running one's worker is asked to stop it).",
+}
 _QUEUED = "/queue/{queue}"
 ENDPOINTS = (
     Endpoint("get", "/healthz", "This process's role, the broker's address and the epoch."),
@@ -36,22 +43,9 @@ ENDPOINTS = (
         "post", f"{_NATIVE}/peek", "The jobs a dequeue would claim.", wire.PeekRequest, wire.JobsResponse
     ),
     Endpoint("post", f"{_NATIVE}/changes", "Wait for a change.", wire.ChangesRequest, wire.ChangesResponse),
-    Endpoint("post", f"{_NATIVE}/ack", "Finish jobs.", wire.SettleRequest, wire.ResultsResponse),
-    Endpoint(
-        "post",
-        f"{_NATIVE}/nack",
-        "Fail jobs (retry or dead letter).",
-        wire.SettleRequest,
-        wire.ResultsResponse,
-    ),
-    Endpoint("post", f"{_NATIVE}/heartbeat", "Extend leases.", wire.SettleRequest, wire.ResultsResponse),
-    Endpoint("post", f"{_NATIVE}/release", "Return claimed jobs.", wire.SettleRequest, wire.ResultsResponse),
-    Endpoint(
-        "post",
-        f"{_NATIVE}/cancel",
-        "Cancel jobs (a running one's worker is asked to stop it).",
-        wire.SettleRequest,
-        wire.ResultsResponse,
+    *(
+        Endpoint("post", f"{_NATIVE}/{verb}", summary, wire.SettleRequest, wire.ResultsResponse)
+        for verb, summary in _SETTLE_SUMMARIES.items()
     ),
     Endpoint(
         "post",

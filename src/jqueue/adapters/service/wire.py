@@ -101,13 +101,13 @@ _WIRE_BASES: dict[type, Any] = {str: str, bytes: bytes, int: int, timedelta: flo
 
 
 def _wire_name(spec_field: SpecField) -> str:
-    return f"{spec_field.name}_seconds" if spec_field.type is timedelta else spec_field.name
+    return f"{spec_field.name}_seconds" if spec_field.base is timedelta else spec_field.name
 
 
 def _new_job_field(spec_field: SpecField) -> tuple[str, Any] | tuple[str, Any, Any]:
     name, kind = (
         _wire_name(spec_field),
-        _ANNOTATED[_WIRE_BASES[spec_field.type], constraints(spec_field.limit)],
+        _ANNOTATED[_WIRE_BASES[spec_field.base], constraints(spec_field.limit)],
     )
     if spec_field.nullable:
         return name, kind | None, None
@@ -124,7 +124,7 @@ NewJob: Any = msgspec.defstruct(
 (``delay_seconds``, ``ttl_seconds``), with its limits. With an ``id``, a repeated request adds
 nothing twice (the client sets one for every job)."""
 _WIRE_NAMES = tuple((f.name, _wire_name(f)) for f in SPEC_FIELDS)
-_SPANS = tuple((f.name, _wire_name(f)) for f in SPEC_FIELDS if f.type is timedelta)
+_SPANS = tuple((f.name, _wire_name(f)) for f in SPEC_FIELDS if f.base is timedelta)
 
 
 def new_job(spec: JobSpec, job_id: str) -> Any:

@@ -13,8 +13,8 @@ import functools
 import operator
 import types
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, dataclass, fields
-from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin, get_type_hints
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 import msgspec
 
@@ -22,6 +22,7 @@ from jqueue.core.formats.part_runs import AddPart, PartRun
 from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.formats.wire import UNDECODABLE, Count, Micros, kind_type, wire_type
 from jqueue.domain import effects as fx
+from jqueue.domain.declared import declared_fields
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.schema import STORED_FIELDS, field_values
 
@@ -66,12 +67,9 @@ def _field_type(hint: Any) -> Any:
 
 
 def _wire_struct(effect: type[Any], tag: str) -> Any:
-    hints = get_type_hints(effect, include_extras=True)
     shapes = [
-        (f.name, _field_type(hints[f.name]))
-        if f.default is MISSING
-        else (f.name, _field_type(hints[f.name]), f.default)
-        for f in fields(effect)
+        (f.name, _field_type(f.hint)) if f.required else (f.name, _field_type(f.hint), f.default)
+        for f in declared_fields(effect, include_extras=True)
     ]
     name = "_" + effect.__name__
     return msgspec.defstruct(name, shapes, tag=tag, array_like=True, omit_defaults=True)
