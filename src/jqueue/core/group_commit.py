@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Unpack
 
 from jqueue.core.commits import GroupedCommits
-from jqueue.core.layout import Layout
 from jqueue.core.loop.retry import GROUPED_MAX_RETRIES, RetryPolicy
-from jqueue.core.loop.settings import LogSettings
-from jqueue.core.loop.timed import DEFAULT_STORAGE_TIMEOUT
-from jqueue.core.queue import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_VISIBILITY_TIMEOUT, JobQueue
-from jqueue.domain.policy import QueuePolicy
+from jqueue.core.queue import DEFAULT_VISIBILITY_TIMEOUT, JobQueue, QueueOptions
 from jqueue.ports.storage import ObjectStoragePort
 
 
@@ -34,9 +31,9 @@ class GroupCommitLoop(JobQueue):
     visibility_timeout : timedelta or None
         How long a claim holds a job without a heartbeat (``JobQueue``); ``stale_timeout``
         if None.
-
-    The other parameters (``max_payload_bytes``, ``layout``, ``log``, ``policy``,
-    ``storage_timeout``) are ``JobQueue``'s.
+    **options
+        ``QueueOptions``: ``max_payload_bytes``, ``layout``, ``log``, ``policy`` and
+        ``storage_timeout``, as ``JobQueue`` takes them.
     """
 
     def __init__(
@@ -45,26 +42,14 @@ class GroupCommitLoop(JobQueue):
         stale_timeout: timedelta = DEFAULT_VISIBILITY_TIMEOUT,
         *,
         max_retries: int = GROUPED_MAX_RETRIES,
-        max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
-        layout: Layout = "auto",
-        log: LogSettings | None = None,
-        policy: QueuePolicy | None = None,
-        storage_timeout: timedelta | None = DEFAULT_STORAGE_TIMEOUT,
         visibility_timeout: timedelta | None = None,
+        **options: Unpack[QueueOptions],
     ) -> None:
         if visibility_timeout is not None and stale_timeout != DEFAULT_VISIBILITY_TIMEOUT:
             raise ValueError("give visibility_timeout or its documented alias stale_timeout, not both")
-        super().__init__(
-            storage,
-            GroupedCommits,
-            retry=RetryPolicy(max_retries=max_retries),
-            layout=layout,
-            max_payload_bytes=max_payload_bytes,
-            log=log,
-            visibility_timeout=stale_timeout if visibility_timeout is None else visibility_timeout,
-            policy=policy,
-            storage_timeout=storage_timeout,
-        )
+        retry = RetryPolicy(max_retries=max_retries)
+        timeout = stale_timeout if visibility_timeout is None else visibility_timeout
+        super().__init__(storage, GroupedCommits, retry=retry, visibility_timeout=timeout, **options)
 
     @property
     def stale_timeout(self) -> timedelta:

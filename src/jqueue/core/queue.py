@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Callable, Collection, Iterable
 from datetime import timedelta
 from types import TracebackType
-from typing import Self
+from typing import Self, TypedDict
 
 from jqueue.core.adding import Found, adding
 from jqueue.core.bulk import BulkWrites
@@ -26,7 +26,7 @@ from jqueue.core.layout import Layout, StoreOpener
 from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.settings import LogSettings
 from jqueue.core.loop.store import StorageUse, describe
-from jqueue.core.loop.timed import timed
+from jqueue.core.loop.timed import DEFAULT_STORAGE_TIMEOUT, timed
 from jqueue.core.management import ManagementCalls, entrypoint_set, fence
 from jqueue.core.spawn_guard import refuse_while_spawning
 from jqueue.domain.effects import Added
@@ -59,6 +59,17 @@ def new_lease() -> str:
 
 Strategy = Callable[[StoreOpener, Housekeeping, StorageUse], Commits]
 """Makes a queue's commit strategy: ``DirectCommits`` or ``GroupedCommits``."""
+
+
+class QueueOptions(TypedDict, total=False):
+    """The settings every kind of queue takes by keyword, their defaults ``JobQueue``'s:
+    ``max_payload_bytes``, ``layout``, ``log``, ``policy`` and ``storage_timeout``."""
+
+    max_payload_bytes: int | None
+    layout: Layout
+    log: LogSettings | None
+    policy: QueuePolicy | None
+    storage_timeout: timedelta | None
 
 
 class JobQueue(ManagementCalls, EnqueueCalls):
@@ -95,12 +106,12 @@ class JobQueue(ManagementCalls, EnqueueCalls):
         strategy: Strategy,
         *,
         retry: RetryPolicy,
-        layout: Layout,
-        max_payload_bytes: int | None,
-        log: LogSettings | None,
         visibility_timeout: timedelta,
-        policy: QueuePolicy | None,
-        storage_timeout: timedelta | None,
+        max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
+        layout: Layout = "auto",
+        log: LogSettings | None = None,
+        policy: QueuePolicy | None = None,
+        storage_timeout: timedelta | None = DEFAULT_STORAGE_TIMEOUT,
     ) -> None:
         if checked_span("visibility_timeout", visibility_timeout) == timedelta(0):
             raise ValueError("visibility_timeout must be positive, got 0 s")

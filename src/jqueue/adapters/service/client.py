@@ -18,7 +18,7 @@ from typing import Any
 from jqueue.adapters.service.caller import DEFAULT_CALL_TIMEOUT, DEFAULT_FAILOVER_TIMEOUT, ServiceCaller
 from jqueue.adapters.service.coalesce import Coalescer
 from jqueue.adapters.service.error_codes import raised, status_of
-from jqueue.adapters.service.remote_operator import RemoteOperator
+from jqueue.adapters.service.remote_operator import RemoteOperator, mirrors
 from jqueue.adapters.service.wire import (
     MAX_BATCH,
     MAX_WAIT_SECONDS,
@@ -39,7 +39,7 @@ from jqueue.adapters.service.wire import (
 )
 from jqueue.adapters.web.queue_names import QUEUE_NAME
 from jqueue.core.enqueue_calls import EnqueueCalls
-from jqueue.core.queue import DEFAULT_VISIBILITY_TIMEOUT
+from jqueue.core.queue import DEFAULT_VISIBILITY_TIMEOUT, JobQueue
 from jqueue.domain.errors import JobCancelledError, JobFailedError, JQueueError
 from jqueue.domain.models import Job, new_job_id
 from jqueue.domain.policy import QueuePolicy
@@ -222,25 +222,21 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
         answer: JobsResponse = await self.call("enqueue", EnqueueRequest(jobs), JobsResponse)
         return [job_of(job) for job in answer.jobs]
 
-    async def dequeue(
-        self,
-        entrypoint: str | Collection[str] | None = None,
-        *,
-        batch_size: int = 1,
-        visibility_timeout: timedelta | None = None,
-    ) -> list[Job]:
+    @mirrors(JobQueue.dequeue)
+    async def dequeue(self, arguments: dict[str, Any]) -> list[Job]:
         """Claim up to ``batch_size`` jobs, best priority first (see ``JobQueue.dequeue``).
 
         Claims of the same entrypoints made while another claim is in flight go in one
         request, and its jobs are shared out in the order of the calls; one request claims
         at most ``MAX_BATCH`` jobs.
         """
+        batch_size: int = arguments["batch_size"]
         if batch_size < 0:
             raise ValueError(f"batch_size must not be negative, got {batch_size}")
         if batch_size == 0:  # claims nothing, as a local queue's dequeue
             return []
-        entrypoints = _entrypoints(entrypoint)
-        key = (None if entrypoints is None else tuple(entrypoints), _seconds(visibility_timeout))
+        entrypoints = _entrypoints(arguments["entrypoint"])
+        key = (None if entrypoints is None else tuple(entrypoints), _seconds(arguments["visibility_timeout"]))
         return await self._claims.call(key, batch_size)
 
     async def _send_claims(self, key: ClaimKey, sizes: list[int]) -> list[list[Job]]:
@@ -296,24 +292,12 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
         ``result`` in its history record."""
         await self._settle("ack", _ref(job_id, result=None if result is None else bytes(result)))
 
-    async def nack(
-        self,
-        job_id: Job | str,
-        delay: timedelta | None = None,
-        error: str | None = None,
-        *,
-        max_attempts: int | None = None,
-        dead: bool = False,
-    ) -> None:
+    @mirrors(JobQueue.nack)
+    async def nack(self, arguments: dict[str, Any]) -> None:
         """Return a claimed job to the queue after a wait, or to the dead letters (at once with
         ``dead``)."""
-        options = {
-            "delay_seconds": _seconds(delay),
-            "error": error,
-            "max_attempts": max_attempts,
-            "dead": dead,
-        }
-        await self._settle("nack", _ref(job_id), options)
+        ref = _ref(arguments.pop("job_id"))
+        await self._settle("nack", ref, {"delay_seconds": _seconds(arguments.pop("delay")), **arguments})
 
     async def release(self, job_id: Job | str) -> None:
         """Return a claimed job to the queue at once, not as a failure."""

@@ -2,20 +2,32 @@
 jobs, history, dead letters) and steers (pause, resume, throttle, limit, requeue, purge).
 
 Each call is ``POST /v1/queues/{queue}/{verb}`` with the arguments of the ``JobQueue`` method
-of the same name (spans in seconds); ``OPERATOR_CALLS`` is their one list, from which the
-routes, the client's calls and the OpenAPI document are made.
+of the same name, by name (a span ``x`` as ``x_seconds``), and answers the wire form of what the
+method returns (each answer type's ``of`` and ``value``). ``OPERATOR_CALLS`` is their one
+list, from which the routes, the client's calls and the OpenAPI document are made.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
-from jqueue.adapters.service.wire import ApiJob, BatchSize, JobId, JobsResponse, PositiveSeconds, Seconds
+from jqueue.adapters.service.wire import (
+    ApiJob,
+    BatchSize,
+    JobId,
+    JobsResponse,
+    PositiveSeconds,
+    Seconds,
+    api_job,
+    job_of,
+)
 from jqueue.core.formats.wire import AwareDatetime, Count, Int64
-from jqueue.domain.models import JobStatus
+from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.stats import EntrypointStats, QueueStats
 
@@ -34,22 +46,24 @@ class StatsRequest(msgspec.Struct, forbid_unknown_fields=True):
     """``stats``: no arguments."""
 
 
-class JobsRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """``jobs`` and ``count``: the jobs with ``status``, of ``entrypoint``, enqueued more than
-    ``older_than_seconds`` ago (each filter when given), at most ``limit`` (None: all)."""
+class CountRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``count``: the jobs with ``status``, of ``entrypoint``, enqueued more than
+    ``older_than_seconds`` ago (each filter when given)."""
 
     status: JobStatus | None = None
     entrypoint: str | None = None
     older_than_seconds: Seconds | None = None
+
+
+class JobsRequest(CountRequest, kw_only=True, forbid_unknown_fields=True):
+    """``jobs``: the jobs ``count`` counts, at most ``limit`` (None: all)."""
+
     limit: Limit | None = 100
 
 
-class BrowseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """``browse``: one page of jobs from ``cursor`` (as ``jobs`` filters them, and by ``dedup_key``)."""
+class BrowseRequest(CountRequest, kw_only=True, forbid_unknown_fields=True):
+    """``browse``: one page of jobs from ``cursor`` (as ``count`` filters them, and by ``dedup_key``)."""
 
-    status: JobStatus | None = None
-    entrypoint: str | None = None
-    older_than_seconds: Seconds | None = None
     dedup_key: str | None = None
     cursor: Count = 0
     limit: BatchSize = 50
@@ -61,23 +75,50 @@ class PageResponse(msgspec.Struct):
     jobs: _ApiJobs
     next_cursor: int | None
 
+    @classmethod
+    def of(cls, page: tuple[list[Job], int | None]) -> PageResponse:
+        """Return the wire form of what ``browse`` returns."""
+        return cls([api_job(job) for job in page[0]], page[1])
+
+    def value(self) -> tuple[list[Job], int | None]:
+        """Return what ``browse`` returned."""
+        return [job_of(job) for job in self.jobs], self.next_cursor
+
 
 class CountResponse(msgspec.Struct):
     """How many jobs a call found or changed."""
 
     count: int
 
+    @classmethod
+    def of(cls, count: int) -> CountResponse:
+        """Return the wire form of a count."""
+        return cls(count)
+
+    def value(self) -> int:
+        """Return the count."""
+        return self.count
+
 
 class JobRequest(msgspec.Struct, forbid_unknown_fields=True):
     """``find`` and ``finished``: one job, by id."""
 
-    id: JobId
+    job_id: JobId = msgspec.field(name="id")
 
 
 class FoundResponse(msgspec.Struct):
     """The job as it is now (None if it is not in the queue)."""
 
     job: _ApiJob | None
+
+    @classmethod
+    def of(cls, job: Job | None) -> FoundResponse:
+        """Return the wire form of what ``find`` returns."""
+        return cls(None if job is None else api_job(job))
+
+    def value(self) -> Job | None:
+        """Return what ``find`` returned."""
+        return None if self.job is None else job_of(self.job)
 
 
 class HistoryRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -94,11 +135,29 @@ class HistoryResponse(msgspec.Struct):
 
     records: list[HistoryRecord]
 
+    @classmethod
+    def of(cls, records: list[HistoryRecord]) -> HistoryResponse:
+        """Return the wire form of what ``history`` returns."""
+        return cls(records)
+
+    def value(self) -> list[HistoryRecord]:
+        """Return what ``history`` returned."""
+        return self.records
+
 
 class FinishedResponse(msgspec.Struct):
     """The newest history record of a job (None if the history holds none)."""
 
     record: HistoryRecord | None
+
+    @classmethod
+    def of(cls, record: HistoryRecord | None) -> FinishedResponse:
+        """Return the wire form of what ``finished`` returns."""
+        return cls(record)
+
+    def value(self) -> HistoryRecord | None:
+        """Return what ``finished`` returned."""
+        return self.record
 
 
 class DeadLettersRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -108,10 +167,16 @@ class DeadLettersRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     limit: Limit | None = 100
 
 
-class IdsRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """``requeue`` (of ``ids``) and ``requeue_dead`` (of ``ids``, or of every dead letter)."""
+class RequeueDeadRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``requeue_dead``: of ``ids``, or of every dead letter."""
 
     ids: list[JobId] | None = None
+
+
+class RequeueRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``requeue``: of ``ids``."""
+
+    ids: list[JobId]
 
 
 class PurgeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -124,11 +189,15 @@ class PurgeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ids: list[JobId] | None = None
 
 
-class PauseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """``pause`` (with ``enqueues``: refuse new jobs too) and ``resume`` of ``entrypoint``
-    (None: the whole queue)."""
+class ResumeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``resume`` of ``entrypoint`` (None: the whole queue)."""
 
     entrypoint: str | None = None
+
+
+class PauseRequest(ResumeRequest, kw_only=True, forbid_unknown_fields=True):
+    """``pause`` of ``entrypoint``; with ``enqueues``, refuse new jobs too."""
+
     enqueues: bool = False
 
 
@@ -149,6 +218,14 @@ class LimitRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class DoneResponse(msgspec.Struct):
     """A control call that answers nothing but that it is done, and durable."""
+
+    @classmethod
+    def of(cls, _: None) -> DoneResponse:
+        """Return the wire form of a call that returns None."""
+        return cls()
+
+    def value(self) -> None:
+        """Return what the call returned: None."""
 
 
 class StatsResponse(msgspec.Struct, kw_only=True):
@@ -175,7 +252,7 @@ class StatsResponse(msgspec.Struct, kw_only=True):
             history_records=stats.history_records,
         )
 
-    def stats(self) -> QueueStats:
+    def value(self) -> QueueStats:
         """Return the ``QueueStats`` this is the wire form of."""
         return QueueStats(
             self.version,
@@ -211,18 +288,48 @@ OPERATOR_CALLS = (
         "stats", "Counts per entrypoint and status; pauses, throttles, limits.", StatsRequest, StatsResponse
     ),
     OperatorCall("jobs", "Jobs by status, entrypoint and age, without claiming.", JobsRequest, JobsResponse),
-    OperatorCall("count", "How many jobs `jobs` would list without a limit.", JobsRequest, CountResponse),
+    OperatorCall("count", "How many jobs `jobs` would list without a limit.", CountRequest, CountResponse),
     OperatorCall("browse", "One page of jobs from a cursor.", BrowseRequest, PageResponse),
     OperatorCall("find", "One job as it is now.", JobRequest, FoundResponse),
     OperatorCall("history", "Records of finished jobs.", HistoryRequest, HistoryResponse),
     OperatorCall("finished", "The newest history record of a job.", JobRequest, FinishedResponse),
     OperatorCall("dead_letters", "Dead jobs, oldest enqueue first.", DeadLettersRequest, JobsResponse),
-    OperatorCall("requeue_dead", "Redrive dead letters, attempts reset.", IdsRequest, CountResponse),
-    OperatorCall("requeue", "Make jobs claimable now, whatever their state.", IdsRequest, CountResponse),
+    OperatorCall("requeue_dead", "Redrive dead letters, attempts reset.", RequeueDeadRequest, CountResponse),
+    OperatorCall("requeue", "Make jobs claimable now, whatever their state.", RequeueRequest, CountResponse),
     OperatorCall("purge", "Delete jobs by status, entrypoint, age or id.", PurgeRequest, CountResponse),
     OperatorCall("pause", "Stop claims (and enqueues) of a scope.", PauseRequest, DoneResponse, creates=True),
-    OperatorCall("resume", "Undo a pause.", PauseRequest, DoneResponse, creates=True),
+    OperatorCall("resume", "Undo a pause.", ResumeRequest, DoneResponse, creates=True),
     OperatorCall("throttle", "Claims allowed per window.", ThrottleRequest, DoneResponse, creates=True),
     OperatorCall("limit", "Jobs allowed in progress at once.", LimitRequest, DoneResponse, creates=True),
 )
 """Every operator call."""
+OPERATOR_CALL = {call.verb: call for call in OPERATOR_CALLS}
+"""Each operator call by its verb."""
+
+_SPAN_SUFFIX = "_seconds"
+
+
+def request_of(kind: type[Any], arguments: dict[str, Any]) -> Any:
+    """Return the request body of type ``kind`` for a call with ``arguments`` (by parameter
+    name; a span ``x`` becomes ``x_seconds``, any iterable of ids a list)."""
+    body: dict[str, Any] = {}
+    for name in kind.__struct_fields__:
+        if name.endswith(_SPAN_SUFFIX) and name not in arguments:
+            span: timedelta | None = arguments[name.removesuffix(_SPAN_SUFFIX)]
+            body[name] = None if span is None else span.total_seconds()
+        else:
+            value = arguments[name]
+            body[name] = list(value) if isinstance(value, Iterable) and not isinstance(value, str) else value
+    return kind(**body)
+
+
+def arguments_of(body: msgspec.Struct) -> dict[str, Any]:
+    """Return the keyword arguments of the ``JobQueue`` call that ``body`` is the request of."""
+    arguments: dict[str, Any] = {}
+    for name in body.__struct_fields__:
+        value = getattr(body, name)
+        if name.endswith(_SPAN_SUFFIX):
+            name = name.removesuffix(_SPAN_SUFFIX)
+            value = None if value is None else timedelta(seconds=value)
+        arguments[name] = value
+    return arguments

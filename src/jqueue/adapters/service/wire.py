@@ -234,6 +234,15 @@ class JobsResponse(msgspec.Struct):
 
     jobs: _ApiJobs
 
+    @classmethod
+    def of(cls, jobs: list[Job]) -> JobsResponse:
+        """Return the wire form of ``jobs``."""
+        return cls([api_job(job) for job in jobs])
+
+    def value(self) -> list[Job]:
+        """Return the jobs this is the wire form of."""
+        return [job_of(job) for job in self.jobs]
+
 
 class ErrorBody(msgspec.Struct, omit_defaults=True):
     """What failed: a stable ``code`` and a message for people; for ``not_broker``, the URL of
