@@ -11,6 +11,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -35,19 +36,16 @@ class WorkerMetrics:
 
     def __init__(self, worker: Worker) -> None:
         self.registry = prometheus.CollectorRegistry(auto_describe=True)
-        self.run_seconds = prometheus.Histogram(
+        histogram = functools.partial(prometheus.Histogram, registry=self.registry, buckets=RUN_BUCKETS)
+        self.run_seconds = histogram(
             "jqueue_worker_job_run_seconds",
             "Time a job's handler ran, by entrypoint and outcome (acked, retried, dead, lost, released).",
             ["entrypoint", "outcome"],
-            registry=self.registry,
-            buckets=RUN_BUCKETS,
         )
-        self.wait_seconds = prometheus.Histogram(
+        self.wait_seconds = histogram(
             "jqueue_worker_job_wait_seconds",
             "Time from a job's enqueue (or due time) to its claim by this worker, by entrypoint.",
             ["entrypoint"],
-            registry=self.registry,
-            buckets=RUN_BUCKETS,
         )
         self.running = prometheus.Gauge(
             "jqueue_worker_jobs_running",

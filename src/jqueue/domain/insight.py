@@ -51,15 +51,8 @@ def timings(index: QueueIndex, sample: int = 1_000) -> dict[str, Timings]:
 
 @dataclass
 class JobPage:
-    """One page of ``browse``.
-
-    Attributes
-    ----------
-    records : list of JobRecord
-        The jobs found, in insertion order.
-    next_cursor : int or None
-        Where the next page starts; None at the end.
-    """
+    """One page of ``browse``: the ``records`` found, in insertion order, and the cursor where
+    the next page starts (None at the end)."""
 
     records: list[JobRecord]
     next_cursor: int | None

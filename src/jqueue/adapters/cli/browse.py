@@ -26,6 +26,7 @@ from jqueue.adapters.cli.common import (
     fail,
     full_ids,
     job_json,
+    listed_briefly,
     preview,
     print_json,
     remote_queue,
@@ -75,11 +76,7 @@ def queues(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
     found = run(look())
     totals = {name: _counts(s) for name, s in found.items()}
-    if as_json:
-        print_json([{"queue": name, **counts} for name, counts in totals.items()])
-        return
-    if not totals:
-        console.print("no queues")
+    if listed_briefly([{"queue": name, **counts} for name, counts in totals.items()], as_json, "no queues"):
         return
     table = Table("queue", "queued", "scheduled", "in progress", "dead")
     for name, counts in totals.items():
@@ -159,10 +156,8 @@ def ls(
             return await queue.jobs(chosen, entrypoint, seconds(older_than), limit or None)
 
     jobs = run(look())
-    if as_json:
-        print_json([job_json(job) for job in jobs])
-    else:
-        console.print(_jobs_table(jobs) if jobs else "no jobs")
+    if not listed_briefly([job_json(job) for job in jobs], as_json, "no jobs"):
+        console.print(_jobs_table(jobs))
 
 
 def show(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
@@ -255,11 +250,7 @@ def dead_ls(
             return await queue.dead_letters(entrypoint, limit or None)
 
     jobs = run(look())
-    if as_json:
-        print_json([job_json(job) for job in jobs])
-        return
-    if not jobs:
-        console.print("no dead letters")
+    if listed_briefly([job_json(job) for job in jobs], as_json, "no dead letters"):
         return
     table = Table("id", "entrypoint", "attempts", "reason", "died", "error")
     table.columns[0].no_wrap = True
@@ -290,11 +281,7 @@ def history(
             return await queue.history(entrypoint, chosen, limit=limit or None)
 
     records = run(look())
-    if as_json:
-        print_json([_history_json(r) for r in records])
-        return
-    if not records:
-        console.print("no finished jobs")
+    if listed_briefly([_history_json(r) for r in records], as_json, "no finished jobs"):
         return
     if full:
         for record in records:

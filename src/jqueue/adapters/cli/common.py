@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -201,6 +201,17 @@ async def existing_queue(ctx: typer.Context) -> AsyncIterator[AnyQueue]:
         yield queue
 
 
+def on_queue(ctx: typer.Context, call: Callable[[AnyQueue], Awaitable[T]], *, create: bool = False) -> T:
+    """Run ``call`` on the command's queue: one that exists, or with ``create`` (a control set
+    before any job) one that may not yet."""
+
+    async def act() -> T:
+        async with direct_queue(ctx) if create else existing_queue(ctx) as queue:
+            return await call(queue)
+
+    return run(act())
+
+
 def seconds(value: float | None) -> timedelta | None:
     """Return a number of seconds as a timedelta (None stays None)."""
     return None if value is None else timedelta(seconds=value)
@@ -209,6 +220,16 @@ def seconds(value: float | None) -> timedelta | None:
 def print_json(data: Any) -> None:
     """Print ``data`` as JSON on stdout (datetimes in ISO 8601)."""
     sys.stdout.write(json.dumps(data, default=_json_default, indent=2) + "\n")
+
+
+def listed_briefly(rows: list[Any], as_json: bool, nothing: str) -> bool:
+    """Print a listing's ``rows`` as JSON (with ``as_json``), or ``nothing`` when it has none;
+    return whether that was all, so that the caller prints its table only when not."""
+    if as_json:
+        print_json(rows)
+    elif not rows:
+        console.print(nothing)
+    return as_json or not rows
 
 
 def _json_default(value: Any) -> Any:

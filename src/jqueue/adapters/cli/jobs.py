@@ -14,6 +14,7 @@ from rich.progress import Progress
 
 from jqueue.adapters.cli.browse import dead_ls, history, ls, queues, result, show, stats
 from jqueue.adapters.cli.common import (
+    AnyQueue,
     EntrypointOption,
     JsonFlag,
     OlderOption,
@@ -21,10 +22,10 @@ from jqueue.adapters.cli.common import (
     broker_queue,
     console,
     direct_queue,
-    existing_queue,
     fail,
     full_ids,
     job_json,
+    on_queue,
     print_json,
     run,
     seconds,
@@ -174,11 +175,10 @@ def requeue(
 ) -> None:
     """Make jobs claimable now, whatever their state (dead ones get their attempts reset)."""
 
-    async def act() -> int:
-        async with existing_queue(ctx) as queue:
-            return await queue.requeue(await full_ids(queue, job_ids))
+    async def act(queue: AnyQueue) -> int:
+        return await queue.requeue(await full_ids(queue, job_ids))
 
-    _report(run(act()), "requeued", as_json)
+    _report(on_queue(ctx, act), "requeued", as_json)
 
 
 def cancel(
@@ -189,11 +189,10 @@ def cancel(
     """Cancel jobs: a waiting or dead one leaves the queue at once; a running one's worker is
     asked to stop it, which it does at its next heartbeat."""
 
-    async def act() -> list[bool]:
-        async with existing_queue(ctx) as queue:
-            return [await queue.cancel(job_id) for job_id in await full_ids(queue, job_ids)]
+    async def act(queue: AnyQueue) -> list[bool]:
+        return [await queue.cancel(job_id) for job_id in await full_ids(queue, job_ids)]
 
-    done = run(act())
+    done = on_queue(ctx, act)
     cancelled, asked = done.count(True), done.count(False)
     if as_json:
         print_json({"cancelled": cancelled, "asked_to_stop": asked})
@@ -214,11 +213,10 @@ def dead_requeue(
     if bool(job_ids) == everything:
         fail("give job ids or --all")
 
-    async def act() -> int:
-        async with existing_queue(ctx) as queue:
-            return await queue.requeue_dead(None if everything else await full_ids(queue, job_ids or []))
+    async def act(queue: AnyQueue) -> int:
+        return await queue.requeue_dead(None if everything else await full_ids(queue, job_ids or []))
 
-    _report(run(act()), "requeued", as_json)
+    _report(on_queue(ctx, act), "requeued", as_json)
 
 
 def purge(
@@ -236,23 +234,15 @@ def purge(
     which = status.value + (f" of {entrypoint!r}" if entrypoint else "")
     which += f", enqueued over {older_than:g} s ago" if older_than is not None else ""
     if not yes:
-
-        async def count() -> int:
-            async with existing_queue(ctx) as queue:
-                return await queue.count(chosen, entrypoint, seconds(older_than))
-
-        found = run(count())
+        found = on_queue(ctx, lambda queue: queue.count(chosen, entrypoint, seconds(older_than)))
         if not found:
             _report(0, "purged", as_json, which)
             return
         if not typer.confirm(f"delete {_jobs(found)} ({which})?"):
             raise typer.Exit(1)
 
-    async def act() -> int:
-        async with existing_queue(ctx) as queue:
-            return await queue.purge(chosen, entrypoint, seconds(older_than))
-
-    _report(run(act()), "purged", as_json, which)
+    purged = on_queue(ctx, lambda queue: queue.purge(chosen, entrypoint, seconds(older_than)))
+    _report(purged, "purged", as_json, which)
 
 
 def pause(
@@ -263,12 +253,8 @@ def pause(
 ) -> None:
     """Stop every worker from claiming jobs of an entrypoint or of the whole queue."""
 
-    async def act() -> None:
-        async with direct_queue(ctx) as queue:
-            await queue.pause(entrypoint, enqueues=enqueues)
-
-    run(act())
-    _done({"paused": entrypoint, "enqueues": enqueues}, f"paused {entrypoint or 'the whole queue'}", as_json)
+    on_queue(ctx, lambda queue: queue.pause(entrypoint, enqueues=enqueues), create=True)
+    _done({"paused": entrypoint, "enqueues": enqueues}, f"paused {_scope(entrypoint)}", as_json)
 
 
 def resume(
@@ -278,12 +264,8 @@ def resume(
 ) -> None:
     """Undo a pause."""
 
-    async def act() -> None:
-        async with direct_queue(ctx) as queue:
-            await queue.resume(entrypoint)
-
-    run(act())
-    _done({"resumed": entrypoint}, f"resumed {entrypoint or 'the whole queue'}", as_json)
+    on_queue(ctx, lambda queue: queue.resume(entrypoint), create=True)
+    _done({"resumed": entrypoint}, f"resumed {_scope(entrypoint)}", as_json)
 
 
 def throttle(
@@ -295,15 +277,9 @@ def throttle(
     as_json: JsonFlag = False,
 ) -> None:
     """Limit claims per time window, for all workers."""
-    if (limit is None) != off:
-        fail("give LIMIT or --off")
-
-    async def act() -> None:
-        async with direct_queue(ctx) as queue:
-            await queue.throttle(limit, timedelta(seconds=per), entrypoint)
-
-    run(act())
-    scope = entrypoint or "the whole queue"
+    _value_or_off(limit, off, "LIMIT")
+    on_queue(ctx, lambda queue: queue.throttle(limit, timedelta(seconds=per), entrypoint), create=True)
+    scope = _scope(entrypoint)
     message = f"lifted the throttle of {scope}" if off else f"{scope}: {limit} claims per {per:g} s"
     if limit == 0:
         message += " (no job will be claimed until the throttle is lifted, as with a pause)"
@@ -320,17 +296,20 @@ def limit(
     as_json: JsonFlag = False,
 ) -> None:
     """Allow at most MOST jobs in progress at once, however many workers run."""
-    if (most is None) != off:
-        fail("give MOST or --off")
-
-    async def act() -> None:
-        async with direct_queue(ctx) as queue:
-            await queue.limit(entrypoint, most)
-
-    run(act())
-    scope = entrypoint or "the whole queue"
+    _value_or_off(most, off, "MOST")
+    on_queue(ctx, lambda queue: queue.limit(entrypoint, most), create=True)
+    scope = _scope(entrypoint)
     message = f"lifted the limit of {scope}" if off else f"{scope}: at most {most} in progress at once"
     _done({"entrypoint": entrypoint, "limit": most}, message, as_json)
+
+
+def _value_or_off(value: int | None, off: bool, name: str) -> None:
+    if (value is None) != off:
+        fail(f"give {name} or --off")
+
+
+def _scope(entrypoint: str | None) -> str:
+    return entrypoint or "the whole queue"
 
 
 def _done(data: dict[str, object], message: str, as_json: bool) -> None:
