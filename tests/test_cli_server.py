@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 _VOLATILE = re.compile(
     r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # a job id
     r"|\d{4}-\d\d-\d\dT[\d:.]+(Z|[+-]\d\d:\d\d)?"  # a time
-    r"|\b\d+\.\d[smhd]\b"  # an age
+    r"|\b\d+(\.\d)? (µs|ms|s)\b|\b\d+ [mhd] \d+ [smh]\b"  # an age (readable_span)
 )
 _TIMINGS = {"version", "wait_s", "run_s", "seconds", "age_s", "finished_s"}
 

@@ -105,15 +105,16 @@ LIMITED = [(f, value) for f in SPEC_FIELDS for value in _out_of_range(f)]
 
 
 def test_every_declared_limit_is_checked() -> None:
-    assert {f.name for f, _ in LIMITED} == {"priority", "delay", "max_attempts", "ttl", "id"}
+    assert {f.name for f, _ in LIMITED} == {"entrypoint", "priority", "delay", "max_attempts", "ttl", "id"}
 
 
 @pytest.mark.parametrize(("spec_field", "value"), LIMITED, ids=lambda v: str(getattr(v, "name", v))[:20])
 def test_a_value_out_of_its_limit_is_refused_in_python_and_on_the_wire(
     spec_field: SpecField, value: Any
 ) -> None:
+    arguments: dict[str, Any] = {"entrypoint": "email", "payload": b"x", spec_field.name: value}
     with pytest.raises(ValueError, match=spec_field.name):
-        JobSpec("email", b"x", **{spec_field.name: value})
+        JobSpec(**arguments)
     body: dict[str, Any] = {"entrypoint": "email", "payload": ""}
     if isinstance(value, timedelta):
         body[f"{spec_field.name}_seconds"] = value.total_seconds()

@@ -90,3 +90,19 @@ def test_percentiles_interpolate_between_ranks_as_spark_does() -> None:
     assert figures.percentiles([]) == ()
     assert figures.percentiles([3.0]) == (3.0, 3.0, 3.0)
     assert figures.percentiles([4.0, 1.0]) == pytest.approx((2.5, 3.85, 3.97))
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (0.0000004, "0 µs"),
+        (0.0005, "500 µs"),
+        (0.0123, "12 ms"),
+        (4.25, "4.2 s"),
+        (185, "3 m 5 s"),
+        (4000, "1 h 6 m"),
+        (2 * 86400 + 3 * 3600 + 59, "2 d 3 h"),
+    ],
+)
+def test_every_duration_people_read_has_one_form(seconds: float, shown: str) -> None:
+    assert figures.readable_span(seconds) == shown

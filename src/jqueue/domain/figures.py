@@ -2,7 +2,7 @@
 time bucket (``Throughput``), and per entrypoint the outcomes and the wait and run time
 percentiles (``Timings``). ``report_of`` computes a whole report from history records in
 Python; ``jqueue.adapters.spark.report`` computes the same figures with Spark for a history
-too large for one process.
+too large for one process. ``readable_span`` is how every duration is shown to people.
 """
 
 from __future__ import annotations
@@ -15,6 +15,24 @@ from jqueue.domain.models import JobStatus
 from jqueue.domain.records import HistoryRecord
 
 PERCENTILES = (0.5, 0.95, 0.99)
+
+
+def readable_span(seconds: float) -> str:
+    """Return a duration as people read it: ``12 ms``, ``4.2 s``, ``3 m 5 s``, ``1 h 6 m``,
+    ``2 d 3 h`` (two units at most; under a microsecond, ``0 µs``)."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms" if seconds >= 0.001 else f"{seconds * 1e6:.0f} µs"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} m {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} m"
+    return f"{hours // 24} d {hours % 24} h"
+
+
 MINUTE = 60_000_000
 REPORT_BUCKETS = 1_440
 """A report's chart has at most this many buckets: one a minute, or longer for a longer history."""

@@ -29,6 +29,8 @@ ATTEMPTS = Limit(ge=1, le=INT64_MAX)
 """A number of attempts."""
 INT64 = Limit(ge=INT64_MIN, le=INT64_MAX)
 JOB_ID = Limit(min_length=1, max_length=MAX_ID_LENGTH)
+ENTRYPOINT = Limit(min_length=1)
+"""An entrypoint is never empty: an empty one would read as "every entrypoint" in a filter."""
 
 
 def checked_span(name: str, value: timedelta) -> timedelta:
@@ -70,7 +72,7 @@ class JobSpec:
         after an unknown outcome is not doubled.
     """
 
-    entrypoint: str
+    entrypoint: str = field(metadata={"limit": ENTRYPOINT})
     payload: bytes
     priority: int = field(default=0, metadata={"limit": INT64})
     delay: timedelta | None = field(default=None, metadata={"limit": SPAN})

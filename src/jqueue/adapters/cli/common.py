@@ -26,6 +26,7 @@ from jqueue.adapters.storage.url import storage_at
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
 from jqueue.domain.errors import InvalidURLError, JQueueError, ServiceError
+from jqueue.domain.figures import readable_span
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.times import utc_now
 from jqueue.ports.storage import ObjectStoragePort
@@ -270,21 +271,14 @@ def preview(payload: bytes, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _short(total: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if total >= size:
-            return f"{total / size:.1f}{unit}"
-    return f"{total:.1f}s"
-
-
 def age(moment: datetime | None) -> str:
-    """Return how long ago ``moment`` was, in a short human form."""
-    return "-" if moment is None else _short(max(0.0, (utc_now() - moment).total_seconds()))
+    """Return how long ago ``moment`` was, as people read it (``readable_span``)."""
+    return "-" if moment is None else readable_span(max(0.0, (utc_now() - moment).total_seconds()))
 
 
 def until(moment: datetime) -> str:
-    """Return how long until ``moment``, in a short human form."""
-    return _short(max(0.0, (moment - utc_now()).total_seconds()))
+    """Return how long until ``moment``, as people read it (``readable_span``)."""
+    return readable_span(max(0.0, (moment - utc_now()).total_seconds()))
 
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]

@@ -42,7 +42,12 @@ def enqueue(
     ctx: typer.Context,
     entrypoint: str,
     payload: Annotated[str | None, typer.Argument(help="The payload as text.")] = None,
-    file: Annotated[Path | None, typer.Option("--file", help="Read the payload from a file.")] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file", help="Read the payload from a file.", exists=True, dir_okay=False, readable=True
+        ),
+    ] = None,
     stdin: Annotated[
         bool, typer.Option("--stdin", help="Enqueue one job per line of standard input.")
     ] = False,

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from jqueue.domain.errors import headline
+from jqueue.domain.figures import readable_span
 from jqueue.domain.times import from_micros
 
 NONE = "\N{EN DASH}"
@@ -15,20 +16,8 @@ NONE = "\N{EN DASH}"
 
 
 def span(seconds: float | None) -> str:
-    """``0.0123`` -> ``12 ms``; ``4000`` -> ``1 h 6 m``."""
-    if seconds is None:
-        return NONE
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms" if seconds >= 0.001 else f"{seconds * 1e6:.0f} µs"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} m {secs} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} m"
-    return f"{hours // 24} d {hours % 24} h"
+    """A duration as people read it (``readable_span``): ``0.0123`` -> ``12 ms``."""
+    return NONE if seconds is None else readable_span(seconds)
 
 
 def age(when: datetime | None) -> str:
