@@ -35,6 +35,7 @@ from jqueue.adapters.cli.common import (
     service,
     serving,
     short_ids,
+    table_of,
     until,
 )
 from jqueue.domain.errors import JobCancelledError, JobFailedError, JQueueError, headline
@@ -52,8 +53,7 @@ def _status_and_due(job: Job) -> tuple[str, str]:
 
 
 def _jobs_table(jobs: list[Job]) -> Table:
-    table = Table("id", "entrypoint", "status", "due", "priority", "attempts", "age", "payload", "error")
-    table.columns[0].no_wrap = True
+    table = table_of("id", "entrypoint", "status", "due", "priority", "attempts", "age", "payload", "error")
     short = short_ids([job.id for job in jobs])
     for job in jobs:
         row = (short[job.id], job.entrypoint, *_status_and_due(job), str(job.priority), str(job.attempts))
@@ -78,7 +78,7 @@ def queues(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     totals = {name: _counts(s) for name, s in found.items()}
     if listed_briefly([{"queue": name, **counts} for name, counts in totals.items()], as_json, "no queues"):
         return
-    table = Table("queue", "queued", "scheduled", "in progress", "dead")
+    table = table_of("queue", "queued", "scheduled", "in progress", "dead")
     for name, counts in totals.items():
         table.add_row(name, *map(str, counts.values()))
     console.print(table)
@@ -118,7 +118,9 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         }
         print_json(summary | {"history_records": result.history_records})
         return
-    table = Table("entrypoint", "queued", "scheduled", "in progress", "dead", "oldest waiting", title="jobs")
+    table = table_of(
+        "entrypoint", "queued", "scheduled", "in progress", "dead", "oldest waiting", title="jobs"
+    )
     for name, s in result.entrypoints.items():
         counts = (s.queued, s.scheduled, s.in_progress, s.dead)
         table.add_row(name, *map(str, counts), age(s.oldest_queued_at))
@@ -252,8 +254,7 @@ def dead_ls(
     jobs = run(look())
     if listed_briefly([job_json(job) for job in jobs], as_json, "no dead letters"):
         return
-    table = Table("id", "entrypoint", "attempts", "reason", "died", "error")
-    table.columns[0].no_wrap = True
+    table = table_of("id", "entrypoint", "attempts", "reason", "died", "error")
     short = short_ids([job.id for job in jobs])
     for job in jobs:
         died = age(job.dead_at)
@@ -301,7 +302,7 @@ def _history_table(records: list[HistoryRecord], header: bool = True) -> Table:
         times = (_num(r.wait_seconds), _num(r.run_seconds))
         cells = (short[r.job_id], r.entrypoint, str(r.outcome), str(r.attempts), *times)
         rows.append((*cells, age(r.finished_at), r.error_line))
-    table = Table(*names, box=None, show_header=header)
+    table = table_of(*names, box=None, show_header=header)
     widths = [max(len(row[n]) for row in [names, *rows]) for n in range(len(names) - 1)]
     room = max(len(names[-1]), console.width - sum(width + 2 for width in widths) - 2)
     for column in table.columns:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from jqueue.adapters.service.caller import ServiceCaller
@@ -269,6 +270,19 @@ def preview(payload: bytes, width: int = 40) -> str:
     except UnicodeDecodeError:
         return f"<{len(payload)} bytes>"
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+WHOLE_COLUMNS = frozenset({"id", "status", "due", "age", "died", "oldest waiting"})
+"""Columns a table never wraps: ids, states and durations read wrong broken over two lines."""
+
+
+def table_of(*headers: str, **options: Any) -> Table:
+    """Return a rich ``Table`` with ``headers`` (``options`` as ``Table`` takes them); the
+    ``WHOLE_COLUMNS`` among them never wrap."""
+    table = Table(*headers, **options)
+    for column in table.columns:
+        column.no_wrap = column.header in WHOLE_COLUMNS
+    return table
 
 
 def age(moment: datetime | None) -> str:
