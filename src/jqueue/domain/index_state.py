@@ -337,10 +337,10 @@ class IndexState(Journal, BulkAdds):
         self._update(record, record.changed(**queued))
 
     def _add(self, added: Added) -> None:
-        if added.job_id in self.records:
-            raise ValueError(f"{added.job_id} is added twice")
+        if added.id in self.records:
+            raise ValueError(f"{added.id} is added twice")
         if added.dedup_key is not None and added.dedup_key in self._dedup:
-            raise ValueError(f"{added.job_id} reuses the dedup key of {self._dedup[added.dedup_key]}")
+            raise ValueError(f"{added.id} reuses the dedup key of {self._dedup[added.dedup_key]}")
         record = JobRecord.from_added(added, self._next_order)
         self._next_order += 1
         self._insert(record)
