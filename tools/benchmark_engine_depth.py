@@ -1,0 +1,189 @@
+"""Measure the engine at depth: the figures the depth issue (30) sets goals for, on a file root.
+
+Each measurement runs in a fresh child process, so that memory and open times are a new
+worker's, not this one's:
+
+- ``load``: fill a new queue with ``--jobs`` jobs of ``--payload-bytes`` in batches of
+  ``--batch`` (``enqueue_many``, one commit each), once with the default ``LogSettings`` and
+  once with checkpoints off. The bytes the process wrote (``wchar`` of ``/proc/self/io``)
+  with checkpoints on, over the bytes written without them (the jobs' own log records and
+  payloads), is the write amplification (goal: at most 3).
+- ``open``: a fresh process opens the loaded queue and claims one job (seconds to the first
+  claim; goal: 2 s at 10M), then claims and acks ``--drain`` jobs in batches of 100 (the
+  peak resident set size while it does; goal: 512 MiB at 10M).
+- ``tail``: sequential dequeue+ack pairs, each followed by an enqueue that keeps the depth,
+  ``--calls`` pairs long with default checkpoints (several of them land meanwhile); the
+  maximum and the 99th percentile pair latency, at the loaded depth and at 5,000 jobs
+  (goal: the deep maximum at most 2x the shallow one).
+
+Examples
+--------
+The issue's depth (about 20 minutes and a few GB of disk at 1M today)::
+
+    .venv/bin/python tools/benchmark_engine_depth.py --jobs 1000000
+
+A quick look::
+
+    .venv/bin/python tools/benchmark_engine_depth.py --jobs 50000 --drain 2000 --calls 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jqueue import DirectQueue, LocalFileSystemStorage, LogSettings
+from jqueue.domain.figures import percentiles
+
+ENTRYPOINT = "work"
+SHALLOW = 5_000
+CLAIM_BATCH = 100
+NO_CHECKPOINTS = LogSettings(checkpoint_every=10**12)
+
+
+def _written_bytes() -> int:
+    """Bytes this process has passed to ``write`` and its kin so far."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("wchar:"):
+            return int(line.split()[1])
+    raise RuntimeError("/proc/self/io has no wchar line")
+
+
+def _peak_rss_mib() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+async def load(path: Path, jobs: int, payload_bytes: int, batch: int, checkpoints: bool) -> dict[str, Any]:
+    """Fill a new queue at ``path``; return the seconds and the bytes written."""
+    payload = b"x" * payload_bytes
+    log = LogSettings() if checkpoints else NO_CHECKPOINTS
+    before = _written_bytes()
+    start = time.perf_counter()
+    async with DirectQueue(LocalFileSystemStorage(path), log=log) as queue:
+        for first in range(0, jobs, batch):
+            await queue.enqueue_many(ENTRYPOINT, [payload] * min(batch, jobs - first))
+    return {
+        "checkpoints": checkpoints,
+        "seconds": round(time.perf_counter() - start, 2),
+        "written_bytes": _written_bytes() - before,
+        "peak_rss_mib": _peak_rss_mib(),
+    }
+
+
+async def open_and_drain(path: Path, drain: int) -> dict[str, Any]:
+    """Open the queue at ``path`` in this fresh process, claim one job, then claim and ack ``drain``."""
+    start = time.perf_counter()
+    async with DirectQueue(LocalFileSystemStorage(path)) as queue:
+        [first] = await queue.dequeue(ENTRYPOINT)
+        first_claim = time.perf_counter() - start
+        rss_open = _peak_rss_mib()
+        await queue.ack(first)
+        done = 1
+        while done < drain:
+            claimed = await queue.dequeue(ENTRYPOINT, batch_size=min(CLAIM_BATCH, drain - done))
+            await queue.ack_many(claimed)
+            done += len(claimed)
+        drain_seconds = time.perf_counter() - start - first_claim
+    return {
+        "first_claim_s": round(first_claim, 3),
+        "peak_rss_mib_at_first_claim": rss_open,
+        "drained": done,
+        "drain_s": round(drain_seconds, 2),
+        "peak_rss_mib_draining": _peak_rss_mib(),
+    }
+
+
+async def tail(path: Path, calls: int, payload_bytes: int) -> dict[str, Any]:
+    """Time ``calls`` dequeue+ack pairs on the queue at ``path``, re-enqueueing to keep its depth."""
+    payload = b"x" * payload_bytes
+    latencies = []
+    async with DirectQueue(LocalFileSystemStorage(path)) as queue:
+        await queue.dequeue("nothing")  # opened before the clock starts
+        for _ in range(calls):
+            start = time.perf_counter()
+            [job] = await queue.dequeue(ENTRYPOINT)
+            await queue.ack(job)
+            latencies.append((time.perf_counter() - start) * 1000)
+            await queue.enqueue(ENTRYPOINT, payload)
+    p50, p99 = percentiles(latencies, (0.5, 0.99))
+    highest = max(latencies)
+    return {"calls": calls, "p50_ms": round(p50, 2), "p99_ms": round(p99, 2), "max_ms": round(highest, 2)}
+
+
+def _child(*arguments: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, __file__, *arguments], check=True, capture_output=True, text=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _measure(arguments: argparse.Namespace, directory: Path) -> dict[str, Any]:
+    size = [str(arguments.payload_bytes), str(arguments.batch)]
+    deep, plain, shallow = directory / "deep.json", directory / "plain.json", directory / "shallow.json"
+    loaded = _child("--child-load", str(deep), str(arguments.jobs), *size, "on")
+    own = _child("--child-load", str(plain), str(arguments.jobs), *size, "off")
+    opened = _child("--child-open", str(deep), str(arguments.drain))
+    _child("--child-load", str(shallow), str(SHALLOW), *size, "on")
+    deep_tail = _child("--child-tail", str(deep), str(arguments.calls), str(arguments.payload_bytes))
+    shallow_tail = _child("--child-tail", str(shallow), str(arguments.calls), str(arguments.payload_bytes))
+    return {
+        "jobs": arguments.jobs,
+        "payload_bytes": arguments.payload_bytes,
+        "batch": arguments.batch,
+        "load": loaded,
+        "load_without_checkpoints": own,
+        "write_amplification": round(loaded["written_bytes"] / own["written_bytes"], 2),
+        "open": opened,
+        "tail_deep": deep_tail,
+        "tail_shallow": {"jobs": SHALLOW, **shallow_tail},
+        "tail_max_ratio": round(deep_tail["max_ms"] / shallow_tail["max_ms"], 2),
+    }
+
+
+def _run_child(arguments: Sequence[str]) -> dict[str, Any]:
+    kind, path = arguments[0], Path(arguments[1])
+    if kind == "--child-load":
+        jobs, payload_bytes, batch, checkpoints = arguments[2:6]
+        return asyncio.run(load(path, int(jobs), int(payload_bytes), int(batch), checkpoints == "on"))
+    if kind == "--child-open":
+        return asyncio.run(open_and_drain(path, int(arguments[2])))
+    return asyncio.run(tail(path, int(arguments[2]), int(arguments[3])))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the figures as one JSON object (and write it to ``--json``)."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given and given[0].startswith("--child-"):
+        print(json.dumps(_run_child(given)))
+        return 0
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=100_000, help="depth of the loaded queue")
+    parser.add_argument("--payload-bytes", type=int, default=100, help="bytes per payload")
+    parser.add_argument("--batch", type=int, default=10_000, help="jobs per enqueue_many while loading")
+    parser.add_argument("--drain", type=int, default=10_000, help="jobs the fresh process claims and acks")
+    parser.add_argument("--calls", type=int, default=10_000, help="dequeue+ack pairs timed per depth")
+    parser.add_argument("--dir", type=Path, default=None, help="where the queues go (default: a temp dir)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    arguments = parser.parse_args(given)
+    if arguments.jobs < max(arguments.drain, arguments.calls):
+        parser.error("--jobs must be at least --drain and --calls")
+    with tempfile.TemporaryDirectory(dir=arguments.dir) as directory:
+        figures = _measure(arguments, Path(directory))
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if arguments.json is not None:
+        arguments.json.parent.mkdir(parents=True, exist_ok=True)
+        arguments.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
