@@ -1,0 +1,48 @@
+"""Smoke test of tools/benchmark_engine_depth.py, run as a subprocess (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOL = ROOT / "tools" / "benchmark_engine_depth.py"
+
+
+def test_the_depth_figures_come_from_real_loads(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    arguments = ["--jobs", "6000", "--batch", "1000", "--drain", "300", "--calls", "200"]
+    done = subprocess.run(
+        [sys.executable, str(TOOL), *arguments, "--dir", str(tmp_path), "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(out.read_text())
+    assert figures == json.loads(done.stdout)
+    own, loaded = figures["load_without_checkpoints"], figures["load"]
+    assert own["written_bytes"] > 6000 * 100  # every payload was written at least once
+    assert loaded["written_bytes"] > own["written_bytes"]  # checkpoints were written besides
+    assert figures["write_amplification"] == round(loaded["written_bytes"] / own["written_bytes"], 2)
+    assert figures["open"]["drained"] == 300
+    assert figures["open"]["peak_rss_mib_draining"] >= figures["open"]["peak_rss_mib_at_first_claim"] > 0
+    assert figures["tail_deep"]["calls"] == figures["tail_shallow"]["calls"] == 200
+    assert 0 < figures["tail_deep"]["p50_ms"] <= figures["tail_deep"]["max_ms"]
+    assert list(tmp_path.iterdir()) == [out]  # the queues went with their temporary directory
+
+
+def test_a_depth_below_the_calls_is_refused() -> None:
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--jobs", "10", "--calls", "100"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--jobs must be at least --drain and --calls" in done.stderr
