@@ -39,7 +39,7 @@ CHANGES_SCHEMA = (
 
 
 @dataclass
-class Commits(InputPartition):
+class CommitRange(InputPartition):
     """The commits ``first`` to ``last`` (inclusive) of the log."""
 
     first: int
@@ -114,22 +114,22 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = min(end, max(after, self.target))
         return {"seq": end}
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Commits]:
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[CommitRange]:
         """Split the commits after ``start`` up to ``end`` into ``partitions`` ranges."""
         first, last = int(start["seq"]) + 1, int(end["seq"])
         count = last - first + 1
         if count <= 0:
             return []
         size = -(-count // self.partition_count)
-        return [Commits(lo, min(lo + size - 1, last)) for lo in range(first, last + 1, size)]
+        return [CommitRange(lo, min(lo + size - 1, last)) for lo in range(first, last + 1, size)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         """Read the commits of one range (on an executor)."""
-        if not isinstance(partition, Commits):
+        if not isinstance(partition, CommitRange):
             raise TypeError(f"not a part of this read: {partition!r}")
         return iter(asyncio.run(self._read(partition)))
 
-    async def _read(self, commits: Commits) -> list[tuple[Any, ...]]:
+    async def _read(self, commits: CommitRange) -> list[tuple[Any, ...]]:
         storage = keyed_storage(self.url)
         rows: list[tuple[Any, ...]] = []
         for seq in range(commits.first, commits.last + 1):
