@@ -155,7 +155,8 @@ def test_worker_runs_a_worker_from_a_module(cli: Cli) -> None:
         (("show", "no-such-job"), "error: job 'no-such-job' is neither in the queue nor in its history"),
         (("dead", "requeue", "no-such-job"), "error: job 'no-such-job' is not in the queue"),
         (("worker", "nomodule:attr"), "error: cannot import 'nomodule'"),
-        (("enqueue", "work"), "error: give exactly one of PAYLOAD, --file or --stdin"),
+        (("enqueue", "work", "x", "--stdin"), "error: give at most one of PAYLOAD, --file or --stdin"),
+        (("enqueue", ""), "error: entrypoint must be at least 1 character, got 0"),
         (
             ("report", "--engine", "sparkk"),
             "error: --engine must be one of auto, python, spark, not 'sparkk'",

@@ -102,6 +102,13 @@ def test_percentiles_interpolate_between_ranks_as_spark_does() -> None:
         (185, "3 m 5 s"),
         (4000, "1 h 6 m"),
         (2 * 86400 + 3 * 3600 + 59, "2 d 3 h"),
+        (0.0009996, "1 ms"),
+        (0.9996, "1.0 s"),
+        (59.96, "1 m 0 s"),
+        (3599.6, "1 h 0 m"),
+        (-5, "-5.0 s"),
+        (float("nan"), "?"),
+        (float("inf"), "?"),
     ],
 )
 def test_every_duration_people_read_has_one_form(seconds: float, shown: str) -> None:

@@ -4,6 +4,7 @@ reaches the queue."""
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -14,6 +15,8 @@ import pytest
 
 from jqueue import DirectQueue, JobNotFoundError, LocalFileSystemStorage, ServiceError, connect
 from jqueue.adapters.service.client import RemoteQueue
+from jqueue.adapters.service.operator_wire import OPERATOR_CALLS, JobsRequest, request_of
+from jqueue.core.queue import JobQueue
 from jqueue.domain.models import JobStatus
 from servers import jqueue_serve
 
@@ -81,6 +84,27 @@ async def test_every_read_answers_what_the_queue_answers(
     assert [job.id for job in page + rest] == [job.id for job in await direct.jobs()]
     assert await remote.browse(dedup_key="k1") == await direct.browse(dedup_key="k1")
     assert await remote.queue_names() == ["shop"]
+    for part in ((0, 2), (1, 2)):
+        assert await remote.jobs(part=part) == await direct.jobs(part=part)
+    assert len(await remote.jobs(part=(0, 2))) < len(await remote.jobs())
+    with pytest.raises(ValueError, match="part"):
+        await direct.jobs(part=(2, 2))
+
+
+def test_every_operator_body_carries_exactly_its_calls_parameters() -> None:
+    """A parameter the body lacks would be dropped on the way (the remote call takes the
+    method's signature); a field the method lacks is one another call of the body takes."""
+    bodies: dict[type[msgspec.Struct], set[str]] = {}
+    for call in OPERATOR_CALLS:
+        taken = set(inspect.signature(getattr(JobQueue, call.verb)).parameters) - {"self"}
+        fields = {name.removesuffix("_seconds") for name in call.request.__struct_fields__}
+        assert taken <= fields, (call.verb, taken - fields)
+        bodies.setdefault(call.request, set()).update(taken)
+    for body, taken in bodies.items():
+        fields = {name.removesuffix("_seconds") for name in body.__struct_fields__}
+        assert fields == taken, (body.__name__, fields - taken)
+    with pytest.raises(TypeError, match="no field for"):
+        request_of(JobsRequest, {"status": None, "nonsense": 1})
 
 
 async def test_every_control_reaches_the_queue(served: tuple[RemoteQueue, DirectQueue, str]) -> None:

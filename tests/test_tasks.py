@@ -72,6 +72,28 @@ async def test_a_payload_that_does_not_fit_dies_at_once(tmp_path: Path) -> None:
         assert dead.last_error.startswith("Fail: the payload does not fit charge's arguments")
 
 
+async def test_an_empty_payload_calls_a_task_without_arguments(tmp_path: Path) -> None:
+    calls: list[int] = []
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "q.json")) as queue:
+        worker = Worker(queue)
+
+        @worker.task
+        async def tick(step: int = 1) -> None:  # as a cron tick, or `jqueue enqueue tick`, runs it
+            calls.append(step)
+
+        @worker.task
+        async def needs(cents: int) -> None:
+            raise AssertionError("never called")
+
+        await queue.enqueue("tick", b"")
+        await queue.enqueue("needs", b"")
+        stats = await worker.burst()
+        assert (calls, stats.acked, stats.outcomes[Outcome.DEAD]) == ([1], 1, 1)
+        [dead] = await queue.dead_letters()
+        assert dead.last_error is not None
+        assert "cents" in dead.last_error
+
+
 def test_a_task_needs_annotated_keyword_parameters() -> None:
     worker = Worker(BrokerQueue(LocalFileSystemStorage("/nonexistent/q.json")))
     with pytest.raises(TypeError, match="needs a type annotation"):

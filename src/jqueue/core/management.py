@@ -86,6 +86,8 @@ class ManagementCalls:
         ``entrypoint``, enqueued more than ``older_than`` ago (each filter when given), at most
         ``limit`` (None for all). ``part=(i, n)`` keeps the i-th of n disjoint parts (by
         insertion order), for readers that split a large queue."""
+        if part is not None and not 0 <= part[0] < part[1]:
+            raise ValueError(f"part must be (i, n) with 0 <= i < n, got {part}")
 
         def look(index: QueueIndex) -> list[JobRecord]:
             chosen = self._selected(index, status, entrypoint, older_than)

@@ -19,12 +19,19 @@ PERCENTILES = (0.5, 0.95, 0.99)
 
 def readable_span(seconds: float) -> str:
     """Return a duration as people read it: ``12 ms``, ``4.2 s``, ``3 m 5 s``, ``1 h 6 m``,
-    ``2 d 3 h`` (two units at most; under a microsecond, ``0 µs``)."""
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms" if seconds >= 0.001 else f"{seconds * 1e6:.0f} µs"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
+    ``2 d 3 h`` (two units at most, each unit chosen after rounding, so ``0.9996`` is
+    ``1.0 s``); a negative one with a minus sign, one that is not a number as ``?``."""
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds < 0:
+        return "-" + readable_span(-seconds)
+    if round(seconds * 1_000_000) < 1000:
+        return f"{round(seconds * 1_000_000)} µs"
+    if round(seconds * 1000) < 1000:
+        return f"{round(seconds * 1000)} ms"
+    if round(seconds * 10) < 600:
+        return f"{round(seconds * 10) / 10:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
     if minutes < 60:
         return f"{minutes} m {secs} s"
     hours, minutes = divmod(minutes, 60)

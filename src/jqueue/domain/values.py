@@ -44,7 +44,8 @@ class Limit:
             shortest, longest = self.min_length or 0, self.max_length
             if len(value) < shortest or (longest is not None and len(value) > longest):
                 wanted = f"at least {shortest}" if longest is None else f"{shortest} to {longest}"
-                raise ValueError(f"{name} must be {wanted} characters, got {len(value)}")
+                unit = "character" if (longest or shortest) == 1 else "characters"
+                raise ValueError(f"{name} must be {wanted} {unit}, got {len(value)}")
             return
         if self.ge is not None and value < self.ge:
             word = "not be negative" if not self.ge else f"be at least {_shown(self.ge)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import typer
@@ -9,6 +10,9 @@ import typer
 from jqueue.adapters.cli import demo, execute, jobs, run, serve
 from jqueue.adapters.cli.common import QUEUE_HELP, SERVER_HELP, STORAGE_HELP, Options
 from jqueue.version import __version__
+
+_HOST_PORT = re.compile(r"[\w.-]+:\d+(/.*)?")
+"""A ``--server`` given as ``host:port``, without its scheme."""
 
 
 def _print_version(asked: bool) -> None:
@@ -26,6 +30,7 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
     )
 
     @app.callback()
@@ -42,6 +47,10 @@ def build_app() -> typer.Typer:
             bool, typer.Option("--version", is_eager=True, callback=_print_version, help="Print the version.")
         ] = False,
     ) -> None:
+        if server is not None and _HOST_PORT.fullmatch(server):
+            raise typer.BadParameter(
+                f"did you mean http://{server}? (a URL, or a storage root)", param_hint="--server"
+            )
         ctx.obj = Options(storage, server, queue)
 
     jobs.register(app)

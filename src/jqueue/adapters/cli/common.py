@@ -264,9 +264,9 @@ def job_json(job: Job) -> dict[str, Any]:
 
 
 def preview(payload: bytes, width: int = 40) -> str:
-    """Return the start of a payload as text (or its size, if it is not text)."""
+    """Return the start of a payload as text on one line (or its size, if it is not text)."""
     try:
-        text = payload.decode()
+        text = " ".join(payload.decode().split())
     except UnicodeDecodeError:
         return f"<{len(payload)} bytes>"
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -274,6 +274,8 @@ def preview(payload: bytes, width: int = 40) -> str:
 
 WHOLE_COLUMNS = frozenset({"id", "status", "due", "age", "died", "oldest waiting"})
 """Columns a table never wraps: ids, states and durations read wrong broken over two lines."""
+NUMBER_COLUMNS = frozenset({"priority", "attempts", "queued", "scheduled", "in progress", "dead"})
+"""Columns of counts, right-aligned."""
 
 
 def table_of(*headers: str, **options: Any) -> Table:
@@ -282,6 +284,8 @@ def table_of(*headers: str, **options: Any) -> Table:
     table = Table(*headers, **options)
     for column in table.columns:
         column.no_wrap = column.header in WHOLE_COLUMNS
+        if column.header in NUMBER_COLUMNS:
+            column.justify = "right"
     return table
 
 

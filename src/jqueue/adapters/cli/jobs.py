@@ -41,7 +41,9 @@ ScopeArgument = Annotated[str | None, typer.Argument(help="The entrypoint (defau
 def enqueue(
     ctx: typer.Context,
     entrypoint: str,
-    payload: Annotated[str | None, typer.Argument(help="The payload as text.")] = None,
+    payload: Annotated[
+        str | None, typer.Argument(help="The payload as text (none: an empty payload).")
+    ] = None,
     file: Annotated[
         Path | None,
         typer.Option(
@@ -76,15 +78,15 @@ def enqueue(
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Add a job (or, with --stdin, one per line, in batches with a progress bar).
+    """Add a job (or, with --stdin, one per line, in batches with a progress bar); its payload
+    is PAYLOAD, the contents of --file, or empty.
 
     With --stdin, blank lines are skipped (--allow-empty makes each an empty job); a line
     that cannot be a job (too large) stops the command, naming the line and how many jobs
     the batches before it committed; --atomic commits every line in one commit or none.
     """
-    sources = [payload is not None, file is not None, stdin]
-    if sum(sources) != 1:
-        fail("give exactly one of PAYLOAD, --file or --stdin")
+    if sum([payload is not None, file is not None, stdin]) > 1:
+        fail("give at most one of PAYLOAD, --file or --stdin")
     if stdin and (dedup_key, job_id) != (None, None):
         fail("--dedup-key and --id name one job; they do not go with --stdin")
     if batch < 1:
@@ -305,12 +307,14 @@ def limit(
     on_queue(ctx, lambda queue: queue.limit(entrypoint, most), create=True)
     scope = _scope(entrypoint)
     message = f"lifted the limit of {scope}" if off else f"{scope}: at most {most} in progress at once"
+    if most == 0:
+        message += " (no job will be claimed until the limit is lifted, as with a pause)"
     _done({"entrypoint": entrypoint, "limit": most}, message, as_json)
 
 
 def _value_or_off(value: int | None, off: bool, name: str) -> None:
     if (value is None) != off:
-        fail(f"give {name} or --off")
+        fail(f"give {name} or --off" + ("" if value is None else ", not both"))
 
 
 def _scope(entrypoint: str | None) -> str:

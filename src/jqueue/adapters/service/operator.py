@@ -4,6 +4,7 @@ their wire forms (``operator_wire``)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from jqueue.adapters.service.answers import answer, error_of
 from jqueue.adapters.service.wire import ErrorResponse
 from jqueue.adapters.web.media import wants_msgpack
 from jqueue.core.broker import BrokerQueue
+from jqueue.core.queue import JobQueue
 
 if TYPE_CHECKING:
     from jqueue.adapters.service.app import Service
@@ -37,10 +39,12 @@ class OperatorRoutes:
         return routes
 
     def _call(self, call: ow.OperatorCall) -> Callable[[BrokerQueue, Request], Awaitable[Any]]:
+        takes = frozenset(inspect.signature(getattr(JobQueue, call.verb)).parameters)
+
         async def answer_call(queue: BrokerQueue, request: Request) -> Any:
             body = await self.service.read_body(request, call.request)
             method = getattr(queue, call.verb)
-            return call.response.of(await method(**ow.arguments_of(body)))
+            return call.response.of(await method(**ow.arguments_of(body, takes)))
 
         return answer_call
 

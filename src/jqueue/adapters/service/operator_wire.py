@@ -9,7 +9,7 @@ list, from which the routes, the client's calls and the OpenAPI document are mad
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
@@ -46,24 +46,24 @@ class StatsRequest(msgspec.Struct, forbid_unknown_fields=True):
     """``stats``: no arguments."""
 
 
-class CountRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """``count``: the jobs with ``status``, of ``entrypoint``, enqueued more than
-    ``older_than_seconds`` ago (each filter when given)."""
+class JobsRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``jobs`` and ``count``: the jobs with ``status``, of ``entrypoint``, enqueued more than
+    ``older_than_seconds`` ago (each filter when given); for ``jobs``, at most ``limit`` (None:
+    all), and with ``part`` ``[i, n]`` the i-th of n disjoint parts."""
 
     status: JobStatus | None = None
     entrypoint: str | None = None
     older_than_seconds: Seconds | None = None
-
-
-class JobsRequest(CountRequest, kw_only=True, forbid_unknown_fields=True):
-    """``jobs``: the jobs ``count`` counts, at most ``limit`` (None: all)."""
-
     limit: Limit | None = 100
+    part: tuple[Count, Limit] | None = None
 
 
-class BrowseRequest(CountRequest, kw_only=True, forbid_unknown_fields=True):
-    """``browse``: one page of jobs from ``cursor`` (as ``count`` filters them, and by ``dedup_key``)."""
+class BrowseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``browse``: one page of jobs from ``cursor`` (as ``jobs`` filters them, and by ``dedup_key``)."""
 
+    status: JobStatus | None = None
+    entrypoint: str | None = None
+    older_than_seconds: Seconds | None = None
     dedup_key: str | None = None
     cursor: Count = 0
     limit: BatchSize = 50
@@ -189,15 +189,11 @@ class PurgeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ids: list[JobId] | None = None
 
 
-class ResumeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """``resume`` of ``entrypoint`` (None: the whole queue)."""
+class PauseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``pause`` (with ``enqueues``: refuse new jobs too) and ``resume`` of ``entrypoint``
+    (None: the whole queue)."""
 
     entrypoint: str | None = None
-
-
-class PauseRequest(ResumeRequest, kw_only=True, forbid_unknown_fields=True):
-    """``pause`` of ``entrypoint``; with ``enqueues``, refuse new jobs too."""
-
     enqueues: bool = False
 
 
@@ -288,7 +284,7 @@ OPERATOR_CALLS = (
         "stats", "Counts per entrypoint and status; pauses, throttles, limits.", StatsRequest, StatsResponse
     ),
     OperatorCall("jobs", "Jobs by status, entrypoint and age, without claiming.", JobsRequest, JobsResponse),
-    OperatorCall("count", "How many jobs `jobs` would list without a limit.", CountRequest, CountResponse),
+    OperatorCall("count", "How many jobs `jobs` would list without a limit.", JobsRequest, CountResponse),
     OperatorCall("browse", "One page of jobs from a cursor.", BrowseRequest, PageResponse),
     OperatorCall("find", "One job as it is now.", JobRequest, FoundResponse),
     OperatorCall("history", "Records of finished jobs.", HistoryRequest, HistoryResponse),
@@ -298,7 +294,7 @@ OPERATOR_CALLS = (
     OperatorCall("requeue", "Make jobs claimable now, whatever their state.", RequeueRequest, CountResponse),
     OperatorCall("purge", "Delete jobs by status, entrypoint, age or id.", PurgeRequest, CountResponse),
     OperatorCall("pause", "Stop claims (and enqueues) of a scope.", PauseRequest, DoneResponse, creates=True),
-    OperatorCall("resume", "Undo a pause.", ResumeRequest, DoneResponse, creates=True),
+    OperatorCall("resume", "Undo a pause.", PauseRequest, DoneResponse, creates=True),
     OperatorCall("throttle", "Claims allowed per window.", ThrottleRequest, DoneResponse, creates=True),
     OperatorCall("limit", "Jobs allowed in progress at once.", LimitRequest, DoneResponse, creates=True),
 )
@@ -311,25 +307,38 @@ _SPAN_SUFFIX = "_seconds"
 
 def request_of(kind: type[Any], arguments: dict[str, Any]) -> Any:
     """Return the request body of type ``kind`` for a call with ``arguments`` (by parameter
-    name; a span ``x`` becomes ``x_seconds``, any iterable of ids a list)."""
+    name; a span ``x`` becomes ``x_seconds``, any iterable of ids a list; a field the call
+    does not take keeps its default).
+
+    Raises
+    ------
+    TypeError
+        If an argument has no field to go in: the call and its body have drifted apart.
+    """
     body: dict[str, Any] = {}
+    left = dict(arguments)
     for name in kind.__struct_fields__:
-        if name.endswith(_SPAN_SUFFIX) and name not in arguments:
-            span: timedelta | None = arguments[name.removesuffix(_SPAN_SUFFIX)]
+        parameter = name.removesuffix(_SPAN_SUFFIX)
+        if name.endswith(_SPAN_SUFFIX) and parameter in left:
+            span: timedelta | None = left.pop(parameter)
             body[name] = None if span is None else span.total_seconds()
-        else:
-            value = arguments[name]
+        elif name in left:
+            value = left.pop(name)
             body[name] = list(value) if isinstance(value, Iterable) and not isinstance(value, str) else value
+    if left:
+        raise TypeError(f"{kind.__name__} has no field for {sorted(left)}")
     return kind(**body)
 
 
-def arguments_of(body: msgspec.Struct) -> dict[str, Any]:
-    """Return the keyword arguments of the ``JobQueue`` call that ``body`` is the request of."""
+def arguments_of(body: msgspec.Struct, takes: Collection[str]) -> dict[str, Any]:
+    """Return the keyword arguments, among the parameters ``takes``, of the ``JobQueue`` call
+    that ``body`` is the request of (a field another call of the same body has is left out)."""
     arguments: dict[str, Any] = {}
     for name in body.__struct_fields__:
         value = getattr(body, name)
         if name.endswith(_SPAN_SUFFIX):
             name = name.removesuffix(_SPAN_SUFFIX)
             value = None if value is None else timedelta(seconds=value)
-        arguments[name] = value
+        if name in takes:
+            arguments[name] = value
     return arguments

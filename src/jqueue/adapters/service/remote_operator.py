@@ -30,7 +30,10 @@ def mirrors(
         body: Callable[[Any, dict[str, Any]], Coroutine[Any, Any, R]],
     ) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]:
         async def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
-            arguments = signature.bind(self, *args, **kwargs)
+            try:
+                arguments = signature.bind(self, *args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{local.__name__}(): {exc}") from None
             arguments.apply_defaults()
             given = dict(arguments.arguments)
             del given[receiver]

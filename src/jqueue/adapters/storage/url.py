@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -14,17 +15,20 @@ _memory_objects: dict[str, InMemoryStorage] = {}
 _memory_lock = threading.Lock()
 
 _S3_OPTIONS = frozenset({"endpoint_url", "region"})
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 def storage_at(location: str) -> ObjectStoragePort:
-    """Build the storage of a URL (as ``storage_from_url``) or of a file's path (no ``://``).
+    """Build the storage of a URL (as ``storage_from_url``) or of a file's path (no scheme: a
+    ``name:`` prefix is read as one, so that ``file:/x`` or ``s3:/bucket`` is not a file).
 
     Raises
     ------
     InvalidURLError
         If a URL is malformed, its scheme unknown, or a part is missing or unexpected.
     """
-    return storage_from_url(location) if "://" in location else LocalFileSystemStorage(location)
+    is_url = "://" in location or _SCHEME.match(location) is not None
+    return storage_from_url(location) if is_url else LocalFileSystemStorage(location)
 
 
 def storage_from_url(url: str) -> ObjectStoragePort:

@@ -131,8 +131,8 @@ class Task(Generic[P, R]):
         return TypeAdapter(self.returns)
 
     def _arguments_of(self, job: Job) -> dict[str, Any]:
-        try:
-            return dict(self.arguments.model_validate_json(job.payload))
+        try:  # an empty payload (a cron tick's, a CLI enqueue without one) is a call without arguments
+            return dict(self.arguments.model_validate_json(job.payload or b"{}"))
         except ValidationError as exc:  # this payload will never fit: no retry helps
             raise Fail(f"the payload does not fit {self.entrypoint}'s arguments: {exc}") from None
 
