@@ -90,6 +90,25 @@ async def test_a_worker_rides_out_a_broker_outage_longer_than_its_clients_failov
     assert task.exception() is None
 
 
+async def test_a_worker_told_to_stop_while_its_broker_is_away_stops_at_once(tmp_path: Path) -> None:
+    """Neither a claim riding out the outage nor the worker's farewell to the broker holds up the
+    stop: the client's failover timeout (60 s here) is not waited out."""
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "serve.log", options=FAST) as url:
+        async with connect(url, "q", failover_timeout=timedelta(seconds=60)) as queue:
+            worker = Worker(queue, {"e": lambda job: None}, max_poll_interval=timedelta(seconds=0.2))
+            task = asyncio.create_task(worker.run(install_signals=False))
+            await queue.enqueue("e", b"x")
+            await until(lambda: worker.stats.acked == 1, 30)
+            os.kill(pid_of(url), signal.SIGKILL)
+            await asyncio.sleep(1)  # the worker's next claim now waits for a broker
+            started = time.monotonic()
+            worker.stop()
+            await asyncio.wait_for(task, 30)
+            assert time.monotonic() - started < 15, "the stop waited for the failover timeout"
+
+
 async def test_a_worker_through_the_broker_waits_for_its_queue_to_exist(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()

@@ -3,6 +3,7 @@ its handlers, concurrency, running jobs and periodic jobs, for the dashboard."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -35,12 +36,17 @@ def announce(worker: Worker) -> None:
             queue.report_worker(lambda: worker_report(worker))
 
 
+FAREWELL_SECONDS = 2.0
+"""How long a stopping worker tries to say so: a broker away for longer (one being replaced)
+learns it from the worker's silence instead, and the stop is not held up."""
+
+
 async def farewell(worker: Worker) -> None:
-    """Have each queue of ``worker`` that passes reports on say that the worker stopped (once;
-    a queue that cannot is left to let the worker's silence say it)."""
+    """Have each queue of ``worker`` that passes reports on say that the worker stopped (once,
+    within ``FAREWELL_SECONDS``; a queue that cannot is left to let the worker's silence say it)."""
     for queue in worker.queues:
         if isinstance(queue, SupportsWorkerReport):
             try:
-                await queue.say_stopped()
-            except JQueueError as exc:
-                logger.debug("could not say that the worker stopped: %s", exc)
+                await asyncio.wait_for(queue.say_stopped(), FAREWELL_SECONDS)
+            except (JQueueError, TimeoutError) as exc:
+                logger.debug("could not say that the worker stopped: %r", exc)

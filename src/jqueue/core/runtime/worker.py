@@ -19,6 +19,7 @@ from jqueue.core.runtime.queue_set import QueueSet
 from jqueue.core.runtime.report import announce, farewell
 from jqueue.core.runtime.setup import WorkerSetup, handled_signals
 from jqueue.core.runtime.steering import Fail, HandlerFailure, Retry
+from jqueue.core.runtime.waiting import first_of, unless_stopped
 from jqueue.domain.errors import (
     JobNotFoundError,
     JQueueError,
@@ -209,29 +210,10 @@ class Worker(WorkerSetup):
                     return
                 wait = min(idle, retry_in) if retry_in > 0 else idle
                 idle = min(self.max_poll_interval.total_seconds(), idle * 2)
-                if await self._wait_any(running, wait, list(zip(feeds, seen, strict=True))):
+                if await first_of(self._stopping, running, wait, list(zip(feeds, seen, strict=True))):
                     idle = self.poll_interval.total_seconds()
             else:
-                await self._wait_any(running, None, [])
-
-    async def _wait_any(
-        self, running: set[asyncio.Task[None]], seconds: float | None, feeds: list[tuple[ChangeSource, int]]
-    ) -> bool:
-        """Wait for a running job to end, a stop, a change of a queue (when ``seconds`` is
-        given) or ``seconds``; True if a queue changed."""
-        stopping = asyncio.create_task(self._stopping.wait())
-        changes = [
-            asyncio.ensure_future(feed.wait(seen, seconds)) for feed, seen in feeds if seconds is not None
-        ]
-        try:
-            await asyncio.wait(
-                {stopping, *running, *changes}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            stopping.cancel()
-            for change in changes:
-                change.cancel()
-        return any(feed.generation != seen for feed, seen in feeds)
+                await first_of(self._stopping, running, None, [])
 
     def _outage(self, exc: JQueueError, doing: str) -> bool:
         """Note a failure while ``doing`` (see ``Outage.failed``); stop the worker once the outage
@@ -244,14 +226,17 @@ class Worker(WorkerSetup):
     async def _claim(self, count: int) -> list[tuple[Queue, Job]]:
         entrypoints = list(self.handlers)
         visibility = self.visibility_timeout
-        if len(self.queues) == 1:
+
+        async def claim() -> list[tuple[Queue, Job]]:
+            if len(self.queues) > 1:
+                return await QueueSet(self.queues).dequeue(
+                    entrypoints, batch_size=count, visibility_timeout=visibility
+                )
             [queue] = self.queues
             jobs = await queue.dequeue(entrypoints, batch_size=count, visibility_timeout=visibility)
-            claimed = [(queue, job) for job in jobs]
-        else:
-            claimed = await QueueSet(self.queues).dequeue(
-                entrypoints, batch_size=count, visibility_timeout=visibility
-            )
+            return [(queue, job) for job in jobs]
+
+        claimed = await unless_stopped(claim(), self._stopping) or []
         self.stats.claimed += len(claimed)
         self._outages.ended()
         return claimed
