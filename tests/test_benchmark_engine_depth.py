@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / "tools" / "benchmark_engine_depth.py"
+from tool_runs import run_tool
+
+TOOL = "benchmark_engine_depth.py"
 
 
 def test_the_depth_figures_come_from_real_loads(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     arguments = ["--jobs", "6000", "--batch", "1000", "--drain", "300", "--calls", "200"]
-    done = subprocess.run(
-        [sys.executable, str(TOOL), *arguments, "--dir", str(tmp_path), "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run_tool(TOOL, *arguments, "--dir", str(tmp_path), "--json", str(out))
     assert done.returncode == 0, done.stderr
     figures = json.loads(out.read_text())
     assert figures == json.loads(done.stdout)
@@ -37,12 +29,6 @@ def test_the_depth_figures_come_from_real_loads(tmp_path: Path) -> None:
 
 
 def test_a_depth_below_the_calls_is_refused() -> None:
-    done = subprocess.run(
-        [sys.executable, str(TOOL), "--jobs", "10", "--calls", "100"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_tool(TOOL, "--jobs", "10", "--calls", "100", timeout=60)
     assert done.returncode == 2
     assert "--jobs must be at least --drain and --calls" in done.stderr

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / "tools" / "benchmark_http.py"
+from tool_runs import run_tool
+
+TOOL = "benchmark_http.py"
 
 
 def test_a_short_run_measures_and_balances(tmp_path: Path) -> None:
     out = tmp_path / "http.json"
     arguments = ["--batch", "8,1", "--clients", "4", "--client-processes", "2", "--seconds", "1"]
     arguments += ["--warmup", "0.3", "--json", str(out)]
-    done = subprocess.run(
-        [sys.executable, str(TOOL), *arguments], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    done = run_tool(TOOL, *arguments, timeout=300)
     assert done.returncode == 0, done.stderr
     results = json.loads(out.read_text())["results"]
     assert [r["batch"] for r in results] == [8, 1]

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / "tools" / "benchmark_peers.py"
+from tool_runs import run_tool
+
+TOOL = "benchmark_peers.py"
 
 
 def test_every_scenario_of_jqueue_and_the_raw_limit(tmp_path: Path) -> None:
@@ -33,14 +32,7 @@ def test_every_scenario_of_jqueue_and_the_raw_limit(tmp_path: Path) -> None:
         "--json",
         str(out),
     ]
-    done = subprocess.run(
-        [sys.executable, str(TOOL), *arguments],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run_tool(TOOL, *arguments)
     assert done.returncode == 0, done.stderr
     results = json.loads(out.read_text())["results"]
     assert not [row for row in results if "error" in row]

@@ -4,28 +4,15 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / "tools" / "benchmark_storage.py"
+from tool_runs import run_tool
+
+TOOL = "benchmark_storage.py"
 SCENARIOS = ["enqueue-seq", "enqueue-c10", "enqueue-c50", "dequeue-seq", "mixed-c50"]
-
-
-def run_tool(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the benchmark tool with ``args`` and capture its output."""
-    return subprocess.run(
-        [sys.executable, str(TOOL), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
 
 
 def load_rows(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -37,7 +24,9 @@ def load_rows(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def test_memory_and_file_every_queue_and_scenario(tmp_path: Path) -> None:
     out = tmp_path / "nested" / "results.json"
     state_dir = tmp_path / "state"
-    result = run_tool("--ops", "20", "--backends", "memory,file", "--dir", str(state_dir), "--json", str(out))
+    result = run_tool(
+        TOOL, "--ops", "20", "--backends", "memory,file", "--dir", str(state_dir), "--json", str(out)
+    )
     assert result.returncode == 0, result.stderr
 
     meta, rows = load_rows(out)
@@ -80,6 +69,7 @@ def test_memory_and_file_every_queue_and_scenario(tmp_path: Path) -> None:
 def test_mixed_counts_every_call_and_stays_consistent(tmp_path: Path) -> None:
     out = tmp_path / "mixed.json"
     result = run_tool(
+        TOOL,
         "--ops",
         "130",
         "--backends",
@@ -109,6 +99,7 @@ def test_latency_wrapper_names_the_backend(tmp_path: Path, layout: str, writes: 
     # Five enqueues are five commits; a new log queue also creates its genesis and marker once.
     out = tmp_path / "lat.json"
     result = run_tool(
+        TOOL,
         "--layout",
         layout,
         "--ops",
@@ -135,14 +126,14 @@ def test_latency_wrapper_names_the_backend(tmp_path: Path, layout: str, writes: 
 
 
 def test_unknown_backend_is_rejected(tmp_path: Path) -> None:
-    result = run_tool("--backends", "nosuch", "--json", str(tmp_path / "x.json"))
+    result = run_tool(TOOL, "--backends", "nosuch", "--json", str(tmp_path / "x.json"))
     assert result.returncode != 0
     assert "unknown backend 'nosuch'" in result.stderr
     assert not (tmp_path / "x.json").exists()
 
 
 def test_help_lists_every_flag() -> None:
-    result = run_tool("--help")
+    result = run_tool(TOOL, "--help")
     assert result.returncode == 0
     for flag in [
         "--backends",

@@ -10,18 +10,15 @@ storage no lock exists and a frozen broker costs a client what a killed one does
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
 from conftest import BUCKET, s3_env
 from servers import S3Endpoint
+from tool_runs import run_tool
 
-ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / "tools" / "soak_failover.py"
+TOOL = "soak_failover.py"
 
 pytestmark = pytest.mark.slow
 
@@ -29,14 +26,7 @@ pytestmark = pytest.mark.slow
 def test_killed_and_frozen_brokers_lose_double_and_stop_nothing(moto: S3Endpoint) -> None:
     root = f"s3://{BUCKET}/soak-{uuid.uuid4().hex}?endpoint_url={moto.url}&region={moto.region}"
     arguments = ["--root", root, "--seconds", "30", "--every", "5", "--freeze", "12", "--clients", "2"]
-    done = subprocess.run(
-        [sys.executable, str(TOOL), *arguments],
-        cwd=ROOT,
-        env=s3_env(moto),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_tool(TOOL, *arguments, env=s3_env(moto))
     assert done.returncode == 0, done.stdout + done.stderr
     faults = re.search(r"(\d+) broker faults: (.*)", done.stdout)
     assert faults is not None, done.stdout

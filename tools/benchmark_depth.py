@@ -35,7 +35,6 @@ import asyncio
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,7 @@ from jqueue import (
     ObjectStoragePort,
 )
 from jqueue.domain.figures import percentiles
+from jqueue.testing import free_port
 
 ENTRYPOINT = "work"
 FILL_BATCH = 1000
@@ -180,20 +180,13 @@ async def open_queue(path: Path) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def start_moto() -> tuple[subprocess.Popen[bytes], str]:
     """Start moto's S3 server in its own process with the benchmark bucket; returns it and its URL."""
     import boto3  # type: ignore[import-untyped, unused-ignore]
 
     from benchmark_storage import S3_BUCKET, S3_REGION
 
-    port = _free_port()
+    port = free_port()
     os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
