@@ -280,7 +280,7 @@ NUMBER_COLUMNS = frozenset({"priority", "attempts", "queued", "scheduled", "in p
 
 def table_of(*headers: str, **options: Any) -> Table:
     """Return a rich ``Table`` with ``headers`` (``options`` as ``Table`` takes them); the
-    ``WHOLE_COLUMNS`` among them never wrap."""
+    ``WHOLE_COLUMNS`` among them never wrap, the ``NUMBER_COLUMNS`` are right-aligned."""
     table = Table(*headers, **options)
     for column in table.columns:
         column.no_wrap = column.header in WHOLE_COLUMNS
