@@ -3,16 +3,20 @@
 Starts two ``jqueue serve`` processes on one directory (the default settings unless given
 ``--renew-every``/``--stale-after``), waits until the second stands by, SIGKILLs the first
 and times, from the kill, the first enqueue that the second answers with 200. Repeats
-``--rounds`` times, each on a fresh directory.
+``--rounds`` times, each on a fresh directory. With ``--queued N`` the queue holds N jobs of
+``--payload-bytes`` before the first broker starts (loaded in batches of 10,000, then
+checkpointed), so the standby's takeover includes opening a deep queue.
 
-Example::
+Examples::
 
     .venv/bin/python tools/benchmark_failover.py --rounds 5
+    .venv/bin/python tools/benchmark_failover.py --rounds 3 --queued 1000000
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import signal
 import statistics
@@ -24,7 +28,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from jqueue import DirectQueue
+from jqueue.adapters.service.host import root_storage
 from jqueue.testing import free_port
+
+LOAD_BATCH = 10_000
 
 
 def enqueue(port: int) -> int:
@@ -52,9 +60,20 @@ def wait_for(port: int, status: int, seconds: float) -> float:
     return time.monotonic() - started
 
 
-def one_round(options: list[str]) -> float:
+async def load(root: str, jobs: int, payload_bytes: int) -> None:
+    """Fill queue ``q`` of ``root`` with ``jobs`` jobs, then checkpoint it."""
+    payload = b"x" * payload_bytes
+    async with DirectQueue(root_storage(root, "q")) as queue:
+        for first in range(0, jobs, LOAD_BATCH):
+            await queue.enqueue_many("e", [payload] * min(LOAD_BATCH, jobs - first))
+        await queue.checkpoint()
+
+
+def one_round(options: list[str], queued: int, payload_bytes: int) -> float:
     """One kill and takeover; the seconds from the kill to the first enqueue answered."""
     with tempfile.TemporaryDirectory(prefix="jqueue-failover-") as root:
+        if queued:
+            asyncio.run(load(root, queued, payload_bytes))
         ports = [free_port(), free_port()]
         command = [sys.executable, "-m", "jqueue", "serve", "--storage", root, *options, "--listen"]
         first = subprocess.Popen([*command, f"127.0.0.1:{ports[0]}"], stderr=subprocess.DEVNULL)
@@ -78,6 +97,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--renew-every", type=float, default=None, help="passed to jqueue serve")
     parser.add_argument("--stale-after", type=float, default=None, help="passed to jqueue serve")
+    parser.add_argument("--queued", type=int, default=0, help="jobs in the queue before the first broker")
+    parser.add_argument("--payload-bytes", type=int, default=100, help="bytes per queued job's payload")
     args = parser.parse_args()
     options = []
     if args.renew_every is not None:
@@ -86,8 +107,9 @@ def main() -> None:
         options += ["--stale-after", str(args.stale_after)]
     times = []
     for number in range(args.rounds):
-        times.append(one_round(options))
-        print(f"round {number + 1}: {times[-1]:.2f} s from SIGKILL to the first answered enqueue")
+        times.append(one_round(options, args.queued, args.payload_bytes))
+        depth = f" with {args.queued:,} jobs queued" if args.queued else ""
+        print(f"round {number + 1}: {times[-1]:.2f} s from SIGKILL to the first answered enqueue{depth}")
     print(f"median {statistics.median(times):.2f} s, max {max(times):.2f} s ({Path(sys.executable).name})")
 
 
