@@ -28,6 +28,7 @@ from jqueue.adapters.cli.common import (
     storage_url,
 )
 from jqueue.adapters.service.client import RemoteQueue
+from jqueue.adapters.storage.url import is_url
 from jqueue.bench.settings import QUEUES, SCENARIOS, name_list
 from jqueue.core.queue import JobQueue
 from jqueue.core.runtime.outcomes import WorkerStats
@@ -253,7 +254,7 @@ def worker(
 
 def _as_url(storage: str) -> str:
     """A storage given as a path, as the URL of the same file."""
-    return storage if "://" in storage else Path(storage).resolve().as_uri()
+    return storage if is_url(storage) else Path(storage).resolve().as_uri()
 
 
 def bench(

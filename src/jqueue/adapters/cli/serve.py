@@ -14,6 +14,7 @@ from jqueue.adapters.cli.common import errors, fail, run, shared_storage, storag
 from jqueue.adapters.optional import require
 from jqueue.adapters.service.tenure import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER
 from jqueue.adapters.service.wire import DEFAULT_MAX_BODY_BYTES, TOKEN_VARIABLE
+from jqueue.adapters.storage.url import is_url
 from jqueue.adapters.web.host_names import is_loopback
 from jqueue.domain.errors import InvalidURLError
 
@@ -128,7 +129,7 @@ def serve(
         fail(str(exc))
     except BadHostNameError as exc:
         fail(f"--allowed-host: {exc}")
-    shown = root if "://" in root else str(Path(root).absolute())
+    shown = root if is_url(root) else str(Path(root).absolute())
     errors.print(
         f"jqueue serve: the queues under {shown} at {address} (Ctrl-C stops)\ndashboard: {address}/",
         highlight=False,

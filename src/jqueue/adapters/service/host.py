@@ -9,7 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 from jqueue.adapters.service.catalog import CATALOG_NAME, Catalog, added, removed
 from jqueue.adapters.service.tenure import RECORD_NAME
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
-from jqueue.adapters.storage.url import storage_at
+from jqueue.adapters.storage.url import is_url, storage_at
 from jqueue.adapters.web.queue_names import QUEUE_NAME, BadQueueNameError, UnknownQueueError
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import InvalidURLError
@@ -24,7 +24,7 @@ def queue_location(root: str, name: str) -> str:
 
 
 def _location(root: str, filename: str) -> str:
-    if "://" not in root:
+    if not is_url(root):
         return str(Path(root) / filename)
     parts = urlsplit(root)
     return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{filename}"))
@@ -47,7 +47,7 @@ def record_storage(root: str) -> ObjectStoragePort:
 def checked_root(root: str) -> str:
     """Return ``root`` if queues can live under it; a plain path (or a ``file://`` URL, returned
     as its path) must be a directory."""
-    if "://" in root:
+    if is_url(root):
         checked = storage_at(queue_location(root, "check"))  # InvalidURLError for a bad URL
         if not isinstance(checked, LocalFileSystemStorage):
             return root
@@ -151,7 +151,7 @@ class QueueHost:
         queue files made by the Python API or the CLI that it does not say were deleted; sorted.
         (Object-store roots are not listed: their queues appear once used through the service.)"""
         names = set(self.catalog.record.queues)
-        if "://" not in self.root:
+        if not is_url(self.root):
             on_disk = {
                 path.stem for path in Path(self.root).glob("*.json") if QUEUE_NAME.fullmatch(path.stem)
             }

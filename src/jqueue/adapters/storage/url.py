@@ -18,6 +18,12 @@ _S3_OPTIONS = frozenset({"endpoint_url", "region"})
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 
 
+def is_url(location: str) -> bool:
+    """Whether a storage location is a URL (``scheme://...``, or any ``name:`` prefix, so that
+    ``file:/x`` or ``s3:/bucket`` is not taken for a file's path) rather than a path."""
+    return "://" in location or _SCHEME.match(location) is not None
+
+
 def storage_at(location: str) -> ObjectStoragePort:
     """Build the storage of a URL (as ``storage_from_url``) or of a file's path (no scheme: a
     ``name:`` prefix is read as one, so that ``file:/x`` or ``s3:/bucket`` is not a file).
@@ -27,8 +33,7 @@ def storage_at(location: str) -> ObjectStoragePort:
     InvalidURLError
         If a URL is malformed, its scheme unknown, or a part is missing or unexpected.
     """
-    is_url = "://" in location or _SCHEME.match(location) is not None
-    return storage_from_url(location) if is_url else LocalFileSystemStorage(location)
+    return storage_from_url(location) if is_url(location) else LocalFileSystemStorage(location)
 
 
 def storage_from_url(url: str) -> ObjectStoragePort:
