@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -23,7 +22,8 @@ from rich.text import Text
 from jqueue.adapters.service.caller import ServiceCaller
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.wire import TOKEN_VARIABLE
-from jqueue.adapters.storage.url import is_url, storage_at
+from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
+from jqueue.adapters.storage.url import storage_at
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
 from jqueue.domain.errors import InvalidURLError, JQueueError, ServiceError
@@ -136,17 +136,17 @@ def shared_storage(ctx: typer.Context) -> ObjectStoragePort:
         fail(
             "a memory:// queue lives in one process and each command is a new one: use file://, s3:// or gs://"
         )
-    path = Path(url.removeprefix("file://")) if not is_url(url) or url.startswith("file://") else None
-    if path is not None and path.is_dir():
-        fail(
-            f"{url} is a directory: a queue is one file in it, e.g. {path / 'NAME.json'}"
-            f" (jqueue serve --storage {url} serves every queue in it)"
-        )
     try:
-        return storage_at(url)
+        storage = storage_at(url)
     except InvalidURLError as exc:
         fail(str(exc))
         raise
+    if isinstance(storage, LocalFileSystemStorage) and storage.path.is_dir():
+        fail(
+            f"{url} is a directory: a queue is one file in it, e.g. {storage.path / 'NAME.json'}"
+            f" (jqueue serve --storage {url} serves every queue in it)"
+        )
+    return storage
 
 
 def fail(message: str) -> None:
