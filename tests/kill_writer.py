@@ -3,7 +3,8 @@
 Usage: python kill_writer.py PATH LAYOUT
 
 On the log layout it checkpoints every 20 changes and compacts with a one-second retention,
-so kills land in checkpoints and compactions too.
+so kills land in checkpoints and compactions too. Between those jobs it enqueues, claims and
+acks scratch jobs, so that checkpoints drop rows and retire slabs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ async def run(path: str, layout: Layout) -> None:
         while True:
             job = await q.enqueue("work", b"x" * 4096)
             print(job.id, flush=True)
+            await q.enqueue("scratch", b"s")
+            for scratch in await q.dequeue("scratch"):
+                await q.ack(scratch)
 
 
 if __name__ == "__main__":

@@ -27,15 +27,18 @@ from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import marker as marker_format
 from jqueue.core.formats import payload_refs
 from jqueue.core.formats import single as single_format
-from jqueue.core.formats.snapshot import IndexSnapshot
+from jqueue.core.formats import slab as slab_format
 from jqueue.core.log.parts import StoredPart
+from jqueue.core.log.slabs import Plan, SlabSet
 from jqueue.domain import effects as fx
+from jqueue.domain.controls import Controls
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
 from jqueue.domain.schema import Payload, job_from
 from jqueue.domain.stats import stats_of
 from jqueue.domain.times import to_micros
+from tool_runs import run_tool
 
 S = 1_000_000
 T0 = to_micros(datetime(2026, 1, 1, tzinfo=UTC))
@@ -45,6 +48,7 @@ LOCATIONS = {
     "state": "memory://fuzz/queue.json",
     "entry": f"memory://fuzz/queue.json.d/{marker_format.entry_name(SEQ)}",
     "checkpoint": f"memory://fuzz/queue.json.d/{marker_format.checkpoint_name(SEQ, NOW)}",
+    "slab": "memory://fuzz/queue.json.d/slab",
 }
 PayloadOf = Callable[[Payload], bytes]
 Reencode = Callable[[QueueIndex], None]
@@ -59,12 +63,19 @@ def state_again(index: QueueIndex) -> None:
     )
 
 
-def checkpoint_again(index: QueueIndex) -> None:
+def plan_of(index: QueueIndex, tag: str = "0") -> Plan:
+    """The checkpoint (manifest and slab) that writes every job of ``index``."""
     try:
-        again = checkpoint_format.encode_checkpoint(IndexSnapshot(index.freeze()), NOW)[0]
+        return SlabSet().plan(index.freeze(), NOW, tag, every_job=True, unit=1)
     finally:
         index.thaw()
-    checkpoint_format.decode_checkpoint(again, "memory://fuzz/again")[0]
+
+
+def checkpoint_again(index: QueueIndex) -> None:
+    plan = plan_of(index)
+    manifest = checkpoint_format.decode_manifest(plan.manifest, "memory://fuzz/again")
+    rows = [slab_format.decode_slab(plan.content, "memory://fuzz/again")] if plan.slab else []
+    SlabSet.loaded(manifest, rows, "memory://fuzz/again")
 
 
 def decode_state(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Reencode]:
@@ -93,10 +104,26 @@ def decode_entry(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Ree
 
 
 def decode_checkpoint(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Reencode]:
-    return checkpoint_format.decode_checkpoint(data, location)[0], lambda _: b"", checkpoint_again
+    manifest = checkpoint_format.decode_manifest(data, location)
+    if any(entry.name not in SLABS for entry in manifest.slabs):  # as Checkpoints.read, after relisting
+        raise CorruptStateError(location, "names a slab that is not there")
+    rows = [slab_format.decode_slab(SLABS[entry.name], LOCATIONS["slab"]) for entry in manifest.slabs]
+    return SlabSet.loaded(manifest, rows, location)[0], lambda _: b"", checkpoint_again
 
 
-DECODERS = {"state": decode_state, "entry": decode_entry, "checkpoint": decode_checkpoint}
+def decode_slab(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Reencode]:
+    rows = slab_format.decode_slab(data, location)
+    entry = checkpoint_format.SlabEntry("slab/x", len(rows.ids), b"")
+    manifest = checkpoint_format.Manifest(SEQ, NOW, [entry], [], Controls())
+    return SlabSet.loaded(manifest, [rows], location)[0], lambda _: b"", checkpoint_again
+
+
+DECODERS = {
+    "state": decode_state,
+    "entry": decode_entry,
+    "checkpoint": decode_checkpoint,
+    "slab": decode_slab,
+}
 
 
 def use(index: QueueIndex, payload_of: PayloadOf, again: Reencode) -> None:
@@ -178,14 +205,22 @@ def index_of(effects: list[fx.Effect]) -> QueueIndex:
     return index
 
 
-def checkpoint_of(index: QueueIndex) -> bytes:
-    try:
-        return checkpoint_format.encode_checkpoint(IndexSnapshot(index.freeze()), NOW)[0]
-    finally:
-        index.thaw()
+def first_layout_checkpoint(plan: Plan) -> bytes:
+    """A checkpoint as jqueue wrote them before slabs (``jqueue-log/1``): its jobs as one block, inline."""
+    manifest = json.loads(plan.manifest)
+    blocks = json.loads(plan.content)["blocks"] if plan.slab else []
+    [block] = blocks or [json.loads(slab_format.encode_block([], {})[0])]
+    header = {"layout": marker_format.LAYOUT, "seq": manifest["seq"], "at": manifest["at"]}
+    kept = {name: manifest[name] for name in ("history", "controls") if name in manifest}
+    return json.dumps({**header, **block, **kept}).encode()
 
 
 CUTS = (0, 4, 12, None)
+PLANS = [
+    plan_of(index_of(valid_effects(lambda i: payload_refs.payload_ref(2, i))[:cut]), str(number))
+    for number, cut in enumerate(CUTS)
+]
+SLABS = {plan.slab.name: plan.content for plan in PLANS if plan.slab is not None}
 SEEDS = {
     "state": [
         single_format.encode_index(index_of(valid_effects(lambda i: b"p%d" % i)[:cut]), SEQ, "c")
@@ -195,9 +230,8 @@ SEEDS = {
         *(entry_format.encode_entry(SEQ, "c", T0, valid_effects(lambda i: b"p%d" % i)[:cut]) for cut in CUTS),
         entry_format.encode_entry(SEQ, "c", T0, PART.jobs(T0)[:3] + PART.jobs(T0)[4:]),  # a bulk write's runs
     ],
-    "checkpoint": [
-        checkpoint_of(index_of(valid_effects(lambda i: payload_refs.payload_ref(2, i))[:cut])) for cut in CUTS
-    ],
+    "checkpoint": [plan.manifest for plan in PLANS] + [first_layout_checkpoint(plan) for plan in PLANS],
+    "slab": list(SLABS.values()),
 }
 
 
@@ -399,3 +433,10 @@ REGRESSIONS = [
 @pytest.mark.parametrize(("decoder", "data"), REGRESSIONS)
 def test_regression_examples_meet_the_contract(decoder: str, data: bytes) -> None:
     check(decoder, data)
+
+
+def test_the_longer_search_runs_clean() -> None:
+    """``tools/fuzz_decoders.py`` (a longer search than this file's) still runs every decoder."""
+    done = run_tool("fuzz_decoders.py", "--inputs", "200", "--seed", "1", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "5 decoders, seed 1: 0 classes of failures" in done.stdout

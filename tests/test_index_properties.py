@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from jqueue import Job, JobNotFoundError, LeaseLostError, QueueState
-from jqueue.core.formats.snapshot import IndexSnapshot
 from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.schema import job_from
+from jqueue.domain.records import Frozen
+from jqueue.domain.schema import CHANGING_FIELDS, job_from
 from jqueue.domain.times import to_micros
 from reference_model import ModelState, index_of, is_expired
 
@@ -45,7 +45,8 @@ class IndexAgainstStates(RuleBasedStateMachine):
         self.clock = T0
         self.in_transaction: ModelState | None = None
         self.savepoint: tuple[tuple[int, int], ModelState] | None = None
-        self.frozen: tuple[IndexSnapshot, ModelState] | None = None
+        self.frozen: tuple[Frozen, ModelState] | None = None
+        self.last_frozen: ModelState | None = None  # the state at the previous freeze
         self.tokens = 0
         self.leases: list[tuple[str, str]] = []  # (job id, lease) of every claim, kept after it is lost
 
@@ -182,21 +183,38 @@ class IndexAgainstStates(RuleBasedStateMachine):
         self.savepoint = None
 
     @precondition(lambda self: self.frozen is None)
-    @rule()
-    def freeze(self) -> None:
-        self.frozen = (IndexSnapshot(self.index.freeze()), self.state)
+    @rule(every_job=st.booleans())
+    def freeze(self, every_job: bool) -> None:
+        frozen = self.index.freeze(every_job=every_job)
+        if not every_job and self.last_frozen is not None:  # every job changed since is in changed
+            before = {job.id: job.model_dump() for job in self.last_frozen.jobs}
+            now = {job.id: job.model_dump() for job in self.state.jobs}
+            touched = {i for i in before.keys() | now.keys() if before.get(i) != now.get(i)}
+            assert touched <= frozen.changed.keys()
+        else:
+            assert frozen.changed.keys() == {job.id for job in self.state.jobs}
+        self.frozen, self.last_frozen = (frozen, self.state), self.state
 
     @precondition(lambda self: self.frozen is not None)
     @rule()
-    def read_the_snapshot_and_thaw(self) -> None:
+    def read_the_frozen_jobs_and_thaw(self) -> None:
+        """The jobs live at the freeze, as they were then, whatever happened since."""
         assert self.frozen is not None
-        snapshot, then = self.frozen
-        c = {name: snapshot.column(name) for name in ("order", "id", "status", "heartbeat")}
-        rows = sorted(zip(c["order"], c["id"], c["status"], c["heartbeat"], strict=True))
-        expected = [
-            (j.id, j.status, None if j.heartbeat_at is None else to_micros(j.heartbeat_at)) for j in then.jobs
-        ]
-        assert [row[1:] for row in rows] == expected
+        frozen, then = self.frozen
+        if frozen.changed.keys() >= {job.id for job in then.jobs}:
+            rows = []
+            for job_id in frozen.changed:
+                record = frozen.live(job_id)
+                if record is None:
+                    continue
+                state = frozen.saved.get(job_id) or record.claim_state()
+                values = dict(zip(CHANGING_FIELDS, state, strict=True))
+                rows.append((record.order, job_id, values["status"], values["heartbeat"]))
+            expected = [
+                (j.id, j.status, None if j.heartbeat_at is None else to_micros(j.heartbeat_at))
+                for j in then.jobs
+            ]
+            assert [row[1:] for row in sorted(rows)] == expected
         self.index.thaw()
         self.frozen = None
 

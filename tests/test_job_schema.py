@@ -19,11 +19,12 @@ import pytest
 
 from jqueue import Job, JobStatus
 from jqueue.adapters.spark.reader import JOB_COLUMNS, JOBS_SCHEMA, job_row
-from jqueue.core.formats import checkpoint as checkpoint_format
 from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import single as single_format
+from jqueue.core.formats.checkpoint import decode_manifest
 from jqueue.core.formats.payload_refs import payload_ref
-from jqueue.core.formats.snapshot import IndexSnapshot
+from jqueue.core.formats.slab import decode_slab
+from jqueue.core.log.slabs import SlabSet
 from jqueue.domain.effects import Added, Beat, Claimed, Died, Effect, Published, Requeued
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import fencing_job, new_job_id
@@ -75,7 +76,7 @@ def stored_values(job: JobFields) -> dict[str, Any]:
 def test_the_classes_have_exactly_the_schema_fields() -> None:
     assert tuple(f.name for f in dataclasses.fields(Added)) == FIELD_NAMES
     record_fields = tuple(f.name for f in dataclasses.fields(JobRecord))
-    assert record_fields == (*FIELD_NAMES, "order", "stamp")
+    assert record_fields == (*FIELD_NAMES, "order", "place", "stamp")
     assert set(Job.model_fields) == {f.public for f in FIELDS}
 
 
@@ -150,17 +151,19 @@ def test_the_single_object_keeps_every_field() -> None:
     assert stored_values(record) == stored_values(full_job())
 
 
-def test_a_checkpoint_keeps_every_field() -> None:
+def test_a_checkpoint_and_its_slab_keep_every_field() -> None:
     index = QueueIndex()
     added = full_job()
     added.payload = payload_ref(2, 7)
     index.apply(added)
-    data, segments = checkpoint_format.encode_checkpoint(IndexSnapshot(index.freeze()), T0)
-    assert segments == {2}
-    back, back_segments = checkpoint_format.decode_checkpoint(data, "mem")
+    plan = SlabSet().plan(index.freeze(), T0, "0", every_job=True, unit=1)
+    assert plan.segments == {2}
+    assert plan.slab is not None
+    manifest = decode_manifest(plan.manifest, "mem")
+    back, _ = SlabSet.loaded(manifest, [decode_slab(plan.content, "mem")], "mem")
     [record] = back.in_order()
     assert stored_values(record) == stored_values(added)
-    assert (record.payload, back_segments) == (payload_ref(2, 7), {2})
+    assert record.payload == payload_ref(2, 7)
 
 
 def test_the_spark_table_names_job_attributes() -> None:
@@ -194,7 +197,7 @@ def test_transitions_change_only_the_changing_fields(status: JobStatus, effect: 
     after = dataclasses.astuple(index.records["job-1"])
     changed = {
         name
-        for name, old, new in zip((*FIELD_NAMES, "order", "stamp"), before, after, strict=True)
+        for name, old, new in zip((*FIELD_NAMES, "order", "place", "stamp"), before, after, strict=True)
         if old != new
     }
     assert changed - {"stamp"} <= set(CHANGING_FIELDS)

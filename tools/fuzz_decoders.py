@@ -1,6 +1,6 @@
 """Fuzz jqueue's state decoders and tally every error that is not a ``CorruptStateError``.
 
-Each decoder (single-object state, log entry, checkpoint, marker) gets random bytes and
+Each decoder (single-object state, log entry, checkpoint, slab, marker) gets random bytes and
 mutations of valid encodings; what decodes is then used as a queue uses it (jobs, history,
 throttles, stats, claims, acks, nacks, sweeps, purges, re-encoding and decoding again).
 Failures are grouped by exception type and the line of ``src/jqueue`` that raised it, each
@@ -30,8 +30,10 @@ from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import marker as marker_format
 from jqueue.core.formats import payload_refs
 from jqueue.core.formats import single as single_format
-from jqueue.core.formats.snapshot import IndexSnapshot
+from jqueue.core.formats import slab as slab_format
+from jqueue.core.log.slabs import Plan, SlabSet
 from jqueue.domain import effects as fx
+from jqueue.domain.controls import Controls
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
@@ -111,11 +113,43 @@ def valid_effects(payload: Callable[[int], Payload]) -> list[fx.Effect]:
     ]  # fmt: skip
 
 
-def checkpoint_of(index: QueueIndex) -> bytes:
+SLABS: dict[str, bytes] = {}
+"""Every slab a checkpoint made here wrote, by name (the storage the checkpoint decoder reads)."""
+
+
+def plan_of(index: QueueIndex) -> Plan:
+    """Make the checkpoint that writes every job of ``index``, keeping its slab in ``SLABS``."""
     try:
-        return checkpoint_format.encode_checkpoint(IndexSnapshot(index.freeze()), NOW)[0]
+        plan = SlabSet().plan(index.freeze(), NOW, f"{len(SLABS):x}", every_job=True)
     finally:
         index.thaw()
+    if plan.slab is not None:
+        SLABS[plan.slab.name] = plan.content
+    return plan
+
+
+def checkpoint_of(index: QueueIndex) -> bytes:
+    return plan_of(index).manifest
+
+
+def first_layout_checkpoint(index: QueueIndex) -> bytes:
+    """A checkpoint as jqueue wrote them before slabs (``jqueue-log/1``): its jobs inline, as one block."""
+    plan = plan_of(index)
+    manifest = json.loads(plan.manifest)
+    blocks = json.loads(plan.content)["blocks"] if plan.slab else []
+    [block] = blocks or [json.loads(slab_format.encode_block([], {})[0])]
+    kept = {name: manifest[name] for name in ("history", "controls") if name in manifest}
+    header = {"layout": marker_format.LAYOUT, "seq": manifest["seq"], "at": manifest["at"]}
+    return json.dumps({**header, **block, **kept}).encode()
+
+
+def checkpoint_index(data: bytes, location: str) -> QueueIndex:
+    """Read a checkpoint and the slabs it names as ``Checkpoints.read`` does (from ``SLABS``)."""
+    manifest = checkpoint_format.decode_manifest(data, location)
+    if any(entry.name not in SLABS for entry in manifest.slabs):  # as after relisting, in LogStore
+        raise CorruptStateError(location, "it names a slab that is not there")
+    decoded = [slab_format.decode_slab(SLABS[entry.name], location) for entry in manifest.slabs]
+    return SlabSet.loaded(manifest, decoded, location)[0]
 
 
 def seeds(decoder: str) -> list[bytes]:
@@ -134,9 +168,13 @@ def seeds(decoder: str) -> list[bytes]:
     if decoder == "entry":
         effects = valid_effects(lambda i: bytes([i]) * i)
         return [entry_format.encode_entry(SEQ, "commit-5", T0, effects[:cut]) for cut in cuts]
-    if decoder == "checkpoint":
+    if decoder in ("checkpoint", "slab"):
         effects = valid_effects(lambda i: payload_refs.payload_ref(2, i))
-        return [checkpoint_of(index_of(effects[:cut], SEQ)) for cut in cuts]
+        plans = [plan_of(index_of(effects[:cut], SEQ)) for cut in cuts]
+        if decoder == "slab":
+            return [plan.content for plan in plans if plan.slab is not None]
+        first_layout = [first_layout_checkpoint(index_of(effects[:cut], SEQ)) for cut in cuts]
+        return [plan.manifest for plan in plans] + first_layout
     return [marker_format.encode_marker(), marker_format.encode_marker("base/00000000000000000001")]
 
 
@@ -171,7 +209,7 @@ class Probe:
         for batch in list(index.staged_batches()):
             self.step("publish", index.publish, batch)
         self.step("requeue_dead", index.requeue_dead)
-        self.step("requeue_stale", index.requeue_stale, NOW)
+        self.step("requeue_stale", index.requeue_stale, NOW, NOW)
         self.step("forget", index.forget, NOW, 2)
         self.step("stats_of after claim", stats_of, index, NOW)
         self.reencode(index, "after claim")
@@ -189,9 +227,7 @@ class Probe:
             )
         else:
             again = self.step(f"encode_checkpoint {when}", checkpoint_of, index)
-            self.step(
-                f"re-decode checkpoint {when}", checkpoint_format.decode_checkpoint, again, "memory://again"
-            )
+            self.step(f"re-decode checkpoint {when}", checkpoint_index, again, "memory://again")
 
     def state(self, data: bytes, location: str) -> None:
         self.format = "state"
@@ -216,7 +252,14 @@ class Probe:
 
     def checkpoint(self, data: bytes, location: str) -> None:
         self.format = "checkpoint"
-        self.exercise(checkpoint_format.decode_checkpoint(data, location)[0], lambda _: b"")
+        self.exercise(checkpoint_index(data, location), lambda _: b"")
+
+    def slab(self, data: bytes, location: str) -> None:
+        self.format = "checkpoint"
+        decoded = slab_format.decode_slab(data, location)
+        entry = checkpoint_format.SlabEntry("slab/x", len(decoded.ids), b"")
+        manifest = checkpoint_format.Manifest(SEQ, NOW, [entry], [], Controls())
+        self.exercise(SlabSet.loaded(manifest, [decoded], location)[0], lambda _: b"")
 
     def marker(self, data: bytes, location: str) -> None:
         marker_format.decode_marker(data, location)
@@ -226,6 +269,7 @@ LOCATIONS = {
     "state": "memory://fuzz/queue.json",
     "entry": f"memory://fuzz/{marker_format.entry_name(SEQ)}",
     "checkpoint": f"memory://fuzz/{marker_format.checkpoint_name(SEQ, NOW)}",
+    "slab": f"memory://fuzz/{slab_format.slab_name(SEQ, NOW, '0')}",
     "marker": "memory://fuzz/queue",
 }
 

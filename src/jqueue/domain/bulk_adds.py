@@ -29,6 +29,7 @@ class BulkAdds:
     _dedup: dict[str, str]
     _next_order: int
     _last_stamp: int
+    changed: dict[str, JobRecord] | None
 
     def apply(self, effect: Effect) -> None:
         raise NotImplementedError
@@ -72,6 +73,9 @@ class BulkAdds:
             self.tally.add(record)  # first: it refuses a finished job's status before anything changed
         self._next_order += len(records)
         self.records.update((record.id, record) for record in records)
+        if self.changed is not None:
+            for record in records:
+                self.changed.setdefault(record.id, record)
         self._dedup.update((r.dedup_key, r.id) for r in records if r.dedup_key is not None)
         for record in records:
             if record.status is JobStatus.STAGED:

@@ -39,13 +39,13 @@ from jqueue.domain.effects import (
     ThrottleSet,
 )
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
+from jqueue.domain.freezing import Freezing
 from jqueue.domain.history import History
 from jqueue.domain.journal import Journal
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import (
     RECORD_COLUMNS,
     ClaimState,
-    Frozen,
     HistoryRecord,
     JobRecord,
 )
@@ -76,7 +76,7 @@ E = TypeVar(
 )
 
 
-class IndexState(Journal, BulkAdds):
+class IndexState(Journal, BulkAdds, Freezing):
     """The live queue: jobs by id, claimable jobs by priority, claimed jobs by time.
 
     Attributes
@@ -104,7 +104,9 @@ class IndexState(Journal, BulkAdds):
         self.order = ClaimOrder(self.records)
         self._journal: list[Callable[[], None]] | None = None
         self.pending_effects: list[Effect] = []
+        self.changed: dict[str, JobRecord] | None = None
         self._frozen: dict[str, ClaimState] | None = None
+        self._removed_while_frozen: dict[str, JobRecord] = {}
 
     # --- building and viewing -------------------------------------------------------
 
@@ -118,7 +120,8 @@ class IndexState(Journal, BulkAdds):
     ) -> Self:
         """Build an index from one column per record field, one row per job (a checkpoint).
 
-        Columns missing from ``columns`` (beyond ``REQUIRED_COLUMNS``) take their defaults.
+        Columns missing from ``columns`` (beyond ``REQUIRED_COLUMNS``) take their defaults;
+        a ``place`` column sets each record's place.
 
         Raises
         ------
@@ -131,9 +134,10 @@ class IndexState(Journal, BulkAdds):
         # A column left out is its default in every row: repeated, not built.
         full: dict[str, Iterable[Any]] = {name: repeat(_COLUMN_DEFAULTS.get(name)) for name in RECORD_COLUMNS}
         full |= {name: columns[name] for name in REQUIRED_COLUMNS}
-        full |= columns
+        full |= {name: column for name, column in columns.items() if name in full}
         index = cls()
-        records = list(map(JobRecord, *(full[name] for name in RECORD_COLUMNS)))
+        places = columns.get("place", repeat(None))
+        records = list(map(JobRecord, *(full[name] for name in RECORD_COLUMNS), places))
         index.records = dict(zip(ids, records, strict=True))
         if len(index.records) != len(ids):
             raise ValueError("two jobs share an id")
@@ -171,31 +175,6 @@ class IndexState(Journal, BulkAdds):
     def in_order(self) -> list[JobRecord]:
         """Return every record in insertion order (the order of ``QueueState.jobs``)."""
         return sorted(self.records.values(), key=lambda record: record.order)
-
-    # --- consistent snapshots while commits go on -------------------------------------
-
-    def freeze(self) -> Frozen:
-        """Take a snapshot of the live jobs, history and controls; ``thaw`` ends it.
-
-        It costs O(1) Python steps for the jobs (until ``thaw`` every record change
-        first saves the record's previous values, so a reader, even in another thread,
-        can rebuild the jobs as they were now) and a copy of the history.
-        """
-        if self._frozen is not None:
-            raise RuntimeError("a snapshot is already being taken")
-        self._frozen = {}
-        records = list(self.records.values())
-        history = list(self.history)
-        return Frozen(self.version, records, self._frozen, history, self.controls.to_dict())
-
-    def thaw(self) -> None:
-        """End the snapshot started by ``freeze``."""
-        self._frozen = None
-
-    @property
-    def frozen(self) -> bool:
-        """Whether a snapshot started by ``freeze`` is still being taken."""
-        return self._frozen is not None
 
     # --- replay ---------------------------------------------------------------------
 
@@ -367,6 +346,8 @@ class IndexState(Journal, BulkAdds):
         frozen = self._frozen
         if frozen is not None and record.id not in frozen:
             frozen[record.id] = record.claim_state()
+        if self.changed is not None:
+            self.changed.setdefault(record.id, record)
         if record.status is JobStatus.STAGED:
             self._unstage(record)
         self.tally.discard(record)
@@ -379,6 +360,8 @@ class IndexState(Journal, BulkAdds):
     def _insert(self, record: JobRecord) -> None:
         self.tally.add(record)  # first: it refuses a finished job's status before anything changed
         self.records[record.id] = record
+        if self.changed is not None:
+            self.changed.setdefault(record.id, record)
         if record.dedup_key is not None:
             self._dedup[record.dedup_key] = record.id
         if record.status is JobStatus.STAGED:
@@ -387,6 +370,10 @@ class IndexState(Journal, BulkAdds):
 
     def _delete(self, record: JobRecord) -> None:
         del self.records[record.id]
+        if self.changed is not None:
+            self.changed.setdefault(record.id, record)
+        if self._frozen is not None:
+            self._removed_while_frozen.setdefault(record.id, record)
         if record.dedup_key is not None:
             del self._dedup[record.dedup_key]
         if record.status is JobStatus.STAGED:

@@ -25,11 +25,14 @@ _POSITIONS = {name: position for position, name in enumerate(CHANGING_FIELDS)}
 class JobRecord(JobFields):
     """One job's mutable fields inside an index; times in epoch microseconds.
 
-    ``order`` is the job's insertion number; ``stamp`` marks the record's newest heap
-    entry (set by the index on every move), so that older entries do not count.
+    ``order`` is the job's insertion number; ``place`` is opaque to the domain (the log
+    layout's slab that holds the job's row, like a payload reference); ``stamp`` marks the
+    record's newest heap entry (set by the index on every move), so that older entries do
+    not count.
     """
 
     order: int = 0
+    place: int | None = None
     stamp: int = 0
 
     @classmethod
@@ -210,14 +213,27 @@ RECORD_COLUMNS = (*FIELD_NAMES, "order")
 
 @dataclass(frozen=True)
 class Frozen:
-    """The live jobs, history and controls of an index at one version (see ``QueueIndex.freeze``).
+    """The jobs changed since the previous freeze, the history and the controls of an index at
+    one version (see ``QueueIndex.freeze``).
 
-    ``records`` change as commits go on; until the index thaws, each record first saves its
-    values as of the freeze in ``saved`` (by job id), so the version's values can be rebuilt.
+    ``records`` is the index's own dict, which changes as commits go on; until the index
+    thaws, a record first saves its values as of the freeze in ``saved`` and a removed one
+    stays in ``removed`` (by job id), so ``as_frozen`` can tell the version's jobs.
+    ``changed`` holds each job touched since the previous freeze as it was first touched
+    (a removed job's record, too).
     """
 
     version: int
-    records: list[JobRecord]
+    changed: dict[str, JobRecord]
+    records: dict[str, JobRecord]
     saved: dict[str, ClaimState]
+    removed: dict[str, JobRecord]
+    next_order: int
     history: list[HistoryRecord]
     controls: dict[str, Any]
+
+    def live(self, job_id: str) -> JobRecord | None:
+        """Return the record of job ``job_id`` if it was live at the freeze (its values may have
+        changed since: ``saved`` holds those of the freeze), else None."""
+        record = self.removed.get(job_id) or self.records.get(job_id)
+        return record if record is not None and record.order < self.next_order else None

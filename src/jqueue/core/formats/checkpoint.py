@@ -1,21 +1,24 @@
-"""The checkpoint: every live job's fields at one log entry, ``checkpoint/<seq>-<micros>``.
+"""The checkpoint: the queue's state at one log entry, ``checkpoint/<seq>-<micros>`` (ADR 0015).
 
-A checkpoint is compact JSON in columns, one list per job field (``JobFields``), one row
-per job: entrypoints as codes into a list of names, each payload as the ``segment`` and
-``position`` of the entry that holds it, and a column whose values are all its default
-left out. It also holds the history of finished jobs and the pauses and throttles.
+A checkpoint is a manifest: it names the slabs (``slab.py``) that together hold every job
+live at entry ``seq``, with, for each, the rows that no longer count (``dropped``: one byte
+a row, compressed), and it holds the history of finished jobs and the pauses and throttles.
+A checkpoint of the first layout (``jqueue-log/1``) held every live job itself, as one
+block; it reads as a manifest whose jobs are inline, and the next checkpoint rewrites them
+into a slab.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import zlib
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import msgspec
 
 from jqueue.core.formats.collections_paused import collections_paused
-from jqueue.core.formats.marker import LAYOUT
-from jqueue.core.formats.payload_refs import columns_from_refs, refs_from_columns
-from jqueue.core.formats.snapshot import IndexSnapshot
+from jqueue.core.formats.marker import LAYOUT, MAX_SEQ
+from jqueue.core.formats.slab import BLOCK_FIELDS, OPTIONAL_BLOCK_FIELDS, block_columns, slab_written_at
 from jqueue.core.formats.wire import (
     UNDECODABLE,
     Count,
@@ -25,78 +28,123 @@ from jqueue.core.formats.wire import (
     controls_from_wire,
     history_from_wire,
     wire_history,
-    wire_type,
 )
+from jqueue.domain.controls import Controls
 from jqueue.domain.errors import CorruptStateError
-from jqueue.domain.index import QueueIndex
-from jqueue.domain.schema import STORED_FIELDS
+from jqueue.domain.records import HistoryRecord
 
-_SPECIAL = ("id", "entrypoint", "payload")
-"""Fields in columns of their own form: ``ids``, ``entrypoints`` and codes, ``segment`` and ``position``."""
-_REQUIRED = [f for f in STORED_FIELDS if f.required and f.name not in _SPECIAL]
-_OPTIONAL = [f for f in STORED_FIELDS if not f.required and f.name not in _SPECIAL]
+MANIFEST_LAYOUT = "jqueue-log/2"
+FIRST_LAYOUT = LAYOUT
+"""The layout of a checkpoint that holds its jobs inline (read, never written)."""
+
+
+class _SlabEntry(msgspec.Struct, array_like=True):
+    name: str
+    rows: Count
+    dropped: bytes = b""
+
 
 _Checkpoint: Any = msgspec.defstruct(
     "_Checkpoint",
     [
         ("layout", str),
-        ("seq", Count),
+        ("seq", Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)]),
         ("at", Micros),
-        ("entrypoints", list[str]),
-        ("ids", list[str]),
-        ("entrypoint", list[Count]),
-        *((f.name, list[wire_type(f)]) for f in _REQUIRED),  # type: ignore[misc]
-        ("order", list[Count]),
-        ("segment", list[Count]),
-        ("position", list[Count]),
-        *((f.name, list[wire_type(f)] | None, None) for f in _OPTIONAL),  # type: ignore[misc]
+        ("slabs", list[_SlabEntry] | None, None),
         ("history", WireHistories, []),
         ("controls", WireControls | None, None),
+        *((name, kind | None, None) for name, kind in BLOCK_FIELDS),
+        *OPTIONAL_BLOCK_FIELDS,
     ],
+    kw_only=True,
+    omit_defaults=True,
 )
 _checkpoint_decoder = msgspec.json.Decoder(_Checkpoint)
 
 
-def _sparse(default: Any, column: list[Any]) -> list[Any] | None:
-    """Return a column, or None when every value is the column's default."""
-    return None if column.count(default) == len(column) else column
+class _Named(msgspec.Struct):
+    layout: str
+    slabs: list[_SlabEntry] | None = None
 
 
-def encode_checkpoint(snapshot: IndexSnapshot, at: int) -> tuple[bytes, set[int]]:
-    """Serialise every live job of a snapshot in columns, with the history and the controls
-    (meant for a worker thread); returns the bytes and the segments that hold the payloads."""
-    refs = snapshot.column("payload")
-    if set(map(type, refs)) - {int}:
-        raise ValueError("a payload is not stored yet")
-    entrypoints = snapshot.column("entrypoint")
-    codes = {name: code for code, name in enumerate(dict.fromkeys(entrypoints))}
-    segments, positions = columns_from_refs(refs)
+_named_decoder = msgspec.json.Decoder(_Named)
+
+
+@dataclass(frozen=True)
+class SlabEntry:
+    """A slab a checkpoint names: its object, its rows, and which of them no longer count
+    (``packed``: one byte a row, 1 for a dropped row, compressed; empty when none is)."""
+
+    name: str
+    rows: int
+    packed: bytes
+
+    @classmethod
+    def of(cls, name: str, dropped: bytes | bytearray) -> SlabEntry:
+        """Return the entry of slab ``name`` whose dropped rows are ``dropped`` (one byte a row)."""
+        return cls(name, len(dropped), zlib.compress(dropped) if 1 in dropped else b"")
+
+    def dropped(self) -> bytes:
+        """Return the dropped rows, one byte a row (call it once ``rows`` is known to be true).
+
+        Raises
+        ------
+        ValueError
+            If they do not fit the slab's rows.
+        """
+        if not self.packed:
+            return bytes(self.rows)
+        inflater = zlib.decompressobj()
+        try:
+            dropped = inflater.decompress(self.packed, self.rows + 1)
+        except zlib.error as exc:
+            raise ValueError(f"the dropped rows of {self.name!r} are damaged: {exc}") from exc
+        if len(dropped) != self.rows or inflater.unconsumed_tail or dropped.strip(b"\x00\x01"):
+            raise ValueError(f"the dropped rows of {self.name!r} do not fit its {self.rows} rows")
+        return dropped
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A decoded checkpoint; ``inline`` holds the jobs of one of the first layout (by column)."""
+
+    seq: int
+    at: int
+    slabs: list[SlabEntry]
+    history: list[HistoryRecord]
+    controls: Controls
+    inline: dict[str, list[Any]] | None = None
+
+
+def encode_manifest(
+    seq: int, at: int, slabs: list[SlabEntry], history: list[HistoryRecord], controls: dict[str, Any]
+) -> bytes:
+    """Serialise a checkpoint of entry ``seq`` taken at ``at`` (meant for a worker thread)."""
+    entries = [_SlabEntry(slab.name, slab.rows, slab.packed) for slab in slabs]
     wire = _Checkpoint(
-        layout=LAYOUT,
-        seq=snapshot.version,
+        layout=MANIFEST_LAYOUT,
+        seq=seq,
         at=at,
-        entrypoints=list(codes),
-        ids=snapshot.column("id"),
-        entrypoint=list(map(codes.__getitem__, entrypoints)),
-        order=snapshot.column("order"),
-        segment=segments,
-        position=positions,
-        history=wire_history(snapshot.history),
-        controls=WireControls(**snapshot.controls),
-        **{f.name: snapshot.column(f.name) for f in _REQUIRED},
-        **{f.name: _sparse(f.default, snapshot.column(f.name)) for f in _OPTIONAL},
+        slabs=entries,
+        history=wire_history(history),
+        controls=WireControls(**controls),
     )
-    return msgspec.json.encode(wire), set(segments)
+    return msgspec.json.encode(wire)
 
 
-def decode_checkpoint(data: bytes, location: str) -> tuple[QueueIndex, set[int]]:
-    """Deserialise a checkpoint into an index at its sequence number; returns it and the
-    segments that hold its payloads.
+def _slab_entry(entry: _SlabEntry) -> SlabEntry:
+    if slab_written_at(entry.name) is None:
+        raise ValueError(f"it names {entry.name[:100]!r}, which is not a slab")
+    return SlabEntry(entry.name, entry.rows, entry.dropped)
+
+
+def decode_manifest(data: bytes, location: str) -> Manifest:
+    """Deserialise a checkpoint.
 
     Raises
     ------
     CorruptStateError
-        If ``data`` is not a checkpoint or its columns disagree.
+        If ``data`` is not a checkpoint or does not fit together.
     """
     try:
         wire = _checkpoint_decoder.decode(data)
@@ -104,18 +152,33 @@ def decode_checkpoint(data: bytes, location: str) -> tuple[QueueIndex, set[int]]
         raise CorruptStateError(location, str(exc)) from exc
     try:
         with collections_paused():
-            if wire.layout != LAYOUT:
-                raise ValueError(f"layout {wire.layout!r} is not {LAYOUT!r}")
-            columns: dict[str, Any] = {
-                "id": wire.ids,
-                "entrypoint": list(map(wire.entrypoints.__getitem__, wire.entrypoint)),
-                "payload": refs_from_columns(wire.segment, wire.position),
-                "order": wire.order,
-            }
-            columns |= {f.name: getattr(wire, f.name) for f in _REQUIRED}
-            columns |= {f.name: getattr(wire, f.name) for f in _OPTIONAL if getattr(wire, f.name) is not None}
             history = history_from_wire(wire.history)
-            index = QueueIndex.from_columns(wire.seq, columns, history, controls_from_wire(wire.controls))
-            return index, set(wire.segment)
-    except Exception as exc:  # columns that do not fit together
-        raise CorruptStateError(location, f"not a jqueue checkpoint: {exc!r}") from exc
+            controls = controls_from_wire(wire.controls)
+            if wire.layout == FIRST_LAYOUT and wire.slabs is None:
+                missing = [name for name, _ in BLOCK_FIELDS if getattr(wire, name) is None]
+                if missing:
+                    raise ValueError(f"it lacks the columns {', '.join(missing)}")
+                return Manifest(wire.seq, wire.at, [], history, controls, inline=block_columns(wire))
+            if wire.layout != MANIFEST_LAYOUT or wire.slabs is None or wire.ids is not None:
+                raise ValueError(f"layout {wire.layout!r} is not {MANIFEST_LAYOUT!r}")
+            slabs = list(map(_slab_entry, wire.slabs))
+            return Manifest(wire.seq, wire.at, slabs, history, controls)
+    except (ValueError, TypeError) as exc:  # columns or slabs that do not fit together
+        raise CorruptStateError(location, f"not a jqueue checkpoint: {exc}") from exc
+
+
+def named_slabs(data: bytes, location: str) -> set[str]:
+    """Return the slabs a checkpoint names (none for one of the first layout), reading no more.
+
+    Raises
+    ------
+    CorruptStateError
+        If ``data`` is not a checkpoint.
+    """
+    try:
+        wire = _named_decoder.decode(data)
+    except UNDECODABLE as exc:
+        raise CorruptStateError(location, str(exc)) from exc
+    if wire.layout not in (FIRST_LAYOUT, MANIFEST_LAYOUT):
+        raise CorruptStateError(location, f"not a jqueue checkpoint: layout {wire.layout!r}")
+    return {entry.name for entry in wire.slabs or ()}

@@ -23,6 +23,8 @@ GENESIS = "genesis"
 """The object a new log-structured queue creates before its marker and never deletes: a
 marker whose namespace lacks it (and holds no entry or checkpoint) lost its log."""
 _SEQ_DIGITS = 20
+MAX_SEQ = 2**63 - 1
+"""The highest entry number: it fits an int64 and a name's 20 digits."""
 _BASE_NAME = re.compile(rf"{BASE_PREFIX}[A-Za-z0-9_-]{{1,200}}")
 """A base object's name, as ``migrate`` makes them (``base/<uuid hex>``)."""
 

@@ -1,13 +1,18 @@
 """``Compactor``: deletes what a checkpoint older than the retention covers.
 
 It remembers, for each checkpoint this process wrote or loaded, the segments (log entries,
-or the base of a migrated queue) that hold the payloads of the jobs live at it. Compaction
-uses only such a checkpoint: every job live at it keeps its payload entry, and a job removed
-before it was removed longer than the retention ago. A bulk write's part goes once no job
-live at such a checkpoint refers to it and it was written ``part_age`` before it: a write
-links only parts younger than ``LogSettings.part_lifetime``, and ``part_age`` adds the
-retention to that (a checkpoint's writer may have missed the newest half-retention of
-commits), so no commit that the checkpoint does not cover can refer to it.
+or the base of a migrated queue) that hold the payloads of the jobs live at it, and the
+slabs it names. Compaction uses only such a checkpoint: every job live at it keeps its
+payload entry, and a job removed before it was removed longer than the retention ago. A
+bulk write's part goes once no job live at such a checkpoint refers to it and it was
+written ``part_age`` before it: a write links only parts younger than
+``LogSettings.part_lifetime``, and ``part_age`` adds the retention to that (a checkpoint's
+writer may have missed the newest half-retention of commits), so no commit that the
+checkpoint does not cover can refer to it.
+
+A slab goes once it is older than the retention and no checkpoint that stays, nor one
+younger than the retention, names it. A new checkpoint names only the slabs of one younger
+than a quarter of the retention (``Checkpoints``), so none names a slab deleted meanwhile.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from jqueue.core.formats.checkpoint import named_slabs
 from jqueue.core.formats.marker import (
     CHECKPOINT_PREFIX,
     ENTRY_PREFIX,
@@ -23,7 +29,9 @@ from jqueue.core.formats.marker import (
     entry_name,
     entry_seq,
 )
+from jqueue.core.formats.slab import SLAB_PREFIX, slab_written_at
 from jqueue.core.log.parts import PART_PREFIX, part_name, part_segment, part_written_at
+from jqueue.core.loop.store import describe_named
 from jqueue.ports.storage import KeyedStoragePort
 
 DELETE_CONCURRENCY = 16
@@ -55,12 +63,15 @@ class Compactor:
         self.keyed = keyed
         self.part_age = part_age
         self._checkpoint_segments: dict[str, set[int]] = {}
+        self._named: dict[str, set[str]] = {}
         self._compacted_through = -1
         self._kept_segments: set[int] = set()
 
-    def remember(self, checkpoint: str, segments: set[int]) -> None:
-        """Record the segments that hold the payloads of a checkpoint written or loaded here."""
+    def remember(self, checkpoint: str, segments: set[int], slabs: set[str]) -> None:
+        """Record the segments that hold the payloads of a checkpoint written or loaded here, and
+        the slabs it names."""
         self._checkpoint_segments[checkpoint] = segments
+        self._named[checkpoint] = slabs
 
     async def compact(self, cutoff: int, base: str | None) -> None:
         """Delete what the newest known checkpoint taken before ``cutoff`` (epoch microseconds: now
@@ -84,6 +95,8 @@ class Compactor:
             base if s == 0 and base else entry_name(s) for s in sorted(candidates - self._kept_segments)
         ]
         doomed += await self._unused_parts(keep[1], referenced)
+        naming = [checkpoint_name(seq, at) for seq, at in keys if seq >= keep[0] or at > cutoff]
+        doomed += await self._unnamed_slabs(naming, cutoff)
         gate = asyncio.Semaphore(DELETE_CONCURRENCY)
 
         async def delete(name: str) -> None:
@@ -94,6 +107,8 @@ class Compactor:
         self._compacted_through = max(self._compacted_through, keep[0])
         for name in [n for n in mine if (checkpoint_key(n) or keep) < keep]:
             del mine[name]
+        for name in [n for n in self._named if (checkpoint_key(n) or keep) < keep]:
+            del self._named[name]
 
     async def _unused_parts(self, checkpoint_at: int, referenced: set[int]) -> list[str]:
         """Return the parts that no job live at a checkpoint taken at ``checkpoint_at`` (epoch
@@ -101,3 +116,17 @@ class Compactor:
         written_before = checkpoint_at // 1_000_000 - int(self.part_age.total_seconds())
         segments = filter(None, map(part_segment, await self.keyed.list_names(PART_PREFIX)))
         return [part_name(s) for s in segments if s not in referenced and part_written_at(s) < written_before]
+
+    async def _unnamed_slabs(self, naming: list[str], cutoff: int) -> list[str]:
+        """Return the slabs written before ``cutoff`` that none of the checkpoints ``naming`` names
+        (reading those this process neither wrote nor loaded)."""
+        named: set[str] = set()
+        for checkpoint in naming:
+            if checkpoint not in self._named:
+                data = await self.keyed.get(checkpoint)
+                if data is None:  # compacted by another process meanwhile: it names nothing now
+                    continue
+                self._named[checkpoint] = named_slabs(data, describe_named(self.keyed, checkpoint))
+            named |= self._named[checkpoint]
+        slabs = await self.keyed.list_names(SLAB_PREFIX)
+        return [s for s in slabs if s not in named and (slab_written_at(s) or cutoff + 1) <= cutoff]

@@ -26,7 +26,6 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from jqueue.core.formats.checkpoint import decode_checkpoint, encode_checkpoint
 from jqueue.core.formats.entry import Entry, decode_entry, encode_entry, entry_commit_id
 from jqueue.core.formats.marker import (
     CHECKPOINT_PREFIX,
@@ -41,14 +40,14 @@ from jqueue.core.formats.marker import (
     entry_seq,
 )
 from jqueue.core.formats.payload_refs import payload_ref
-from jqueue.core.formats.snapshot import IndexSnapshot
-from jqueue.core.log.compaction import Compactor, checkpoint_covers
+from jqueue.core.log.checkpoints import Checkpoints
+from jqueue.core.log.compaction import checkpoint_covers
 from jqueue.core.log.payload_reader import PayloadReader, segment_name
 from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.settings import LogSettings
 from jqueue.core.loop.store import CommitStore, check_not_empty
 from jqueue.domain.effects import Added, Effect
-from jqueue.domain.errors import CASConflictError, CommitUnknownError, CorruptStateError, StorageError
+from jqueue.domain.errors import CASConflictError, CommitUnknownError, CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import Frozen
 from jqueue.domain.schema import Payload
@@ -99,7 +98,7 @@ class LogStore(CommitStore):
         self._changes_since_checkpoint = 0
         self._background: asyncio.Task[None] | None = None
         self._explicit = asyncio.Lock()
-        self._compactor = Compactor(storage, settings.part_lifetime + settings.retention)
+        self._checkpoints = Checkpoints(storage, retry, settings)
         self._base_applied = False
 
     def where(self, name: str) -> str:
@@ -160,21 +159,24 @@ class LogStore(CommitStore):
         """Start from the newest checkpoint if it is ahead of us, then fetch the entries after it."""
         asked_at = time.monotonic()
         loaded = False
+        vanished = CHECKPOINT_PREFIX
         for attempt in range(self.retry.max_retries + 1):
             keys = sorted(filter(None, map(checkpoint_key, await self.keyed.list_names(CHECKPOINT_PREFIX))))
             if not keys or keys[-1][0] <= self.index.version:
                 break
             name = checkpoint_name(*keys[-1])
-            data = await self._get(name)
-            if data is not None:
-                self.index, segments = decode_checkpoint(data, self.where(name))
-                self._compactor.remember(name, segments)
+            read = await self._checkpoints.read(name)
+            if isinstance(read, QueueIndex):
+                self.index = read
                 self._base_applied = loaded = True  # the checkpoint covers the base
                 self._changes_since_checkpoint = 0
                 break
+            vanished = read
             await self.retry.wait(attempt + 1)  # compacted while we looked: list again
         else:
-            raise CorruptStateError(self.where(CHECKPOINT_PREFIX), "the newest checkpoint keeps vanishing")
+            raise CorruptStateError(
+                self.where(vanished), "the newest checkpoint, or an object it names, keeps vanishing"
+            )
         if self.base is not None and not self._base_applied:
             await self._load_base()
         await self._fetch_listed_entries()
@@ -185,16 +187,7 @@ class LogStore(CommitStore):
         self._confirmed_at = asked_at
 
     async def _get(self, name: str) -> bytes | None:
-        """Read a named object, retrying failed reads as the retry policy allows (not one that
-        timed out: a storage that stops answering would cost a time limit per retry)."""
-        for attempt in range(self.retry.max_retries + 1):
-            try:
-                return await self.keyed.get(name)
-            except StorageError as exc:
-                if attempt == self.retry.max_retries or isinstance(exc.cause, TimeoutError):
-                    raise
-                await self.retry.wait(attempt + 1)
-        raise AssertionError("unreachable")
+        return await self.retry.get(self.keyed, name)
 
     async def _load_base(self) -> None:
         assert self.base is not None
@@ -236,6 +229,7 @@ class LogStore(CommitStore):
         except Exception as exc:  # any effect that does not fit the state before it
             location = self.where(self._segment_name(entry.seq))
             self.index, self._confirmed_at = QueueIndex(), -math.inf  # start over next time
+            self._checkpoints.forget()
             self._base_applied = False
             raise CorruptStateError(location, f"does not replay on the state before it: {exc}") from exc
         self.index.version = entry.seq
@@ -320,38 +314,20 @@ class LogStore(CommitStore):
             snapshot = self._freeze()
             self._background = asyncio.create_task(self._checkpoint_and_compact(snapshot))
 
-    def _freeze(self) -> tuple[QueueIndex, Frozen, int]:
+    def _freeze(self) -> tuple[QueueIndex, Frozen, int, bool]:
         self._changes_since_checkpoint = 0
-        return self.index, self.index.freeze(), to_micros(utc_now())
+        return self._checkpoints.freeze(self.index)
 
-    async def _checkpoint_and_compact(self, frozen: tuple[QueueIndex, Frozen, int]) -> None:
+    async def _checkpoint_and_compact(self, frozen: tuple[QueueIndex, Frozen, int, bool]) -> None:
         try:
-            await self._write_checkpoint(frozen)
+            await self._checkpoints.write(frozen)
             retention = int(self.settings.retention.total_seconds() * 1_000_000)
             await self.compact(to_micros(utc_now()) - retention)
         except Exception as exc:
             logger.warning("checkpoint or compaction of %s failed: %r", self.location, exc)
 
-    async def _write_checkpoint(self, frozen: tuple[QueueIndex, Frozen, int]) -> set[int]:
-        """Encode a frozen index in a thread (commits go on meanwhile) and store it."""
-        index, jobs, at = frozen
-        try:
-            content, segments = await asyncio.to_thread(encode_checkpoint, IndexSnapshot(jobs), at)
-        finally:
-            index.thaw()
-        name = checkpoint_name(jobs.version, at)
-        with contextlib.suppress(CASConflictError):  # another process wrote the same checkpoint
-            await self.keyed.create(name, content)
-        self._compactor.remember(name, segments)
-        return segments
-
     async def checkpoint(self) -> bool:
         """Write a checkpoint of the newest state."""
-        await self.write_checkpoint()
-        return True
-
-    async def write_checkpoint(self) -> set[int]:
-        """Write a checkpoint of the newest state; returns the segments that hold its payloads."""
         async with self._explicit:  # no background checkpoint starts meanwhile
             if self._background is not None:
                 await self._background
@@ -359,12 +335,13 @@ class LogStore(CommitStore):
                 await self.refresh()
                 self._loaded = True
                 frozen = self._freeze()
-            return await self._write_checkpoint(frozen)
+            await self._checkpoints.write(frozen)
+        return True
 
     async def compact(self, cutoff: int) -> None:
         """Delete what the newest checkpoint taken before ``cutoff`` (epoch microseconds) covers;
         see ``Compactor``."""
-        await self._compactor.compact(cutoff, self.base)
+        await self._checkpoints.compactor.compact(cutoff, self.base)
 
     async def close(self) -> None:
         """Wait for a checkpoint or compaction in progress."""

@@ -6,6 +6,9 @@ import asyncio
 import random
 from dataclasses import dataclass
 
+from jqueue.domain.errors import StorageError
+from jqueue.ports.storage import KeyedStoragePort
+
 GROUPED_MAX_RETRIES = 20
 """Conflicting commits a group-commit queue retries (the documented default)."""
 DIRECT_MAX_RETRIES = 10
@@ -33,6 +36,18 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+
+    async def get(self, keyed: KeyedStoragePort, name: str) -> bytes | None:
+        """Read a named object, retrying failed reads as this policy allows (not one that timed
+        out: a storage that stops answering would cost a time limit per retry)."""
+        for attempt in range(self.max_retries + 1):
+            try:
+                return await keyed.get(name)
+            except StorageError as exc:
+                if attempt == self.max_retries or isinstance(exc.cause, TimeoutError):
+                    raise
+                await self.wait(attempt + 1)
+        raise AssertionError("unreachable")
 
     async def wait(self, retry: int) -> None:
         """Sleep before retry number ``retry`` (1-based)."""

@@ -1,0 +1,143 @@
+"""``Checkpoints``: reading a checkpoint and its slabs into an index, and writing the next one
+from what changed since (ADR 0015).
+
+A checkpoint builds on the slabs of the last one this process wrote or loaded only while
+that one is younger than a quarter of the retention: compaction keeps every slab that a
+checkpoint younger than the retention names (``Compactor``). An older base, a first
+checkpoint, or one after a failed write, writes every live job into one new slab.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from jqueue.core.formats.checkpoint import decode_manifest
+from jqueue.core.formats.collections_paused import collections_paused
+from jqueue.core.formats.marker import checkpoint_name
+from jqueue.core.formats.payload_refs import columns_from_refs
+from jqueue.core.formats.slab import SLAB_PREFIX, decode_slab
+from jqueue.core.log.compaction import Compactor
+from jqueue.core.log.slabs import Plan, SlabSet
+from jqueue.core.loop.retry import RetryPolicy
+from jqueue.core.loop.settings import LogSettings
+from jqueue.core.loop.store import describe_named
+from jqueue.domain.errors import CASConflictError, CorruptStateError
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.records import Frozen
+from jqueue.domain.times import to_micros, utc_now
+from jqueue.ports.storage import KeyedStoragePort
+
+_READ_CONCURRENCY = 8
+
+
+class Checkpoints:
+    """The checkpoints of one log-structured queue, as one process reads and writes them.
+
+    Parameters
+    ----------
+    keyed : KeyedStoragePort
+        The queue's storage.
+    retry : RetryPolicy
+        How often to retry a failed read.
+    settings : LogSettings
+        The retention and the checkpoint interval.
+    """
+
+    def __init__(
+        self,
+        keyed: KeyedStoragePort,
+        retry: RetryPolicy,
+        settings: LogSettings,
+    ) -> None:
+        self.keyed = keyed
+        self.retry = retry
+        self.settings = settings
+        self.compactor = Compactor(keyed, settings.part_lifetime + settings.retention)
+        self.slabs = SlabSet()
+        self._retention = int(settings.retention.total_seconds() * 1_000_000)
+
+    async def read(self, name: str) -> QueueIndex | str:
+        """Return the index a checkpoint holds, or the name of the object that is gone if it or
+        one of its slabs is (compacted since it was listed); the next checkpoint builds on it.
+
+        Raises
+        ------
+        CorruptStateError
+            If it or a slab is damaged, or they do not fit together.
+        """
+        data = await self.retry.get(self.keyed, name)
+        if data is None:
+            return name
+        manifest = decode_manifest(data, describe_named(self.keyed, name))
+        gate = asyncio.Semaphore(_READ_CONCURRENCY)
+
+        async def fetch(slab: str) -> bytes | None:
+            async with gate:
+                return await self.retry.get(self.keyed, slab)
+
+        contents = await asyncio.gather(*(fetch(entry.name) for entry in manifest.slabs))
+        for entry, content in zip(manifest.slabs, contents, strict=True):
+            if content is None:
+                return entry.name
+        with collections_paused():
+            rows = [
+                decode_slab(content, describe_named(self.keyed, entry.name))
+                for entry, content in zip(manifest.slabs, contents, strict=True)
+                if content is not None
+            ]
+            index, self.slabs = SlabSet.loaded(manifest, rows, describe_named(self.keyed, name))
+        if manifest.inline is None:
+            segments = self.slabs.segments()
+        else:
+            segments = set(columns_from_refs(manifest.inline["payload"])[0])
+        self.compactor.remember(name, segments, {entry.name for entry in manifest.slabs})
+        return index
+
+    def _late(self, base_at: int) -> bool:
+        return to_micros(utc_now()) - base_at > self._retention // 2
+
+    def forget(self) -> None:
+        """The index was replaced by one no checkpoint holds: the next checkpoint writes every job."""
+        self.slabs = SlabSet()
+
+    def freeze(self, index: QueueIndex) -> tuple[QueueIndex, Frozen, int, bool]:
+        """Freeze ``index`` for the next checkpoint (on the event loop, O(1) unless it writes every job)."""
+        at = to_micros(utc_now())
+        every_job = not self.slabs.builds_on(at, self._retention // 4)
+        return index, index.freeze(every_job=every_job), at, every_job
+
+    async def write(self, frozen: tuple[QueueIndex, Frozen, int, bool]) -> None:
+        """Make the checkpoint of a frozen index in a thread (commits go on meanwhile) and store
+        its new slab, then itself; a checkpoint that fails makes the next one write every job."""
+        index, jobs, at, every_job = frozen
+        slabs, base_at = self.slabs, self.slabs.taken_at
+        try:
+            try:
+                tag = uuid.uuid4().hex[:8]
+                plan = await asyncio.to_thread(slabs.plan, jobs, at, tag, every_job=every_job)
+            finally:
+                index.thaw()
+            await self._store(plan, checkpoint_name(jobs.version, at), None if every_job else base_at)
+        except BaseException:
+            slabs.forget()
+            raise
+
+    async def _store(self, plan: Plan, name: str, base_at: int | None) -> None:
+        """Create the new slab, then the checkpoint; one that builds on slabs named by a checkpoint
+        older than half the retention (storage that took that long) is not created, or, if its
+        create answered that late, checked: compaction may have deleted those slabs meanwhile."""
+        where = describe_named(self.keyed, name)
+        if plan.slab is not None:
+            await self.keyed.create(plan.slab.name, plan.content)
+        if base_at is not None and self._late(base_at):
+            raise TimeoutError(f"{where}: its slabs took over half the retention to write")
+        try:
+            await self.keyed.create(name, plan.manifest)
+        except CASConflictError:
+            raise CASConflictError(f"{where}: another process wrote this checkpoint") from None
+        named = {slab.name for slab in plan.slabs}
+        late = base_at is not None and self._late(base_at)
+        if late and named - set(await self.keyed.list_names(SLAB_PREFIX)):  # the next writes every job
+            raise CorruptStateError(where, "it names slabs compacted while it was being written")
+        self.compactor.remember(name, plan.segments, named)

@@ -1,0 +1,271 @@
+"""``SlabSet``: the slabs of the newest checkpoint a process wrote or loaded, and the making of
+the next checkpoint from them in O(changes), not O(live jobs) (ADR 0015).
+
+Each live job has one row that counts, in one slab; its record's ``place`` is that slab's
+``number`` in this process, and a slab finds the row by id (its rows are sorted by id). A
+checkpoint drops the rows of the jobs changed since the last one and writes their rows as
+they are now into one new slab, together with the rows left in the slabs it retires:
+those more than half dropped, and, size-tiered, ``FANOUT`` slabs of one size class at
+once, so that a row is rewritten O(log(jobs / changes a checkpoint)) times.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+from jqueue.core.formats.checkpoint import Manifest, SlabEntry, encode_manifest
+from jqueue.core.formats.payload_refs import columns_from_refs, payload_place
+from jqueue.core.formats.slab import (
+    BLOCK_ROWS,
+    DecodedSlab,
+    concatenated,
+    encode_block,
+    slab_content,
+    slab_name,
+)
+from jqueue.domain.errors import CorruptStateError
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.index_state import REQUIRED_COLUMNS
+from jqueue.domain.records import Frozen, JobRecord
+
+FANOUT = 4
+"""Slabs of one size class that a checkpoint merges into its new slab."""
+SIZE_UNIT = BLOCK_ROWS
+"""Rows of the smallest size class: classes go up by ``FANOUT`` times."""
+_KEPT = bytes.maketrans(b"\x00\x01", b"\x01\x00")
+"""Turns a slab's dropped bytes into the bytes that select its rows that count."""
+_ID = attrgetter("id")
+_numbers = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Slab:
+    """A slab as this process knows it: its rows' job ids (sorted), which rows no longer count
+    (one byte a row), and how many rows that count have their payload in each log entry."""
+
+    name: str
+    ids: list[str]
+    dropped: bytearray
+    segments: Counter[int]
+    number: int = field(default_factory=lambda: next(_numbers))
+
+    @property
+    def live(self) -> int:
+        """How many of its rows count."""
+        return len(self.ids) - self.dropped.count(1)
+
+    def drop(self, job_id: str, payload: int) -> None:
+        """Mark the row of job ``job_id``, whose payload reference is ``payload``, as no longer counting.
+
+        Raises
+        ------
+        ValueError
+            If the slab has no row of that job.
+        """
+        row = bisect_left(self.ids, job_id)
+        if row == len(self.ids) or self.ids[row] != job_id:
+            raise ValueError(f"slab {self.name!r} has no row of job {job_id!r}")
+        self.dropped[row] = 1
+        segment = payload_place(payload)[0]
+        self.segments[segment] -= 1
+        if self.segments[segment] <= 0:
+            del self.segments[segment]
+
+    def kept_rows(self) -> bytes:
+        """One byte a row: 1 for a row that counts."""
+        return bytes(self.dropped.translate(_KEPT))
+
+    def entry(self) -> SlabEntry:
+        """Return how a checkpoint names this slab."""
+        return SlabEntry.of(self.name, self.dropped)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one checkpoint writes: a new slab (if any row is new), then the manifest."""
+
+    slab: Slab | None
+    content: bytes
+    manifest: bytes
+    slabs: list[Slab]
+    segments: set[int]
+
+
+def _size_class(rows: int, unit: int) -> int:
+    return ((max(rows, unit) // unit).bit_length() - 1) // 2  # log4 of rows in units
+
+
+def _batched(records: Iterable[JobRecord]) -> Iterator[list[JobRecord]]:
+    iterator = iter(records)
+    while chunk := list(itertools.islice(iterator, BLOCK_ROWS)):
+        yield chunk
+
+
+class SlabSet:
+    """The slabs that the newest checkpoint this process wrote or loaded names, oldest first.
+
+    Parameters
+    ----------
+    slabs : list of Slab
+        The slabs.
+    taken_at : int or None
+        When that checkpoint was taken (epoch microseconds); None when there is none to
+        build on, so the next checkpoint writes every live job.
+    """
+
+    def __init__(self, slabs: list[Slab] | None = None, taken_at: int | None = None) -> None:
+        self.slabs = slabs or []
+        self.taken_at = taken_at
+        self._by_number = {slab.number: slab for slab in self.slabs}
+
+    @classmethod
+    def loaded(
+        cls, manifest: Manifest, contents: list[DecodedSlab], location: str
+    ) -> tuple[QueueIndex, SlabSet]:
+        """Build the index and the slab set of a checkpoint (at ``location``) from its slabs'
+        decoded rows.
+
+        Raises
+        ------
+        CorruptStateError
+            If a slab's rows do not fit the checkpoint, or two live rows are of one job.
+        """
+        try:
+            return cls._loaded(manifest, contents)
+        except ValueError as exc:
+            raise CorruptStateError(location, f"its slabs do not fit together: {exc}") from exc
+
+    @staticmethod
+    def _loaded(manifest: Manifest, contents: list[DecodedSlab]) -> tuple[QueueIndex, SlabSet]:
+        if manifest.inline is not None:
+            index = QueueIndex.from_columns(
+                manifest.seq, manifest.inline, manifest.history, manifest.controls
+            )
+            index.track_changes()
+            return index, SlabSet()
+        slabs, parts = [], []
+        for entry, decoded in zip(manifest.slabs, contents, strict=True):
+            if len(decoded.ids) != entry.rows:
+                raise ValueError(f"slab {entry.name!r} holds {len(decoded.ids)} rows, not {entry.rows}")
+            slab = Slab(entry.name, decoded.ids, bytearray(entry.dropped()), Counter())
+            kept = slab.kept_rows() if 1 in slab.dropped else None
+            start = 0
+            for block in decoded.blocks:
+                rows = len(block["id"])
+                if kept is not None:
+                    selected = kept[start : start + rows]
+                    block = {
+                        name: list(itertools.compress(column, selected)) for name, column in block.items()
+                    }
+                start += rows
+                if block["id"]:
+                    block["place"] = [slab.number] * len(block["id"])
+                    slab.segments.update(columns_from_refs(block["payload"])[0])
+                    parts.append(block)
+            slabs.append(slab)
+        columns = concatenated(parts) if parts else {name: [] for name in REQUIRED_COLUMNS}
+        index = QueueIndex.from_columns(manifest.seq, columns, manifest.history, manifest.controls)
+        index.track_changes()
+        return index, SlabSet(slabs, manifest.at)
+
+    def segments(self) -> set[int]:
+        """Return the log entries that hold the payloads of the slabs' rows."""
+        return set().union(*(slab.segments.keys() for slab in self.slabs))
+
+    def builds_on(self, now: int, horizon: int) -> bool:
+        """Whether the next checkpoint may name these slabs: their checkpoint was taken less than
+        ``horizon`` microseconds before ``now`` (compaction keeps what a younger one names)."""
+        return self.taken_at is not None and now - self.taken_at < horizon
+
+    def forget(self) -> None:
+        """Let the next checkpoint write every live job (after one that failed)."""
+        self.taken_at = None
+
+    def plan(self, frozen: Frozen, at: int, tag: str, *, every_job: bool, unit: int = SIZE_UNIT) -> Plan:
+        """Make the next checkpoint of ``frozen`` (meant for a worker thread, one at a time).
+
+        With ``every_job`` (``frozen`` holds every live job) the new slab holds them all and
+        no other slab is named; otherwise the changed jobs' old rows are dropped and the new
+        slab holds their rows and those of the slabs it retires. Each row's record gets the
+        new slab as its place, and this set becomes the checkpoint's.
+
+        Raises
+        ------
+        ValueError
+            If a changed job has no row where its place says, or a job would get two rows.
+        """
+        retired: list[Slab] = []
+        kept: list[Slab] = []
+        if not every_job:
+            for job_id, first in frozen.changed.items():
+                if first.place is not None:
+                    slab = self._by_number.get(first.place)
+                    if slab is None or not isinstance(first.payload, int):
+                        raise ValueError(f"job {job_id!r} is placed in no slab of the last checkpoint")
+                    slab.drop(job_id, first.payload)
+            retired = self._retired(len(frozen.changed), unit)
+            kept = [slab for slab in self.slabs if slab not in retired]
+        changed = [record for record in map(frozen.live, frozen.changed) if record is not None]
+        streams: list[Iterable[JobRecord]] = [sorted(chunk, key=_ID) for chunk in _batched(changed)]
+        if not every_job:
+            streams += [
+                map(self._survivor(frozen), itertools.compress(s.ids, s.kept_rows())) for s in retired
+            ]
+        slab, content = self._written(heapq.merge(*streams, key=_ID), frozen, at, tag)
+        slabs = [*kept, slab] if slab is not None else kept
+        manifest = encode_manifest(
+            frozen.version, at, [s.entry() for s in slabs], frozen.history, frozen.controls
+        )
+        self.slabs, self.taken_at = slabs, at
+        self._by_number = {s.number: s for s in slabs}
+        return Plan(slab, content, manifest, slabs, self.segments())
+
+    def _retired(self, new_rows: int, unit: int) -> list[Slab]:
+        retired = [slab for slab in self.slabs if slab.dropped.count(1) * 2 > len(slab.ids)]
+        rows = new_rows + sum(slab.live for slab in retired)
+        while True:
+            size = _size_class(rows, unit)
+            alike = [s for s in self.slabs if s not in retired and _size_class(s.live, unit) <= size]
+            if len(alike) + 1 < FANOUT:
+                return retired
+            retired += alike
+            rows += sum(slab.live for slab in alike)
+
+    @staticmethod
+    def _survivor(frozen: Frozen) -> Any:
+        def live(job_id: str) -> JobRecord:
+            record = frozen.live(job_id)
+            if record is None:
+                raise ValueError(f"a row that counts is of job {job_id!r}, which was not live")
+            return record
+
+        return live
+
+    @staticmethod
+    def _written(
+        records: Iterable[JobRecord], frozen: Frozen, at: int, tag: str
+    ) -> tuple[Slab | None, bytes]:
+        number = next(_numbers)
+        ids: list[str] = []
+        blocks: list[bytes] = []
+        segments: Counter[int] = Counter()
+        for chunk in _batched(records):
+            encoded, chunk_segments = encode_block(chunk, frozen.saved)
+            blocks.append(encoded)
+            segments.update(chunk_segments)
+            ids += map(_ID, chunk)
+            for record in chunk:
+                record.place = number
+        if not ids:
+            return None, b""
+        if not all(map(str.__lt__, ids, ids[1:])):
+            raise ValueError("a job would have two rows")
+        name = slab_name(frozen.version, at, tag)
+        return Slab(name, ids, bytearray(len(ids)), segments, number), slab_content(blocks, len(ids))

@@ -1,0 +1,186 @@
+"""Checkpoints as manifests of slabs (ADR 0015): a checkpoint writes what changed since the last
+one, slabs merge so that they stay few, every checkpoint reads back as the state it was taken
+of, and compaction deletes the slabs no checkpoint needs."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jqueue import CorruptStateError, DirectQueue, InMemoryStorage, JobStatus, LogSettings
+from jqueue.core.formats.checkpoint import Manifest, decode_manifest
+from jqueue.core.formats.marker import CHECKPOINT_PREFIX
+from jqueue.core.formats.payload_refs import payload_ref
+from jqueue.core.formats.slab import SLAB_PREFIX, decode_slab, slab_name
+from jqueue.core.log.slabs import FANOUT, SlabSet
+from jqueue.domain.effects import Added
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.records import RECORD_COLUMNS
+from jqueue.domain.times import to_micros, utc_now
+
+S = 1_000_000
+T0 = 1_800_000_000 * S
+NEVER = LogSettings(checkpoint_every=10**9)  # only the checkpoints a test asks for
+
+
+async def newest_manifest(storage: InMemoryStorage) -> Manifest:
+    [*_, newest] = sorted(await storage.list_names(CHECKPOINT_PREFIX))
+    return decode_manifest(await storage.get(newest) or b"", newest)
+
+
+async def test_a_checkpoint_writes_only_what_changed() -> None:
+    storage = InMemoryStorage(name="slabs")
+    async with DirectQueue(storage, log=NEVER) as queue:
+        await queue.enqueue_many("work", [b"%d" % n for n in range(2_000)])
+        await queue.checkpoint()
+        claimed = await queue.dequeue("work", batch_size=10)
+        await queue.ack_many(claimed[:4])
+        await queue.checkpoint()
+    first, second = (await newest_manifest(storage)).slabs
+    assert (first.rows, first.dropped().count(1)) == (2_000, 10)  # the 10 claimed jobs' old rows
+    assert second.rows == 6  # the rows of the 6 jobs still in progress; the acked ones have none
+    slab = decode_slab(await storage.get(second.name) or b"", second.name)
+    assert set(slab.ids) == {job.id for job in claimed[4:]}
+    async with DirectQueue(storage) as fresh:
+        assert await fresh.count() == 1_996
+        assert len(await fresh.jobs(status=JobStatus.IN_PROGRESS, limit=None)) == 6
+
+
+async def test_slabs_stay_few_and_a_fresh_reader_sees_the_newest_state() -> None:
+    storage = InMemoryStorage(name="merges")
+    async with DirectQueue(storage, log=NEVER) as queue:
+        for _ in range(30):
+            await queue.enqueue_many("work", [b"x"] * 50)
+            await queue.ack_many(await queue.dequeue("work", batch_size=20))
+            await queue.checkpoint()
+            assert len((await newest_manifest(storage)).slabs) < FANOUT + 1
+        live = sorted(job.id for job in await queue.jobs(limit=None))
+    assert len(live) == 30 * 30
+    manifest = await newest_manifest(storage)
+    assert all(entry.dropped().count(1) * 2 <= entry.rows for entry in manifest.slabs)
+    async with DirectQueue(storage) as fresh:
+        assert sorted(job.id for job in await fresh.jobs(limit=None)) == live
+
+
+def rows_of(index: QueueIndex) -> list[tuple[Any, ...]]:
+    """Every field of every live job (place and heap stamp aside)."""
+    return sorted(
+        tuple(getattr(record, name) for name in RECORD_COLUMNS) for record in index.records.values()
+    )
+
+
+ACTIONS = st.sampled_from(["add", "claim", "ack", "nack", "checkpoint", "every_job"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(st.tuples(ACTIONS, st.integers(1, 12), st.lists(ACTIONS, max_size=3)), max_size=40),
+    unit=st.integers(1, 6),
+)
+def test_every_checkpoint_reads_back_as_the_state_it_was_taken_of(
+    steps: list[tuple[str, int, list[str]]], unit: int
+) -> None:
+    """Random changes to an index, with checkpoints that build on the last one (small size classes,
+    so slabs merge and retire often) and changes made between a freeze and its checkpoint."""
+    index, slabs, stored = QueueIndex(), SlabSet(), {}
+    numbers, now = itertools.count(), T0
+
+    def act(action: str, count: int) -> None:
+        nonlocal now
+        now += S
+        if action == "add":
+            adds = []
+            for _ in range(count):
+                number = next(numbers)
+                adds.append(
+                    Added(
+                        f"job-{number:05d}",
+                        "e",
+                        number % 3,
+                        now,
+                        JobStatus.QUEUED,
+                        None,
+                        payload_ref(1 + number // 7, number % 7),
+                    )
+                )
+            index.apply_all(adds)
+        elif action == "claim":
+            index.claim(None, count, now, now + S, lambda: "lease")
+        elif action in ("ack", "nack"):
+            running = [r.id for r in index.records.values() if r.status is JobStatus.IN_PROGRESS][:count]
+            for job_id in running:
+                if action == "ack":
+                    index.remove(job_id)
+                else:
+                    index.nack(job_id, None, now)
+
+    for action, count, meanwhile in steps:
+        if action not in ("checkpoint", "every_job"):
+            act(action, count)
+            continue
+        frozen = index.freeze(every_job=action == "every_job")
+        expected = rows_of(index)
+        for other in meanwhile:  # commits go on while the checkpoint is made
+            if other not in ("checkpoint", "every_job"):
+                act(other, count)
+        try:
+            plan = slabs.plan(frozen, now, f"{next(numbers):x}", every_job=action == "every_job", unit=unit)
+        finally:
+            index.thaw()
+        if plan.slab is not None:
+            stored[plan.slab.name] = plan.content
+        manifest = decode_manifest(plan.manifest, "manifest")
+        decoded = [decode_slab(stored[entry.name], entry.name) for entry in manifest.slabs]
+        back, _ = SlabSet.loaded(manifest, decoded, "manifest")
+        assert rows_of(back) == expected
+        assert all(entry.dropped().count(1) * 2 <= entry.rows for entry in manifest.slabs)
+
+
+async def test_compaction_deletes_the_slabs_no_checkpoint_names() -> None:
+    storage = InMemoryStorage(name="compact-slabs")
+    retention = timedelta(seconds=1)
+    old = to_micros(utc_now()) - 10 * S
+    orphan, young = slab_name(1, old, "dead"), slab_name(1, to_micros(utc_now()) + 60 * S, "a1")
+    await storage.create(orphan, b"a slab whose writer died before its checkpoint")
+    await storage.create(young, b"a slab whose checkpoint is still being written")
+    async with DirectQueue(storage, log=LogSettings(checkpoint_every=5, retention=retention)) as queue:
+        kept = await queue.enqueue_many("keep", [b"kept"] * 20_000)  # bigger than the small slabs' class
+        await queue.checkpoint()  # a slab that stays named, older than the retention at the end
+        until = asyncio.get_running_loop().time() + 2 * retention.total_seconds()
+        while (
+            asyncio.get_running_loop().time() < until
+        ):  # checkpoints that build on the last, and compactions
+            await queue.ack_many(await queue.enqueue_many("work", [b"w"] * 600))
+            await asyncio.sleep(0.02)
+        await queue.checkpoint()  # waits for the background one
+    named = set()
+    for name in await storage.list_names(CHECKPOINT_PREFIX):
+        named |= {entry.name for entry in decode_manifest(await storage.get(name) or b"", name).slabs}
+    slabs = set(await storage.list_names(SLAB_PREFIX))
+    assert orphan not in slabs
+    assert slabs - named == {young}
+    async with DirectQueue(storage) as fresh:
+        jobs = await fresh.jobs(limit=None)
+        assert sorted(job.id for job in jobs) == sorted(job.id for job in kept)
+        assert {job.payload for job in jobs} == {b"kept"}
+
+
+@pytest.mark.parametrize("damage", [b"", b'{"layout":"jqueue-slab/1","rows":1,"blocks":[]}', None])
+async def test_a_damaged_or_missing_slab_is_reported_with_its_key(damage: bytes | None) -> None:
+    storage = InMemoryStorage(name="damaged-slab")
+    async with DirectQueue(storage, log=NEVER) as queue:
+        await queue.enqueue("work", b"x")
+        await queue.checkpoint()
+    [entry] = (await newest_manifest(storage)).slabs
+    await storage.delete(entry.name)
+    if damage is not None:
+        await storage.create(entry.name, damage)
+    with pytest.raises(CorruptStateError) as raised:
+        await DirectQueue(storage, max_retries=2).read_state()
+    assert raised.value.location == f"memory://damaged-slab.d/{entry.name}"
