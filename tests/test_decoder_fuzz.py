@@ -15,7 +15,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -29,7 +29,7 @@ from jqueue.core.formats import payload_refs
 from jqueue.core.formats import single as single_format
 from jqueue.core.formats import slab as slab_format
 from jqueue.core.log.parts import StoredPart
-from jqueue.core.log.slabs import Plan, SlabSet
+from jqueue.core.log.slabs import SlabSet
 from jqueue.domain import effects as fx
 from jqueue.domain.controls import Controls
 from jqueue.domain.errors import CorruptStateError
@@ -63,18 +63,28 @@ def state_again(index: QueueIndex) -> None:
     )
 
 
-def plan_of(index: QueueIndex, tag: str = "0") -> Plan:
+class Written(NamedTuple):
+    """A checkpoint's bytes, and its new slab's name and bytes (if it has one)."""
+
+    manifest: bytes
+    slab: str | None
+    content: bytes
+
+
+def plan_of(index: QueueIndex, tag: str = "0") -> Written:
     """The checkpoint (manifest and slab) that writes every job of ``index``."""
     try:
-        return SlabSet().plan(index.freeze(), NOW, tag, every_job=True, unit=1)
+        plan = SlabSet().plan(index.freeze(), NOW, tag, every_job=True, unit=1)
     finally:
         index.thaw()
+    manifest = plan.manifest(NOW)
+    return Written(manifest, None if plan.slab is None else plan.slab.name, plan.content)
 
 
 def checkpoint_again(index: QueueIndex) -> None:
-    plan = plan_of(index)
-    manifest = checkpoint_format.decode_manifest(plan.manifest, "memory://fuzz/again")
-    rows = [slab_format.decode_slab(plan.content, "memory://fuzz/again")] if plan.slab else []
+    written = plan_of(index)
+    manifest = checkpoint_format.decode_manifest(written.manifest, "memory://fuzz/again")
+    rows = [slab_format.decode_slab(written.content, "memory://fuzz/again")] if written.slab else []
     SlabSet.loaded(manifest, rows, "memory://fuzz/again")
 
 
@@ -205,10 +215,10 @@ def index_of(effects: list[fx.Effect]) -> QueueIndex:
     return index
 
 
-def first_layout_checkpoint(plan: Plan) -> bytes:
+def first_layout_checkpoint(written: Written) -> bytes:
     """A checkpoint as jqueue wrote them before slabs (``jqueue-log/1``): its jobs as one block, inline."""
-    manifest = json.loads(plan.manifest)
-    blocks = json.loads(plan.content)["blocks"] if plan.slab else []
+    manifest = json.loads(written.manifest)
+    blocks = json.loads(written.content)["blocks"] if written.slab else []
     [block] = blocks or [json.loads(slab_format.encode_block([], {})[0])]
     header = {"layout": marker_format.LAYOUT, "seq": manifest["seq"], "at": manifest["at"]}
     kept = {name: manifest[name] for name in ("history", "controls") if name in manifest}
@@ -220,7 +230,7 @@ PLANS = [
     plan_of(index_of(valid_effects(lambda i: payload_refs.payload_ref(2, i))[:cut]), str(number))
     for number, cut in enumerate(CUTS)
 ]
-SLABS = {plan.slab.name: plan.content for plan in PLANS if plan.slab is not None}
+SLABS = {written.slab: written.content for written in PLANS if written.slab is not None}
 SEEDS = {
     "state": [
         single_format.encode_index(index_of(valid_effects(lambda i: b"p%d" % i)[:cut]), SEQ, "c")
@@ -230,7 +240,7 @@ SEEDS = {
         *(entry_format.encode_entry(SEQ, "c", T0, valid_effects(lambda i: b"p%d" % i)[:cut]) for cut in CUTS),
         entry_format.encode_entry(SEQ, "c", T0, PART.jobs(T0)[:3] + PART.jobs(T0)[4:]),  # a bulk write's runs
     ],
-    "checkpoint": [plan.manifest for plan in PLANS] + [first_layout_checkpoint(plan) for plan in PLANS],
+    "checkpoint": [w.manifest for w in PLANS] + [first_layout_checkpoint(w) for w in PLANS],
     "slab": list(SLABS.values()),
 }
 

@@ -159,7 +159,7 @@ def test_a_checkpoint_and_its_slab_keep_every_field() -> None:
     plan = SlabSet().plan(index.freeze(), T0, "0", every_job=True, unit=1)
     assert plan.segments == {2}
     assert plan.slab is not None
-    manifest = decode_manifest(plan.manifest, "mem")
+    manifest = decode_manifest(plan.manifest(T0), "mem")
     back, _ = SlabSet.loaded(manifest, [decode_slab(plan.content, "mem")], "mem")
     [record] = back.in_order()
     assert stored_values(record) == stored_values(added)

@@ -19,6 +19,7 @@ from jqueue.core.formats.marker import CHECKPOINT_PREFIX
 from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.formats.slab import SLAB_PREFIX, decode_slab, slab_name
 from jqueue.core.log.slabs import FANOUT, SlabSet
+from jqueue.core.log.store import LogStore
 from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import RECORD_COLUMNS
@@ -133,9 +134,9 @@ def test_every_checkpoint_reads_back_as_the_state_it_was_taken_of(
             plan = slabs.plan(frozen, now, f"{next(numbers):x}", every_job=action == "every_job", unit=unit)
         finally:
             index.thaw()
+        manifest = decode_manifest(plan.manifest(now), "manifest")
         if plan.slab is not None:
             stored[plan.slab.name] = plan.content
-        manifest = decode_manifest(plan.manifest, "manifest")
         decoded = [decode_slab(stored[entry.name], entry.name) for entry in manifest.slabs]
         back, _ = SlabSet.loaded(manifest, decoded, "manifest")
         assert rows_of(back) == expected
@@ -184,3 +185,20 @@ async def test_a_damaged_or_missing_slab_is_reported_with_its_key(damage: bytes 
     with pytest.raises(CorruptStateError) as raised:
         await DirectQueue(storage, max_retries=2).read_state()
     assert raised.value.location == f"memory://damaged-slab.d/{entry.name}"
+
+
+async def test_a_checkpoint_that_builds_on_one_compacted_meanwhile_is_replaced_at_once() -> None:
+    storage = InMemoryStorage(name="lost-base")
+    async with DirectQueue(storage, log=NEVER) as first, DirectQueue(storage, log=NEVER) as second:
+        await first.enqueue_many("work", [b"1", b"2"])
+        await second.checkpoint()  # the second's base: its own checkpoint and slab
+        await first.dequeue("work")
+        await first.checkpoint()  # a newer one, which compaction keeps
+        await second.read_state()
+        store = await first._opener.store()
+        assert isinstance(store, LogStore)
+        await store.compact(2**62)  # as if the retention had passed: the second's base and slab go
+        await second.enqueue("work", b"3")
+        await second.checkpoint()  # builds on its base, finds it gone, and writes every job anew
+    async with DirectQueue(storage) as fresh:
+        assert await fresh.count() == 3

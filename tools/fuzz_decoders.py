@@ -117,25 +117,27 @@ SLABS: dict[str, bytes] = {}
 """Every slab a checkpoint made here wrote, by name (the storage the checkpoint decoder reads)."""
 
 
-def plan_of(index: QueueIndex) -> Plan:
-    """Make the checkpoint that writes every job of ``index``, keeping its slab in ``SLABS``."""
+def plan_of(index: QueueIndex) -> tuple[bytes, Plan]:
+    """Make the checkpoint that writes every job of ``index`` (its bytes and its plan), keeping
+    its slab in ``SLABS``."""
     try:
         plan = SlabSet().plan(index.freeze(), NOW, f"{len(SLABS):x}", every_job=True)
     finally:
         index.thaw()
+    manifest = plan.manifest(NOW)
     if plan.slab is not None:
         SLABS[plan.slab.name] = plan.content
-    return plan
+    return manifest, plan
 
 
 def checkpoint_of(index: QueueIndex) -> bytes:
-    return plan_of(index).manifest
+    return plan_of(index)[0]
 
 
 def first_layout_checkpoint(index: QueueIndex) -> bytes:
     """A checkpoint as jqueue wrote them before slabs (``jqueue-log/1``): its jobs inline, as one block."""
-    plan = plan_of(index)
-    manifest = json.loads(plan.manifest)
+    encoded, plan = plan_of(index)
+    manifest = json.loads(encoded)
     blocks = json.loads(plan.content)["blocks"] if plan.slab else []
     [block] = blocks or [json.loads(slab_format.encode_block([], {})[0])]
     kept = {name: manifest[name] for name in ("history", "controls") if name in manifest}
@@ -172,9 +174,9 @@ def seeds(decoder: str) -> list[bytes]:
         effects = valid_effects(lambda i: payload_refs.payload_ref(2, i))
         plans = [plan_of(index_of(effects[:cut], SEQ)) for cut in cuts]
         if decoder == "slab":
-            return [plan.content for plan in plans if plan.slab is not None]
+            return [plan.content for _, plan in plans if plan.slab is not None]
         first_layout = [first_layout_checkpoint(index_of(effects[:cut], SEQ)) for cut in cuts]
-        return [plan.manifest for plan in plans] + first_layout
+        return [manifest for manifest, _ in plans] + first_layout
     return [marker_format.encode_marker(), marker_format.encode_marker("base/00000000000000000001")]
 
 

@@ -116,17 +116,23 @@ class Manifest:
     inline: dict[str, list[Any]] | None = None
 
 
+def encoded_history(history: list[HistoryRecord]) -> msgspec.Raw:
+    """Return a history as a checkpoint holds it, encoded ahead (in a worker thread)."""
+    return msgspec.Raw(msgspec.json.encode(wire_history(history)))
+
+
 def encode_manifest(
-    seq: int, at: int, slabs: list[SlabEntry], history: list[HistoryRecord], controls: dict[str, Any]
+    seq: int, at: int, slabs: list[SlabEntry], history: msgspec.Raw, controls: dict[str, Any]
 ) -> bytes:
-    """Serialise a checkpoint of entry ``seq`` taken at ``at`` (meant for a worker thread)."""
+    """Serialise a checkpoint of entry ``seq`` taken at ``at``, with its history encoded ahead
+    (``encoded_history``): the rest is small."""
     entries = [_SlabEntry(slab.name, slab.rows, slab.packed) for slab in slabs]
     wire = _Checkpoint(
         layout=MANIFEST_LAYOUT,
         seq=seq,
         at=at,
         slabs=entries,
-        history=wire_history(history),
+        history=history,
         controls=WireControls(**controls),
     )
     return msgspec.json.encode(wire)

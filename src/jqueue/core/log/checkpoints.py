@@ -1,10 +1,11 @@
 """``Checkpoints``: reading a checkpoint and its slabs into an index, and writing the next one
 from what changed since (ADR 0015).
 
-A checkpoint builds on the slabs of the last one this process wrote or loaded only while
-that one is younger than a quarter of the retention: compaction keeps every slab that a
-checkpoint younger than the retention names (``Compactor``). An older base, a first
-checkpoint, or one after a failed write, writes every live job into one new slab.
+A checkpoint builds on the slabs of the last one this process wrote or loaded (its base).
+Compaction deletes a slab only once no checkpoint names it, after deleting the checkpoints
+it dooms (``Compactor``), so a new checkpoint whose base still exists once it is written
+names only slabs that stay. A first checkpoint, or one after a failed write, writes every
+live job into one new slab.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from jqueue.domain.times import to_micros, utc_now
 from jqueue.ports.storage import KeyedStoragePort
 
 _READ_CONCURRENCY = 8
+
+
+class SlabsLostError(CorruptStateError):
+    """A checkpoint just written names slabs that compaction deleted meanwhile."""
 
 
 class Checkpoints:
@@ -94,50 +99,54 @@ class Checkpoints:
         self.compactor.remember(name, segments, {entry.name for entry in manifest.slabs})
         return index
 
-    def _late(self, base_at: int) -> bool:
-        return to_micros(utc_now()) - base_at > self._retention // 2
-
     def forget(self) -> None:
         """The index was replaced by one no checkpoint holds: the next checkpoint writes every job."""
         self.slabs = SlabSet()
 
     def freeze(self, index: QueueIndex) -> tuple[QueueIndex, Frozen, int, bool]:
         """Freeze ``index`` for the next checkpoint (on the event loop, O(1) unless it writes every job)."""
-        at = to_micros(utc_now())
-        every_job = not self.slabs.builds_on(at, self._retention // 4)
-        return index, index.freeze(every_job=every_job), at, every_job
+        every_job = self.slabs.checkpoint is None
+        return index, index.freeze(every_job=every_job), to_micros(utc_now()), every_job
 
     async def write(self, frozen: tuple[QueueIndex, Frozen, int, bool]) -> None:
         """Make the checkpoint of a frozen index in a thread (commits go on meanwhile) and store
-        its new slab, then itself; a checkpoint that fails makes the next one write every job."""
+        its new slab, then itself; a checkpoint that fails makes the next one write every job.
+
+        Raises
+        ------
+        SlabsLostError
+            If it builds on a checkpoint that compaction deleted meanwhile, with slabs it names:
+            write one of every job at once (``freeze`` now does).
+        """
         index, jobs, at, every_job = frozen
-        slabs, base_at = self.slabs, self.slabs.taken_at
+        slabs, base = self.slabs, self.slabs.checkpoint
         try:
             try:
                 tag = uuid.uuid4().hex[:8]
                 plan = await asyncio.to_thread(slabs.plan, jobs, at, tag, every_job=every_job)
             finally:
                 index.thaw()
-            await self._store(plan, checkpoint_name(jobs.version, at), None if every_job else base_at)
+            await self._store(plan, checkpoint_name(jobs.version, at), None if every_job else base)
         except BaseException:
             slabs.forget()
             raise
 
-    async def _store(self, plan: Plan, name: str, base_at: int | None) -> None:
-        """Create the new slab, then the checkpoint; one that builds on slabs named by a checkpoint
-        older than half the retention (storage that took that long) is not created, or, if its
-        create answered that late, checked: compaction may have deleted those slabs meanwhile."""
-        where = describe_named(self.keyed, name)
+    async def _store(self, plan: Plan, name: str, base: str | None) -> None:
+        """Create the new slab, then the checkpoint (not if the slab took half the retention, for
+        compaction keeps an unnamed slab only that long), then, if it builds on checkpoint
+        ``base``, make sure that the slabs it names outlive it (§6 of architecture.md, rule 5)."""
+        where, written_at = describe_named(self.keyed, name), to_micros(utc_now())
+        manifest = plan.manifest(written_at)
         if plan.slab is not None:
             await self.keyed.create(plan.slab.name, plan.content)
-        if base_at is not None and self._late(base_at):
-            raise TimeoutError(f"{where}: its slabs took over half the retention to write")
+            if to_micros(utc_now()) - written_at > self._retention // 2:
+                raise TimeoutError(f"{where}: its slab took over half the retention to write")
         try:
-            await self.keyed.create(name, plan.manifest)
+            await self.keyed.create(name, manifest)
         except CASConflictError:
             raise CASConflictError(f"{where}: another process wrote this checkpoint") from None
         named = {slab.name for slab in plan.slabs}
-        late = base_at is not None and self._late(base_at)
-        if late and named - set(await self.keyed.list_names(SLAB_PREFIX)):  # the next writes every job
-            raise CorruptStateError(where, "it names slabs compacted while it was being written")
+        base_gone = base is not None and base not in await self.keyed.list_names(base)
+        if base_gone and named - set(await self.keyed.list_names(SLAB_PREFIX)):
+            raise SlabsLostError(where, f"it names slabs of {base}, compacted while it was being written")
         self.compactor.remember(name, plan.segments, named)

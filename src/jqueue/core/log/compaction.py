@@ -10,9 +10,8 @@ written ``part_age`` before it: a write links only parts younger than
 writer may have missed the newest half-retention of commits), so no commit that the
 checkpoint does not cover can refer to it.
 
-A slab goes once it is older than the retention and no checkpoint that stays, nor one
-younger than the retention, names it. A new checkpoint names only the slabs of one younger
-than a quarter of the retention (``Checkpoints``), so none names a slab deleted meanwhile.
+A slab goes once it is older than the retention and no checkpoint names it, listed after
+the checkpoints compaction deletes are gone (architecture.md §6, rule 5).
 """
 
 from __future__ import annotations
@@ -95,20 +94,20 @@ class Compactor:
             base if s == 0 and base else entry_name(s) for s in sorted(candidates - self._kept_segments)
         ]
         doomed += await self._unused_parts(keep[1], referenced)
-        naming = [checkpoint_name(seq, at) for seq, at in keys if seq >= keep[0] or at > cutoff]
-        doomed += await self._unnamed_slabs(naming, cutoff)
+        await self._delete(doomed)
+        self._compacted_through = max(self._compacted_through, keep[0])
+        for name in [n for n in mine if (checkpoint_key(n) or keep) < keep]:
+            del mine[name]
+        await self._delete(await self._unnamed_slabs(cutoff))
+
+    async def _delete(self, names: list[str]) -> None:
         gate = asyncio.Semaphore(DELETE_CONCURRENCY)
 
         async def delete(name: str) -> None:
             async with gate:
                 await self.keyed.delete(name)
 
-        await asyncio.gather(*(delete(name) for name in doomed))
-        self._compacted_through = max(self._compacted_through, keep[0])
-        for name in [n for n in mine if (checkpoint_key(n) or keep) < keep]:
-            del mine[name]
-        for name in [n for n in self._named if (checkpoint_key(n) or keep) < keep]:
-            del self._named[name]
+        await asyncio.gather(*(delete(name) for name in names))
 
     async def _unused_parts(self, checkpoint_at: int, referenced: set[int]) -> list[str]:
         """Return the parts that no job live at a checkpoint taken at ``checkpoint_at`` (epoch
@@ -117,11 +116,16 @@ class Compactor:
         segments = filter(None, map(part_segment, await self.keyed.list_names(PART_PREFIX)))
         return [part_name(s) for s in segments if s not in referenced and part_written_at(s) < written_before]
 
-    async def _unnamed_slabs(self, naming: list[str], cutoff: int) -> list[str]:
-        """Return the slabs written before ``cutoff`` that none of the checkpoints ``naming`` names
-        (reading those this process neither wrote nor loaded)."""
+    async def _unnamed_slabs(self, cutoff: int) -> list[str]:
+        """Return the slabs written before ``cutoff`` that no checkpoint names, listing the
+        checkpoints after the doomed ones are gone (and reading those this process neither
+        wrote nor loaded): a checkpoint created after that listing builds on one that still
+        existed then, or finds its base gone and checks its slabs (``Checkpoints``)."""
+        checkpoints = [n for n in await self.keyed.list_names(CHECKPOINT_PREFIX) if checkpoint_key(n)]
+        for gone in self._named.keys() - set(checkpoints):
+            del self._named[gone]
         named: set[str] = set()
-        for checkpoint in naming:
+        for checkpoint in checkpoints:
             if checkpoint not in self._named:
                 data = await self.keyed.get(checkpoint)
                 if data is None:  # compacted by another process meanwhile: it names nothing now

@@ -15,12 +15,15 @@ import heapq
 import itertools
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from jqueue.core.formats.checkpoint import Manifest, SlabEntry, encode_manifest
+import msgspec
+
+from jqueue.core.formats.checkpoint import Manifest, SlabEntry, encode_manifest, encoded_history
+from jqueue.core.formats.marker import checkpoint_name
 from jqueue.core.formats.payload_refs import columns_from_refs, payload_place
 from jqueue.core.formats.slab import (
     BLOCK_ROWS,
@@ -33,7 +36,7 @@ from jqueue.core.formats.slab import (
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.index_state import REQUIRED_COLUMNS
-from jqueue.domain.records import Frozen, JobRecord
+from jqueue.domain.records import ClaimState, Frozen, JobRecord
 
 FANOUT = 4
 """Slabs of one size class that a checkpoint merges into its new slab."""
@@ -89,13 +92,28 @@ class Slab:
 
 @dataclass(frozen=True)
 class Plan:
-    """What one checkpoint writes: a new slab (if any row is new), then the manifest."""
+    """What one checkpoint writes: a new slab (if any row is new), then the checkpoint naming
+    ``slabs``, whose log entries ``segments`` hold their payloads."""
 
     slab: Slab | None
     content: bytes
-    manifest: bytes
     slabs: list[Slab]
     segments: set[int]
+    version: int
+    at: int
+    tag: str
+    history: msgspec.Raw
+    controls: dict[str, Any]
+    _entries: list[SlabEntry]
+
+    def manifest(self, written_at: int) -> bytes:
+        """Name the new slab as written at ``written_at`` (epoch microseconds: compaction keeps a
+        slab no checkpoint names for the retention from then) and return the checkpoint."""
+        entries = self._entries
+        if self.slab is not None:
+            self.slab.name = slab_name(self.version, written_at, self.tag)
+            entries = [*entries[:-1], self.slab.entry()]
+        return encode_manifest(self.version, self.at, entries, self.history, self.controls)
 
 
 def _size_class(rows: int, unit: int) -> int:
@@ -115,14 +133,14 @@ class SlabSet:
     ----------
     slabs : list of Slab
         The slabs.
-    taken_at : int or None
-        When that checkpoint was taken (epoch microseconds); None when there is none to
-        build on, so the next checkpoint writes every live job.
+    checkpoint : str or None
+        The name of that checkpoint; None when there is none to build on, so the next
+        checkpoint writes every live job.
     """
 
-    def __init__(self, slabs: list[Slab] | None = None, taken_at: int | None = None) -> None:
+    def __init__(self, slabs: list[Slab] | None = None, checkpoint: str | None = None) -> None:
         self.slabs = slabs or []
-        self.taken_at = taken_at
+        self.checkpoint = checkpoint
         self._by_number = {slab.number: slab for slab in self.slabs}
 
     @classmethod
@@ -173,20 +191,15 @@ class SlabSet:
         columns = concatenated(parts) if parts else {name: [] for name in REQUIRED_COLUMNS}
         index = QueueIndex.from_columns(manifest.seq, columns, manifest.history, manifest.controls)
         index.track_changes()
-        return index, SlabSet(slabs, manifest.at)
+        return index, SlabSet(slabs, checkpoint_name(manifest.seq, manifest.at))
 
     def segments(self) -> set[int]:
         """Return the log entries that hold the payloads of the slabs' rows."""
         return set().union(*(slab.segments.keys() for slab in self.slabs))
 
-    def builds_on(self, now: int, horizon: int) -> bool:
-        """Whether the next checkpoint may name these slabs: their checkpoint was taken less than
-        ``horizon`` microseconds before ``now`` (compaction keeps what a younger one names)."""
-        return self.taken_at is not None and now - self.taken_at < horizon
-
     def forget(self) -> None:
         """Let the next checkpoint write every live job (after one that failed)."""
-        self.taken_at = None
+        self.checkpoint = None
 
     def plan(self, frozen: Frozen, at: int, tag: str, *, every_job: bool, unit: int = SIZE_UNIT) -> Plan:
         """Make the next checkpoint of ``frozen`` (meant for a worker thread, one at a time).
@@ -218,14 +231,15 @@ class SlabSet:
             streams += [
                 map(self._survivor(frozen), itertools.compress(s.ids, s.kept_rows())) for s in retired
             ]
-        slab, content = self._written(heapq.merge(*streams, key=_ID), frozen, at, tag)
+        slab, content = self._written(heapq.merge(*streams, key=_ID), frozen.saved)
         slabs = [*kept, slab] if slab is not None else kept
-        manifest = encode_manifest(
-            frozen.version, at, [s.entry() for s in slabs], frozen.history, frozen.controls
-        )
-        self.slabs, self.taken_at = slabs, at
+        entries = [s.entry() for s in slabs]
+        self.slabs, self.checkpoint = slabs, checkpoint_name(frozen.version, at)
         self._by_number = {s.number: s for s in slabs}
-        return Plan(slab, content, manifest, slabs, self.segments())
+        history = encoded_history(frozen.history)
+        return Plan(
+            slab, content, slabs, self.segments(), frozen.version, at, tag, history, frozen.controls, entries
+        )
 
     def _retired(self, new_rows: int, unit: int) -> list[Slab]:
         retired = [slab for slab in self.slabs if slab.dropped.count(1) * 2 > len(slab.ids)]
@@ -249,15 +263,13 @@ class SlabSet:
         return live
 
     @staticmethod
-    def _written(
-        records: Iterable[JobRecord], frozen: Frozen, at: int, tag: str
-    ) -> tuple[Slab | None, bytes]:
+    def _written(records: Iterable[JobRecord], saved: Mapping[str, ClaimState]) -> tuple[Slab | None, bytes]:
         number = next(_numbers)
         ids: list[str] = []
         blocks: list[bytes] = []
         segments: Counter[int] = Counter()
         for chunk in _batched(records):
-            encoded, chunk_segments = encode_block(chunk, frozen.saved)
+            encoded, chunk_segments = encode_block(chunk, saved)
             blocks.append(encoded)
             segments.update(chunk_segments)
             ids += map(_ID, chunk)
@@ -267,5 +279,4 @@ class SlabSet:
             return None, b""
         if not all(map(str.__lt__, ids, ids[1:])):
             raise ValueError("a job would have two rows")
-        name = slab_name(frozen.version, at, tag)
-        return Slab(name, ids, bytearray(len(ids)), segments, number), slab_content(blocks, len(ids))
+        return Slab("", ids, bytearray(len(ids)), segments, number), slab_content(blocks, len(ids))

@@ -40,7 +40,7 @@ from jqueue.core.formats.marker import (
     entry_seq,
 )
 from jqueue.core.formats.payload_refs import payload_ref
-from jqueue.core.log.checkpoints import Checkpoints
+from jqueue.core.log.checkpoints import Checkpoints, SlabsLostError
 from jqueue.core.log.compaction import checkpoint_covers
 from jqueue.core.log.payload_reader import PayloadReader, segment_name
 from jqueue.core.loop.retry import RetryPolicy
@@ -320,11 +320,18 @@ class LogStore(CommitStore):
 
     async def _checkpoint_and_compact(self, frozen: tuple[QueueIndex, Frozen, int, bool]) -> None:
         try:
-            await self._checkpoints.write(frozen)
+            await self._write_checkpoint(frozen)
             retention = int(self.settings.retention.total_seconds() * 1_000_000)
             await self.compact(to_micros(utc_now()) - retention)
         except Exception as exc:
             logger.warning("checkpoint or compaction of %s failed: %r", self.location, exc)
+
+    async def _write_checkpoint(self, frozen: tuple[QueueIndex, Frozen, int, bool]) -> None:
+        try:
+            await self._checkpoints.write(frozen)
+        except SlabsLostError as exc:  # the newest checkpoint cannot be read: replace it now
+            logger.warning("%s; writing a checkpoint of every job", exc)
+            await self._checkpoints.write(self._freeze())
 
     async def checkpoint(self) -> bool:
         """Write a checkpoint of the newest state."""
@@ -335,7 +342,7 @@ class LogStore(CommitStore):
                 await self.refresh()
                 self._loaded = True
                 frozen = self._freeze()
-            await self._checkpoints.write(frozen)
+            await self._write_checkpoint(frozen)
         return True
 
     async def compact(self, cutoff: int) -> None:

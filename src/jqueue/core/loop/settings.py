@@ -19,9 +19,10 @@ class LogSettings:
     ----------
     checkpoint_every : int
         Changes (effects: an enqueue, a claim, an ack...) between checkpoints of the
-        jobs' metadata, at least. A checkpoint costs O(live jobs) and a new reader
-        replays every change after it, so a deep queue waits for one change per
-        ``JOBS_PER_CHECKPOINT_CHANGE`` live jobs: both costs stay flat per change.
+        jobs' metadata, at least. A checkpoint writes the rows of the jobs changed since
+        the last one, plus a manifest of a byte per stored row (compressed), and a new
+        reader replays every change after it, so a deep queue waits for one change per
+        ``JOBS_PER_CHECKPOINT_CHANGE`` live jobs: the manifests stay flat per change.
     retention : timedelta
         How long entries and checkpoints stay after a newer checkpoint covers them
         (the history that readers and analytics can still see), at least one second.
