@@ -369,11 +369,11 @@ class IndexState(Journal, BulkAdds, Freezing):
         self._push(record)
 
     def _delete(self, record: JobRecord) -> None:
+        if self._frozen is not None:  # first: a reader of the freeze always finds it (Frozen.live)
+            self._removed_while_frozen.setdefault(record.id, record)
         del self.records[record.id]
         if self.changed is not None:
             self.changed.setdefault(record.id, record)
-        if self._frozen is not None:
-            self._removed_while_frozen.setdefault(record.id, record)
         if record.dedup_key is not None:
             del self._dedup[record.dedup_key]
         if record.status is JobStatus.STAGED:

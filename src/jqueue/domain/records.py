@@ -234,6 +234,9 @@ class Frozen:
 
     def live(self, job_id: str) -> JobRecord | None:
         """Return the record of job ``job_id`` if it was live at the freeze (its values may have
-        changed since: ``saved`` holds those of the freeze), else None."""
-        record = self.removed.get(job_id) or self.records.get(job_id)
-        return record if record is not None and record.order < self.next_order else None
+        changed since: ``saved`` holds those of the freeze), else None; safe from another
+        thread, as a removed record enters ``removed`` before it leaves ``records``."""
+        record = self.records.get(job_id)
+        if record is not None and record.order < self.next_order:
+            return record
+        return self.removed.get(job_id)
