@@ -182,7 +182,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
         self.index.rollback_to(mark)
         self.savepoint = None
 
-    @precondition(lambda self: self.frozen is None)
+    @precondition(lambda self: self.frozen is None and self.in_transaction is None)  # as a store freezes
     @rule(every_job=st.booleans())
     def freeze(self, every_job: bool) -> None:
         frozen = self.index.freeze(every_job=every_job)

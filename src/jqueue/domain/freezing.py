@@ -3,6 +3,7 @@ between two of them (what an incremental checkpoint writes)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jqueue.domain.records import ClaimState, Frozen, JobRecord
@@ -23,21 +24,32 @@ class Freezing:
     changed: dict[str, JobRecord] | None
     _frozen: dict[str, ClaimState] | None
     _removed_while_frozen: dict[str, JobRecord]
+    _frozen_below: int
     _next_order: int
+    _journal: list[Callable[[], None]] | None
 
     def freeze(self, every_job: bool = False) -> Frozen:
         """Take a snapshot of the jobs changed since the previous freeze (of every live job, if
         ``every_job`` or if this is the first), the history and the controls; ``thaw`` ends it.
 
-        It costs O(1) Python steps for the jobs: until ``thaw``, a record first saves its
-        values as of now before it changes, and a removed one is kept, so a reader, even in
-        another thread, can rebuild the jobs as they were now (``Frozen.live``). From
-        the first freeze on, ``changed`` collects the jobs touched since the last one.
+        Past the first, it costs O(1) Python steps for the jobs (a copy of the jobs by id for
+        every job): until ``thaw``, a record live now first saves its values as of now before
+        it changes, and a removed one is kept, so a reader, even in another thread, can tell
+        the jobs as they were now (``Frozen.live``). From the first freeze on, ``changed``
+        collects the jobs touched since the last one.
+
+        Raises
+        ------
+        RuntimeError
+            If a snapshot is being taken, or a transaction is open (its changes may be undone).
         """
         if self._frozen is not None:
             raise RuntimeError("a snapshot is already being taken")
+        if self._journal is not None:
+            raise RuntimeError("a snapshot cannot be taken inside a transaction")
         changed = dict(self.records) if every_job or self.changed is None else self.changed
         self.changed, self._frozen, self._removed_while_frozen = {}, {}, {}
+        self._frozen_below = self._next_order
         return Frozen(
             version=self.version,
             changed=changed,

@@ -107,6 +107,7 @@ class IndexState(Journal, BulkAdds, Freezing):
         self.changed: dict[str, JobRecord] | None = None
         self._frozen: dict[str, ClaimState] | None = None
         self._removed_while_frozen: dict[str, JobRecord] = {}
+        self._frozen_below = 0
 
     # --- building and viewing -------------------------------------------------------
 
@@ -344,7 +345,7 @@ class IndexState(Journal, BulkAdds, Freezing):
 
     def _set(self, record: JobRecord, state: ClaimState) -> None:
         frozen = self._frozen
-        if frozen is not None and record.id not in frozen:
+        if frozen is not None and record.id not in frozen and record.order < self._frozen_below:
             frozen[record.id] = record.claim_state()
         if self.changed is not None:
             self.changed.setdefault(record.id, record)
@@ -369,7 +370,7 @@ class IndexState(Journal, BulkAdds, Freezing):
         self._push(record)
 
     def _delete(self, record: JobRecord) -> None:
-        if self._frozen is not None:  # first: a reader of the freeze always finds it (Frozen.live)
+        if self._frozen is not None and record.order < self._frozen_below:  # first: Frozen.live finds it
             self._removed_while_frozen.setdefault(record.id, record)
         del self.records[record.id]
         if self.changed is not None:

@@ -218,7 +218,7 @@ class Frozen:
 
     ``records`` is the index's own dict, which changes as commits go on; until the index
     thaws, a record first saves its values as of the freeze in ``saved`` and a removed one
-    stays in ``removed`` (by job id), so ``as_frozen`` can tell the version's jobs.
+    stays in ``removed`` (by job id), so ``live`` can tell the version's jobs.
     ``changed`` holds each job touched since the previous freeze as it was first touched
     (a removed job's record, too).
     """
@@ -236,7 +236,7 @@ class Frozen:
         """Return the record of job ``job_id`` if it was live at the freeze (its values may have
         changed since: ``saved`` holds those of the freeze), else None; safe from another
         thread, as a removed record enters ``removed`` before it leaves ``records``."""
-        record = self.records.get(job_id)
-        if record is not None and record.order < self.next_order:
-            return record
-        return self.removed.get(job_id)
+        for found in (self.records.get(job_id), self.removed.get(job_id)):
+            if found is not None and found.order < self.next_order:
+                return found
+        return None

@@ -11,19 +11,20 @@ live job into one new slab.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from dataclasses import dataclass
 
 from jqueue.core.formats.checkpoint import decode_manifest
 from jqueue.core.formats.collections_paused import collections_paused
-from jqueue.core.formats.marker import checkpoint_name
 from jqueue.core.formats.payload_refs import columns_from_refs
-from jqueue.core.formats.slab import SLAB_PREFIX, decode_slab
+from jqueue.core.formats.slab import decode_slab
 from jqueue.core.log.compaction import Compactor
 from jqueue.core.log.slabs import Plan, SlabSet
 from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.settings import LogSettings
 from jqueue.core.loop.store import describe_named
-from jqueue.domain.errors import CASConflictError, CorruptStateError
+from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import Frozen
 from jqueue.domain.times import to_micros, utc_now
@@ -33,7 +34,19 @@ _READ_CONCURRENCY = 8
 
 
 class SlabsLostError(CorruptStateError):
-    """A checkpoint just written names slabs that compaction deleted meanwhile."""
+    """A checkpoint just written may name slabs that compaction deleted meanwhile."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A checkpoint begun: the frozen index, when, the slabs it builds on, and whether it
+    writes every job."""
+
+    index: QueueIndex
+    jobs: Frozen
+    at: int
+    slabs: SlabSet
+    every_job: bool
 
 
 class Checkpoints:
@@ -99,54 +112,80 @@ class Checkpoints:
         self.compactor.remember(name, segments, {entry.name for entry in manifest.slabs})
         return index
 
+    def _late(self, written_at: int) -> bool:
+        return to_micros(utc_now()) - written_at > self._retention // 2
+
+    async def _withdraw(self, plan: Plan) -> None:
+        """Delete a checkpoint just created that may name a lost slab, while it is younger than
+        half the retention: no compaction can have kept it as the one it compacts up to (it
+        stays otherwise, and the checkpoint of every job that follows replaces it)."""
+        if not self._late(plan.at):
+            await self.keyed.delete(plan.checkpoint)
+
     def forget(self) -> None:
         """The index was replaced by one no checkpoint holds: the next checkpoint writes every job."""
         self.slabs = SlabSet()
 
-    def freeze(self, index: QueueIndex) -> tuple[QueueIndex, Frozen, int, bool]:
+    def freeze(self, index: QueueIndex) -> Pending:
         """Freeze ``index`` for the next checkpoint (on the event loop, O(1) unless it writes every job)."""
         every_job = self.slabs.checkpoint is None
-        return index, index.freeze(every_job=every_job), to_micros(utc_now()), every_job
+        return Pending(index, index.freeze(every_job=every_job), to_micros(utc_now()), self.slabs, every_job)
 
-    async def write(self, frozen: tuple[QueueIndex, Frozen, int, bool]) -> None:
+    async def write(self, pending: Pending) -> None:
         """Make the checkpoint of a frozen index in a thread (commits go on meanwhile) and store
         its new slab, then itself; a checkpoint that fails makes the next one write every job.
 
         Raises
         ------
         SlabsLostError
-            If it builds on a checkpoint that compaction deleted meanwhile, with slabs it names:
-            write one of every job at once (``freeze`` now does).
+            If compaction may have deleted a slab it names (its base went meanwhile, or its
+            slab took half the retention): it is deleted again, and the next checkpoint,
+            which writes every job, should follow at once.
         """
-        index, jobs, at, every_job = frozen
-        slabs, base = self.slabs, self.slabs.checkpoint
+        base = None if pending.every_job else pending.slabs.checkpoint
         try:
-            try:
-                tag = uuid.uuid4().hex[:8]
-                plan = await asyncio.to_thread(slabs.plan, jobs, at, tag, every_job=every_job)
-            finally:
-                index.thaw()
-            await self._store(plan, checkpoint_name(jobs.version, at), None if every_job else base)
+            plan = await self._plan(pending)
+            await self._store(plan, base)
         except BaseException:
-            slabs.forget()
+            pending.slabs.forget()
             raise
+        pending.slabs.adopt(plan)
 
-    async def _store(self, plan: Plan, name: str, base: str | None) -> None:
-        """Create the new slab, then the checkpoint (not if the slab took half the retention, for
-        compaction keeps an unnamed slab only that long), then, if it builds on checkpoint
-        ``base``, make sure that the slabs it names outlive it (§6 of architecture.md, rule 5)."""
+    async def _plan(self, pending: Pending) -> Plan:
+        """Run the plan in a thread, and thaw the index once the thread is done with it (even if
+        this call is cancelled meanwhile)."""
+        tag = uuid.uuid4().hex[:8]
+        planning = asyncio.ensure_future(
+            asyncio.to_thread(pending.slabs.plan, pending.jobs, pending.at, tag, every_job=pending.every_job)
+        )
+        try:
+            return await asyncio.shield(planning)
+        finally:
+            try:
+                if not planning.done():
+                    await asyncio.wait({planning})
+            finally:
+                pending.index.thaw()
+
+    async def _store(self, plan: Plan, base: str | None) -> None:
+        """Create the new slab, then the checkpoint, then make sure that the slabs it names
+        outlive it (§6 of architecture.md, rule 5): its base still exists, and its new slab
+        was named no more than half the retention before the checkpoint was created."""
+        name = plan.checkpoint
         where, written_at = describe_named(self.keyed, name), to_micros(utc_now())
         manifest = plan.manifest(written_at)
         if plan.slab is not None:
             await self.keyed.create(plan.slab.name, plan.content)
-            if to_micros(utc_now()) - written_at > self._retention // 2:
-                raise TimeoutError(f"{where}: its slab took over half the retention to write")
+        if self._late(written_at):
+            raise TimeoutError(f"{where}: its slab took over half the retention to write")
         try:
             await self.keyed.create(name, manifest)
-        except CASConflictError:
-            raise CASConflictError(f"{where}: another process wrote this checkpoint") from None
+        except BaseException:  # it may have landed: it must not stay unchecked
+            with contextlib.suppress(Exception):
+                await self._withdraw(plan)
+            raise
         named = {slab.name for slab in plan.slabs}
-        base_gone = base is not None and base not in await self.keyed.list_names(base)
-        if base_gone and named - set(await self.keyed.list_names(SLAB_PREFIX)):
-            raise SlabsLostError(where, f"it names slabs of {base}, compacted while it was being written")
+        if self._late(written_at) or (base is not None and base not in await self.keyed.list_names(base)):
+            await self._withdraw(plan)
+            raise SlabsLostError(where, "a slab it names may have been compacted while it was written")
         self.compactor.remember(name, plan.segments, named)

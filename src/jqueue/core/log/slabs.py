@@ -97,6 +97,7 @@ class Plan:
 
     slab: Slab | None
     content: bytes
+    checkpoint: str
     slabs: list[Slab]
     segments: set[int]
     version: int
@@ -201,13 +202,20 @@ class SlabSet:
         """Let the next checkpoint write every live job (after one that failed)."""
         self.checkpoint = None
 
+    def adopt(self, plan: Plan) -> None:
+        """Become the slabs of a checkpoint planned from this set and stored."""
+        self.slabs, self.checkpoint = plan.slabs, plan.checkpoint
+        self._by_number = {slab.number: slab for slab in plan.slabs}
+
     def plan(self, frozen: Frozen, at: int, tag: str, *, every_job: bool, unit: int = SIZE_UNIT) -> Plan:
         """Make the next checkpoint of ``frozen`` (meant for a worker thread, one at a time).
 
         With ``every_job`` (``frozen`` holds every live job) the new slab holds them all and
         no other slab is named; otherwise the changed jobs' old rows are dropped and the new
         slab holds their rows and those of the slabs it retires. Each row's record gets the
-        new slab as its place, and this set becomes the checkpoint's.
+        new slab as its place; ``adopt`` makes the plan's slabs this set's once it is stored,
+        and after a plan that is not, the next must write every job (``forget``): its drops
+        and places are this set's already.
 
         Raises
         ------
@@ -234,11 +242,10 @@ class SlabSet:
         slab, content = self._written(heapq.merge(*streams, key=_ID), frozen.saved)
         slabs = [*kept, slab] if slab is not None else kept
         entries = [s.entry() for s in slabs]
-        self.slabs, self.checkpoint = slabs, checkpoint_name(frozen.version, at)
-        self._by_number = {s.number: s for s in slabs}
-        history = encoded_history(frozen.history)
+        segments = set().union(*(s.segments.keys() for s in slabs))
+        name, history = checkpoint_name(frozen.version, at), encoded_history(frozen.history)
         return Plan(
-            slab, content, slabs, self.segments(), frozen.version, at, tag, history, frozen.controls, entries
+            slab, content, name, slabs, segments, frozen.version, at, tag, history, frozen.controls, entries
         )
 
     def _retired(self, new_rows: int, unit: int) -> list[Slab]:

@@ -40,7 +40,7 @@ from jqueue.core.formats.marker import (
     entry_seq,
 )
 from jqueue.core.formats.payload_refs import payload_ref
-from jqueue.core.log.checkpoints import Checkpoints, SlabsLostError
+from jqueue.core.log.checkpoints import Checkpoints, Pending, SlabsLostError
 from jqueue.core.log.compaction import checkpoint_covers
 from jqueue.core.log.payload_reader import PayloadReader, segment_name
 from jqueue.core.loop.retry import RetryPolicy
@@ -49,7 +49,6 @@ from jqueue.core.loop.store import CommitStore, check_not_empty
 from jqueue.domain.effects import Added, Effect
 from jqueue.domain.errors import CASConflictError, CommitUnknownError, CorruptStateError
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.records import Frozen
 from jqueue.domain.schema import Payload
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.ports.storage import KeyedStoragePort
@@ -314,11 +313,11 @@ class LogStore(CommitStore):
             snapshot = self._freeze()
             self._background = asyncio.create_task(self._checkpoint_and_compact(snapshot))
 
-    def _freeze(self) -> tuple[QueueIndex, Frozen, int, bool]:
+    def _freeze(self) -> Pending:
         self._changes_since_checkpoint = 0
         return self._checkpoints.freeze(self.index)
 
-    async def _checkpoint_and_compact(self, frozen: tuple[QueueIndex, Frozen, int, bool]) -> None:
+    async def _checkpoint_and_compact(self, frozen: Pending) -> None:
         try:
             await self._write_checkpoint(frozen)
             retention = int(self.settings.retention.total_seconds() * 1_000_000)
@@ -326,12 +325,14 @@ class LogStore(CommitStore):
         except Exception as exc:
             logger.warning("checkpoint or compaction of %s failed: %r", self.location, exc)
 
-    async def _write_checkpoint(self, frozen: tuple[QueueIndex, Frozen, int, bool]) -> None:
+    async def _write_checkpoint(self, frozen: Pending) -> None:
         try:
             await self._checkpoints.write(frozen)
-        except SlabsLostError as exc:  # the newest checkpoint cannot be read: replace it now
+        except SlabsLostError as exc:
             logger.warning("%s; writing a checkpoint of every job", exc)
-            await self._checkpoints.write(self._freeze())
+            async with self._turn:  # between transactions
+                frozen = self._freeze()
+            await self._checkpoints.write(frozen)
 
     async def checkpoint(self) -> bool:
         """Write a checkpoint of the newest state."""
