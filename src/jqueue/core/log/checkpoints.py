@@ -59,7 +59,7 @@ class Checkpoints:
     retry : RetryPolicy
         How often to retry a failed read.
     settings : LogSettings
-        The retention and the checkpoint interval.
+        The retention (and the part lifetime, for compaction).
     """
 
     def __init__(
@@ -70,7 +70,6 @@ class Checkpoints:
     ) -> None:
         self.keyed = keyed
         self.retry = retry
-        self.settings = settings
         self.compactor = Compactor(keyed, settings.part_lifetime + settings.retention)
         self.slabs = SlabSet()
         self._retention = int(settings.retention.total_seconds() * 1_000_000)

@@ -15,7 +15,7 @@ import heapq
 import itertools
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -81,9 +81,9 @@ class Slab:
         if self.segments[segment] <= 0:
             del self.segments[segment]
 
-    def kept_rows(self) -> bytes:
+    def kept_rows(self) -> bytearray:
         """One byte a row: 1 for a row that counts."""
-        return bytes(self.dropped.translate(_KEPT))
+        return self.dropped.translate(_KEPT)
 
     def entry(self) -> SlabEntry:
         """Return how a checkpoint names this slab."""
@@ -119,6 +119,10 @@ class Plan:
 
 def _size_class(rows: int, unit: int) -> int:
     return ((max(rows, unit) // unit).bit_length() - 1) // 2  # log4 of rows in units
+
+
+def _segments(slabs: list[Slab]) -> set[int]:
+    return set().union(*(slab.segments.keys() for slab in slabs))
 
 
 def _batched(records: Iterable[JobRecord]) -> Iterator[list[JobRecord]]:
@@ -195,8 +199,8 @@ class SlabSet:
         return index, SlabSet(slabs, checkpoint_name(manifest.seq, manifest.at))
 
     def segments(self) -> set[int]:
-        """Return the log entries that hold the payloads of the slabs' rows."""
-        return set().union(*(slab.segments.keys() for slab in self.slabs))
+        """Return the log entries that hold the payloads of the slabs' rows that count."""
+        return _segments(self.slabs)
 
     def forget(self) -> None:
         """Let the next checkpoint write every live job (after one that failed)."""
@@ -242,7 +246,7 @@ class SlabSet:
         slab, content = self._written(heapq.merge(*streams, key=_ID), frozen.saved)
         slabs = [*kept, slab] if slab is not None else kept
         entries = [s.entry() for s in slabs]
-        segments = set().union(*(s.segments.keys() for s in slabs))
+        segments = _segments(slabs)
         name, history = checkpoint_name(frozen.version, at), encoded_history(frozen.history)
         return Plan(
             slab, content, name, slabs, segments, frozen.version, at, tag, history, frozen.controls, entries
@@ -260,7 +264,7 @@ class SlabSet:
             rows += sum(slab.live for slab in alike)
 
     @staticmethod
-    def _survivor(frozen: Frozen) -> Any:
+    def _survivor(frozen: Frozen) -> Callable[[str], JobRecord]:
         def live(job_id: str) -> JobRecord:
             record = frozen.live(job_id)
             if record is None:
