@@ -21,6 +21,9 @@ def test_the_depth_figures_come_from_real_loads(tmp_path: Path) -> None:
     assert own["written_bytes"] > 6000 * 100  # every payload was written at least once
     assert loaded["written_bytes"] > own["written_bytes"]  # checkpoints were written besides
     assert figures["write_amplification"] == round(loaded["written_bytes"] / own["written_bytes"], 2)
+    parted, parted_own = figures["parts"], figures["parts_without_checkpoints"]
+    assert parted_own["written_bytes"] > 6000 * 100
+    assert parted["written_bytes"] > parted_own["written_bytes"]  # the checkpoint's slab
     assert figures["open"]["drained"] == 300
     assert figures["open"]["peak_rss_mib_draining"] >= figures["open"]["peak_rss_mib_at_first_claim"] > 0
     assert figures["tail_deep"]["calls"] == figures["tail_shallow"]["calls"] == 200

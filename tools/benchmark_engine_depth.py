@@ -8,6 +8,9 @@ worker's, not this one's:
   once with checkpoints off. The bytes the process wrote (``wchar`` of ``/proc/self/io``)
   with checkpoints on, over the bytes written without them (the jobs' own log records and
   payloads), is the write amplification (goal: at most 3).
+- ``parts``: the same jobs written as a Spark write does (parts of up to 100,000 jobs with
+  their payloads, then one ``add_parts`` commit and a checkpoint), with and without the
+  checkpoint: the write amplification of a bulk write.
 - ``open``: a fresh process opens the loaded queue and claims one job (seconds to the first
   claim; goal: 2 s at 10M), then claims and acks ``--drain`` jobs in batches of 100 (the
   peak resident set size while it does; goal: 512 MiB at 10M).
@@ -42,7 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from jqueue import DirectQueue, LocalFileSystemStorage, LogSettings
+from jqueue.core.log.parts import PART_ROWS, write_part
 from jqueue.domain.figures import percentiles
+from jqueue.domain.times import to_micros, utc_now
 
 ENTRYPOINT = "work"
 SHALLOW = 5_000
@@ -76,6 +81,26 @@ async def load(path: Path, jobs: int, payload_bytes: int, batch: int, checkpoint
         "seconds": round(time.perf_counter() - start, 2),
         "written_bytes": _written_bytes() - before,
         "peak_rss_mib": _peak_rss_mib(),
+    }
+
+
+async def load_parts(path: Path, jobs: int, payload_bytes: int, checkpoints: bool) -> dict[str, Any]:
+    """Fill a new queue at ``path`` as a Spark write does: parts, one commit, a checkpoint."""
+    payload = b"x" * payload_bytes
+    storage = LocalFileSystemStorage(path)
+    before = _written_bytes()
+    start = time.perf_counter()
+    async with DirectQueue(storage, log=LogSettings() if checkpoints else NO_CHECKPOINTS) as queue:
+        created, row = to_micros(utc_now()), (payload, 0, None, None)
+        sizes = [min(PART_ROWS, jobs - first) for first in range(0, jobs, PART_ROWS)]
+        parts = [await write_part(storage, ENTRYPOINT, created, [row] * size) for size in sizes]
+        await queue.bulk.add_parts(parts)
+        if checkpoints:
+            await queue.checkpoint()
+    return {
+        "checkpoints": checkpoints,
+        "seconds": round(time.perf_counter() - start, 2),
+        "written_bytes": _written_bytes() - before,
     }
 
 
@@ -130,6 +155,9 @@ def _measure(arguments: argparse.Namespace, directory: Path) -> dict[str, Any]:
     deep, plain, shallow = directory / "deep.json", directory / "plain.json", directory / "shallow.json"
     loaded = _child("--child-load", str(deep), str(arguments.jobs), *size, "on")
     own = _child("--child-load", str(plain), str(arguments.jobs), *size, "off")
+    sized = [str(arguments.jobs), str(arguments.payload_bytes)]
+    parted = _child("--child-parts", str(directory / "parts.json"), *sized, "on")
+    parted_own = _child("--child-parts", str(directory / "parts-plain.json"), *sized, "off")
     opened = _child("--child-open", str(deep), str(arguments.drain))
     _child("--child-load", str(shallow), str(SHALLOW), *size, "on")
     deep_tail = _child("--child-tail", str(deep), str(arguments.calls), str(arguments.payload_bytes))
@@ -141,6 +169,9 @@ def _measure(arguments: argparse.Namespace, directory: Path) -> dict[str, Any]:
         "load": loaded,
         "load_without_checkpoints": own,
         "write_amplification": round(loaded["written_bytes"] / own["written_bytes"], 2),
+        "parts": parted,
+        "parts_without_checkpoints": parted_own,
+        "parts_write_amplification": round(parted["written_bytes"] / parted_own["written_bytes"], 2),
         "open": opened,
         "tail_deep": deep_tail,
         "tail_shallow": {"jobs": SHALLOW, **shallow_tail},
@@ -153,6 +184,9 @@ def _run_child(arguments: Sequence[str]) -> dict[str, Any]:
     if kind == "--child-load":
         jobs, payload_bytes, batch, checkpoints = arguments[2:6]
         return asyncio.run(load(path, int(jobs), int(payload_bytes), int(batch), checkpoints == "on"))
+    if kind == "--child-parts":
+        jobs, payload_bytes, checkpoints = arguments[2:5]
+        return asyncio.run(load_parts(path, int(jobs), int(payload_bytes), checkpoints == "on"))
     if kind == "--child-open":
         return asyncio.run(open_and_drain(path, int(arguments[2])))
     return asyncio.run(tail(path, int(arguments[2]), int(arguments[3])))
