@@ -228,7 +228,7 @@ class Probe:
                 f"re-decode state {when}", single_format.decode_index, again, "memory://fuzz/re-encoded"
             )
         else:
-            again = self.step(f"encode_checkpoint {when}", checkpoint_of, index)
+            again = self.step(f"plan the checkpoint {when}", checkpoint_of, index)
             self.step(f"re-decode checkpoint {when}", checkpoint_index, again, "memory://again")
 
     def state(self, data: bytes, location: str) -> None:
