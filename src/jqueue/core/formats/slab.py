@@ -94,8 +94,7 @@ def encode_block(records: Sequence[JobRecord], saved: Mapping[str, ClaimState]) 
         before = saved.get(record.id)
         if before is not None:
             for name, position in _changing_positions:
-                if name in columns:
-                    columns[name][row] = before[position]
+                columns[name][row] = before[position]
     refs = columns["payload"]
     if set(map(type, refs)) - {int}:
         raise ValueError("a payload is not stored yet")
