@@ -17,15 +17,16 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import reference_model
 from jqueue.core.formats import checkpoint as checkpoint_format
 from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import marker as marker_format
-from jqueue.core.formats import payload_refs
+from jqueue.core.formats import payload_refs, slab_block
 from jqueue.core.formats import single as single_format
 from jqueue.core.formats import slab as slab_format
 from jqueue.core.log.parts import StoredPart
@@ -218,8 +219,8 @@ def index_of(effects: list[fx.Effect]) -> QueueIndex:
 def first_layout_checkpoint(written: Written) -> bytes:
     """A checkpoint as jqueue wrote them before slabs (``jqueue-log/1``): its jobs as one block, inline."""
     manifest = json.loads(written.manifest)
-    blocks = json.loads(written.content)["blocks"] if written.slab else []
-    [block] = blocks or [json.loads(slab_format.encode_block([], {})[0])]
+    blocks = slab_format.slab_tree(written.content)["blocks"] if written.slab else []
+    [block] = blocks or [json.loads(slab_block.encode_block([], {})[0])]
     header = {"layout": marker_format.LAYOUT, "seq": manifest["seq"], "at": manifest["at"]}
     kept = {name: manifest[name] for name in ("history", "controls") if name in manifest}
     return json.dumps({**header, **block, **kept}).encode()
@@ -231,6 +232,17 @@ PLANS = [
     for number, cut in enumerate(CUTS)
 ]
 SLABS = {written.slab: written.content for written in PLANS if written.slab is not None}
+
+
+def first_layout_slab(index: QueueIndex) -> bytes:
+    """A slab as jqueue wrote them before claim order (``jqueue-slab/1``): rows sorted by id, in JSON."""
+    rows = sorted(index.records.values(), key=lambda record: record.id)
+    block = json.loads(slab_block.encode_block(rows, {})[0])
+    return json.dumps(
+        {"layout": slab_format.FIRST_SLAB_LAYOUT, "rows": len(rows), "blocks": [block]}
+    ).encode()
+
+
 SEEDS = {
     "state": [
         single_format.encode_index(index_of(valid_effects(lambda i: b"p%d" % i)[:cut]), SEQ, "c")
@@ -241,7 +253,13 @@ SEEDS = {
         entry_format.encode_entry(SEQ, "c", T0, PART.jobs(T0)[:3] + PART.jobs(T0)[4:]),  # a bulk write's runs
     ],
     "checkpoint": [w.manifest for w in PLANS] + [first_layout_checkpoint(w) for w in PLANS],
-    "slab": list(SLABS.values()),
+    "slab": [
+        *SLABS.values(),
+        *(
+            first_layout_slab(index_of(valid_effects(lambda i: payload_refs.payload_ref(2, i))[:c]))
+            for c in CUTS
+        ),
+    ],
 }
 
 
@@ -286,7 +304,9 @@ VALUES = st.one_of(
 def mutated(draw: st.DrawFn, decoder: str) -> bytes:
     """A valid encoding with one to three values replaced (by edge values or a sibling's value),
     deleted or duplicated, written with escaped or raw lone surrogates, maybe truncated."""
-    tree = json.loads(draw(st.sampled_from(SEEDS[decoder])))
+    seed = draw(st.sampled_from(SEEDS[decoder]))
+    packed = decoder == "slab" and seed.startswith(slab_format.MAGIC)
+    tree = slab_format.slab_tree(seed) if packed else json.loads(seed)
     for _ in range(draw(st.integers(1, 3))):
         found = list(places(tree))
         if not found:
@@ -305,6 +325,11 @@ def mutated(draw: st.DrawFn, decoder: str) -> bytes:
             parent.insert(key, parent[key])
         else:
             parent[key] = draw(VALUES)
+    if packed:  # a slab of the current layout: its blocks and header mutated, the rest made to fit
+        try:
+            return slab_format.tree_slab(tree)
+        except (TypeError, OverflowError, KeyError, IndexError, ValueError, msgspec.EncodeError):
+            assume(False)
     text = json.dumps(tree, ensure_ascii=draw(st.booleans()), separators=(",", ":"))
     data = text.encode("utf-8", "surrogatepass").replace(b"\x7f", b"\xff")  # lone surrogates, bad bytes
     cut = draw(st.integers(0, 9))  # 1 in 10 truncated

@@ -1,7 +1,8 @@
-"""Queues written before checkpoints became manifests of slabs (ADR 0015) open and migrate: a
-checkpoint of the first layout (``jqueue-log/1``, every job inline) with entries after it, on
-a file root and on S3, and a queue in the single-object layout. The fixtures were written by
-the jqueue of that time (``fixtures/make_old_queues.py``)."""
+"""Queues written by older versions open and migrate (ADR 0015): a checkpoint of the first
+layout (``jqueue-log/1``, every job inline) with entries after it, on a file root and on S3;
+checkpoints naming slabs of the first layout (``jqueue-slab/1``, rows sorted by id), likewise;
+and a queue in the single-object layout. The fixtures were written by the jqueue of each
+time (``fixtures/make_old_queues.py``)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import Backend
 from jqueue import DirectQueue, JobStatus, KeyedStoragePort, LocalFileSystemStorage
 from jqueue.core.formats.checkpoint import MANIFEST_LAYOUT
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX
-from jqueue.core.formats.slab import SLAB_PREFIX
+from jqueue.core.formats.slab import MAGIC
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -49,7 +52,8 @@ async def migrates(storage: KeyedStoragePort, reopen: Any) -> None:
     [*_, newest] = sorted(await storage.list_names(CHECKPOINT_PREFIX))
     manifest = json.loads(await storage.get(newest) or b"{}")
     assert manifest["layout"] == MANIFEST_LAYOUT
-    assert [slab[0] for slab in manifest["slabs"]] == await storage.list_names(SLAB_PREFIX)
+    [[name, *_]] = manifest["slabs"]  # every job rewritten into one slab of the current layout
+    assert (await storage.get(name) or b"").startswith(MAGIC)
     async with DirectQueue(reopen()) as again:
         assert await everything(again) == before
         assert await again.dequeue("sms") == []  # still paused
@@ -57,16 +61,21 @@ async def migrates(storage: KeyedStoragePort, reopen: Any) -> None:
         assert len(await again.jobs(limit=None)) == len(before["jobs"]) + 1
 
 
-async def test_an_old_log_on_a_file_root_opens_and_migrates(tmp_path: Path) -> None:
-    with tarfile.open(FIXTURES / "v1_log.tar.gz") as archive:
+OLD_LOGS = pytest.mark.parametrize("prefix", ["v1", "slab1"])
+
+
+@OLD_LOGS
+async def test_an_old_log_on_a_file_root_opens_and_migrates(tmp_path: Path, prefix: str) -> None:
+    with tarfile.open(FIXTURES / f"{prefix}_log.tar.gz") as archive:
         archive.extractall(tmp_path, filter="data")
-    path = tmp_path / "v1_log" / "queue.json"
+    path = tmp_path / f"{prefix}_log" / "queue.json"
     await migrates(LocalFileSystemStorage(path), lambda: LocalFileSystemStorage(path))
 
 
-async def test_an_old_log_in_object_storage_opens_and_migrates(file_or_s3: Backend) -> None:
+@OLD_LOGS
+async def test_an_old_log_in_object_storage_opens_and_migrates(file_or_s3: Backend, prefix: str) -> None:
     storage, name = file_or_s3.new_keyed()
-    objects = json.loads((FIXTURES / "v1_log_objects.json").read_text())
+    objects = json.loads((FIXTURES / f"{prefix}_log_objects.json").read_text())
     for object_name, content in objects.items():
         if object_name:
             await storage.create(object_name, base64.b64decode(content))

@@ -19,7 +19,7 @@ from jqueue import CorruptStateError, DirectQueue, InMemoryStorage, JobStatus, L
 from jqueue.core.formats.checkpoint import Manifest, decode_manifest
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX
 from jqueue.core.formats.payload_refs import payload_ref
-from jqueue.core.formats.slab import SLAB_PREFIX, decode_slab, slab_name
+from jqueue.core.formats.slab import SLAB_PREFIX, decode_slab, slab_name, slab_tree
 from jqueue.core.log.slabs import FANOUT, SlabSet
 from jqueue.core.log.store import LogStore
 from jqueue.domain.effects import Added
@@ -53,6 +53,27 @@ async def test_a_checkpoint_writes_only_what_changed() -> None:
     async with DirectQueue(storage) as fresh:
         assert await fresh.count() == 1_996
         assert len(await fresh.jobs(status=JobStatus.IN_PROGRESS, limit=None)) == 6
+
+
+async def test_a_slab_holds_its_rows_in_claim_order_and_finds_each_by_its_filter() -> None:
+    storage = InMemoryStorage(name="order")
+    async with DirectQueue(storage, log=NEVER) as queue:
+        for number in range(40):
+            await queue.enqueue("b" if number % 2 else "a", b"%d" % number, priority=number % 3)
+        await queue.enqueue("a", b"later", delay=timedelta(hours=1))
+        claimed = await queue.dequeue("b", batch_size=2)
+        await queue.checkpoint()
+    [entry] = (await newest_manifest(storage)).slabs
+    content = await storage.get(entry.name) or b""
+    header, slab = slab_tree(content)["header"], decode_slab(content, entry.name)
+    assert header["held"] == 3  # the two claimed jobs and the delayed one come first
+    assert set(slab.ids[:3]) == {job.id for job in claimed} | {slab.ids[2]}
+    assert header["ranges"] == {"a": [3, 23], "b": [23, 41]}
+    async with DirectQueue(storage) as fresh:  # the claimable rows are in the order claims take them
+        assert [job.id for job in await fresh.dequeue("a", batch_size=100)] == slab.ids[3:23]
+        assert [job.id for job in await fresh.dequeue("b", batch_size=100)] == slab.ids[23:]
+    assert [slab.filter.row(job_id, slab.ids) for job_id in slab.ids] == list(range(41))
+    assert slab.filter.row("no such job", slab.ids) is None
 
 
 async def test_slabs_stay_few_and_a_fresh_reader_sees_the_newest_state() -> None:

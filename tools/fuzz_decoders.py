@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import json
 import random
 import traceback
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ import jqueue
 from jqueue.core.formats import checkpoint as checkpoint_format
 from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import marker as marker_format
-from jqueue.core.formats import payload_refs
+from jqueue.core.formats import payload_refs, slab_block
 from jqueue.core.formats import single as single_format
 from jqueue.core.formats import slab as slab_format
 from jqueue.core.log.slabs import Plan, SlabSet
@@ -66,10 +68,15 @@ def _surrogates(exc: UnicodeError) -> tuple[bytes, int]:
 
 
 codecs.register_error("jqueue-fuzz", _surrogates)
+_PACKED_SLAB = "(a slab of the current layout)"
 
 
 def dump(tree: Any) -> bytes:
-    """Return a JSON tree as bytes (lone surrogates and sentinels become invalid UTF-8 or escapes)."""
+    """Return a JSON tree as bytes (lone surrogates and sentinels become invalid UTF-8 or escapes);
+    a slab's tree (``parse``) as a slab, when its values fit one."""
+    if isinstance(tree, dict) and set(tree) == {_PACKED_SLAB} and isinstance(tree[_PACKED_SLAB], dict):
+        with contextlib.suppress(Exception):
+            return slab_format.tree_slab(tree[_PACKED_SLAB])
     data = json.dumps(tree, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "jqueue-fuzz")
     for sentinel, raw in SENTINELS.items():
         data = data.replace(sentinel.encode(), raw)
@@ -77,6 +84,11 @@ def dump(tree: Any) -> bytes:
 
 
 def parse(data: bytes) -> Any:
+    if data.startswith(slab_format.MAGIC):
+        try:
+            return {_PACKED_SLAB: slab_format.slab_tree(data)}
+        except (ValueError, zlib.error):
+            return None
     try:
         return json.loads(data.decode("utf-8", "surrogateescape"))
     except (ValueError, RecursionError):
@@ -138,11 +150,18 @@ def first_layout_checkpoint(index: QueueIndex) -> bytes:
     """A checkpoint as jqueue wrote them before slabs (``jqueue-log/1``): its jobs inline, as one block."""
     encoded, plan = plan_of(index)
     manifest = json.loads(encoded)
-    blocks = json.loads(plan.content)["blocks"] if plan.slab else []
-    [block] = blocks or [json.loads(slab_format.encode_block([], {})[0])]
+    blocks = slab_format.slab_tree(plan.content)["blocks"] if plan.slab else []
+    [block] = blocks or [json.loads(slab_block.encode_block([], {})[0])]
     kept = {name: manifest[name] for name in ("history", "controls") if name in manifest}
     header = {"layout": marker_format.LAYOUT, "seq": manifest["seq"], "at": manifest["at"]}
     return json.dumps({**header, **block, **kept}).encode()
+
+
+def first_layout_slab(index: QueueIndex) -> bytes:
+    """A slab as jqueue wrote them before claim order (``jqueue-slab/1``): rows sorted by id, in JSON."""
+    rows = sorted(index.records.values(), key=lambda record: record.id)
+    block = json.loads(slab_block.encode_block(rows, {})[0])
+    return dump({"layout": slab_format.FIRST_SLAB_LAYOUT, "rows": len(rows), "blocks": [block]})
 
 
 def checkpoint_index(data: bytes, location: str) -> QueueIndex:
@@ -174,7 +193,8 @@ def seeds(decoder: str) -> list[bytes]:
         effects = valid_effects(lambda i: payload_refs.payload_ref(2, i))
         plans = [plan_of(index_of(effects[:cut], SEQ)) for cut in cuts]
         if decoder == "slab":
-            return [plan.content for _, plan in plans if plan.slab is not None]
+            first_slabs = [first_layout_slab(index_of(effects[:cut], SEQ)) for cut in cuts]
+            return [plan.content for _, plan in plans if plan.slab is not None] + first_slabs
         first_layout = [first_layout_checkpoint(index_of(effects[:cut], SEQ)) for cut in cuts]
         return [manifest for manifest, _ in plans] + first_layout
     return [marker_format.encode_marker(), marker_format.encode_marker("base/00000000000000000001")]

@@ -1,66 +1,81 @@
-"""A slab: the rows of some jobs, in columns, ``slab/<seq>-<micros>-<tag>`` (ADR 0015).
+"""A slab: the rows of some jobs, ``slab/<seq>-<micros>-<tag>`` (ADR 0015).
 
 A slab is immutable; a checkpoint (a manifest, ``checkpoint.py``) names the slabs that
-together hold every live job, with the rows of each that no longer count. A slab's rows are
-sorted by job id and kept in blocks of at most ``BLOCK_ROWS`` rows. Each block is encoded on
-its own, so an encoder never holds the interpreter for more than a block, and the slab is
-``{"layout": "jqueue-slab/1", "rows": N, "blocks": [...]}``.
+together hold every live job, with the rows of each that no longer count. Its rows are in
+claim order: first the jobs a claim does not take as they are (claimed, waiting for a time,
+dead, staged), by insertion; then the claimable ones by entrypoint, priority, creation and
+insertion, the order of the claim heaps, so each entrypoint's next claimable rows are a
+block away. The layout ``jqueue-slab/2`` is, byte after byte:
 
-A block is compact JSON in columns, one list per job field (``JobFields``), one row per job:
-entrypoints as codes into a list of names, each payload as the ``segment`` and ``position``
-of the entry that holds it, and a column whose values are all its default left out. A
-checkpoint of the first layout held one such block inline (``BLOCK_FIELDS``).
+- ``MAGIC``;
+- the blocks (``slab_block.py``) of up to ``BLOCK_ROWS`` rows, each zlib-compressed;
+- the filter: one little-endian 64-bit value a row, ``crc32(id) << 32 | row``, sorted, so a
+  job's row is found by bisecting it;
+- the header, JSON: the rows, how many come before the claimable ones (``held``), each
+  block's offset and length, each entrypoint's claimable rows, the filter's checksum;
+- the header's length, 8 bytes big-endian.
+
+A slab of the first layout (``jqueue-slab/1``, one JSON object whose rows are sorted by id)
+is read, and the next checkpoint rewrites its rows.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter
+import sys
+import zlib
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import msgspec
 
-from jqueue.core.formats.payload_refs import columns_from_refs, refs_from_columns
-from jqueue.core.formats.wire import UNDECODABLE, Count, wire_type
+from jqueue.core.formats.slab_block import BLOCK_ROWS, BLOCK_TYPE, block_columns, decode_block, encode_block
+from jqueue.core.formats.wire import UNDECODABLE, Count
 from jqueue.domain.errors import CorruptStateError
+from jqueue.domain.models import JobStatus
 from jqueue.domain.records import ClaimState, JobRecord
-from jqueue.domain.schema import CHANGING_FIELDS, STORED_FIELDS
+from jqueue.domain.schema import CHANGING_FIELDS
 
 SLAB_PREFIX = "slab/"
-SLAB_LAYOUT = "jqueue-slab/1"
-BLOCK_ROWS = 4096
-"""Rows a block holds at most: encoding one takes about a millisecond."""
+SLAB_LAYOUT = "jqueue-slab/2"
+FIRST_SLAB_LAYOUT = "jqueue-slab/1"
+"""The layout of a slab whose rows are sorted by id (read, never written)."""
+MAGIC = b"jqueue-slab\n"
+_LENGTH_BYTES = 8
+_ROW_BITS = 32
+_ROW_MASK = (1 << _ROW_BITS) - 1
+_COMPRESSION = 1
+"""zlib's fastest level: a block of 4,096 rows in about 2 ms, to a third of its size."""
 
-_SPECIAL = ("id", "entrypoint", "payload")
-"""Fields in columns of their own form: ``ids``, ``entrypoints`` and codes, ``segment`` and ``position``."""
-_REQUIRED = [f for f in STORED_FIELDS if f.required and f.name not in _SPECIAL]
-_OPTIONAL = [f for f in STORED_FIELDS if not f.required and f.name not in _SPECIAL]
-_COLUMN_DEFAULTS = {f.name: f.default for f in _OPTIONAL}
-
-BLOCK_FIELDS: list[tuple[str, Any]] = [
-    ("entrypoints", list[str]),
-    ("ids", list[str]),
-    ("entrypoint", list[Count]),
-    *((f.name, list[wire_type(f)]) for f in _REQUIRED),  # type: ignore[misc]
-    ("order", list[Count]),
-    ("segment", list[Count]),
-    ("position", list[Count]),
-]
-"""The columns every block has, in order (then one optional column per ``_OPTIONAL`` field)."""
-OPTIONAL_BLOCK_FIELDS: list[tuple[str, Any, None]] = [
-    (f.name, list[wire_type(f)] | None, None)  # type: ignore[misc]
-    for f in _OPTIONAL
-]
-
-_Block: Any = msgspec.defstruct("_Block", [*BLOCK_FIELDS, *OPTIONAL_BLOCK_FIELDS])
-_Slab: Any = msgspec.defstruct("_Slab", [("layout", str), ("rows", Count), ("blocks", list[_Block])])
-_slab_decoder = msgspec.json.Decoder(_Slab)
 _NAME = re.compile(rf"{SLAB_PREFIX}(\d{{20}})-(\d+)-[0-9a-f]{{1,32}}")
-_changing_positions = [(name, position) for position, name in enumerate(CHANGING_FIELDS)]
+_STATUS = CHANGING_FIELDS.index("status")
+_NOT_BEFORE = CHANGING_FIELDS.index("not_before")
+
+RowKey = tuple[int, str, int, int, int]
+
+
+class _Header(msgspec.Struct, forbid_unknown_fields=True):
+    layout: str
+    rows: Count
+    held: Count
+    blocks: list[tuple[Count, Count]]
+    ranges: dict[str, tuple[Count, Count]]
+    filter_crc: Count
+
+
+class _FirstLayout(msgspec.Struct):
+    layout: str
+    rows: Count
+    blocks: list[BLOCK_TYPE]
+
+
+_header_decoder = msgspec.json.Decoder(_Header)
+_first_decoder = msgspec.json.Decoder(_FirstLayout)
 
 
 def slab_name(seq: int, at: int, tag: str) -> str:
@@ -74,97 +89,124 @@ def slab_written_at(name: str) -> int | None:
     return None if match is None else int(match[2])
 
 
-def _sparse(default: Any, column: list[Any]) -> list[Any] | None:
-    """Return a column, or None when every value is the column's default."""
-    return None if column.count(default) == len(column) else column
+def id_hash(job_id: str) -> int:
+    """Return the 32-bit hash of a job id that a slab's filter holds."""
+    return zlib.crc32(job_id.encode())
 
 
-def encode_block(records: Sequence[JobRecord], saved: Mapping[str, ClaimState]) -> tuple[bytes, list[int]]:
-    """Encode the rows of ``records`` as one block, each with its values as of a freeze (those
-    in ``saved``, for the records changed since); returns the bytes and each row's payload segment.
-
-    Raises
-    ------
-    ValueError
-        If a payload is not stored yet.
-    """
-    names = ("id", "entrypoint", "payload", "order", *(f.name for f in (*_REQUIRED, *_OPTIONAL)))
-    columns = {name: list(map(attrgetter(name), records)) for name in names}
-    for row, record in enumerate(records):  # after reading: a change made meanwhile saved its old values
-        before = saved.get(record.id)
-        if before is not None:
-            for name, position in _changing_positions:
-                columns[name][row] = before[position]
-    refs = columns["payload"]
-    if set(map(type, refs)) - {int}:
-        raise ValueError("a payload is not stored yet")
-    codes = {name: code for code, name in enumerate(dict.fromkeys(columns["entrypoint"]))}
-    segments, positions = columns_from_refs(refs)
-    block = _Block(
-        entrypoints=list(codes),
-        ids=columns["id"],
-        entrypoint=list(map(codes.__getitem__, columns["entrypoint"])),
-        order=columns["order"],
-        segment=segments,
-        position=positions,
-        **{f.name: columns[f.name] for f in _REQUIRED},
-        **{f.name: _sparse(f.default, columns[f.name]) for f in _OPTIONAL},
-    )
-    return msgspec.json.encode(block), segments
+def row_key(record: JobRecord, saved: Mapping[str, ClaimState]) -> RowKey:
+    """Return where a job's row goes in a slab, with its values as of a freeze (those in
+    ``saved`` for the records changed since): held rows by insertion, then claimable ones in
+    claim order."""
+    state = saved.get(record.id)
+    if state is None:
+        status, not_before = record.status, record.not_before
+    else:
+        status, not_before = state[_STATUS], state[_NOT_BEFORE]
+    if status is JobStatus.QUEUED and not_before is None:
+        return (1, record.entrypoint, record.priority, record.created, record.order)
+    return (0, "", 0, 0, record.order)
 
 
-def slab_content(blocks: Sequence[bytes], rows: int) -> bytes:
-    """Return a slab's bytes: its blocks, each encoded on its own, in one JSON object."""
-    head = msgspec.json.encode({"layout": SLAB_LAYOUT, "rows": rows})[:-1]
-    return b"".join((head, b',"blocks":[', b",".join(blocks), b"]}"))
+def _little_endian(values: array[int]) -> array[int]:
+    """Return ``values`` in little-endian order (swapped in place on a big-endian machine)."""
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values
 
 
-def block_columns(block: Any) -> dict[str, list[Any]]:
-    """Return one column per record field (and ``order``) of a decoded block, or of a checkpoint
-    of the first layout, which holds its jobs as one block; an optional column left out of it
-    is left out here too.
-
-    Raises
-    ------
-    ValueError
-        If its columns differ in length or a code names no entrypoint.
-    """
-    if max(block.entrypoint, default=-1) >= len(block.entrypoints):
-        raise ValueError("an entrypoint code names no entrypoint")
-    columns: dict[str, list[Any]] = {
-        "id": block.ids,
-        "entrypoint": list(map(block.entrypoints.__getitem__, block.entrypoint)),
-        "payload": refs_from_columns(block.segment, block.position),
-        "order": block.order,
-    }
-    columns |= {f.name: getattr(block, f.name) for f in _REQUIRED}
-    columns |= {f.name: getattr(block, f.name) for f in _OPTIONAL if getattr(block, f.name) is not None}
-    if len({len(column) for column in columns.values()}) > 1:
-        raise ValueError("the columns differ in length")
-    return columns
+def _little_endian_bytes(values: array[int]) -> bytes:
+    return values.tobytes() if sys.byteorder == "little" else _little_endian(array("Q", values)).tobytes()
 
 
-def concatenated(parts: Sequence[Mapping[str, Sequence[Any]]]) -> dict[str, list[Any]]:
-    """Return the rows of ``parts`` (each one column per field, with ``id``) one after the
-    other, with an optional column that a part leaves out filled with its default."""
-    names = dict.fromkeys(chain.from_iterable(parts))
-    return {
-        name: list(
-            chain.from_iterable(
-                part.get(name) or repeat(_COLUMN_DEFAULTS.get(name), len(part["id"])) for part in parts
-            )
+class SlabFilter:
+    """A slab's rows by the hash of their job ids: ``crc32(id) << 32 | row``, sorted."""
+
+    def __init__(self, values: array[int]) -> None:
+        self.values = values
+
+    @classmethod
+    def of(cls, ids: Sequence[str]) -> SlabFilter:
+        """Return the filter of rows holding ``ids`` in this order."""
+        return cls(array("Q", sorted(id_hash(job_id) << _ROW_BITS | row for row, job_id in enumerate(ids))))
+
+    def rows(self, job_id: str) -> Iterator[int]:
+        """Yield the rows that may hold job ``job_id`` (those whose id has its hash)."""
+        values, start = self.values, id_hash(job_id) << _ROW_BITS
+        at = bisect_left(values, start)
+        while at < len(values) and values[at] & ~_ROW_MASK == start:
+            yield values[at] & _ROW_MASK
+            at += 1
+
+    def row(self, job_id: str, ids: Sequence[str]) -> int | None:
+        """Return the row of job ``job_id``, whose ids are ``ids``, or None."""
+        return next((row for row in self.rows(job_id) if row < len(ids) and ids[row] == job_id), None)
+
+
+@dataclass
+class SlabWriter:
+    """Builds a slab from rows given in claim order (``row_key``), a block at a time."""
+
+    saved: Mapping[str, ClaimState]
+    ids: list[str] = field(default_factory=list)
+    segments: list[int] = field(default_factory=list)
+    _parts: list[bytes] = field(default_factory=lambda: [MAGIC])
+    _offset: int = len(MAGIC)
+    _blocks: list[tuple[int, int]] = field(default_factory=list)
+    _held: int = 0
+    _ranges: dict[str, list[int]] = field(default_factory=dict)
+    _last: RowKey | None = None
+
+    def add(self, records: Sequence[JobRecord]) -> None:
+        """Append a block of at most ``BLOCK_ROWS`` rows, which follow the rows before them in claim order.
+
+        Raises
+        ------
+        ValueError
+            If they do not (a job would have two rows), or a payload is not stored yet.
+        """
+        assert 0 < len(records) <= BLOCK_ROWS
+        for record in records:
+            key, row = row_key(record, self.saved), len(self.ids)
+            if self._last is not None and key <= self._last:
+                raise ValueError(f"job {record.id!r} is out of claim order (or would have two rows)")
+            if key[0]:
+                self._ranges.setdefault(key[1], [row, row])[1] = row + 1
+            else:
+                self._held = row + 1
+            self._last = key
+            self.ids.append(record.id)
+        encoded, segments = encode_block(records, self.saved)
+        self.segments += segments
+        compressed = zlib.compress(encoded, _COMPRESSION)
+        self._parts.append(compressed)
+        self._blocks.append((self._offset, len(compressed)))
+        self._offset += len(compressed)
+
+    def content(self, slab_filter: SlabFilter) -> bytes:
+        """Return the slab's bytes, with its filter (``SlabFilter.of(self.ids)``)."""
+        table = _little_endian_bytes(slab_filter.values)
+        header = _Header(
+            SLAB_LAYOUT,
+            len(self.ids),
+            self._held,
+            self._blocks,
+            {name: (start, end) for name, (start, end) in self._ranges.items()},
+            zlib.crc32(table),
         )
-        for name in names
-    }
+        encoded = msgspec.json.encode(header)
+        return b"".join((*self._parts, table, encoded, len(encoded).to_bytes(_LENGTH_BYTES, "big")))
 
 
 @dataclass(frozen=True)
 class DecodedSlab:
-    """A slab's rows: their job ids, sorted, and its blocks, each one column per record field
-    (``block_columns``)."""
+    """A slab's rows: their job ids in row order, its blocks (each one column per record field,
+    ``block_columns``) and its filter; ``current`` is False for a slab of the first layout."""
 
     ids: list[str]
     blocks: list[dict[str, list[Any]]]
+    filter: SlabFilter
+    current: bool = True
 
 
 def decode_slab(data: bytes, location: str) -> DecodedSlab:
@@ -173,21 +215,100 @@ def decode_slab(data: bytes, location: str) -> DecodedSlab:
     Raises
     ------
     CorruptStateError
-        If ``data`` is not a slab, or its rows are not sorted by id or not as many as it says.
+        If ``data`` is not a slab, or its rows do not fit its header and filter.
     """
     try:
-        slab = _slab_decoder.decode(data)
+        if data.startswith(b"{"):
+            return _decode_first(data)
+        return _decode(data)
     except UNDECODABLE as exc:
-        raise CorruptStateError(location, str(exc)) from exc
-    try:
-        if slab.layout != SLAB_LAYOUT:
-            raise ValueError(f"layout {slab.layout!r} is not {SLAB_LAYOUT!r}")
-        blocks = [block_columns(block) for block in slab.blocks]
-        ids = list(chain.from_iterable(block["id"] for block in blocks))
-        if len(ids) != slab.rows:
-            raise ValueError(f"it holds {len(ids)} rows, not {slab.rows}")
-        if not all(map(str.__lt__, ids, itertools.islice(ids, 1, None))):
-            raise ValueError("its rows are not sorted by job id")
-        return DecodedSlab(ids, blocks)
-    except ValueError as exc:
         raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
+    except (ValueError, zlib.error) as exc:
+        raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
+
+
+def _decode_first(data: bytes) -> DecodedSlab:
+    slab = _first_decoder.decode(data)
+    if slab.layout != FIRST_SLAB_LAYOUT:
+        raise ValueError(f"layout {slab.layout!r} is not {FIRST_SLAB_LAYOUT!r}")
+    blocks = [block_columns(block) for block in slab.blocks]
+    ids = list(chain.from_iterable(block["id"] for block in blocks))
+    if len(ids) != slab.rows:
+        raise ValueError(f"it holds {len(ids)} rows, not {slab.rows}")
+    if not all(map(str.__lt__, ids, itertools.islice(ids, 1, None))):
+        raise ValueError("its rows are not sorted by job id")
+    return DecodedSlab(ids, blocks, SlabFilter.of(ids), current=False)
+
+
+def _decode(data: bytes) -> DecodedSlab:
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _LENGTH_BYTES:
+        raise ValueError("it does not begin as a slab does")
+    length = int.from_bytes(data[-_LENGTH_BYTES:], "big")
+    table_end = len(data) - _LENGTH_BYTES - length
+    if length > len(data) or table_end < len(MAGIC):
+        raise ValueError("its header length is out of range")
+    header = _header_decoder.decode(data[table_end : len(data) - _LENGTH_BYTES])
+    if header.layout != SLAB_LAYOUT:
+        raise ValueError(f"layout {header.layout!r} is not {SLAB_LAYOUT!r}")
+    offset, blocks = len(MAGIC), []
+    for start, size in header.blocks:
+        if start != offset or start + size > table_end:
+            raise ValueError("its blocks do not follow each other")
+        blocks.append(decode_block(zlib.decompress(data[start : start + size])))
+        offset = start + size
+    if table_end - offset != header.rows * 8:
+        raise ValueError(f"its filter does not have {header.rows} rows")
+    table = data[offset:table_end]
+    if zlib.crc32(table) != header.filter_crc:
+        raise ValueError("its filter does not match its checksum")
+    ids = list(chain.from_iterable(block["id"] for block in blocks))
+    sizes = [len(block["id"]) for block in blocks]
+    if len(ids) != header.rows or any(size != BLOCK_ROWS for size in sizes[:-1]):
+        raise ValueError(f"its blocks do not hold {header.rows} rows of {BLOCK_ROWS} a block")
+    values = array("Q")
+    values.frombytes(table)
+    slab_filter = SlabFilter(_little_endian(values))
+    _check_ranges(header)
+    return DecodedSlab(ids, blocks, slab_filter)
+
+
+def _check_ranges(header: _Header) -> None:
+    bounds = sorted(header.ranges.values())
+    if any(start >= end for start, end in bounds) or (bounds and bounds[0][0] != header.held):
+        raise ValueError("its claimable rows do not follow its held rows")
+    if any(end != start for (_, end), (start, _) in itertools.pairwise(bounds)):
+        raise ValueError("its entrypoints' rows do not follow each other")
+    if (bounds[-1][1] if bounds else header.held) != header.rows:
+        raise ValueError("its entrypoints' rows do not end with it")
+
+
+def slab_tree(data: bytes) -> dict[str, Any]:
+    """Return a slab of this layout as one JSON tree: its header, its blocks and its filter (for
+    inspecting a slab, and for the fuzzers, with ``tree_slab``).
+
+    Raises
+    ------
+    ValueError
+        If ``data`` is not a slab of this layout.
+    """
+    length = int.from_bytes(data[-_LENGTH_BYTES:], "big")
+    header: dict[str, Any] = msgspec.json.decode(data[len(data) - _LENGTH_BYTES - length : -_LENGTH_BYTES])
+    blocks = [
+        msgspec.json.decode(zlib.decompress(data[start : start + size])) for start, size in header["blocks"]
+    ]
+    end = header["blocks"][-1][0] + header["blocks"][-1][1] if header["blocks"] else len(MAGIC)
+    values = array("Q")
+    values.frombytes(data[end : len(data) - _LENGTH_BYTES - length])
+    return {"header": header, "blocks": blocks, "filter": list(_little_endian(values))}
+
+
+def tree_slab(tree: dict[str, Any]) -> bytes:
+    """Return the slab of a tree from ``slab_tree``, its offsets and checksum made to fit."""
+    parts, spans, offset = [MAGIC], [], len(MAGIC)
+    for block in tree["blocks"]:
+        parts.append(zlib.compress(msgspec.json.encode(block)))
+        spans.append([offset, len(parts[-1])])
+        offset += len(parts[-1])
+    table = _little_endian_bytes(array("Q", tree["filter"]))
+    encoded = msgspec.json.encode({**tree["header"], "blocks": spans, "filter_crc": zlib.crc32(table)})
+    return b"".join((*parts, table, encoded, len(encoded).to_bytes(_LENGTH_BYTES, "big")))

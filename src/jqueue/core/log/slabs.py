@@ -2,7 +2,7 @@
 the next checkpoint from them in O(changes), not O(live jobs) (ADR 0015).
 
 Each live job has one row that counts, in one slab; its record's ``place`` is that slab's
-``number`` in this process, and a slab finds the row by id (its rows are sorted by id). A
+``number`` in this process, and a slab finds the row by its filter (rows are in claim order). A
 checkpoint drops the rows of the jobs changed since the last one and writes their rows as
 they are now into one new slab, together with the rows left in the slabs it retires:
 those more than half dropped, and, size-tiered, ``FANOUT`` slabs of one size class at
@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -25,14 +23,8 @@ import msgspec
 from jqueue.core.formats.checkpoint import Manifest, SlabEntry, encode_manifest, encoded_history
 from jqueue.core.formats.marker import checkpoint_name
 from jqueue.core.formats.payload_refs import columns_from_refs, payload_place
-from jqueue.core.formats.slab import (
-    BLOCK_ROWS,
-    DecodedSlab,
-    concatenated,
-    encode_block,
-    slab_content,
-    slab_name,
-)
+from jqueue.core.formats.slab import DecodedSlab, RowKey, SlabFilter, SlabWriter, row_key, slab_name
+from jqueue.core.formats.slab_block import BLOCK_ROWS, concatenated
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.index_state import REQUIRED_COLUMNS
@@ -44,17 +36,18 @@ SIZE_UNIT = BLOCK_ROWS
 """Rows of the smallest size class: classes go up by ``FANOUT`` times."""
 _KEPT = bytes.maketrans(b"\x00\x01", b"\x01\x00")
 """Turns a slab's dropped bytes into the bytes that select its rows that count."""
-_ID = attrgetter("id")
 _numbers = itertools.count(1)
 
 
 @dataclass(eq=False)
 class Slab:
-    """A slab as this process knows it: its rows' job ids (sorted), which rows no longer count
-    (one byte a row), and how many rows that count have their payload in each log entry."""
+    """A slab as this process knows it: its rows' job ids (in row order) and filter, which rows
+    no longer count (one byte a row), and how many rows that count have their payload in each
+    log entry."""
 
     name: str
     ids: list[str]
+    filter: SlabFilter
     dropped: bytearray
     segments: Counter[int]
     number: int = field(default_factory=lambda: next(_numbers))
@@ -72,8 +65,8 @@ class Slab:
         ValueError
             If the slab has no row of that job.
         """
-        row = bisect_left(self.ids, job_id)
-        if row == len(self.ids) or self.ids[row] != job_id:
+        row = self.filter.row(job_id, self.ids)
+        if row is None:
             raise ValueError(f"slab {self.name!r} has no row of job {job_id!r}")
         self.dropped[row] = 1
         segment = payload_place(payload)[0]
@@ -173,11 +166,12 @@ class SlabSet:
             )
             index.track_changes()
             return index, SlabSet()
-        slabs, parts = [], []
+        slabs, parts, current = [], [], True
         for entry, decoded in zip(manifest.slabs, contents, strict=True):
             if len(decoded.ids) != entry.rows:
                 raise ValueError(f"slab {entry.name!r} holds {len(decoded.ids)} rows, not {entry.rows}")
-            slab = Slab(entry.name, decoded.ids, bytearray(entry.dropped()), Counter())
+            slab = Slab(entry.name, decoded.ids, decoded.filter, bytearray(entry.dropped()), Counter())
+            current = current and decoded.current
             kept = slab.kept_rows() if 1 in slab.dropped else None
             start = 0
             for block in decoded.blocks:
@@ -196,7 +190,7 @@ class SlabSet:
         columns = concatenated(parts) if parts else {name: [] for name in REQUIRED_COLUMNS}
         index = QueueIndex.from_columns(manifest.seq, columns, manifest.history, manifest.controls)
         index.track_changes()
-        return index, SlabSet(slabs, checkpoint_name(manifest.seq, manifest.at))
+        return index, SlabSet(slabs, checkpoint_name(manifest.seq, manifest.at) if current else None)
 
     def segments(self) -> set[int]:
         """Return the log entries that hold the payloads of the slabs' rows that count."""
@@ -238,12 +232,16 @@ class SlabSet:
             retired = self._retired(len(frozen.changed), unit)
             kept = [slab for slab in self.slabs if slab not in retired]
         changed = [record for record in map(frozen.live, frozen.changed) if record is not None]
-        streams: list[Iterable[JobRecord]] = [sorted(chunk, key=_ID) for chunk in _batched(changed)]
+
+        def key(record: JobRecord) -> RowKey:
+            return row_key(record, frozen.saved)
+
+        streams: list[Iterable[JobRecord]] = [sorted(chunk, key=key) for chunk in _batched(changed)]
         if not every_job:
             streams += [
                 map(self._survivor(frozen), itertools.compress(s.ids, s.kept_rows())) for s in retired
             ]
-        slab, content = self._written(heapq.merge(*streams, key=_ID), frozen.saved)
+        slab, content = self._written(heapq.merge(*streams, key=key), frozen.saved)
         slabs = [*kept, slab] if slab is not None else kept
         entries = [s.entry() for s in slabs]
         segments = _segments(slabs)
@@ -276,18 +274,13 @@ class SlabSet:
     @staticmethod
     def _written(records: Iterable[JobRecord], saved: Mapping[str, ClaimState]) -> tuple[Slab | None, bytes]:
         number = next(_numbers)
-        ids: list[str] = []
-        blocks: list[bytes] = []
-        segments: Counter[int] = Counter()
+        writer = SlabWriter(saved)
         for chunk in _batched(records):
-            encoded, chunk_segments = encode_block(chunk, saved)
-            blocks.append(encoded)
-            segments.update(chunk_segments)
-            ids += map(_ID, chunk)
+            writer.add(chunk)
             for record in chunk:
                 record.place = number
-        if not ids:
+        if not writer.ids:
             return None, b""
-        if not all(map(str.__lt__, ids, ids[1:])):
-            raise ValueError("a job would have two rows")
-        return Slab("", ids, bytearray(len(ids)), segments, number), slab_content(blocks, len(ids))
+        table = SlabFilter.of(writer.ids)
+        slab = Slab("", writer.ids, table, bytearray(len(writer.ids)), Counter(writer.segments), number)
+        return slab, writer.content(table)
