@@ -30,6 +30,8 @@ from jqueue.core.formats import payload_refs, slab_block
 from jqueue.core.formats import single as single_format
 from jqueue.core.formats import slab as slab_format
 from jqueue.core.log.parts import StoredPart
+from jqueue.core.log.slab_load import loaded
+from jqueue.core.log.slab_plan import plan
 from jqueue.core.log.slabs import SlabSet
 from jqueue.domain import effects as fx
 from jqueue.domain.controls import Controls
@@ -75,18 +77,18 @@ class Written(NamedTuple):
 def plan_of(index: QueueIndex, tag: str = "0") -> Written:
     """The checkpoint (manifest and slab) that writes every job of ``index``."""
     try:
-        plan = SlabSet().plan(index.freeze(), NOW, tag, every_job=True, unit=1)
+        made = plan(SlabSet(), index.freeze(), NOW, tag, every_job=True, unit=1)
     finally:
         index.thaw()
-    manifest = plan.manifest(NOW)
-    return Written(manifest, None if plan.slab is None else plan.slab.name, plan.content)
+    manifest = made.manifest(NOW)
+    return Written(manifest, None if made.slab is None else made.slab.name, made.content)
 
 
 def checkpoint_again(index: QueueIndex) -> None:
     written = plan_of(index)
     manifest = checkpoint_format.decode_manifest(written.manifest, "memory://fuzz/again")
-    rows = [slab_format.decode_slab(written.content, "memory://fuzz/again")] if written.slab else []
-    SlabSet.loaded(manifest, rows, "memory://fuzz/again")
+    contents = [written.content] if written.slab else []
+    loaded(manifest, contents, ["memory://fuzz/again"] * len(contents), "memory://fuzz/again")
 
 
 def decode_state(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Reencode]:
@@ -118,15 +120,18 @@ def decode_checkpoint(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf
     manifest = checkpoint_format.decode_manifest(data, location)
     if any(entry.name not in SLABS for entry in manifest.slabs):  # as Checkpoints.read, after relisting
         raise CorruptStateError(location, "names a slab that is not there")
-    rows = [slab_format.decode_slab(SLABS[entry.name], LOCATIONS["slab"]) for entry in manifest.slabs]
-    return SlabSet.loaded(manifest, rows, location)[0], lambda _: b"", checkpoint_again
+    contents = [SLABS[entry.name] for entry in manifest.slabs]
+    for content in contents:  # every block read now: a cold one is otherwise decoded when claimed
+        slab_format.decode_slab(content, LOCATIONS["slab"])
+    index = loaded(manifest, contents, [LOCATIONS["slab"]] * len(contents), location)[0]
+    return index, lambda _: b"", checkpoint_again
 
 
 def decode_slab(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Reencode]:
-    rows = slab_format.decode_slab(data, location)
+    rows = slab_format.decode_slab(data, location)  # every block read now, as above
     entry = checkpoint_format.SlabEntry("slab/x", len(rows.ids), b"")
     manifest = checkpoint_format.Manifest(SEQ, NOW, [entry], [], Controls())
-    return SlabSet.loaded(manifest, [rows], location)[0], lambda _: b"", checkpoint_again
+    return loaded(manifest, [data], [location], location)[0], lambda _: b"", checkpoint_again
 
 
 DECODERS = {

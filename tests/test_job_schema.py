@@ -23,7 +23,8 @@ from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import single as single_format
 from jqueue.core.formats.checkpoint import decode_manifest
 from jqueue.core.formats.payload_refs import payload_ref
-from jqueue.core.formats.slab import decode_slab
+from jqueue.core.log.slab_load import loaded
+from jqueue.core.log.slab_plan import plan
 from jqueue.core.log.slabs import SlabSet
 from jqueue.domain.effects import Added, Beat, Claimed, Died, Effect, Published, Requeued
 from jqueue.domain.index import QueueIndex
@@ -156,11 +157,11 @@ def test_a_checkpoint_and_its_slab_keep_every_field() -> None:
     added = full_job()
     added.payload = payload_ref(2, 7)
     index.apply(added)
-    plan = SlabSet().plan(index.freeze(), T0, "0", every_job=True, unit=1)
-    assert plan.segments == {2}
-    assert plan.slab is not None
-    manifest = decode_manifest(plan.manifest(T0), "mem")
-    back, _ = SlabSet.loaded(manifest, [decode_slab(plan.content, "mem")], "mem")
+    made = plan(SlabSet(), index.freeze(), T0, "0", every_job=True, unit=1)
+    assert made.segments == {2}
+    assert made.slab is not None
+    manifest = decode_manifest(made.manifest(T0), "mem")
+    back, _, _ = loaded(manifest, [made.content], ["mem"], "mem")
     [record] = back.in_order()
     assert stored_values(record) == stored_values(added)
     assert record.payload == payload_ref(2, 7)

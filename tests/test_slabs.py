@@ -20,7 +20,10 @@ from jqueue.core.formats.checkpoint import Manifest, decode_manifest
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX
 from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.formats.slab import SLAB_PREFIX, decode_slab, slab_name, slab_tree
-from jqueue.core.log.slabs import FANOUT, SlabSet
+from jqueue.core.log import checkpoints
+from jqueue.core.log.slab_load import loaded
+from jqueue.core.log.slab_plan import FANOUT, plan
+from jqueue.core.log.slabs import SlabSet
 from jqueue.core.log.store import LogStore
 from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
@@ -94,9 +97,14 @@ async def test_slabs_stay_few_and_a_fresh_reader_sees_the_newest_state() -> None
 
 def rows_of(index: QueueIndex) -> list[tuple[Any, ...]]:
     """Every field of every live job (place and heap stamp aside)."""
-    return sorted(
-        tuple(getattr(record, name) for name in RECORD_COLUMNS) for record in index.records.values()
-    )
+    return sorted(tuple(getattr(record, name) for name in RECORD_COLUMNS) for record in index.every_record())
+
+
+def reread(manifest: Manifest, stored: dict[str, bytes]) -> tuple[QueueIndex, SlabSet]:
+    """The index and slab set of a process that opens ``manifest`` (its slabs in ``stored``)."""
+    names = [entry.name for entry in manifest.slabs]
+    index, slab_set, _ = loaded(manifest, [stored[name] for name in names], names, "manifest")
+    return index, slab_set
 
 
 ACTIONS = st.sampled_from(["add", "again", "claim", "ack", "nack", "checkpoint", "every_job"])
@@ -104,16 +112,19 @@ ACTIONS = st.sampled_from(["add", "again", "claim", "ack", "nack", "checkpoint",
 
 @settings(max_examples=400, deadline=None)
 @given(
-    steps=st.lists(st.tuples(ACTIONS, st.integers(1, 12), st.lists(ACTIONS, max_size=6)), max_size=40),
+    steps=st.lists(
+        st.tuples(ACTIONS, st.integers(1, 12), st.lists(ACTIONS, max_size=6), st.booleans()), max_size=40
+    ),
     unit=st.integers(1, 6),
 )
 def test_every_checkpoint_reads_back_as_the_state_it_was_taken_of(
-    steps: list[tuple[str, int, list[str]]], unit: int
+    steps: list[tuple[str, int, list[str], bool]], unit: int
 ) -> None:
     """Random changes to an index, with checkpoints that build on the last one (small size classes,
     so slabs merge and retire often) and changes made between a freeze and its checkpoint; a
-    removed job's id is added again, as a caller that names its jobs may."""
-    index, slabs, stored = QueueIndex(), SlabSet(), {}
+    removed job's id is added again, as a caller that names its jobs may. After a checkpoint
+    the changes may go on in a process that opened it, whose claimable jobs are cold rows."""
+    index, slabs, stored = QueueIndex(), SlabSet(), dict[str, bytes]()
     numbers, now, gone = itertools.count(), T0, list[str]()
 
     def act(action: str, count: int) -> None:
@@ -149,27 +160,40 @@ def test_every_checkpoint_reads_back_as_the_state_it_was_taken_of(
                 else:
                     index.nack(job_id, None, now)
 
-    for action, count, meanwhile in steps:
+    for action, count, meanwhile, reopen in steps:
         if action not in ("checkpoint", "every_job"):
             act(action, count)
+            counted(index)
             continue
-        frozen = index.freeze(every_job=action == "every_job")
+        every_job = action == "every_job" or slabs.checkpoint is None
+        taken = {slab.number: bytes(slab.taken) for slab in slabs.slabs} if every_job else {}
+        frozen = index.freeze(every_job=every_job)
         expected = rows_of(index)
         for other in meanwhile:  # commits go on while the checkpoint is made
             if other not in ("checkpoint", "every_job"):
                 act(other, count)
         try:
-            plan = slabs.plan(frozen, now, f"{next(numbers):x}", every_job=action == "every_job", unit=unit)
+            made = plan(slabs, frozen, now, f"{next(numbers):x}", every_job=every_job, taken=taken, unit=unit)
         finally:
             index.thaw()
-        manifest = decode_manifest(plan.manifest(now), "manifest")
-        slabs.adopt(plan)  # as once the checkpoint is stored
-        if plan.slab is not None:
-            stored[plan.slab.name] = plan.content
-        decoded = [decode_slab(stored[entry.name], entry.name) for entry in manifest.slabs]
-        back, _ = SlabSet.loaded(manifest, decoded, "manifest")
+        manifest = decode_manifest(made.manifest(now), "manifest")
+        current = rows_of(index)
+        slabs.adopt(made)  # as once the checkpoint is stored
+        assert rows_of(index) == current
+        counted(index)
+        if made.slab is not None:
+            stored[made.slab.name] = made.content
+        back, back_slabs = reread(manifest, stored)
         assert rows_of(back) == expected
+        counted(back)
         assert all(entry.dropped().count(1) * 2 <= entry.rows for entry in manifest.slabs)
+        if reopen and not meanwhile:
+            index, slabs = back, back_slabs
+
+
+def counted(index: QueueIndex) -> None:
+    """The index counts each live job once, as its records and cold rows hold them."""
+    assert len(index) == len(rows_of(index)) == sum(map(sum, index.tally.counts.values()))
 
 
 async def test_compaction_deletes_the_slabs_no_checkpoint_names() -> None:
@@ -236,11 +260,9 @@ async def test_a_checkpoint_that_builds_on_one_compacted_meanwhile_is_replaced_a
 async def test_a_checkpoint_cancelled_while_it_is_made_leaves_the_next_one_whole(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    plan = SlabSet.plan
-
-    def slow_plan(self: SlabSet, *arguments: Any, **options: Any) -> Any:
+    def slow_plan(*arguments: Any, **options: Any) -> Any:
         time.sleep(0.3)  # a fault: the thread outlives the call that waits for it
-        return plan(self, *arguments, **options)
+        return plan(*arguments, **options)
 
     storage = InMemoryStorage(name="cancelled")
     async with DirectQueue(storage, log=NEVER) as queue:
@@ -248,7 +270,7 @@ async def test_a_checkpoint_cancelled_while_it_is_made_leaves_the_next_one_whole
         await queue.checkpoint()
         await queue.dequeue("work", batch_size=3)
         with monkeypatch.context() as patched:
-            patched.setattr(SlabSet, "plan", slow_plan)
+            patched.setattr(checkpoints, "plan", slow_plan)
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(queue.checkpoint(), timeout=0.05)
             await asyncio.sleep(0.5)  # whatever the thread does, it has done it

@@ -33,7 +33,10 @@ from jqueue.core.formats import marker as marker_format
 from jqueue.core.formats import payload_refs, slab_block
 from jqueue.core.formats import single as single_format
 from jqueue.core.formats import slab as slab_format
-from jqueue.core.log.slabs import Plan, SlabSet
+from jqueue.core.log.slab_load import loaded
+from jqueue.core.log.slab_plan import Plan
+from jqueue.core.log.slab_plan import plan as make_plan
+from jqueue.core.log.slabs import SlabSet
 from jqueue.domain import effects as fx
 from jqueue.domain.controls import Controls
 from jqueue.domain.errors import CorruptStateError
@@ -133,7 +136,7 @@ def plan_of(index: QueueIndex) -> tuple[bytes, Plan]:
     """Make the checkpoint that writes every job of ``index`` (its bytes and its plan), keeping
     its slab in ``SLABS``."""
     try:
-        plan = SlabSet().plan(index.freeze(), NOW, f"{len(SLABS):x}", every_job=True)
+        plan = make_plan(SlabSet(), index.freeze(), NOW, f"{len(SLABS):x}", every_job=True)
     finally:
         index.thaw()
     manifest = plan.manifest(NOW)
@@ -169,8 +172,10 @@ def checkpoint_index(data: bytes, location: str) -> QueueIndex:
     manifest = checkpoint_format.decode_manifest(data, location)
     if any(entry.name not in SLABS for entry in manifest.slabs):  # as after relisting, in LogStore
         raise CorruptStateError(location, "it names a slab that is not there")
-    decoded = [slab_format.decode_slab(SLABS[entry.name], location) for entry in manifest.slabs]
-    return SlabSet.loaded(manifest, decoded, location)[0]
+    contents = [SLABS[entry.name] for entry in manifest.slabs]
+    for content in contents:  # every block read now: a cold one is otherwise decoded when claimed
+        slab_format.decode_slab(content, location)
+    return loaded(manifest, contents, [location] * len(contents), location)[0]
 
 
 def seeds(decoder: str) -> list[bytes]:
@@ -281,7 +286,7 @@ class Probe:
         decoded = slab_format.decode_slab(data, location)
         entry = checkpoint_format.SlabEntry("slab/x", len(decoded.ids), b"")
         manifest = checkpoint_format.Manifest(SEQ, NOW, [entry], [], Controls())
-        self.exercise(SlabSet.loaded(manifest, [decoded], location)[0], lambda _: b"")
+        self.exercise(loaded(manifest, [data], [location], location)[0], lambda _: b"")
 
     def marker(self, data: bytes, location: str) -> None:
         marker_format.decode_marker(data, location)

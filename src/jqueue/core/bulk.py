@@ -123,11 +123,10 @@ class BulkWrites:
         store = await self._log_store()
 
         def unused(index: QueueIndex) -> list[str]:
-            records = index.records
             return [
                 part_name(part.segment)
                 for part in parts
-                if not any(job_id in records for job_id in part.job_ids())
+                if not any(index.job(job_id) is not None for job_id in part.job_ids())
             ]
 
         names = await store.view(unused)

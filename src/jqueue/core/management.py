@@ -151,7 +151,7 @@ class ManagementCalls:
         """Return one job as it is now, or None if it is not in the queue."""
 
         def look(index: QueueIndex) -> list[JobRecord]:
-            record = index.records.get(job_id)
+            record = index.job(job_id)
             return [] if record is None else [record]
 
         found = await self._jobs([record.as_added() for record in await self._view(look)])
@@ -163,7 +163,7 @@ class ManagementCalls:
         plain_id = fence(job_id)[0]
 
         def look(index: QueueIndex) -> bool:
-            record = index.records.get(plain_id)
+            record = index.job(plain_id)
             if record is not None:
                 return record.cancel_requested is not None
             finished = index.history.finished(plain_id)
@@ -253,7 +253,7 @@ class ManagementCalls:
                 chosen = self._selected(index, status, entrypoint, older_than)
             else:
                 before = _micros_before(older_than)
-                found = (index.records.get(job_id) for job_id in dict.fromkeys(wanted))
+                found = (index.job(job_id) for job_id in dict.fromkeys(wanted))
                 chosen = [r for r in found if r is not None and matches(r, status, entrypoint, before)]
             for record in chosen:
                 index.remove(record.id)

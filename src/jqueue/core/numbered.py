@@ -66,7 +66,7 @@ def numbering(new: list[Added], retention: timedelta, ids: IdSource) -> Operatio
     """
 
     def operation(index: QueueIndex) -> list[Added]:
-        tries = len(index.records) + len(index.history) + len(new) + 1
+        tries = len(index) + len(index.history) + len(new) + 1
         taken: set[str] = set()
         numbered: list[Added] = []
         for job in new:

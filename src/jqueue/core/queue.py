@@ -311,7 +311,7 @@ class JobQueue(ManagementCalls, EnqueueCalls):
         def operation(index: QueueIndex) -> None:
             now = utc_now()
             for job_id, lease in fences:
-                record = index.records.get(job_id)
+                record = index.records.get(job_id)  # a claimed job is never cold
                 wait = delay if delay is not None else policy.retry_delay(record.attempts if record else 1)
                 retry_at = None if not wait else to_micros(now + wait)
                 index.nack(job_id, lease, to_micros(now), retry_at, text, limit, dead)

@@ -12,6 +12,7 @@ from jqueue.domain.records import JobRecord
 
 if TYPE_CHECKING:
     from jqueue.domain.claim_order import ClaimOrder
+    from jqueue.domain.cold import ColdRows
     from jqueue.domain.tally import Tally
 
 BULK_ADDS = 64
@@ -30,11 +31,15 @@ class BulkAdds:
     _next_order: int
     _last_stamp: int
     changed: dict[str, JobRecord] | None
+    cold: ColdRows | None
 
     def apply(self, effect: Effect) -> None:
         raise NotImplementedError
 
     def _stage(self, record: JobRecord) -> None:
+        raise NotImplementedError
+
+    def job(self, job_id: str) -> JobRecord | None:
         raise NotImplementedError
 
     def _delete(self, record: JobRecord) -> None:
@@ -63,7 +68,8 @@ class BulkAdds:
                 self.apply(added)
             return
         keys = [a.dedup_key for a in run if a.dedup_key is not None]
-        if self.records.keys() & {a.id for a in run} or len({a.id for a in run}) < len(run):
+        cold = self.cold is not None and any(self.job(a.id) is not None for a in run)
+        if cold or self.records.keys() & {a.id for a in run} or len({a.id for a in run}) < len(run):
             raise ValueError("a job is added twice")
         if self._dedup.keys() & set(keys) or len(set(keys)) < len(keys):
             raise ValueError("two jobs share a dedup key")

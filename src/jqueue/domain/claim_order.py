@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Iterator
 from datetime import timedelta
 from typing import Any
 
+from jqueue.domain.cold import ClaimKey, ColdRows
 from jqueue.domain.controls import Controls
 from jqueue.domain.models import UNLEASED_CLAIM_TIMEOUT, JobStatus
 from jqueue.domain.records import JobRecord
@@ -43,10 +44,13 @@ def _heartbeat_key(record: JobRecord) -> int:
 
 
 class ClaimOrder:
-    """The claim and sweep heaps over the records of one index (a dict it shares)."""
+    """The claim and sweep heaps over the records of one index (a dict it shares), and the
+    lines of its cold jobs; ``warm`` keeps the record of a cold job a claim takes."""
 
-    def __init__(self, records: dict[str, JobRecord]) -> None:
+    def __init__(self, records: dict[str, JobRecord], warm: Callable[[JobRecord], None]) -> None:
         self.records = records
+        self.cold: ColdRows | None = None
+        self._warm = warm
         self._ready: dict[str, list[ReadyEntry]] = {}
         self._scheduled: list[ScheduledEntry] = []
         self._claimed: list[TimedEntry] = []
@@ -140,23 +144,49 @@ class ClaimOrder:
     ) -> str | None:
         """Pop and return the best claimable job (of ``entrypoints`` if given) whose entrypoint
         is neither paused, out of throttle, nor at its limit of ``running`` jobs, or None."""
-        best: list[ReadyEntry] | None = None
-        for name in list(self._ready) if entrypoints is None else entrypoints:
+        best: ClaimKey | None = None
+        best_name = ""
+        for name in self._names() if entrypoints is None else entrypoints:
             if controls.claims_paused(name) or controls.remaining(name, now) == 0:
                 continue
             if controls.at_limit(name, running):
                 continue
-            heap = self._clean_top(name)
-            if heap is not None and (best is None or heap[0] < best[0]):
-                best = heap
-        return None if best is None else heapq.heappop(best)[4]
+            key = self._head_key(name)
+            if key is not None and (best is None or key < best):
+                best, best_name = key, name
+        if best is None:
+            return None
+        return self._pop(best_name)
 
-    def head(self, entrypoint: str, now: int) -> JobRecord | None:
-        """Return the claimable job of ``entrypoint`` next in line at ``now`` (pauses and throttles
-        aside), or None; it moves due jobs to the claimable heaps and drops outdated entries."""
+    def next_created(self, entrypoint: str, now: int) -> int | None:
+        """Return when the claimable job of ``entrypoint`` next in line at ``now`` (pauses and
+        throttles aside) was created, or None; it moves due jobs to the claimable heaps and
+        drops outdated entries."""
         self.release_due(now)
+        key = self._head_key(entrypoint)
+        return None if key is None else key[1]
+
+    def _names(self) -> list[str]:
+        if self.cold is None:
+            return list(self._ready)
+        return list(dict.fromkeys([*self._ready, *self.cold.entrypoints()]))
+
+    def _head_key(self, entrypoint: str) -> ClaimKey | None:
+        """Return where the best claimable job of ``entrypoint`` stands, hot or cold."""
         heap = self._clean_top(entrypoint)
-        return None if heap is None else self.records[heap[0][4]]
+        key: ClaimKey | None = None if heap is None else heap[0][:3]
+        cold = None if self.cold is None else self.cold.head(entrypoint)
+        return cold if cold is not None and (key is None or cold < key) else key
+
+    def _pop(self, entrypoint: str) -> str:
+        heap = self._ready.get(entrypoint)
+        cold = None if self.cold is None else self.cold.head(entrypoint)
+        if cold is not None and (not heap or cold < heap[0][:3]):
+            record = self.cold.take_head(entrypoint)  # type: ignore[union-attr]
+            self._warm(record)
+            return record.id
+        assert heap is not None
+        return heapq.heappop(heap)[4]
 
     def _clean_top(self, entrypoint: str) -> list[ReadyEntry] | None:
         heap = self._ready.get(entrypoint)

@@ -14,6 +14,7 @@ from jqueue.domain.errors import JobCancelledError
 from jqueue.domain.index_state import IndexState
 from jqueue.domain.models import LEASE_EXPIRED, JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
+from jqueue.domain.tally import DEAD
 
 
 class QueueIndex(IndexState):
@@ -38,13 +39,13 @@ class QueueIndex(IndexState):
 
     def known(self, job_id: str) -> JobRecord | HistoryRecord | None:
         """Return the live job ``job_id``, else its newest history record, if either exists."""
-        record = self.records.get(job_id)
+        record = self.job(job_id)
         return record if record is not None else self.history.finished(job_id)
 
     def with_dedup_key(self, key: str) -> JobRecord | None:
         """Return the live job enqueued with dedup key ``key``, if any."""
         job_id = self._dedup.get(key)
-        return None if job_id is None else self.records[job_id]
+        return None if job_id is None else self.records[job_id]  # a job with a dedup key is never cold
 
     def dedup_match(self, key: str, acked_since: int) -> JobRecord | HistoryRecord | None:
         """Return the live job enqueued with ``key``, else the newest one acked at or after
@@ -189,7 +190,7 @@ class QueueIndex(IndexState):
             If one of ``job_ids`` is not in the queue.
         """
         if job_ids is None:
-            dead = [r.id for r in self.select({JobStatus.DEAD})]
+            dead = sorted(self.tally.ids(DEAD), key=lambda job_id: self.records[job_id].order)
         else:
             dead = [job_id for job_id in job_ids if self._require(job_id).status is JobStatus.DEAD]
         return [self._applied(fx.Requeued(job_id, reset=True)) for job_id in dict.fromkeys(dead)]
@@ -215,7 +216,7 @@ class QueueIndex(IndexState):
             If the job's cancel was asked for: its worker is to stop it (nothing changes);
             also once it ended cancelled (its lease ran out after the cancel was asked for).
         """
-        finished = None if job_id in self.records else self.history.finished(job_id)
+        finished = None if self.job(job_id) is not None else self.history.finished(job_id)
         if finished is not None and finished.outcome is JobStatus.CANCELLED:
             raise JobCancelledError(job_id)
         record = self._holding(job_id, lease)

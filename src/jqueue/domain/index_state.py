@@ -13,12 +13,13 @@ race is undone in O(batch) and re-applied on top of the newer state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Self, TypeVar
 
 from jqueue.domain.bulk_adds import BulkAdds
 from jqueue.domain.claim_order import ClaimOrder
+from jqueue.domain.cold import ColdRows
 from jqueue.domain.controls import Controls
 from jqueue.domain.effects import (
     Added,
@@ -101,7 +102,8 @@ class IndexState(Journal, BulkAdds, Freezing):
         self._staged: dict[str, set[str]] = {}
         self._next_order = 0
         self._last_stamp = 0
-        self.order = ClaimOrder(self.records)
+        self.order = ClaimOrder(self.records, self._warm)
+        self.cold: ColdRows | None = None
         self._journal: list[Callable[[], None]] | None = None
         self.pending_effects: list[Effect] = []
         self.changed: dict[str, JobRecord] | None = None
@@ -149,7 +151,7 @@ class IndexState(Journal, BulkAdds, Freezing):
                 index._dedup[record.dedup_key] = record.id
             if record.status is JobStatus.STAGED:
                 index._stage(record)
-        index.order = ClaimOrder(index.records)
+        index.order = ClaimOrder(index.records, index._warm)
         index.order.rebuild()
         index.tally.rebuild(records)
         index.restore(history, controls or Controls())
@@ -170,12 +172,37 @@ class IndexState(Journal, BulkAdds, Freezing):
         if record is not None and isinstance(record.payload, bytes):
             record.payload = handle
 
+    def attach(self, cold: ColdRows, last_order: int) -> None:
+        """Reach the jobs of ``cold`` too (a freshly built index), the last inserted as number
+        ``last_order`` or before: they count as claimable jobs, and become records as they are
+        looked up or claimed."""
+        self.cold = self.order.cold = cold
+        self._next_order = max(self._next_order, last_order + 1)
+        for entrypoint, count in cold.counts().items():
+            self.tally.count_ready(entrypoint, count)
+
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.records) + (0 if self.cold is None else len(self.cold))
+
+    def job(self, job_id: str) -> JobRecord | None:
+        """Return the record of live job ``job_id``, if any (a cold one becomes a record)."""
+        record = self.records.get(job_id)
+        if record is None and self.cold is not None:
+            record = self.cold.take(job_id)
+            if record is not None:
+                self._warm(record)
+                self._push(record)
+        return record
+
+    def every_record(self) -> Iterator[JobRecord]:
+        """Yield every live job's record, in no order (those of cold jobs are not to be changed)."""
+        yield from self.records.values()
+        if self.cold is not None:
+            yield from self.cold.peek()
 
     def in_order(self) -> list[JobRecord]:
         """Return every record in insertion order (the order of ``QueueState.jobs``)."""
-        return sorted(self.records.values(), key=lambda record: record.order)
+        return sorted(self.every_record(), key=lambda record: record.order)
 
     # --- replay ---------------------------------------------------------------------
 
@@ -275,19 +302,19 @@ class IndexState(Journal, BulkAdds, Freezing):
     def _holding(self, job_id: str, lease: str | None) -> JobRecord:
         if lease is None:
             return self._require(job_id)
-        record = self.records.get(job_id)
+        record = self.records.get(job_id)  # a claimed job is never cold
         if record is None or record.status is not JobStatus.IN_PROGRESS or record.lease != lease:
             raise LeaseLostError(job_id)
         return record
 
     def _require(self, job_id: str) -> JobRecord:
-        record = self.records.get(job_id)
+        record = self.job(job_id)
         if record is None:
             raise JobNotFoundError(job_id)
         return record
 
     def _existing(self, job_id: str, effect: Effect) -> JobRecord:
-        record = self.records.get(job_id)
+        record = self.job(job_id)
         if record is None:
             raise ValueError(f"{effect} refers to a job that is not in the queue")
         return record
@@ -317,7 +344,7 @@ class IndexState(Journal, BulkAdds, Freezing):
         self._update(record, record.changed(**queued))
 
     def _add(self, added: Added) -> None:
-        if added.id in self.records:
+        if self.job(added.id) is not None:
             raise ValueError(f"{added.id} is added twice")
         if added.dedup_key is not None and added.dedup_key in self._dedup:
             raise ValueError(f"{added.id} reuses the dedup key of {self._dedup[added.dedup_key]}")
@@ -357,6 +384,10 @@ class IndexState(Journal, BulkAdds, Freezing):
         if record.status is JobStatus.STAGED:
             self._stage(record)
         self._push(record)
+
+    def _warm(self, record: JobRecord) -> None:
+        """Keep a cold job's record from now on (no change to the queue: not journalled)."""
+        self.records[record.id] = record
 
     def _insert(self, record: JobRecord) -> None:
         self.tally.add(record)  # first: it refuses a finished job's status before anything changed

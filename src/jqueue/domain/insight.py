@@ -80,7 +80,7 @@ def browse(
     elif status is JobStatus.DEAD:
         pool = (index.records[job_id] for job_id in index.tally.ids(DEAD))
     else:
-        pool = iter(index.records.values())
+        pool = index.every_record()
     found: list[JobRecord] = []
     looked = 0
     for record in islice(pool, cursor, None):

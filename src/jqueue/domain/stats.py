@@ -80,20 +80,20 @@ def stats_of(index: QueueIndex, now: int) -> QueueStats:
     index keeps: O(entrypoints + delayed jobs), whatever the number of jobs."""
     not_due: dict[str, int] = {}
     for job_id in index.tally.ids(DELAYED):
-        record = index.records[job_id]
+        record = index.records[job_id]  # a delayed job is never cold
         if record.not_before is not None and record.not_before > now:
             not_due[record.entrypoint] = not_due.get(record.entrypoint, 0) + 1
     per: dict[str, EntrypointStats] = {}
     for name, counts in sorted(index.tally.counts.items()):
         scheduled = not_due.get(name, 0)
-        head = index.order.head(name, now)
+        head = index.order.next_created(name, now)
         per[name] = EntrypointStats(
             queued=counts[QUEUED] + counts[DELAYED] - scheduled,
             scheduled=scheduled,
             in_progress=counts[IN_PROGRESS],
             dead=counts[DEAD],
             staged=counts[STAGED],
-            oldest_queued_at=None if head is None else from_micros(head.created),
+            oldest_queued_at=None if head is None else from_micros(head),
         )
     controls = index.controls
     return QueueStats(

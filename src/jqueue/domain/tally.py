@@ -59,6 +59,13 @@ class Tally:
         if ids is not None:
             ids[record.id] = None
 
+    def count_ready(self, entrypoint: str, count: int) -> None:
+        """Count ``count`` more claimable jobs of ``entrypoint`` that are not records (cold rows)."""
+        counts = self.counts.get(entrypoint)
+        if counts is None:
+            counts = self.counts[entrypoint] = [0, 0, 0, 0, 0]
+        counts[QUEUED] += count
+
     def discard(self, record: JobRecord) -> None:
         """Stop counting a record that leaves the index (or whose state is about to change)."""
         slot = slot_of(record)

@@ -2,10 +2,10 @@
 
 A slab is immutable; a checkpoint (a manifest, ``checkpoint.py``) names the slabs that
 together hold every live job, with the rows of each that no longer count. Its rows are in
-claim order: first the jobs a claim does not take as they are (claimed, waiting for a time,
-dead, staged), by insertion; then the claimable ones by entrypoint, priority, creation and
-insertion, the order of the claim heaps, so each entrypoint's next claimable rows are a
-block away. The layout ``jqueue-slab/2`` is, byte after byte:
+claim order: first the held jobs, those a claim does not take as they are (claimed, waiting
+for a time, dead, staged) or that carry a dedup key, by insertion; then the claimable ones
+by entrypoint, priority, creation and insertion, the order of the claim heaps, so each
+entrypoint's next claimable rows are a block away. The layout ``jqueue-slab/2`` is, byte after byte:
 
 - ``MAGIC``;
 - the blocks (``slab_block.py``) of up to ``BLOCK_ROWS`` rows, each zlib-compressed;
@@ -27,6 +27,7 @@ import sys
 import zlib
 from array import array
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -59,12 +60,19 @@ _NOT_BEFORE = CHANGING_FIELDS.index("not_before")
 RowKey = tuple[int, str, int, int, int]
 
 
-class _Header(msgspec.Struct, forbid_unknown_fields=True):
+class SlabHeader(msgspec.Struct, forbid_unknown_fields=True):
+    """What a slab says of itself: its rows, how many come before the claimable ones, each
+    block's offset and length, each entrypoint's claimable rows (``[start, end)``), the
+    largest insertion number of its jobs, its rows per log entry holding their payloads,
+    and its filter's checksum."""
+
     layout: str
     rows: Count
     held: Count
     blocks: list[tuple[Count, Count]]
     ranges: dict[str, tuple[Count, Count]]
+    last_order: int
+    segments: list[tuple[Count, Count]]
     filter_crc: Count
 
 
@@ -74,7 +82,7 @@ class _FirstLayout(msgspec.Struct):
     blocks: list[BLOCK_TYPE]
 
 
-_header_decoder = msgspec.json.Decoder(_Header)
+_header_decoder = msgspec.json.Decoder(SlabHeader)
 _first_decoder = msgspec.json.Decoder(_FirstLayout)
 
 
@@ -103,7 +111,7 @@ def row_key(record: JobRecord, saved: Mapping[str, ClaimState]) -> RowKey:
         status, not_before = record.status, record.not_before
     else:
         status, not_before = state[_STATUS], state[_NOT_BEFORE]
-    if status is JobStatus.QUEUED and not_before is None:
+    if status is JobStatus.QUEUED and not_before is None and record.dedup_key is None:
         return (1, record.entrypoint, record.priority, record.created, record.order)
     return (0, "", 0, 0, record.order)
 
@@ -156,6 +164,7 @@ class SlabWriter:
     _held: int = 0
     _ranges: dict[str, list[int]] = field(default_factory=dict)
     _last: RowKey | None = None
+    _last_order: int = -1
 
     def add(self, records: Sequence[JobRecord]) -> None:
         """Append a block of at most ``BLOCK_ROWS`` rows, which follow the rows before them in claim order.
@@ -174,7 +183,7 @@ class SlabWriter:
                 self._ranges.setdefault(key[1], [row, row])[1] = row + 1
             else:
                 self._held = row + 1
-            self._last = key
+            self._last, self._last_order = key, max(self._last_order, record.order)
             self.ids.append(record.id)
         encoded, segments = encode_block(records, self.saved)
         self.segments += segments
@@ -183,19 +192,50 @@ class SlabWriter:
         self._blocks.append((self._offset, len(compressed)))
         self._offset += len(compressed)
 
-    def content(self, slab_filter: SlabFilter) -> bytes:
-        """Return the slab's bytes, with its filter (``SlabFilter.of(self.ids)``)."""
-        table = _little_endian_bytes(slab_filter.values)
-        header = _Header(
+    def content(self) -> bytes:
+        """Return the slab's bytes."""
+        table = _little_endian_bytes(SlabFilter.of(self.ids).values)
+        header = SlabHeader(
             SLAB_LAYOUT,
             len(self.ids),
             self._held,
             self._blocks,
             {name: (start, end) for name, (start, end) in self._ranges.items()},
+            self._last_order,
+            sorted(Counter(self.segments).items()),
             zlib.crc32(table),
         )
         encoded = msgspec.json.encode(header)
         return b"".join((*self._parts, table, encoded, len(encoded).to_bytes(_LENGTH_BYTES, "big")))
+
+
+@dataclass(frozen=True)
+class OpenedSlab:
+    """A slab of this layout whose header and filter are read, and whose blocks are decoded
+    one at a time (``block``)."""
+
+    data: bytes
+    header: SlabHeader
+    filter: SlabFilter
+    location: str
+
+    def block(self, number: int) -> dict[str, list[Any]]:
+        """Return the columns of block ``number`` (``block_columns``).
+
+        Raises
+        ------
+        CorruptStateError
+            If it is damaged, or does not hold the rows the header gives it.
+        """
+        start, size = self.header.blocks[number]
+        rows = min(BLOCK_ROWS, self.header.rows - number * BLOCK_ROWS)
+        try:
+            columns = decode_block(zlib.decompress(self.data[start : start + size]))
+        except (ValueError, zlib.error) as exc:
+            raise CorruptStateError(self.location, f"block {number} is damaged: {exc}") from exc
+        if len(columns["id"]) != rows:
+            raise CorruptStateError(self.location, f"block {number} does not hold {rows} rows")
+        return columns
 
 
 @dataclass(frozen=True)
@@ -209,22 +249,38 @@ class DecodedSlab:
     current: bool = True
 
 
+def open_slab(data: bytes, location: str) -> OpenedSlab:
+    """Read a slab's header and filter.
+
+    Raises
+    ------
+    CorruptStateError
+        If ``data`` is not a slab of this layout, or its header and filter do not fit it.
+    """
+    try:
+        return _opened(data, location)
+    except UNDECODABLE as exc:
+        raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
+    except ValueError as exc:
+        raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
+
+
 def decode_slab(data: bytes, location: str) -> DecodedSlab:
-    """Return a slab's rows.
+    """Return every row of a slab, of either layout.
 
     Raises
     ------
     CorruptStateError
         If ``data`` is not a slab, or its rows do not fit its header and filter.
     """
-    try:
-        if data.startswith(b"{"):
+    if data.startswith(b"{"):
+        try:
             return _decode_first(data)
-        return _decode(data)
-    except UNDECODABLE as exc:
-        raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
-    except (ValueError, zlib.error) as exc:
-        raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
+        except (*UNDECODABLE, ValueError) as exc:
+            raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
+    opened = open_slab(data, location)
+    blocks = [opened.block(number) for number in range(len(opened.header.blocks))]
+    return DecodedSlab(list(chain.from_iterable(b["id"] for b in blocks)), blocks, opened.filter)
 
 
 def _decode_first(data: bytes) -> DecodedSlab:
@@ -240,7 +296,7 @@ def _decode_first(data: bytes) -> DecodedSlab:
     return DecodedSlab(ids, blocks, SlabFilter.of(ids), current=False)
 
 
-def _decode(data: bytes) -> DecodedSlab:
+def _opened(data: bytes, location: str) -> OpenedSlab:
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _LENGTH_BYTES:
         raise ValueError("it does not begin as a slab does")
     length = int.from_bytes(data[-_LENGTH_BYTES:], "big")
@@ -250,29 +306,27 @@ def _decode(data: bytes) -> DecodedSlab:
     header = _header_decoder.decode(data[table_end : len(data) - _LENGTH_BYTES])
     if header.layout != SLAB_LAYOUT:
         raise ValueError(f"layout {header.layout!r} is not {SLAB_LAYOUT!r}")
-    offset, blocks = len(MAGIC), []
+    offset = len(MAGIC)
     for start, size in header.blocks:
         if start != offset or start + size > table_end:
             raise ValueError("its blocks do not follow each other")
-        blocks.append(decode_block(zlib.decompress(data[start : start + size])))
         offset = start + size
+    if len(header.blocks) != -(-header.rows // BLOCK_ROWS):
+        raise ValueError(f"it does not have one block for each {BLOCK_ROWS} of its {header.rows} rows")
     if table_end - offset != header.rows * 8:
         raise ValueError(f"its filter does not have {header.rows} rows")
     table = data[offset:table_end]
     if zlib.crc32(table) != header.filter_crc:
         raise ValueError("its filter does not match its checksum")
-    ids = list(chain.from_iterable(block["id"] for block in blocks))
-    sizes = [len(block["id"]) for block in blocks]
-    if len(ids) != header.rows or any(size != BLOCK_ROWS for size in sizes[:-1]):
-        raise ValueError(f"its blocks do not hold {header.rows} rows of {BLOCK_ROWS} a block")
     values = array("Q")
     values.frombytes(table)
-    slab_filter = SlabFilter(_little_endian(values))
+    if header.rows and (header.last_order < 0 or sum(count for _, count in header.segments) != header.rows):
+        raise ValueError("its insertion numbers or payload entries do not fit its rows")
     _check_ranges(header)
-    return DecodedSlab(ids, blocks, slab_filter)
+    return OpenedSlab(data, header, SlabFilter(_little_endian(values)), location)
 
 
-def _check_ranges(header: _Header) -> None:
+def _check_ranges(header: SlabHeader) -> None:
     bounds = sorted(header.ranges.values())
     if any(start >= end for start, end in bounds) or (bounds and bounds[0][0] != header.held):
         raise ValueError("its claimable rows do not follow its held rows")

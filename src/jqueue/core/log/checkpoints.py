@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from jqueue.core.formats.checkpoint import decode_manifest
 from jqueue.core.formats.collections_paused import collections_paused
-from jqueue.core.formats.payload_refs import columns_from_refs
-from jqueue.core.formats.slab import decode_slab
 from jqueue.core.log.compaction import Compactor
-from jqueue.core.log.slabs import Plan, SlabSet
+from jqueue.core.log.slab_load import loaded
+from jqueue.core.log.slab_plan import Plan, plan
+from jqueue.core.log.slabs import SlabSet
 from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.settings import LogSettings
 from jqueue.core.loop.store import describe_named
@@ -40,13 +40,14 @@ class SlabsLostError(CorruptStateError):
 @dataclass(frozen=True)
 class Pending:
     """A checkpoint begun: the frozen index, when, the slabs it builds on, and whether it
-    writes every job."""
+    writes every job (then with each slab's rows taken at the freeze)."""
 
     index: QueueIndex
     jobs: Frozen
     at: int
     slabs: SlabSet
     every_job: bool
+    taken: dict[int, bytes]
 
 
 class Checkpoints:
@@ -94,20 +95,15 @@ class Checkpoints:
                 return await self.retry.get(self.keyed, slab)
 
         contents = await asyncio.gather(*(fetch(entry.name) for entry in manifest.slabs))
+        present = [content for content in contents if content is not None]
         for entry, content in zip(manifest.slabs, contents, strict=True):
             if content is None:
                 return entry.name
+        locations = [describe_named(self.keyed, entry.name) for entry in manifest.slabs]
         with collections_paused():
-            rows = [
-                decode_slab(content, describe_named(self.keyed, entry.name))
-                for entry, content in zip(manifest.slabs, contents, strict=True)
-                if content is not None
-            ]
-            index, self.slabs = SlabSet.loaded(manifest, rows, describe_named(self.keyed, name))
-        if manifest.inline is None:
-            segments = self.slabs.segments()
-        else:
-            segments = set(columns_from_refs(manifest.inline["payload"])[0])
+            index, self.slabs, segments = loaded(
+                manifest, present, locations, describe_named(self.keyed, name)
+            )
         self.compactor.remember(name, segments, {entry.name for entry in manifest.slabs})
         return index
 
@@ -127,8 +123,12 @@ class Checkpoints:
 
     def freeze(self, index: QueueIndex) -> Pending:
         """Freeze ``index`` for the next checkpoint (on the event loop, O(1) unless it writes every job)."""
-        every_job = self.slabs.checkpoint is None
-        return Pending(index, index.freeze(every_job=every_job), to_micros(utc_now()), self.slabs, every_job)
+        slabs = self.slabs
+        every_job = slabs.checkpoint is None
+        taken = {slab.number: bytes(slab.taken) for slab in slabs.slabs} if every_job else {}
+        return Pending(
+            index, index.freeze(every_job=every_job), to_micros(utc_now()), slabs, every_job, taken
+        )
 
     async def write(self, pending: Pending) -> None:
         """Make the checkpoint of a frozen index in a thread (commits go on meanwhile) and store
@@ -155,7 +155,15 @@ class Checkpoints:
         this call is cancelled meanwhile)."""
         tag = uuid.uuid4().hex[:8]
         planning = asyncio.ensure_future(
-            asyncio.to_thread(pending.slabs.plan, pending.jobs, pending.at, tag, every_job=pending.every_job)
+            asyncio.to_thread(
+                plan,
+                pending.slabs,
+                pending.jobs,
+                pending.at,
+                tag,
+                every_job=pending.every_job,
+                taken=pending.taken,
+            )
         )
         try:
             return await asyncio.shield(planning)

@@ -1,131 +1,161 @@
-"""``SlabSet``: the slabs of the newest checkpoint a process wrote or loaded, and the making of
-the next checkpoint from them in O(changes), not O(live jobs) (ADR 0015).
+"""``SlabSet``: the slabs of the newest checkpoint a process wrote or loaded, and the cold jobs
+they hold (ADR 0015).
 
-Each live job has one row that counts, in one slab; its record's ``place`` is that slab's
-``number`` in this process, and a slab finds the row by its filter (rows are in claim order). A
-checkpoint drops the rows of the jobs changed since the last one and writes their rows as
-they are now into one new slab, together with the rows left in the slabs it retires:
-those more than half dropped, and, size-tiered, ``FANOUT`` slabs of one size class at
-once, so that a row is rewritten O(log(jobs / changes a checkpoint)) times.
+Each live job has one row that counts, in one slab. A process keeps as records only the
+jobs its index needs as objects: a slab's held rows (claimed, waiting for a time, dead,
+staged, with a dedup key), the jobs changed since, and the rows it has looked up or claimed
+(``taken``). The other rows stay in their slabs, cold: ``SlabSet`` is the index's
+``ColdRows``, and hands them out by id (through each slab's filter) and, per entrypoint, in
+claim order (a cursor per slab). A record's ``place`` is the number of the slab that held
+its row when it was taken; a merge that retires that slab leaves a forward to the new one.
+Within a process a dropped row is always a taken one, so a row is cold exactly while it is
+not taken.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgspec
+from jqueue.core.formats.checkpoint import SlabEntry
+from jqueue.core.formats.slab import OpenedSlab
+from jqueue.core.formats.slab_block import BLOCK_ROWS
+from jqueue.domain.cold import ClaimKey
+from jqueue.domain.records import RECORD_COLUMNS, JobRecord
+from jqueue.domain.schema import FIELDS
 
-from jqueue.core.formats.checkpoint import Manifest, SlabEntry, encode_manifest, encoded_history
-from jqueue.core.formats.marker import checkpoint_name
-from jqueue.core.formats.payload_refs import columns_from_refs, payload_place
-from jqueue.core.formats.slab import DecodedSlab, RowKey, SlabFilter, SlabWriter, row_key, slab_name
-from jqueue.core.formats.slab_block import BLOCK_ROWS, concatenated
-from jqueue.domain.errors import CorruptStateError
-from jqueue.domain.index import QueueIndex
-from jqueue.domain.index_state import REQUIRED_COLUMNS
-from jqueue.domain.records import ClaimState, Frozen, JobRecord
+if TYPE_CHECKING:
+    from jqueue.core.log.slab_plan import Plan
 
-FANOUT = 4
-"""Slabs of one size class that a checkpoint merges into its new slab."""
-SIZE_UNIT = BLOCK_ROWS
-"""Rows of the smallest size class: classes go up by ``FANOUT`` times."""
-_KEPT = bytes.maketrans(b"\x00\x01", b"\x01\x00")
-"""Turns a slab's dropped bytes into the bytes that select its rows that count."""
-_numbers = itertools.count(1)
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
+numbers = itertools.count(1)
+"""The numbers of the slabs of this process."""
+_CACHED_BLOCKS = 16
+"""Decoded blocks kept for lookups by id (a block of 4,096 rows decodes in a few ms)."""
+
+
+def record_at(columns: Mapping[str, list[Any]], row: int, place: int | None) -> JobRecord:
+    """Return the record of row ``row`` of a decoded block."""
+    values = [columns[name][row] if name in columns else _DEFAULTS[name] for name in RECORD_COLUMNS]
+    record = JobRecord(*values)
+    record.place = place
+    return record
+
+
+def union(first: bytes | bytearray, second: bytes | bytearray) -> bytearray:
+    """Return the rows marked in either of two byte-a-row masks (the second may be empty)."""
+    if not second:
+        return bytearray(first)
+    joined = int.from_bytes(first, "little") | int.from_bytes(second, "little")
+    return bytearray(joined.to_bytes(len(first), "little"))
+
+
+class BlockCache:
+    """The blocks of some slabs decoded lately, shared by the event loop and the plan's thread."""
+
+    def __init__(self, size: int = _CACHED_BLOCKS) -> None:
+        self._size = size
+        self._blocks: OrderedDict[tuple[int, int], dict[str, list[Any]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def block(self, slab: Slab, number: int) -> dict[str, list[Any]]:
+        """Return block ``number`` of ``slab``, decoded.
+
+        Raises
+        ------
+        CorruptStateError
+            If it is damaged.
+        """
+        key = (slab.number, number)
+        with self._lock:
+            found = self._blocks.get(key)
+            if found is not None:
+                self._blocks.move_to_end(key)
+                return found
+        columns = slab.opened.block(number)
+        with self._lock:
+            self._blocks[key] = columns
+            while len(self._blocks) > self._size:
+                self._blocks.popitem(last=False)
+        return columns
 
 
 @dataclass(eq=False)
 class Slab:
-    """A slab as this process knows it: its rows' job ids (in row order) and filter, which rows
-    no longer count (one byte a row), and how many rows that count have their payload in each
-    log entry."""
+    """A slab as this process knows it: its header and filter, which rows no longer count
+    (``dropped``, one byte a row, as its checkpoint says) and which are records of this
+    process (``taken``), and, per entrypoint, the first claimable row that may be cold."""
 
     name: str
-    ids: list[str]
-    filter: SlabFilter
+    opened: OpenedSlab
     dropped: bytearray
-    segments: Counter[int]
-    number: int = field(default_factory=lambda: next(_numbers))
+    taken: bytearray
+    number: int
+    cursors: dict[str, int] = field(default_factory=dict)
+    cold: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, name: str, opened: OpenedSlab, dropped: bytearray, taken: bytearray, number: int) -> Slab:
+        """Return a slab whose rows marked in ``taken`` (a superset of ``dropped``) are records."""
+        slab = cls(name, opened, dropped, taken, number)
+        for entrypoint, (start, end) in opened.header.ranges.items():
+            slab.cursors[entrypoint] = start
+            slab.cold[entrypoint] = (end - start) - taken.count(1, start, end)
+        return slab
+
+    @property
+    def rows(self) -> int:
+        """How many rows it holds."""
+        return self.opened.header.rows
 
     @property
     def live(self) -> int:
         """How many of its rows count."""
-        return len(self.ids) - self.dropped.count(1)
+        return self.rows - self.dropped.count(1)
 
-    def drop(self, job_id: str, payload: int) -> None:
-        """Mark the row of job ``job_id``, whose payload reference is ``payload``, as no longer counting.
-
-        Raises
-        ------
-        ValueError
-            If the slab has no row of that job.
-        """
-        row = self.filter.row(job_id, self.ids)
-        if row is None:
-            raise ValueError(f"slab {self.name!r} has no row of job {job_id!r}")
-        self.dropped[row] = 1
-        segment = payload_place(payload)[0]
-        self.segments[segment] -= 1
-        if self.segments[segment] <= 0:
-            del self.segments[segment]
-
-    def kept_rows(self) -> bytearray:
-        """One byte a row: 1 for a row that counts."""
-        return self.dropped.translate(_KEPT)
+    def segments(self) -> set[int]:
+        """The log entries that hold the payloads of its rows (dropped ones too)."""
+        return {segment for segment, _ in self.opened.header.segments}
 
     def entry(self) -> SlabEntry:
         """Return how a checkpoint names this slab."""
         return SlabEntry.of(self.name, self.dropped)
 
+    def row_of(self, job_id: str, blocks: BlockCache, *, known: bool = False) -> int | None:
+        """Return the row of job ``job_id``, or None; ``known`` says the slab has one, so a
+        single row with its hash is taken for it without decoding its block."""
+        rows = [row for row in self.opened.filter.rows(job_id) if row < self.rows]
+        if known and len(rows) == 1:
+            return rows[0]
+        for row in rows:
+            if blocks.block(self, row // BLOCK_ROWS)["id"][row % BLOCK_ROWS] == job_id:
+                return row
+        return None
 
-@dataclass(frozen=True)
-class Plan:
-    """What one checkpoint writes: a new slab (if any row is new), then the checkpoint naming
-    ``slabs``, whose log entries ``segments`` hold their payloads."""
+    def head_row(self, entrypoint: str) -> int | None:
+        """Return the first cold claimable row of ``entrypoint``, or None."""
+        span = self.opened.header.ranges.get(entrypoint)
+        if span is None or not self.cold.get(entrypoint):
+            return None
+        row, taken = self.cursors[entrypoint], self.taken
+        while row < span[1] and taken[row]:
+            row += 1
+        self.cursors[entrypoint] = row
+        return row if row < span[1] else None
 
-    slab: Slab | None
-    content: bytes
-    checkpoint: str
-    slabs: list[Slab]
-    segments: set[int]
-    version: int
-    at: int
-    tag: str
-    history: msgspec.Raw
-    controls: dict[str, Any]
-    _entries: list[SlabEntry]
-
-    def manifest(self, written_at: int) -> bytes:
-        """Name the new slab as written at ``written_at`` (epoch microseconds: compaction keeps a
-        slab no checkpoint names for the retention from then) and return the checkpoint."""
-        entries = self._entries
-        if self.slab is not None:
-            self.slab.name = slab_name(self.version, written_at, self.tag)
-            entries = [*entries[:-1], self.slab.entry()]
-        return encode_manifest(self.version, self.at, entries, self.history, self.controls)
-
-
-def _size_class(rows: int, unit: int) -> int:
-    return ((max(rows, unit) // unit).bit_length() - 1) // 2  # log4 of rows in units
-
-
-def _segments(slabs: list[Slab]) -> set[int]:
-    return set().union(*(slab.segments.keys() for slab in slabs))
-
-
-def _batched(records: Iterable[JobRecord]) -> Iterator[list[JobRecord]]:
-    iterator = iter(records)
-    while chunk := list(itertools.islice(iterator, BLOCK_ROWS)):
-        yield chunk
+    def take(self, row: int, entrypoint: str) -> None:
+        """Make row ``row`` (a cold claimable one of ``entrypoint``) a record."""
+        self.taken[row] = 1
+        self.cold[entrypoint] -= 1
 
 
 class SlabSet:
-    """The slabs that the newest checkpoint this process wrote or loaded names, oldest first.
+    """The slabs that the newest checkpoint this process wrote or loaded names, oldest first,
+    and the cold rows among them (``ColdRows``).
 
     Parameters
     ----------
@@ -139,148 +169,115 @@ class SlabSet:
     def __init__(self, slabs: list[Slab] | None = None, checkpoint: str | None = None) -> None:
         self.slabs = slabs or []
         self.checkpoint = checkpoint
-        self._by_number = {slab.number: slab for slab in self.slabs}
-
-    @classmethod
-    def loaded(
-        cls, manifest: Manifest, contents: list[DecodedSlab], location: str
-    ) -> tuple[QueueIndex, SlabSet]:
-        """Build the index and the slab set of a checkpoint (at ``location``) from its slabs'
-        decoded rows.
-
-        Raises
-        ------
-        CorruptStateError
-            If a slab's rows do not fit the checkpoint, or two live rows are of one job.
-        """
-        try:
-            return cls._loaded(manifest, contents)
-        except ValueError as exc:
-            raise CorruptStateError(location, f"its slabs do not fit together: {exc}") from exc
-
-    @staticmethod
-    def _loaded(manifest: Manifest, contents: list[DecodedSlab]) -> tuple[QueueIndex, SlabSet]:
-        if manifest.inline is not None:
-            index = QueueIndex.from_columns(
-                manifest.seq, manifest.inline, manifest.history, manifest.controls
-            )
-            index.track_changes()
-            return index, SlabSet()
-        slabs, parts, current = [], [], True
-        for entry, decoded in zip(manifest.slabs, contents, strict=True):
-            if len(decoded.ids) != entry.rows:
-                raise ValueError(f"slab {entry.name!r} holds {len(decoded.ids)} rows, not {entry.rows}")
-            slab = Slab(entry.name, decoded.ids, decoded.filter, bytearray(entry.dropped()), Counter())
-            current = current and decoded.current
-            kept = slab.kept_rows() if 1 in slab.dropped else None
-            start = 0
-            for block in decoded.blocks:
-                rows = len(block["id"])
-                if kept is not None:
-                    selected = kept[start : start + rows]
-                    block = {
-                        name: list(itertools.compress(column, selected)) for name, column in block.items()
-                    }
-                start += rows
-                if block["id"]:
-                    block["place"] = [slab.number] * len(block["id"])
-                    slab.segments.update(columns_from_refs(block["payload"])[0])
-                    parts.append(block)
-            slabs.append(slab)
-        columns = concatenated(parts) if parts else {name: [] for name in REQUIRED_COLUMNS}
-        index = QueueIndex.from_columns(manifest.seq, columns, manifest.history, manifest.controls)
-        index.track_changes()
-        return index, SlabSet(slabs, checkpoint_name(manifest.seq, manifest.at) if current else None)
+        self.blocks = BlockCache()
+        self._forwards: dict[int, int] = {}
+        self._heads: dict[tuple[int, str], tuple[int, ClaimKey]] = {}
 
     def segments(self) -> set[int]:
-        """Return the log entries that hold the payloads of the slabs' rows that count."""
-        return _segments(self.slabs)
+        """Return the log entries that hold the payloads of the slabs' rows."""
+        return set().union(*(slab.segments() for slab in self.slabs))
+
+    def slab_of(self, place: int) -> Slab | None:
+        """Return the slab holding the row of a record placed in slab number ``place`` (or in
+        one a merge retired since), or None."""
+        while place in self._forwards:
+            place = self._forwards[place]
+        return next((slab for slab in self.slabs if slab.number == place), None)
 
     def forget(self) -> None:
         """Let the next checkpoint write every live job (after one that failed)."""
         self.checkpoint = None
 
     def adopt(self, plan: Plan) -> None:
-        """Become the slabs of a checkpoint planned from this set and stored."""
-        self.slabs, self.checkpoint = plan.slabs, plan.checkpoint
-        self._by_number = {slab.number: slab for slab in plan.slabs}
+        """Become the slabs of a checkpoint planned from this set and stored: the rows taken
+        meanwhile in the slabs it retires are taken in its new slab too."""
+        new = plan.slab
+        if new is not None:
+            for retired, moved in plan.moved.items():
+                taken, row = retired.taken, retired.taken.find(1)
+                while row != -1:
+                    if moved[row] >= 0:
+                        new.taken[moved[row]] = 1
+                    row = taken.find(1, row + 1)
+                self._forwards[retired.number] = new.number
+            new = Slab.of(new.name, new.opened, new.dropped, new.taken, new.number)
+        self.slabs = [*plan.kept, new] if new is not None else list(plan.kept)
+        self.checkpoint = plan.checkpoint
+        self._heads.clear()
 
-    def plan(self, frozen: Frozen, at: int, tag: str, *, every_job: bool, unit: int = SIZE_UNIT) -> Plan:
-        """Make the next checkpoint of ``frozen`` (meant for a worker thread, one at a time).
+    # --- the cold rows (``ColdRows``) -------------------------------------------------
 
-        With ``every_job`` (``frozen`` holds every live job) the new slab holds them all and
-        no other slab is named; otherwise the changed jobs' old rows are dropped and the new
-        slab holds their rows and those of the slabs it retires. Each row's record gets the
-        new slab as its place; ``adopt`` makes the plan's slabs this set's once it is stored,
-        and after a plan that is not, the next must write every job (``forget``): its drops
-        and places are this set's already.
+    def __len__(self) -> int:
+        return sum(sum(slab.cold.values()) for slab in self.slabs)
 
-        Raises
-        ------
-        ValueError
-            If a changed job has no row where its place says, or a job would get two rows.
-        """
-        retired: list[Slab] = []
-        kept: list[Slab] = []
-        if not every_job:
-            for job_id, first in frozen.changed.items():
-                if first.place is not None:
-                    slab = self._by_number.get(first.place)
-                    if slab is None or not isinstance(first.payload, int):
-                        raise ValueError(f"job {job_id!r} is placed in no slab of the last checkpoint")
-                    slab.drop(job_id, first.payload)
-            retired = self._retired(len(frozen.changed), unit)
-            kept = [slab for slab in self.slabs if slab not in retired]
-        changed = [record for record in map(frozen.live, frozen.changed) if record is not None]
+    def counts(self) -> dict[str, int]:
+        """How many rows of each entrypoint are cold."""
+        counts: dict[str, int] = {}
+        for slab in self.slabs:
+            for entrypoint, count in slab.cold.items():
+                counts[entrypoint] = counts.get(entrypoint, 0) + count
+        return counts
 
-        def key(record: JobRecord) -> RowKey:
-            return row_key(record, frozen.saved)
-
-        streams: list[Iterable[JobRecord]] = [sorted(chunk, key=key) for chunk in _batched(changed)]
-        if not every_job:
-            streams += [
-                map(self._survivor(frozen), itertools.compress(s.ids, s.kept_rows())) for s in retired
-            ]
-        slab, content = self._written(heapq.merge(*streams, key=key), frozen.saved)
-        slabs = [*kept, slab] if slab is not None else kept
-        entries = [s.entry() for s in slabs]
-        segments = _segments(slabs)
-        name, history = checkpoint_name(frozen.version, at), encoded_history(frozen.history)
-        return Plan(
-            slab, content, name, slabs, segments, frozen.version, at, tag, history, frozen.controls, entries
-        )
-
-    def _retired(self, new_rows: int, unit: int) -> list[Slab]:
-        retired = [slab for slab in self.slabs if slab.dropped.count(1) * 2 > len(slab.ids)]
-        rows = new_rows + sum(slab.live for slab in retired)
-        while True:
-            size = _size_class(rows, unit)
-            alike = [s for s in self.slabs if s not in retired and _size_class(s.live, unit) <= size]
-            if len(alike) + 1 < FANOUT:
-                return retired
-            retired += alike
-            rows += sum(slab.live for slab in alike)
-
-    @staticmethod
-    def _survivor(frozen: Frozen) -> Callable[[str], JobRecord]:
-        def live(job_id: str) -> JobRecord:
-            record = frozen.live(job_id)
-            if record is None:
-                raise ValueError(f"a row that counts is of job {job_id!r}, which was not live")
+    def take(self, job_id: str) -> JobRecord | None:
+        """Return the record of job ``job_id`` if a cold row holds it, taking it."""
+        for slab in reversed(self.slabs):  # the newest first: a job's row that counts is there
+            row = slab.row_of(job_id, self.blocks)
+            if row is None or slab.dropped[row]:
+                continue
+            if slab.taken[row]:
+                return None
+            record = record_at(*self._block_row(slab, row), slab.number)
+            slab.take(row, record.entrypoint)
+            self._heads.pop((slab.number, record.entrypoint), None)
             return record
+        return None
 
-        return live
+    def head(self, entrypoint: str) -> ClaimKey | None:
+        """Return where the first cold row of ``entrypoint`` stands in claim order, or None."""
+        best = self._best(entrypoint)
+        return None if best is None else best[2]
 
-    @staticmethod
-    def _written(records: Iterable[JobRecord], saved: Mapping[str, ClaimState]) -> tuple[Slab | None, bytes]:
-        number = next(_numbers)
-        writer = SlabWriter(saved)
-        for chunk in _batched(records):
-            writer.add(chunk)
-            for record in chunk:
-                record.place = number
-        if not writer.ids:
-            return None, b""
-        table = SlabFilter.of(writer.ids)
-        slab = Slab("", writer.ids, table, bytearray(len(writer.ids)), Counter(writer.segments), number)
-        return slab, writer.content(table)
+    def take_head(self, entrypoint: str) -> JobRecord:
+        """Return the record of the row ``head`` names, taking it."""
+        best = self._best(entrypoint)
+        assert best is not None
+        slab, row, _ = best
+        record = record_at(*self._block_row(slab, row), slab.number)
+        slab.take(row, entrypoint)
+        del self._heads[(slab.number, entrypoint)]
+        return record
+
+    def entrypoints(self) -> Iterable[str]:
+        """Return the entrypoints that have cold rows."""
+        return [name for name, count in self.counts().items() if count]
+
+    def peek(self) -> Iterator[JobRecord]:
+        """Yield a record of every cold row, taking none."""
+        for slab in list(self.slabs):
+            header = slab.opened.header
+            for number in range(len(header.blocks)):
+                first = number * BLOCK_ROWS
+                if first + BLOCK_ROWS <= header.held or slab.taken.count(0, first, first + BLOCK_ROWS) == 0:
+                    continue
+                columns = slab.opened.block(number)
+                for row in range(len(columns["id"])):
+                    if not slab.taken[first + row]:
+                        yield record_at(columns, row, slab.number)
+
+    def _best(self, entrypoint: str) -> tuple[Slab, int, ClaimKey] | None:
+        best: tuple[Slab, int, ClaimKey] | None = None
+        for slab in self.slabs:
+            cached = self._heads.get((slab.number, entrypoint))
+            if cached is None or slab.taken[cached[0]]:
+                row = slab.head_row(entrypoint)
+                if row is None:
+                    continue
+                columns, at = self._block_row(slab, row)
+                cached = (row, (columns["priority"][at], columns["created"][at], columns["order"][at]))
+                self._heads[(slab.number, entrypoint)] = cached
+            if best is None or cached[1] < best[2]:
+                best = (slab, cached[0], cached[1])
+        return best
+
+    def _block_row(self, slab: Slab, row: int) -> tuple[dict[str, list[Any]], int]:
+        return self.blocks.block(slab, row // BLOCK_ROWS), row % BLOCK_ROWS

@@ -1,0 +1,185 @@
+"""The plan of the next checkpoint: what it drops, which slabs it retires, the new slab, in
+O(changes) plus the merges, not O(live jobs) (ADR 0015).
+
+A checkpoint drops the rows of the jobs changed since the last one and writes their rows as
+they are now into one new slab, together with the rows that count in the slabs it retires:
+those more than half dropped, and, size-tiered, ``FANOUT`` slabs of one size class at once,
+so that a row is rewritten O(log(jobs / changes a checkpoint)) times. A retired slab's rows
+are read from its blocks, whether the process holds them as records or not.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+import msgspec
+
+from jqueue.core.formats.checkpoint import encode_manifest, encoded_history
+from jqueue.core.formats.marker import checkpoint_name
+from jqueue.core.formats.slab import RowKey, SlabWriter, open_slab, row_key, slab_name
+from jqueue.core.formats.slab_block import BLOCK_ROWS
+from jqueue.core.log.slabs import Slab, SlabSet, numbers, record_at, union
+from jqueue.domain.records import ClaimState, Frozen, JobRecord
+
+FANOUT = 4
+"""Slabs of one size class that a checkpoint merges into its new slab."""
+SIZE_UNIT = BLOCK_ROWS
+"""Rows of the smallest size class: classes go up by ``FANOUT`` times."""
+
+_Row = tuple[RowKey, JobRecord, int, int]
+"""A row to write: its key, its record, and the slab (an index into the retired) and row it
+comes from (-1, -1 for a changed job)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one checkpoint writes: a new slab (if any row is new), then the checkpoint naming
+    the ``kept`` slabs and the new one, whose log entries ``segments`` hold their payloads;
+    ``moved`` gives each retired slab's rows their rows in the new slab (-1 if dropped)."""
+
+    slab: Slab | None
+    content: bytes
+    checkpoint: str
+    kept: list[Slab]
+    moved: dict[Slab, array[int]]
+    segments: set[int]
+    version: int
+    at: int
+    tag: str
+    history: msgspec.Raw
+    controls: dict[str, object]
+
+    @property
+    def slabs(self) -> list[Slab]:
+        """The slabs the checkpoint names."""
+        return [*self.kept, self.slab] if self.slab is not None else list(self.kept)
+
+    def manifest(self, written_at: int) -> bytes:
+        """Name the new slab as written at ``written_at`` (epoch microseconds: compaction keeps a
+        slab no checkpoint names for the retention from then) and return the checkpoint."""
+        if self.slab is not None:
+            self.slab.name = slab_name(self.version, written_at, self.tag)
+        entries = [slab.entry() for slab in self.slabs]
+        return encode_manifest(self.version, self.at, entries, self.history, self.controls)
+
+
+def _size_class(rows: int, unit: int) -> int:
+    return ((max(rows, unit) // unit).bit_length() - 1) // 2  # log4 of rows in units
+
+
+def _batched(rows: Iterable[_Row]) -> Iterator[list[_Row]]:
+    iterator = iter(rows)
+    while chunk := list(itertools.islice(iterator, BLOCK_ROWS)):
+        yield chunk
+
+
+def plan(
+    slabs: SlabSet,
+    frozen: Frozen,
+    at: int,
+    tag: str,
+    *,
+    every_job: bool,
+    taken: Mapping[int, bytes] | None = None,
+    unit: int = SIZE_UNIT,
+) -> Plan:
+    """Make the next checkpoint of ``frozen`` (meant for a worker thread, one at a time).
+
+    With ``every_job`` (``frozen.changed`` holds every job that was a record at the freeze,
+    and ``taken`` each slab's taken rows then) every slab is retired, and the new slab holds
+    those jobs and every other row that counts; otherwise the changed jobs' old rows are
+    dropped and the new slab holds their rows and those of the slabs it retires. Each
+    changed record gets the new slab as its place; ``SlabSet.adopt`` makes the plan's slabs
+    the set's once it is stored, and after a plan that is not, the next must write every job
+    (``SlabSet.forget``): its drops are the set's already.
+
+    Raises
+    ------
+    ValueError
+        If a changed job has no row where its place says, or a job would get two rows.
+    """
+    if not every_job:
+        for job_id, first in frozen.changed.items():
+            if first.place is not None:
+                slab = slabs.slab_of(first.place)
+                row = None if slab is None else slab.row_of(job_id, slabs.blocks, known=True)
+                if slab is None or row is None:
+                    raise ValueError(f"job {job_id!r} is placed in no slab of the last checkpoint")
+                slab.dropped[row] = 1
+    retired = list(slabs.slabs) if every_job else _retired(slabs.slabs, len(frozen.changed), unit)
+    kept = [slab for slab in slabs.slabs if slab not in retired]
+
+    def keyed(record: JobRecord) -> _Row:
+        return (row_key(record, frozen.saved), record, -1, -1)
+
+    changed = [keyed(record) for record in map(frozen.live, frozen.changed) if record is not None]
+    streams: list[Iterable[_Row]] = [sorted(chunk, key=_key) for chunk in _batched(changed)]
+    for origin, slab in enumerate(retired):
+        skip = slab.dropped if taken is None else union(slab.dropped, taken.get(slab.number, b""))
+        streams.append(_survivors(slab, origin, skip, frozen.saved))
+    number = next(numbers)
+    new, content, moved = _written(heapq.merge(*streams, key=_key), frozen.saved, retired, number)
+    named = [*kept, new] if new is not None else kept
+    segments = set().union(*(slab.segments() for slab in named))
+    name, history = checkpoint_name(frozen.version, at), encoded_history(frozen.history)
+    return Plan(new, content, name, kept, moved, segments, frozen.version, at, tag, history, frozen.controls)
+
+
+def _key(row: _Row) -> RowKey:
+    return row[0]
+
+
+def _retired(slabs: list[Slab], new_rows: int, unit: int) -> list[Slab]:
+    retired = [slab for slab in slabs if slab.dropped.count(1) * 2 > slab.rows]
+    rows = new_rows + sum(slab.live for slab in retired)
+    while True:
+        size = _size_class(rows, unit)
+        alike = [s for s in slabs if s not in retired and _size_class(s.live, unit) <= size]
+        if len(alike) + 1 < FANOUT:
+            return retired
+        retired += alike
+        rows += sum(slab.live for slab in alike)
+
+
+def _survivors(
+    slab: Slab, origin: int, skip: bytes | bytearray, saved: Mapping[str, ClaimState]
+) -> Iterator[_Row]:
+    """Yield the rows of ``slab`` not marked in ``skip``, in its order (claim order)."""
+    for number in range(len(slab.opened.header.blocks)):
+        first = number * BLOCK_ROWS
+        if skip.count(0, first, first + BLOCK_ROWS) == 0:
+            continue
+        columns = slab.opened.block(number)
+        for row in range(len(columns["id"])):
+            if not skip[first + row]:
+                record = record_at(columns, row, None)
+                yield (row_key(record, saved), record, origin, first + row)
+
+
+def _written(
+    rows: Iterable[_Row], saved: Mapping[str, ClaimState], retired: list[Slab], number: int
+) -> tuple[Slab | None, bytes, dict[Slab, array[int]]]:
+    moved = {slab: array("l", [-1]) * slab.rows for slab in retired}
+    origins = list(moved.values())
+    writer = SlabWriter(saved)
+    taken = bytearray()
+    for chunk in _batched(rows):
+        start = len(writer.ids)
+        writer.add([record for _, record, _, _ in chunk])
+        for offset, (_, record, origin, row) in enumerate(chunk):
+            if origin < 0:
+                record.place = number
+                taken.append(1)
+            else:
+                origins[origin][row] = start + offset
+                taken.append(0)
+    if not writer.ids:
+        return None, b"", moved
+    content = writer.content()
+    opened = open_slab(content, "a slab being written")
+    slab = Slab("", opened, bytearray(len(writer.ids)), taken, number)
+    return slab, content, moved
