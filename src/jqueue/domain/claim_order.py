@@ -44,13 +44,12 @@ def _heartbeat_key(record: JobRecord) -> int:
 
 
 class ClaimOrder:
-    """The claim and sweep heaps over the records of one index (a dict it shares), and the
-    lines of its cold jobs; ``warm`` keeps the record of a cold job a claim takes."""
+    """The claim and sweep heaps over the records of one index (a dict it shares, where it
+    keeps the record of a cold job a claim takes), and the lines of its cold jobs."""
 
-    def __init__(self, records: dict[str, JobRecord], warm: Callable[[JobRecord], None]) -> None:
+    def __init__(self, records: dict[str, JobRecord]) -> None:
         self.records = records
         self.cold: ColdRows | None = None
-        self._warm = warm
         self._ready: dict[str, list[ReadyEntry]] = {}
         self._scheduled: list[ScheduledEntry] = []
         self._claimed: list[TimedEntry] = []
@@ -183,7 +182,7 @@ class ClaimOrder:
         cold = None if self.cold is None else self.cold.head(entrypoint)
         if cold is not None and (not heap or cold < heap[0][:3]):
             record = self.cold.take_head(entrypoint)  # type: ignore[union-attr]
-            self._warm(record)
+            self.records[record.id] = record
             return record.id
         assert heap is not None
         return heapq.heappop(heap)[4]

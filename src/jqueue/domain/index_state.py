@@ -102,7 +102,7 @@ class IndexState(Journal, BulkAdds, Freezing):
         self._staged: dict[str, set[str]] = {}
         self._next_order = 0
         self._last_stamp = 0
-        self.order = ClaimOrder(self.records, self._warm)
+        self.order = ClaimOrder(self.records)
         self.cold: ColdRows | None = None
         self._journal: list[Callable[[], None]] | None = None
         self.pending_effects: list[Effect] = []
@@ -151,7 +151,7 @@ class IndexState(Journal, BulkAdds, Freezing):
                 index._dedup[record.dedup_key] = record.id
             if record.status is JobStatus.STAGED:
                 index._stage(record)
-        index.order = ClaimOrder(index.records, index._warm)
+        index.order = ClaimOrder(index.records)
         index.order.rebuild()
         index.tally.rebuild(records)
         index.restore(history, controls or Controls())

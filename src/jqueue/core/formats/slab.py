@@ -127,16 +127,29 @@ def _little_endian_bytes(values: array[int]) -> bytes:
     return values.tobytes() if sys.byteorder == "little" else _little_endian(array("Q", values)).tobytes()
 
 
+def _table(data: bytes, start: int, end: int) -> Sequence[int]:
+    """Return a filter's values, read in place from ``data`` where the machine is little-endian."""
+    if sys.byteorder == "little":
+        return memoryview(data)[start:end].cast("Q")
+    values = array("Q")
+    values.frombytes(data[start:end])
+    return _little_endian(values)
+
+
+def _hashed(ids: Sequence[str]) -> array[int]:
+    return array("Q", sorted(id_hash(job_id) << _ROW_BITS | row for row, job_id in enumerate(ids)))
+
+
 class SlabFilter:
     """A slab's rows by the hash of their job ids: ``crc32(id) << 32 | row``, sorted."""
 
-    def __init__(self, values: array[int]) -> None:
+    def __init__(self, values: Sequence[int]) -> None:
         self.values = values
 
     @classmethod
     def of(cls, ids: Sequence[str]) -> SlabFilter:
         """Return the filter of rows holding ``ids`` in this order."""
-        return cls(array("Q", sorted(id_hash(job_id) << _ROW_BITS | row for row, job_id in enumerate(ids))))
+        return cls(_hashed(ids))
 
     def rows(self, job_id: str) -> Iterator[int]:
         """Yield the rows that may hold job ``job_id`` (those whose id has its hash)."""
@@ -194,7 +207,7 @@ class SlabWriter:
 
     def content(self) -> bytes:
         """Return the slab's bytes."""
-        table = _little_endian_bytes(SlabFilter.of(self.ids).values)
+        table = _little_endian_bytes(_hashed(self.ids))
         header = SlabHeader(
             SLAB_LAYOUT,
             len(self.ids),
@@ -315,15 +328,12 @@ def _opened(data: bytes, location: str) -> OpenedSlab:
         raise ValueError(f"it does not have one block for each {BLOCK_ROWS} of its {header.rows} rows")
     if table_end - offset != header.rows * 8:
         raise ValueError(f"its filter does not have {header.rows} rows")
-    table = data[offset:table_end]
-    if zlib.crc32(table) != header.filter_crc:
+    if zlib.crc32(memoryview(data)[offset:table_end]) != header.filter_crc:
         raise ValueError("its filter does not match its checksum")
-    values = array("Q")
-    values.frombytes(table)
     if header.rows and (header.last_order < 0 or sum(count for _, count in header.segments) != header.rows):
         raise ValueError("its insertion numbers or payload entries do not fit its rows")
     _check_ranges(header)
-    return OpenedSlab(data, header, SlabFilter(_little_endian(values)), location)
+    return OpenedSlab(data, header, SlabFilter(_table(data, offset, table_end)), location)
 
 
 def _check_ranges(header: SlabHeader) -> None:
@@ -351,9 +361,11 @@ def slab_tree(data: bytes) -> dict[str, Any]:
         msgspec.json.decode(zlib.decompress(data[start : start + size])) for start, size in header["blocks"]
     ]
     end = header["blocks"][-1][0] + header["blocks"][-1][1] if header["blocks"] else len(MAGIC)
-    values = array("Q")
-    values.frombytes(data[end : len(data) - _LENGTH_BYTES - length])
-    return {"header": header, "blocks": blocks, "filter": list(_little_endian(values))}
+    return {
+        "header": header,
+        "blocks": blocks,
+        "filter": list(_table(data, end, len(data) - _LENGTH_BYTES - length)),
+    }
 
 
 def tree_slab(tree: dict[str, Any]) -> bytes:
