@@ -178,7 +178,7 @@ def test_every_checkpoint_reads_back_as_the_state_it_was_taken_of(
             index.thaw()
         manifest = decode_manifest(made.manifest(now), "manifest")
         current = rows_of(index)
-        slabs.adopt(made)  # as once the checkpoint is stored
+        slabs.adopt(made, index)  # as once the checkpoint is stored
         assert rows_of(index) == current
         counted(index)
         if made.slab is not None:

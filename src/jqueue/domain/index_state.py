@@ -13,13 +13,14 @@ race is undone in O(batch) and re-applied on top of the newer state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Self, TypeVar
 
 from jqueue.domain.bulk_adds import BulkAdds
 from jqueue.domain.claim_order import ClaimOrder
 from jqueue.domain.cold import ColdRows
+from jqueue.domain.cold_jobs import ColdJobs
 from jqueue.domain.controls import Controls
 from jqueue.domain.effects import (
     Added,
@@ -77,7 +78,7 @@ E = TypeVar(
 )
 
 
-class IndexState(Journal, BulkAdds, Freezing):
+class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
     """The live queue: jobs by id, claimable jobs by priority, claimed jobs by time.
 
     Attributes
@@ -171,34 +172,6 @@ class IndexState(Journal, BulkAdds, Freezing):
         record = self.records.get(job_id)
         if record is not None and isinstance(record.payload, bytes):
             record.payload = handle
-
-    def attach(self, cold: ColdRows, last_order: int) -> None:
-        """Reach the jobs of ``cold`` too (a freshly built index), the last inserted as number
-        ``last_order`` or before: they count as claimable jobs, and become records as they are
-        looked up or claimed."""
-        self.cold = self.order.cold = cold
-        self._next_order = max(self._next_order, last_order + 1)
-        for entrypoint, count in cold.counts().items():
-            self.tally.count_ready(entrypoint, count)
-
-    def __len__(self) -> int:
-        return len(self.records) + (0 if self.cold is None else len(self.cold))
-
-    def job(self, job_id: str) -> JobRecord | None:
-        """Return the record of live job ``job_id``, if any (a cold one becomes a record)."""
-        record = self.records.get(job_id)
-        if record is None and self.cold is not None:
-            record = self.cold.take(job_id)
-            if record is not None:
-                self._warm(record)
-                self._push(record)
-        return record
-
-    def every_record(self) -> Iterator[JobRecord]:
-        """Yield every live job's record, in no order (those of cold jobs are not to be changed)."""
-        yield from self.records.values()
-        if self.cold is not None:
-            yield from self.cold.peek()
 
     def in_order(self) -> list[JobRecord]:
         """Return every record in insertion order (the order of ``QueueState.jobs``)."""
@@ -384,10 +357,6 @@ class IndexState(Journal, BulkAdds, Freezing):
         if record.status is JobStatus.STAGED:
             self._stage(record)
         self._push(record)
-
-    def _warm(self, record: JobRecord) -> None:
-        """Keep a cold job's record from now on (no change to the queue: not journalled)."""
-        self.records[record.id] = record
 
     def _insert(self, record: JobRecord) -> None:
         self.tally.add(record)  # first: it refuses a finished job's status before anything changed

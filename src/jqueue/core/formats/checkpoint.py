@@ -11,7 +11,8 @@ into a slab.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import msgspec
@@ -39,10 +40,11 @@ FIRST_LAYOUT = LAYOUT
 """The layout of a checkpoint that holds its jobs inline (read, never written)."""
 
 
-class _SlabEntry(msgspec.Struct, array_like=True):
+class _SlabEntry(msgspec.Struct, array_like=True, omit_defaults=True):
     name: str
     rows: Count
     dropped: bytes = b""
+    segments: list[tuple[Count, Count]] = []
 
 
 _Checkpoint: Any = msgspec.defstruct(
@@ -73,17 +75,22 @@ _named_decoder = msgspec.json.Decoder(_Named)
 
 @dataclass(frozen=True)
 class SlabEntry:
-    """A slab a checkpoint names: its object, its rows, and which of them no longer count
-    (``packed``: one byte a row, 1 for a dropped row, compressed; empty when none is)."""
+    """A slab a checkpoint names: its object, its rows, which of them no longer count
+    (``packed``: one byte a row, 1 for a dropped row, compressed; empty when none is), and
+    how many of those that count have their payload in each log entry (``segments``, empty
+    in a checkpoint written before slabs were in claim order)."""
 
     name: str
     rows: int
     packed: bytes
+    segments: dict[int, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, name: str, dropped: bytes | bytearray) -> SlabEntry:
-        """Return the entry of slab ``name`` whose dropped rows are ``dropped`` (one byte a row)."""
-        return cls(name, len(dropped), zlib.compress(dropped) if 1 in dropped else b"")
+    def of(cls, name: str, dropped: bytes | bytearray, segments: Mapping[int, int]) -> SlabEntry:
+        """Return the entry of slab ``name`` whose dropped rows are ``dropped`` (one byte a row)
+        and whose rows that count have their payloads in the log entries ``segments``."""
+        packed = zlib.compress(dropped) if 1 in dropped else b""
+        return cls(name, len(dropped), packed, {segment: n for segment, n in segments.items() if n > 0})
 
     def dropped(self) -> bytes:
         """Return the dropped rows, one byte a row (call it once ``rows`` is known to be true).
@@ -127,7 +134,7 @@ def encode_manifest(
 ) -> bytes:
     """Serialise a checkpoint of entry ``seq`` taken at ``at``, with its history encoded ahead
     (``encoded_history``): the rest is small."""
-    entries = [_SlabEntry(slab.name, slab.rows, slab.packed) for slab in slabs]
+    entries = [_SlabEntry(slab.name, slab.rows, slab.packed, sorted(slab.segments.items())) for slab in slabs]
     wire = _Checkpoint(
         layout=MANIFEST_LAYOUT,
         seq=seq,
@@ -142,7 +149,10 @@ def encode_manifest(
 def _slab_entry(entry: _SlabEntry) -> SlabEntry:
     if slab_written_at(entry.name) is None:
         raise ValueError(f"it names {entry.name[:100]!r}, which is not a slab")
-    return SlabEntry(entry.name, entry.rows, entry.dropped)
+    segments = dict(entry.segments)
+    if len(segments) != len(entry.segments) or sum(segments.values()) > entry.rows:
+        raise ValueError(f"the payload entries of slab {entry.name[:100]!r} do not fit its rows")
+    return SlabEntry(entry.name, entry.rows, entry.dropped, segments)
 
 
 def decode_manifest(data: bytes, location: str) -> Manifest:

@@ -27,7 +27,6 @@ import sys
 import zlib
 from array import array
 from bisect import bisect_left
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -63,8 +62,8 @@ RowKey = tuple[int, str, int, int, int]
 class SlabHeader(msgspec.Struct, forbid_unknown_fields=True):
     """What a slab says of itself: its rows, how many come before the claimable ones, each
     block's offset and length, each entrypoint's claimable rows (``[start, end)``), the
-    largest insertion number of its jobs, its rows per log entry holding their payloads,
-    and its filter's checksum."""
+    largest insertion number of its jobs, and its filter's checksum (its checkpoint says
+    which log entries hold the payloads of its rows that count)."""
 
     layout: str
     rows: Count
@@ -72,7 +71,6 @@ class SlabHeader(msgspec.Struct, forbid_unknown_fields=True):
     blocks: list[tuple[Count, Count]]
     ranges: dict[str, tuple[Count, Count]]
     last_order: int
-    segments: list[tuple[Count, Count]]
     filter_crc: Count
 
 
@@ -102,6 +100,11 @@ def id_hash(job_id: str) -> int:
     return zlib.crc32(job_id.encode())
 
 
+def claimable(status: JobStatus, not_before: int | None, dedup_key: str | None) -> bool:
+    """Whether a job with these values is among a slab's claimable rows (the others are held)."""
+    return status is JobStatus.QUEUED and not_before is None and dedup_key is None
+
+
 def row_key(record: JobRecord, saved: Mapping[str, ClaimState]) -> RowKey:
     """Return where a job's row goes in a slab, with its values as of a freeze (those in
     ``saved`` for the records changed since): held rows by insertion, then claimable ones in
@@ -111,7 +114,7 @@ def row_key(record: JobRecord, saved: Mapping[str, ClaimState]) -> RowKey:
         status, not_before = record.status, record.not_before
     else:
         status, not_before = state[_STATUS], state[_NOT_BEFORE]
-    if status is JobStatus.QUEUED and not_before is None and record.dedup_key is None:
+    if claimable(status, not_before, record.dedup_key):
         return (1, record.entrypoint, record.priority, record.created, record.order)
     return (0, "", 0, 0, record.order)
 
@@ -215,7 +218,6 @@ class SlabWriter:
             self._blocks,
             {name: (start, end) for name, (start, end) in self._ranges.items()},
             self._last_order,
-            sorted(Counter(self.segments).items()),
             zlib.crc32(table),
         )
         encoded = msgspec.json.encode(header)
@@ -248,7 +250,25 @@ class OpenedSlab:
             raise CorruptStateError(self.location, f"block {number} is damaged: {exc}") from exc
         if len(columns["id"]) != rows:
             raise CorruptStateError(self.location, f"block {number} does not hold {rows} rows")
+        if not self._claimable_fit(number * BLOCK_ROWS, columns):
+            raise CorruptStateError(self.location, f"block {number} has a held job among the claimable rows")
         return columns
+
+    def _claimable_fit(self, first: int, columns: dict[str, list[Any]]) -> bool:
+        """Whether the claimable rows of a block (its first row being ``first``) are of
+        claimable jobs of the entrypoint the header gives them."""
+        header, rows = self.header, len(columns["id"])
+        lowest = max(0, header.held - first)
+        nones = [None] * rows
+        not_before, dedup_key = columns.get("not_before") or nones, columns.get("dedup_key") or nones
+        values = zip(columns["status"], not_before, dedup_key, strict=True)
+        if not all(claimable(*row) for row in itertools.islice(values, lowest, None)):
+            return False
+        for entrypoint, (start, end) in header.ranges.items():
+            named = columns["entrypoint"][max(start - first, lowest) : max(0, min(end - first, rows))]
+            if named.count(entrypoint) != len(named):
+                return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -330,8 +350,8 @@ def _opened(data: bytes, location: str) -> OpenedSlab:
         raise ValueError(f"its filter does not have {header.rows} rows")
     if zlib.crc32(memoryview(data)[offset:table_end]) != header.filter_crc:
         raise ValueError("its filter does not match its checksum")
-    if header.rows and (header.last_order < 0 or sum(count for _, count in header.segments) != header.rows):
-        raise ValueError("its insertion numbers or payload entries do not fit its rows")
+    if header.rows and header.last_order < 0:
+        raise ValueError("its insertion numbers do not fit its rows")
     _check_ranges(header)
     return OpenedSlab(data, header, SlabFilter(_table(data, offset, table_end)), location)
 

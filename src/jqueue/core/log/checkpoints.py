@@ -148,7 +148,7 @@ class Checkpoints:
         except BaseException:
             pending.slabs.forget()
             raise
-        pending.slabs.adopt(plan)
+        pending.slabs.adopt(plan, pending.index)
 
     async def _plan(self, pending: Pending) -> Plan:
         """Run the plan in a thread, and thaw the index once the thread is done with it (even if

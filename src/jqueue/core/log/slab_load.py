@@ -103,7 +103,7 @@ def _cold(
             part = _selected(opened.block(block), rows, kept[first : first + rows])
             part["place"] = [number] * len(part["id"])
             parts.append(part)
-        slabs.append(Slab.of(entry.name, opened, dropped, taken, number))
+        slabs.append(Slab.of(entry.name, opened, dropped, taken, number, entry.segments))
         last_order = max(last_order, header.last_order)
     index = _index(manifest, _joined(parts))
     slab_set = SlabSet(slabs, checkpoint_name(manifest.seq, manifest.at))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -39,13 +40,15 @@ comes from (-1, -1 for a changed job)."""
 class Plan:
     """What one checkpoint writes: a new slab (if any row is new), then the checkpoint naming
     the ``kept`` slabs and the new one, whose log entries ``segments`` hold their payloads;
-    ``moved`` gives each retired slab's rows their rows in the new slab (-1 if dropped)."""
+    ``moved`` gives each retired slab's rows their rows in the new slab (-1 if dropped), and
+    ``claimable`` the changed jobs' records that the new slab holds as claimable rows."""
 
     slab: Slab | None
     content: bytes
     checkpoint: str
     kept: list[Slab]
     moved: dict[Slab, array[int]]
+    claimable: list[tuple[int, JobRecord]]
     segments: set[int]
     version: int
     at: int
@@ -107,9 +110,9 @@ def plan(
             if first.place is not None:
                 slab = slabs.slab_of(first.place)
                 row = None if slab is None else slab.row_of(job_id, slabs.blocks, known=True)
-                if slab is None or row is None:
+                if slab is None or row is None or not isinstance(first.payload, int):
                     raise ValueError(f"job {job_id!r} is placed in no slab of the last checkpoint")
-                slab.dropped[row] = 1
+                slab.drop(row, first.payload)
     retired = list(slabs.slabs) if every_job else _retired(slabs.slabs, len(frozen.changed), unit)
     kept = [slab for slab in slabs.slabs if slab not in retired]
 
@@ -122,11 +125,12 @@ def plan(
         skip = slab.dropped if taken is None else union(slab.dropped, taken.get(slab.number, b""))
         streams.append(_survivors(slab, origin, skip, frozen.saved))
     number = next(numbers)
-    new, content, moved = _written(heapq.merge(*streams, key=_key), frozen.saved, retired, number)
+    new, content, moved, claimable = _written(heapq.merge(*streams, key=_key), frozen.saved, retired, number)
     named = [*kept, new] if new is not None else kept
-    segments = set().union(*(slab.segments() for slab in named))
+    segments = set().union(*(slab.entries() for slab in named))
     name, history = checkpoint_name(frozen.version, at), encoded_history(frozen.history)
-    return Plan(new, content, name, kept, moved, segments, frozen.version, at, tag, history, frozen.controls)
+    version, controls = frozen.version, frozen.controls
+    return Plan(new, content, name, kept, moved, claimable, segments, version, at, tag, history, controls)
 
 
 def _key(row: _Row) -> RowKey:
@@ -162,24 +166,27 @@ def _survivors(
 
 def _written(
     rows: Iterable[_Row], saved: Mapping[str, ClaimState], retired: list[Slab], number: int
-) -> tuple[Slab | None, bytes, dict[Slab, array[int]]]:
+) -> tuple[Slab | None, bytes, dict[Slab, array[int]], list[tuple[int, JobRecord]]]:
     moved = {slab: array("l", [-1]) * slab.rows for slab in retired}
     origins = list(moved.values())
     writer = SlabWriter(saved)
     taken = bytearray()
+    claimable: list[tuple[int, JobRecord]] = []
     for chunk in _batched(rows):
         start = len(writer.ids)
         writer.add([record for _, record, _, _ in chunk])
-        for offset, (_, record, origin, row) in enumerate(chunk):
+        for offset, (key, record, origin, row) in enumerate(chunk):
             if origin < 0:
                 record.place = number
                 taken.append(1)
+                if key[0]:
+                    claimable.append((start + offset, record))
             else:
                 origins[origin][row] = start + offset
                 taken.append(0)
     if not writer.ids:
-        return None, b"", moved
+        return None, b"", moved, claimable
     content = writer.content()
     opened = open_slab(content, "a slab being written")
-    slab = Slab("", opened, bytearray(len(writer.ids)), taken, number)
-    return slab, content, moved
+    slab = Slab("", opened, bytearray(len(writer.ids)), taken, number, Counter(writer.segments))
+    return slab, content, moved, claimable

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jqueue.core.formats.checkpoint import SlabEntry
+from jqueue.core.formats.payload_refs import payload_place
 from jqueue.core.formats.slab import OpenedSlab
 from jqueue.core.formats.slab_block import BLOCK_ROWS
 from jqueue.domain.cold import ClaimKey
@@ -30,6 +31,7 @@ from jqueue.domain.schema import FIELDS
 
 if TYPE_CHECKING:
     from jqueue.core.log.slab_plan import Plan
+    from jqueue.domain.index_state import IndexState
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
 numbers = itertools.count(1)
@@ -95,13 +97,23 @@ class Slab:
     dropped: bytearray
     taken: bytearray
     number: int
+    segments: Counter[int]
     cursors: dict[str, int] = field(default_factory=dict)
     cold: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, name: str, opened: OpenedSlab, dropped: bytearray, taken: bytearray, number: int) -> Slab:
-        """Return a slab whose rows marked in ``taken`` (a superset of ``dropped``) are records."""
-        slab = cls(name, opened, dropped, taken, number)
+    def of(
+        cls,
+        name: str,
+        opened: OpenedSlab,
+        dropped: bytearray,
+        taken: bytearray,
+        number: int,
+        segments: Mapping[int, int],
+    ) -> Slab:
+        """Return a slab whose rows marked in ``taken`` (a superset of ``dropped``) are records,
+        and whose rows that count have their payloads in the log entries ``segments``."""
+        slab = cls(name, opened, dropped, taken, number, Counter(segments))
         for entrypoint, (start, end) in opened.header.ranges.items():
             slab.cursors[entrypoint] = start
             slab.cold[entrypoint] = (end - start) - taken.count(1, start, end)
@@ -117,13 +129,18 @@ class Slab:
         """How many of its rows count."""
         return self.rows - self.dropped.count(1)
 
-    def segments(self) -> set[int]:
-        """The log entries that hold the payloads of its rows (dropped ones too)."""
-        return {segment for segment, _ in self.opened.header.segments}
+    def entries(self) -> set[int]:
+        """The log entries that hold the payloads of its rows that count."""
+        return {segment for segment, count in self.segments.items() if count > 0}
+
+    def drop(self, row: int, payload: int) -> None:
+        """Mark row ``row``, whose payload reference is ``payload``, as no longer counting."""
+        self.dropped[row] = 1
+        self.segments[payload_place(payload)[0]] -= 1
 
     def entry(self) -> SlabEntry:
         """Return how a checkpoint names this slab."""
-        return SlabEntry.of(self.name, self.dropped)
+        return SlabEntry.of(self.name, self.dropped, self.segments)
 
     def row_of(self, job_id: str, blocks: BlockCache, *, known: bool = False) -> int | None:
         """Return the row of job ``job_id``, or None; ``known`` says the slab has one, so a
@@ -175,7 +192,7 @@ class SlabSet:
 
     def segments(self) -> set[int]:
         """Return the log entries that hold the payloads of the slabs' rows."""
-        return set().union(*(slab.segments() for slab in self.slabs))
+        return set().union(*(slab.entries() for slab in self.slabs))
 
     def slab_of(self, place: int) -> Slab | None:
         """Return the slab holding the row of a record placed in slab number ``place`` (or in
@@ -188,11 +205,19 @@ class SlabSet:
         """Let the next checkpoint write every live job (after one that failed)."""
         self.checkpoint = None
 
-    def adopt(self, plan: Plan) -> None:
-        """Become the slabs of a checkpoint planned from this set and stored: the rows taken
-        meanwhile in the slabs it retires are taken in its new slab too."""
+    def adopt(self, plan: Plan, index: IndexState) -> None:
+        """Become the slabs of a checkpoint planned from this set and stored, and the cold rows
+        of ``index``: the rows taken meanwhile in the slabs it retires are taken in its new
+        slab too, and the changed jobs it holds as claimable rows that ``index`` lets go
+        (``IndexState.cool``) become cold."""
+        if index.cold is not self:
+            index.attach(self, -1)
         new = plan.slab
         if new is not None:
+            cooled = index.cool([record for _, record in plan.claimable])
+            for (row, _), cool in zip(plan.claimable, cooled, strict=True):
+                if cool:
+                    new.taken[row] = 0
             for retired, moved in plan.moved.items():
                 taken, row = retired.taken, retired.taken.find(1)
                 while row != -1:
@@ -200,7 +225,7 @@ class SlabSet:
                         new.taken[moved[row]] = 1
                     row = taken.find(1, row + 1)
                 self._forwards[retired.number] = new.number
-            new = Slab.of(new.name, new.opened, new.dropped, new.taken, new.number)
+            new = Slab.of(new.name, new.opened, new.dropped, new.taken, new.number, new.segments)
         self.slabs = [*plan.kept, new] if new is not None else list(plan.kept)
         self.checkpoint = plan.checkpoint
         self._heads.clear()
