@@ -209,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = parser.parse_args(given)
     if arguments.jobs < max(arguments.drain, arguments.calls):
         parser.error("--jobs must be at least --drain and --calls")
+    if arguments.dir is not None:
+        arguments.dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=arguments.dir) as directory:
         figures = _measure(arguments, Path(directory))
     text = json.dumps(figures, indent=2)

@@ -104,6 +104,8 @@ class ManagementCalls:
         older_than: timedelta | None = None,
     ) -> int:
         """Return how many jobs ``jobs`` would list without a limit."""
+        if older_than is None:  # from the counts the index keeps, whatever the depth
+            return await self._view(lambda index: index.tally.jobs(status, entrypoint_set(entrypoint)))
         return await self._view(lambda index: len(self._selected(index, status, entrypoint, older_than)))
 
     async def peek(self, entrypoint: str | Collection[str] | None = None, limit: int = 1) -> list[Job]:

@@ -82,6 +82,21 @@ class Tally:
         entered it (or were loaded)."""
         return iter(self._ids[slot])
 
+    def jobs(self, status: JobStatus | None, entrypoints: Iterable[str] | None) -> int:
+        """Return how many jobs have ``status`` (any, if None), of ``entrypoints`` (all, if None)."""
+        if status is None:
+            slots: Iterable[int] = range(5)
+        elif status is JobStatus.QUEUED:
+            slots = (QUEUED, DELAYED)
+        elif status in _SLOTS:
+            slots = (_SLOTS[status],)
+        else:
+            return 0  # a finished job's status: no live job has it
+        counts = self.counts
+        names = counts.keys() if entrypoints is None else set(entrypoints) & counts.keys()
+        chosen = [counts[name] for name in names]
+        return sum(row[slot] for row in chosen for slot in slots)
+
     def total(self, slot: int) -> int:
         """Return how many jobs of every entrypoint are in ``slot``."""
         return sum(counts[slot] for counts in self.counts.values())
