@@ -77,7 +77,9 @@ class Written(NamedTuple):
 def plan_of(index: QueueIndex, tag: str = "0") -> Written:
     """The checkpoint (manifest and slab) that writes every job of ``index``."""
     try:
-        made = plan(SlabSet(), index.freeze(), NOW, tag, every_job=True, unit=1)
+        slabs = index.cold if isinstance(index.cold, SlabSet) else SlabSet()
+        taken = slabs.taken_now()
+        made = plan(slabs, index.freeze(every_job=True), NOW, tag, every_job=True, taken=taken, unit=1)
     finally:
         index.thaw()
     manifest = made.manifest(NOW)

@@ -166,7 +166,7 @@ def test_every_checkpoint_reads_back_as_the_state_it_was_taken_of(
             counted(index)
             continue
         every_job = action == "every_job" or slabs.checkpoint is None
-        taken = {slab.number: bytes(slab.taken) for slab in slabs.slabs} if every_job else {}
+        taken = slabs.taken_now() if every_job else {}
         frozen = index.freeze(every_job=every_job)
         expected = rows_of(index)
         for other in meanwhile:  # commits go on while the checkpoint is made

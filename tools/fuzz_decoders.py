@@ -136,7 +136,9 @@ def plan_of(index: QueueIndex) -> tuple[bytes, Plan]:
     """Make the checkpoint that writes every job of ``index`` (its bytes and its plan), keeping
     its slab in ``SLABS``."""
     try:
-        plan = make_plan(SlabSet(), index.freeze(), NOW, f"{len(SLABS):x}", every_job=True)
+        slabs = index.cold if isinstance(index.cold, SlabSet) else SlabSet()
+        taken, frozen = slabs.taken_now(), index.freeze(every_job=True)
+        plan = make_plan(slabs, frozen, NOW, f"{len(SLABS):x}", every_job=True, taken=taken)
     finally:
         index.thaw()
     manifest = plan.manifest(NOW)

@@ -130,7 +130,7 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
         Raises
         ------
         ValueError
-            If two rows share an id or the columns differ in length.
+            If two rows share an id or an insertion number, or the columns differ in length.
         """
         ids = list(columns["id"])
         if len({len(column) for column in columns.values()} | {len(ids)}) > 1:
@@ -145,6 +145,8 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
         index.records = dict(zip(ids, records, strict=True))
         if len(index.records) != len(ids):
             raise ValueError("two jobs share an id")
+        if len(set(columns["order"])) != len(ids):
+            raise ValueError("two jobs share an insertion number")
         for record in records:
             if record.dedup_key is not None:
                 if record.dedup_key in index._dedup:

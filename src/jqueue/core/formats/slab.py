@@ -22,11 +22,13 @@ is read, and the next checkpoint rewrites its rows.
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 import sys
 import zlib
 from array import array
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -169,11 +171,14 @@ class SlabFilter:
 
 @dataclass
 class SlabWriter:
-    """Builds a slab from rows given in claim order (``row_key``), a block at a time."""
+    """Builds a slab from rows given in claim order (``row_key``), a block at a time, keeping
+    8 B a row besides the compressed blocks; ``segments`` counts its rows per log entry
+    holding their payloads."""
 
     saved: Mapping[str, ClaimState]
-    ids: list[str] = field(default_factory=list)
-    segments: list[int] = field(default_factory=list)
+    rows: int = 0
+    segments: Counter[int] = field(default_factory=Counter)
+    _hashes: array[int] = field(default_factory=lambda: array("Q"))
     _parts: list[bytes] = field(default_factory=lambda: [MAGIC])
     _offset: int = len(MAGIC)
     _blocks: list[tuple[int, int]] = field(default_factory=list)
@@ -191,8 +196,9 @@ class SlabWriter:
             If they do not (a job would have two rows), or a payload is not stored yet.
         """
         assert 0 < len(records) <= BLOCK_ROWS
+        hashes = self._hashes
         for record in records:
-            key, row = row_key(record, self.saved), len(self.ids)
+            key, row = row_key(record, self.saved), self.rows
             if self._last is not None and key <= self._last:
                 raise ValueError(f"job {record.id!r} is out of claim order (or would have two rows)")
             if key[0]:
@@ -200,9 +206,10 @@ class SlabWriter:
             else:
                 self._held = row + 1
             self._last, self._last_order = key, max(self._last_order, record.order)
-            self.ids.append(record.id)
+            hashes.append(id_hash(record.id) << _ROW_BITS | row)
+            self.rows += 1
         encoded, segments = encode_block(records, self.saved)
-        self.segments += segments
+        self.segments.update(segments)
         compressed = zlib.compress(encoded, _COMPRESSION)
         self._parts.append(compressed)
         self._blocks.append((self._offset, len(compressed)))
@@ -210,10 +217,10 @@ class SlabWriter:
 
     def content(self) -> bytes:
         """Return the slab's bytes."""
-        table = _little_endian_bytes(_hashed(self.ids))
+        table = _little_endian_bytes(array("Q", sorted(self._hashes)))
         header = SlabHeader(
             SLAB_LAYOUT,
-            len(self.ids),
+            self.rows,
             self._held,
             self._blocks,
             {name: (start, end) for name, (start, end) in self._ranges.items()},
@@ -250,25 +257,40 @@ class OpenedSlab:
             raise CorruptStateError(self.location, f"block {number} is damaged: {exc}") from exc
         if len(columns["id"]) != rows:
             raise CorruptStateError(self.location, f"block {number} does not hold {rows} rows")
-        if not self._claimable_fit(number * BLOCK_ROWS, columns):
-            raise CorruptStateError(self.location, f"block {number} has a held job among the claimable rows")
+        problem = self._misfit(number * BLOCK_ROWS, columns)
+        if problem:
+            raise CorruptStateError(self.location, f"block {number} {problem}")
         return columns
 
-    def _claimable_fit(self, first: int, columns: dict[str, list[Any]]) -> bool:
-        """Whether the claimable rows of a block (its first row being ``first``) are of
-        claimable jobs of the entrypoint the header gives them."""
+    def keys(self, number: int, columns: dict[str, list[Any]]) -> list[RowKey]:
+        """Return where the rows of block ``number`` (decoded as ``columns``) go (``row_key``)."""
+        held = max(0, min(self.header.held - number * BLOCK_ROWS, len(columns["id"])))
+        orders, entrypoints = columns["order"], columns["entrypoint"]
+        keys: list[RowKey] = [(0, "", 0, 0, order) for order in orders[:held]]
+        priorities, created = columns["priority"][held:], columns["created"][held:]
+        claimed = zip(entrypoints[held:], priorities, created, orders[held:], strict=True)
+        return keys + [(1, *row) for row in claimed]
+
+    def _misfit(self, first: int, columns: dict[str, list[Any]]) -> str:
+        """Say how the rows of a block (its first row being ``first``) do not fit the header:
+        claimable rows not of claimable jobs, or not of the entrypoint the header gives them,
+        or rows out of claim order; empty if they fit."""
         header, rows = self.header, len(columns["id"])
         lowest = max(0, header.held - first)
         nones = [None] * rows
         not_before, dedup_key = columns.get("not_before") or nones, columns.get("dedup_key") or nones
         values = zip(columns["status"], not_before, dedup_key, strict=True)
         if not all(claimable(*row) for row in itertools.islice(values, lowest, None)):
-            return False
+            return "has a held job among its claimable rows"
         for entrypoint, (start, end) in header.ranges.items():
             named = columns["entrypoint"][max(start - first, lowest) : max(0, min(end - first, rows))]
             if named.count(entrypoint) != len(named):
-                return False
-        return True
+                return f"has a job of another entrypoint among those of {entrypoint[:100]!r}"
+        if not _ascending(self.keys(first // BLOCK_ROWS, columns)):
+            return "has rows out of claim order"
+        if len(set(columns["order"])) != rows:
+            return "has two rows of one insertion number"
+        return ""
 
 
 @dataclass(frozen=True)
@@ -313,7 +335,17 @@ def decode_slab(data: bytes, location: str) -> DecodedSlab:
             raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
     opened = open_slab(data, location)
     blocks = [opened.block(number) for number in range(len(opened.header.blocks))]
+    ends = [keys[:1] + keys[1:][-1:] for keys in map(opened.keys, itertools.count(), blocks)]
+    if not _ascending(list(chain.from_iterable(ends))):
+        raise CorruptStateError(location, "not a jqueue slab: its blocks are out of claim order")
+    orders = list(chain.from_iterable(block["order"] for block in blocks))
+    if len(set(orders)) != len(orders):
+        raise CorruptStateError(location, "not a jqueue slab: two of its rows have one insertion number")
     return DecodedSlab(list(chain.from_iterable(b["id"] for b in blocks)), blocks, opened.filter)
+
+
+def _ascending(keys: list[RowKey]) -> bool:
+    return all(map(operator.lt, keys, itertools.islice(keys, 1, None)))
 
 
 def _decode_first(data: bytes) -> DecodedSlab:

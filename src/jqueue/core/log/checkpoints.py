@@ -125,7 +125,7 @@ class Checkpoints:
         """Freeze ``index`` for the next checkpoint (on the event loop, O(1) unless it writes every job)."""
         slabs = self.slabs
         every_job = slabs.checkpoint is None
-        taken = {slab.number: bytes(slab.taken) for slab in slabs.slabs} if every_job else {}
+        taken = slabs.taken_now() if every_job else {}
         return Pending(
             index, index.freeze(every_job=every_job), to_micros(utc_now()), slabs, every_job, taken
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from array import array
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -173,7 +172,7 @@ def _written(
     taken = bytearray()
     claimable: list[tuple[int, JobRecord]] = []
     for chunk in _batched(rows):
-        start = len(writer.ids)
+        start = writer.rows
         writer.add([record for _, record, _, _ in chunk])
         for offset, (key, record, origin, row) in enumerate(chunk):
             if origin < 0:
@@ -184,9 +183,9 @@ def _written(
             else:
                 origins[origin][row] = start + offset
                 taken.append(0)
-    if not writer.ids:
+    if not writer.rows:
         return None, b"", moved, claimable
     content = writer.content()
     opened = open_slab(content, "a slab being written")
-    slab = Slab("", opened, bytearray(len(writer.ids)), taken, number, Counter(writer.segments))
+    slab = Slab("", opened, bytearray(writer.rows), taken, number, writer.segments)
     return slab, content, moved, claimable

@@ -194,6 +194,10 @@ class SlabSet:
         """Return the log entries that hold the payloads of the slabs' rows."""
         return set().union(*(slab.entries() for slab in self.slabs))
 
+    def taken_now(self) -> dict[int, bytes]:
+        """Return each slab's taken rows as they are now (what a checkpoint of every job skips)."""
+        return {slab.number: bytes(slab.taken) for slab in self.slabs}
+
     def slab_of(self, place: int) -> Slab | None:
         """Return the slab holding the row of a record placed in slab number ``place`` (or in
         one a merge retired since), or None."""
