@@ -75,8 +75,8 @@ async def test_a_slab_holds_its_rows_in_claim_order_and_finds_each_by_its_filter
     async with DirectQueue(storage) as fresh:  # the claimable rows are in the order claims take them
         assert [job.id for job in await fresh.dequeue("a", batch_size=100)] == slab.ids[3:23]
         assert [job.id for job in await fresh.dequeue("b", batch_size=100)] == slab.ids[23:]
-    assert [slab.filter.row(job_id, slab.ids) for job_id in slab.ids] == list(range(41))
-    assert slab.filter.row("no such job", slab.ids) is None
+    assert all(slab.filter.blocks(job_id) == [0] for job_id in slab.ids)  # one block of 41 rows
+    assert slab.filter.blocks("no such job") == []
 
 
 async def test_slabs_stay_few_and_a_fresh_reader_sees_the_newest_state() -> None:

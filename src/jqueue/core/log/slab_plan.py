@@ -108,7 +108,7 @@ def plan(
         for job_id, first in frozen.changed.items():
             if first.place is not None:
                 slab = slabs.slab_of(first.place)
-                row = None if slab is None else slab.row_of(job_id, slabs.blocks, known=True)
+                row = None if slab is None else slab.row_of(job_id, slabs.blocks)
                 if slab is None or row is None or not isinstance(first.payload, int):
                     raise ValueError(f"job {job_id!r} is placed in no slab of the last checkpoint")
                 slab.drop(row, first.payload)

@@ -14,6 +14,7 @@ not taken.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections import Counter, OrderedDict
@@ -142,15 +143,14 @@ class Slab:
         """Return how a checkpoint names this slab."""
         return SlabEntry.of(self.name, self.dropped, self.segments)
 
-    def row_of(self, job_id: str, blocks: BlockCache, *, known: bool = False) -> int | None:
-        """Return the row of job ``job_id``, or None; ``known`` says the slab has one, so a
-        single row with its hash is taken for it without decoding its block."""
-        rows = [row for row in self.opened.filter.rows(job_id) if row < self.rows]
-        if known and len(rows) == 1:
-            return rows[0]
-        for row in rows:
-            if blocks.block(self, row // BLOCK_ROWS)["id"][row % BLOCK_ROWS] == job_id:
-                return row
+    def row_of(self, job_id: str, blocks: BlockCache) -> int | None:
+        """Return the row of job ``job_id``, or None (its block decoded through ``blocks``)."""
+        for block in dict.fromkeys(self.opened.filter.blocks(job_id)):
+            if block * BLOCK_ROWS >= self.rows:
+                continue
+            ids = blocks.block(self, block)["id"]
+            with contextlib.suppress(ValueError):
+                return block * BLOCK_ROWS + ids.index(job_id)
         return None
 
     def head_row(self, entrypoint: str) -> int | None:

@@ -6,7 +6,7 @@ depth. A writer that loses reads the entries it missed, re-applies its batch and
 tries the next number. Readers catch up with one GET per new entry, and learn that
 they are up to date with one GET that finds nothing.
 
-After every ``checkpoint_every`` changes (or one per 20 live jobs, if more) a
+After every ``checkpoint_every`` changes (or one per 20 live jobs up to 50,000, if more) a
 checkpoint of the jobs' metadata is written in the background (payloads stay in the
 entry that first carried them), and old entries and checkpoints are compacted.
 Compaction removes only what a checkpoint older than ``retention`` covers. A writer

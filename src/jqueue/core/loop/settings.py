@@ -9,6 +9,9 @@ from jqueue.domain.values import span
 
 MIN_RETENTION = timedelta(seconds=1)
 JOBS_PER_CHECKPOINT_CHANGE = 20
+CHECKPOINT_INTERVAL_CAP = 50_000
+"""The most changes a deep queue leaves between checkpoints (unless ``checkpoint_every`` says
+more): what a new reader replays, and holds as records, before its first call."""
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,8 @@ class LogSettings:
         jobs' metadata, at least. A checkpoint writes the rows of the jobs changed since
         the last one, plus a manifest of a byte per stored row (compressed), and a new
         reader replays every change after it, so a deep queue waits for one change per
-        ``JOBS_PER_CHECKPOINT_CHANGE`` live jobs: the manifests stay flat per change.
+        ``JOBS_PER_CHECKPOINT_CHANGE`` live jobs, up to ``CHECKPOINT_INTERVAL_CAP``
+        changes: the manifests stay flat per change, and so does a new reader's replay.
     retention : timedelta
         How long entries and checkpoints stay after a newer checkpoint covers them
         (the history that readers and analytics can still see), at least one second.
@@ -45,7 +49,8 @@ class LogSettings:
 
     def interval(self, live_jobs: int) -> int:
         """Return how many changes to leave between checkpoints of ``live_jobs`` jobs."""
-        return max(self.checkpoint_every, live_jobs // JOBS_PER_CHECKPOINT_CHANGE)
+        deep = min(live_jobs // JOBS_PER_CHECKPOINT_CHANGE, CHECKPOINT_INTERVAL_CAP)
+        return max(self.checkpoint_every, deep)
 
     def __post_init__(self) -> None:
         if self.checkpoint_every < 1:
