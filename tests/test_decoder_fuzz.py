@@ -26,7 +26,7 @@ import reference_model
 from jqueue.core.formats import checkpoint as checkpoint_format
 from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import marker as marker_format
-from jqueue.core.formats import payload_refs, slab_block
+from jqueue.core.formats import payload_refs, slab_block, slab_whole
 from jqueue.core.formats import single as single_format
 from jqueue.core.formats import slab as slab_format
 from jqueue.core.log.parts import StoredPart
@@ -124,13 +124,13 @@ def decode_checkpoint(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf
         raise CorruptStateError(location, "names a slab that is not there")
     contents = [SLABS[entry.name] for entry in manifest.slabs]
     for content in contents:  # every block read now: a cold one is otherwise decoded when claimed
-        slab_format.decode_slab(content, LOCATIONS["slab"])
+        slab_whole.decode_slab(content, LOCATIONS["slab"])
     index = loaded(manifest, contents, [LOCATIONS["slab"]] * len(contents), location)[0]
     return index, lambda _: b"", checkpoint_again
 
 
 def decode_slab(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Reencode]:
-    rows = slab_format.decode_slab(data, location)  # every block read now, as above
+    rows = slab_whole.decode_slab(data, location)  # every block read now, as above
     entry = checkpoint_format.SlabEntry("slab/x", len(rows.ids), b"")
     manifest = checkpoint_format.Manifest(SEQ, NOW, [entry], [], Controls())
     return loaded(manifest, [data], [location], location)[0], lambda _: b"", checkpoint_again
@@ -226,7 +226,7 @@ def index_of(effects: list[fx.Effect]) -> QueueIndex:
 def first_layout_checkpoint(written: Written) -> bytes:
     """A checkpoint as jqueue wrote them before slabs (``jqueue-log/1``): its jobs as one block, inline."""
     manifest = json.loads(written.manifest)
-    blocks = slab_format.slab_tree(written.content)["blocks"] if written.slab else []
+    blocks = slab_whole.slab_tree(written.content)["blocks"] if written.slab else []
     [block] = blocks or [json.loads(slab_block.encode_block([], {})[0])]
     header = {"layout": marker_format.LAYOUT, "seq": manifest["seq"], "at": manifest["at"]}
     kept = {name: manifest[name] for name in ("history", "controls") if name in manifest}
@@ -245,9 +245,7 @@ def first_layout_slab(index: QueueIndex) -> bytes:
     """A slab as jqueue wrote them before claim order (``jqueue-slab/1``): rows sorted by id, in JSON."""
     rows = sorted(index.records.values(), key=lambda record: record.id)
     block = json.loads(slab_block.encode_block(rows, {})[0])
-    return json.dumps(
-        {"layout": slab_format.FIRST_SLAB_LAYOUT, "rows": len(rows), "blocks": [block]}
-    ).encode()
+    return json.dumps({"layout": slab_whole.FIRST_SLAB_LAYOUT, "rows": len(rows), "blocks": [block]}).encode()
 
 
 SEEDS = {
@@ -313,7 +311,7 @@ def mutated(draw: st.DrawFn, decoder: str) -> bytes:
     deleted or duplicated, written with escaped or raw lone surrogates, maybe truncated."""
     seed = draw(st.sampled_from(SEEDS[decoder]))
     packed = decoder == "slab" and seed.startswith(slab_format.MAGIC)
-    tree = slab_format.slab_tree(seed) if packed else json.loads(seed)
+    tree = slab_whole.slab_tree(seed) if packed else json.loads(seed)
     for _ in range(draw(st.integers(1, 3))):
         found = list(places(tree))
         if not found:
@@ -334,7 +332,7 @@ def mutated(draw: st.DrawFn, decoder: str) -> bytes:
             parent[key] = draw(VALUES)
     if packed:  # a slab of the current layout: its blocks and header mutated, the rest made to fit
         try:
-            return slab_format.tree_slab(tree)
+            return slab_whole.tree_slab(tree)
         except (TypeError, OverflowError, KeyError, IndexError, ValueError, msgspec.EncodeError):
             assume(False)
     text = json.dumps(tree, ensure_ascii=draw(st.booleans()), separators=(",", ":"))

@@ -19,7 +19,8 @@ from jqueue import CorruptStateError, DirectQueue, InMemoryStorage, JobStatus, L
 from jqueue.core.formats.checkpoint import Manifest, decode_manifest
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX
 from jqueue.core.formats.payload_refs import payload_ref
-from jqueue.core.formats.slab import SLAB_PREFIX, decode_slab, slab_name, slab_tree
+from jqueue.core.formats.slab import SLAB_PREFIX, slab_name
+from jqueue.core.formats.slab_whole import decode_slab, slab_tree
 from jqueue.core.log import checkpoints
 from jqueue.core.log.slab_load import loaded
 from jqueue.core.log.slab_plan import FANOUT, plan

@@ -30,7 +30,7 @@ import jqueue
 from jqueue.core.formats import checkpoint as checkpoint_format
 from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import marker as marker_format
-from jqueue.core.formats import payload_refs, slab_block
+from jqueue.core.formats import payload_refs, slab_block, slab_whole
 from jqueue.core.formats import single as single_format
 from jqueue.core.formats import slab as slab_format
 from jqueue.core.log.slab_load import loaded
@@ -79,7 +79,7 @@ def dump(tree: Any) -> bytes:
     a slab's tree (``parse``) as a slab, when its values fit one."""
     if isinstance(tree, dict) and set(tree) == {_PACKED_SLAB} and isinstance(tree[_PACKED_SLAB], dict):
         with contextlib.suppress(Exception):
-            return slab_format.tree_slab(tree[_PACKED_SLAB])
+            return slab_whole.tree_slab(tree[_PACKED_SLAB])
     data = json.dumps(tree, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "jqueue-fuzz")
     for sentinel, raw in SENTINELS.items():
         data = data.replace(sentinel.encode(), raw)
@@ -89,7 +89,7 @@ def dump(tree: Any) -> bytes:
 def parse(data: bytes) -> Any:
     if data.startswith(slab_format.MAGIC):
         try:
-            return {_PACKED_SLAB: slab_format.slab_tree(data)}
+            return {_PACKED_SLAB: slab_whole.slab_tree(data)}
         except (ValueError, zlib.error):
             return None
     try:
@@ -155,7 +155,7 @@ def first_layout_checkpoint(index: QueueIndex) -> bytes:
     """A checkpoint as jqueue wrote them before slabs (``jqueue-log/1``): its jobs inline, as one block."""
     encoded, plan = plan_of(index)
     manifest = json.loads(encoded)
-    blocks = slab_format.slab_tree(plan.content)["blocks"] if plan.slab else []
+    blocks = slab_whole.slab_tree(plan.content)["blocks"] if plan.slab else []
     [block] = blocks or [json.loads(slab_block.encode_block([], {})[0])]
     kept = {name: manifest[name] for name in ("history", "controls") if name in manifest}
     header = {"layout": marker_format.LAYOUT, "seq": manifest["seq"], "at": manifest["at"]}
@@ -166,7 +166,7 @@ def first_layout_slab(index: QueueIndex) -> bytes:
     """A slab as jqueue wrote them before claim order (``jqueue-slab/1``): rows sorted by id, in JSON."""
     rows = sorted(index.records.values(), key=lambda record: record.id)
     block = json.loads(slab_block.encode_block(rows, {})[0])
-    return dump({"layout": slab_format.FIRST_SLAB_LAYOUT, "rows": len(rows), "blocks": [block]})
+    return dump({"layout": slab_whole.FIRST_SLAB_LAYOUT, "rows": len(rows), "blocks": [block]})
 
 
 def checkpoint_index(data: bytes, location: str) -> QueueIndex:
@@ -176,7 +176,7 @@ def checkpoint_index(data: bytes, location: str) -> QueueIndex:
         raise CorruptStateError(location, "it names a slab that is not there")
     contents = [SLABS[entry.name] for entry in manifest.slabs]
     for content in contents:  # every block read now: a cold one is otherwise decoded when claimed
-        slab_format.decode_slab(content, location)
+        slab_whole.decode_slab(content, location)
     return loaded(manifest, contents, [location] * len(contents), location)[0]
 
 
@@ -285,7 +285,7 @@ class Probe:
 
     def slab(self, data: bytes, location: str) -> None:
         self.format = "checkpoint"
-        decoded = slab_format.decode_slab(data, location)
+        decoded = slab_whole.decode_slab(data, location)
         entry = checkpoint_format.SlabEntry("slab/x", len(decoded.ids), b"")
         manifest = checkpoint_format.Manifest(SEQ, NOW, [entry], [], Controls())
         self.exercise(loaded(manifest, [data], [location], location)[0], lambda _: b"")

@@ -15,8 +15,7 @@ entrypoint's next claimable rows are a block away. The layout ``jqueue-slab/2`` 
   block's offset and length, each entrypoint's claimable rows, the filter's checksum;
 - the header's length, 8 bytes big-endian.
 
-A slab of the first layout (``jqueue-slab/1``, one JSON object whose rows are sorted by id)
-is read, and the next checkpoint rewrites its rows.
+``slab_whole.py`` reads every row of a slab at once, of this layout or the first.
 """
 
 from __future__ import annotations
@@ -32,12 +31,11 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 import msgspec
 
-from jqueue.core.formats.slab_block import BLOCK_ROWS, BLOCK_TYPE, block_columns, decode_block, encode_block
+from jqueue.core.formats.slab_block import BLOCK_ROWS, decode_block, encode_block
 from jqueue.core.formats.wire import UNDECODABLE, Count
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.models import JobStatus
@@ -46,10 +44,8 @@ from jqueue.domain.schema import CHANGING_FIELDS
 
 SLAB_PREFIX = "slab/"
 SLAB_LAYOUT = "jqueue-slab/2"
-FIRST_SLAB_LAYOUT = "jqueue-slab/1"
-"""The layout of a slab whose rows are sorted by id (read, never written)."""
 MAGIC = b"jqueue-slab\n"
-_LENGTH_BYTES = 8
+LENGTH_BYTES = 8
 _BLOCK_BITS = 24
 _BLOCK_MASK = (1 << _BLOCK_BITS) - 1
 _HASH_BYTES = 5
@@ -79,14 +75,7 @@ class SlabHeader(msgspec.Struct, forbid_unknown_fields=True):
     filter_crc: Count
 
 
-class _FirstLayout(msgspec.Struct):
-    layout: str
-    rows: Count
-    blocks: list[BLOCK_TYPE]
-
-
 _header_decoder = msgspec.json.Decoder(SlabHeader)
-_first_decoder = msgspec.json.Decoder(_FirstLayout)
 
 
 def slab_name(seq: int, at: int, tag: str) -> str:
@@ -131,11 +120,11 @@ def _little_endian(values: array[int]) -> array[int]:
     return values
 
 
-def _little_endian_bytes(values: array[int]) -> bytes:
+def little_endian_bytes(values: array[int]) -> bytes:
     return values.tobytes() if sys.byteorder == "little" else _little_endian(array("Q", values)).tobytes()
 
 
-def _table(data: bytes, start: int, end: int) -> Sequence[int]:
+def table_of(data: bytes, start: int, end: int) -> Sequence[int]:
     """Return a filter's values, read in place from ``data`` where the machine is little-endian."""
     if sys.byteorder == "little":
         return memoryview(data)[start:end].cast("Q")
@@ -219,7 +208,7 @@ class SlabWriter:
 
     def content(self) -> bytes:
         """Return the slab's bytes."""
-        table = _little_endian_bytes(array("Q", sorted(self._hashes)))
+        table = little_endian_bytes(array("Q", sorted(self._hashes)))
         header = SlabHeader(
             SLAB_LAYOUT,
             self.rows,
@@ -230,7 +219,7 @@ class SlabWriter:
             zlib.crc32(table),
         )
         encoded = msgspec.json.encode(header)
-        return b"".join((*self._parts, table, encoded, len(encoded).to_bytes(_LENGTH_BYTES, "big")))
+        return b"".join((*self._parts, table, encoded, len(encoded).to_bytes(LENGTH_BYTES, "big")))
 
 
 @dataclass(frozen=True)
@@ -288,22 +277,11 @@ class OpenedSlab:
             named = columns["entrypoint"][max(start - first, lowest) : max(0, min(end - first, rows))]
             if named.count(entrypoint) != len(named):
                 return f"has a job of another entrypoint among those of {entrypoint[:100]!r}"
-        if not _ascending(self.keys(first // BLOCK_ROWS, columns)):
+        if not ascending(self.keys(first // BLOCK_ROWS, columns)):
             return "has rows out of claim order"
         if len(set(columns["order"])) != rows:
             return "has two rows of one insertion number"
         return ""
-
-
-@dataclass(frozen=True)
-class DecodedSlab:
-    """A slab's rows: their job ids in row order, its blocks (each one column per record field,
-    ``block_columns``) and its filter; ``current`` is False for a slab of the first layout."""
-
-    ids: list[str]
-    blocks: list[dict[str, list[Any]]]
-    filter: SlabFilter
-    current: bool = True
 
 
 def open_slab(data: bytes, location: str) -> OpenedSlab:
@@ -322,55 +300,19 @@ def open_slab(data: bytes, location: str) -> OpenedSlab:
         raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
 
 
-def decode_slab(data: bytes, location: str) -> DecodedSlab:
-    """Return every row of a slab, of either layout.
-
-    Raises
-    ------
-    CorruptStateError
-        If ``data`` is not a slab, or its rows do not fit its header and filter.
-    """
-    if data.startswith(b"{"):
-        try:
-            return _decode_first(data)
-        except (*UNDECODABLE, ValueError) as exc:
-            raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
-    opened = open_slab(data, location)
-    blocks = [opened.block(number) for number in range(len(opened.header.blocks))]
-    ends = [keys[:1] + keys[1:][-1:] for keys in map(opened.keys, itertools.count(), blocks)]
-    if not _ascending(list(chain.from_iterable(ends))):
-        raise CorruptStateError(location, "not a jqueue slab: its blocks are out of claim order")
-    orders = list(chain.from_iterable(block["order"] for block in blocks))
-    if len(set(orders)) != len(orders):
-        raise CorruptStateError(location, "not a jqueue slab: two of its rows have one insertion number")
-    return DecodedSlab(list(chain.from_iterable(b["id"] for b in blocks)), blocks, opened.filter)
-
-
-def _ascending(keys: list[RowKey]) -> bool:
+def ascending(keys: list[RowKey]) -> bool:
+    """Whether ``keys`` rise strictly."""
     return all(map(operator.lt, keys, itertools.islice(keys, 1, None)))
 
 
-def _decode_first(data: bytes) -> DecodedSlab:
-    slab = _first_decoder.decode(data)
-    if slab.layout != FIRST_SLAB_LAYOUT:
-        raise ValueError(f"layout {slab.layout!r} is not {FIRST_SLAB_LAYOUT!r}")
-    blocks = [block_columns(block) for block in slab.blocks]
-    ids = list(chain.from_iterable(block["id"] for block in blocks))
-    if len(ids) != slab.rows:
-        raise ValueError(f"it holds {len(ids)} rows, not {slab.rows}")
-    if not all(map(str.__lt__, ids, itertools.islice(ids, 1, None))):
-        raise ValueError("its rows are not sorted by job id")
-    return DecodedSlab(ids, blocks, SlabFilter.of(ids), current=False)
-
-
 def _opened(data: bytes, location: str) -> OpenedSlab:
-    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _LENGTH_BYTES:
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + LENGTH_BYTES:
         raise ValueError("it does not begin as a slab does")
-    length = int.from_bytes(data[-_LENGTH_BYTES:], "big")
-    table_end = len(data) - _LENGTH_BYTES - length
+    length = int.from_bytes(data[-LENGTH_BYTES:], "big")
+    table_end = len(data) - LENGTH_BYTES - length
     if length > len(data) or table_end < len(MAGIC):
         raise ValueError("its header length is out of range")
-    header = _header_decoder.decode(data[table_end : len(data) - _LENGTH_BYTES])
+    header = _header_decoder.decode(data[table_end : len(data) - LENGTH_BYTES])
     if header.layout != SLAB_LAYOUT:
         raise ValueError(f"layout {header.layout!r} is not {SLAB_LAYOUT!r}")
     offset = len(MAGIC)
@@ -387,7 +329,7 @@ def _opened(data: bytes, location: str) -> OpenedSlab:
     if header.rows and header.last_order < 0:
         raise ValueError("its insertion numbers do not fit its rows")
     _check_ranges(header)
-    return OpenedSlab(data, header, SlabFilter(_table(data, offset, table_end)), location)
+    return OpenedSlab(data, header, SlabFilter(table_of(data, offset, table_end)), location)
 
 
 def _check_ranges(header: SlabHeader) -> None:
@@ -398,37 +340,3 @@ def _check_ranges(header: SlabHeader) -> None:
         raise ValueError("its entrypoints' rows do not follow each other")
     if (bounds[-1][1] if bounds else header.held) != header.rows:
         raise ValueError("its entrypoints' rows do not end with it")
-
-
-def slab_tree(data: bytes) -> dict[str, Any]:
-    """Return a slab of this layout as one JSON tree: its header, its blocks and its filter (for
-    inspecting a slab, and for the fuzzers, with ``tree_slab``).
-
-    Raises
-    ------
-    ValueError
-        If ``data`` is not a slab of this layout.
-    """
-    length = int.from_bytes(data[-_LENGTH_BYTES:], "big")
-    header: dict[str, Any] = msgspec.json.decode(data[len(data) - _LENGTH_BYTES - length : -_LENGTH_BYTES])
-    blocks = [
-        msgspec.json.decode(zlib.decompress(data[start : start + size])) for start, size in header["blocks"]
-    ]
-    end = header["blocks"][-1][0] + header["blocks"][-1][1] if header["blocks"] else len(MAGIC)
-    return {
-        "header": header,
-        "blocks": blocks,
-        "filter": list(_table(data, end, len(data) - _LENGTH_BYTES - length)),
-    }
-
-
-def tree_slab(tree: dict[str, Any]) -> bytes:
-    """Return the slab of a tree from ``slab_tree``, its offsets and checksum made to fit."""
-    parts, spans, offset = [MAGIC], [], len(MAGIC)
-    for block in tree["blocks"]:
-        parts.append(zlib.compress(msgspec.json.encode(block)))
-        spans.append([offset, len(parts[-1])])
-        offset += len(parts[-1])
-    table = _little_endian_bytes(array("Q", tree["filter"]))
-    encoded = msgspec.json.encode({**tree["header"], "blocks": spans, "filter_crc": zlib.crc32(table)})
-    return b"".join((*parts, table, encoded, len(encoded).to_bytes(_LENGTH_BYTES, "big")))

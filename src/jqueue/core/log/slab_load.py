@@ -13,8 +13,9 @@ from typing import Any
 from jqueue.core.formats.checkpoint import Manifest
 from jqueue.core.formats.marker import checkpoint_name
 from jqueue.core.formats.payload_refs import columns_from_refs
-from jqueue.core.formats.slab import MAGIC, decode_slab, open_slab
+from jqueue.core.formats.slab import MAGIC, open_slab
 from jqueue.core.formats.slab_block import BLOCK_ROWS, concatenated
+from jqueue.core.formats.slab_whole import decode_slab
 from jqueue.core.log.slabs import Slab, SlabSet, numbers
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
