@@ -103,6 +103,7 @@ def decode_state(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Ree
 
 def decode_entry(data: bytes, location: str) -> tuple[QueueIndex, PayloadOf, Reencode]:
     entry = entry_format.decode_entry(data, SEQ, location)
+    assert entry_format.decode_payloads(data, SEQ, location) == entry.payloads  # as a claim reads them
     index = QueueIndex()
     try:  # as LogStore._apply_entry
         index.apply_all(entry.effects)

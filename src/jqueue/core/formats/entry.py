@@ -170,6 +170,52 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
     return Entry(wire.seq, wire.commit, wire.at, effects, payloads)
 
 
+_PAYLOAD_AT = [f.name for f in STORED_FIELDS].index("payload")
+_AddPayload: Any = msgspec.defstruct(
+    "_AddPayload",
+    [
+        *((f.name, msgspec.Raw) for f in STORED_FIELDS[:_PAYLOAD_AT]),
+        ("payload", wire_type(STORED_FIELDS[_PAYLOAD_AT])),
+    ],
+    tag="add",
+    array_like=True,
+)
+"""An added job read only up to its payload (the rest of its array is skipped)."""
+_Skipped = functools.reduce(
+    operator.or_,
+    [
+        msgspec.defstruct(f"_Skip{i}", [], tag=tag, array_like=True)
+        for i, tag in enumerate([*TAGS.values(), "add_part"])
+    ],
+)
+
+
+class _Payloads(msgspec.Struct):
+    seq: Count
+    effects: list[_AddPayload | _Skipped]  # type: ignore[valid-type]
+
+
+_payloads_decoder = msgspec.json.Decoder(_Payloads)
+
+
+def decode_payloads(data: bytes, seq: int, location: str) -> list[bytes]:
+    """Return the payloads log entry ``seq`` holds, in order, skipping the rest of it (what a
+    claim that fetches a payload needs: several times faster than ``decode_entry``).
+
+    Raises
+    ------
+    CorruptStateError
+        If ``data`` is not log entry ``seq``.
+    """
+    try:
+        wire = _payloads_decoder.decode(data)
+    except UNDECODABLE as exc:
+        raise CorruptStateError(location, str(exc)) from exc
+    if wire.seq != seq:
+        raise CorruptStateError(location, f"holds entry {wire.seq}, expected {seq}")
+    return [item.payload for item in wire.effects if isinstance(item, _AddPayload)]
+
+
 def entry_commit_id(data: bytes) -> str | None:
     """Return the commit id of an encoded entry, or None if it is not one."""
     try:

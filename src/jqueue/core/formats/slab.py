@@ -94,9 +94,13 @@ def id_hash(job_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(job_id.encode(), digest_size=_HASH_BYTES).digest(), "big")
 
 
+CLAIMABLE: dict[str, Any] = {"status": JobStatus.QUEUED, "not_before": None, "dedup_key": None}
+"""The values a job has to be among a slab's claimable rows (the others are held)."""
+
+
 def claimable(status: JobStatus, not_before: int | None, dedup_key: str | None) -> bool:
-    """Whether a job with these values is among a slab's claimable rows (the others are held)."""
-    return status is JobStatus.QUEUED and not_before is None and dedup_key is None
+    """Whether a job with these values is among a slab's claimable rows (``CLAIMABLE``)."""
+    return (status, not_before, dedup_key) == tuple(CLAIMABLE.values())
 
 
 def row_key(record: JobRecord, saved: Mapping[str, ClaimState]) -> RowKey:
@@ -257,22 +261,21 @@ class OpenedSlab:
         """Return where the rows of block ``number`` (decoded as ``columns``) go (``row_key``)."""
         held = max(0, min(self.header.held - number * BLOCK_ROWS, len(columns["id"])))
         orders, entrypoints = columns["order"], columns["entrypoint"]
-        keys: list[RowKey] = [(0, "", 0, 0, order) for order in orders[:held]]
+        none, zero, one = itertools.repeat(""), itertools.repeat(0), itertools.repeat(1)
+        keys: list[RowKey] = list(zip(zero, none, zero, zero, orders[:held], strict=False))
         priorities, created = columns["priority"][held:], columns["created"][held:]
-        claimed = zip(entrypoints[held:], priorities, created, orders[held:], strict=True)
-        return keys + [(1, *row) for row in claimed]
+        return keys + list(zip(one, entrypoints[held:], priorities, created, orders[held:], strict=False))
 
     def _misfit(self, first: int, columns: dict[str, list[Any]]) -> str:
         """Say how the rows of a block (its first row being ``first``) do not fit the header:
-        claimable rows not of claimable jobs, or not of the entrypoint the header gives them,
-        or rows out of claim order; empty if they fit."""
+        claimable rows not of claimable jobs (``CLAIMABLE``), or not of the entrypoint the
+        header gives them, or rows out of claim order; empty if they fit."""
         header, rows = self.header, len(columns["id"])
         lowest = max(0, header.held - first)
         nones = [None] * rows
-        not_before, dedup_key = columns.get("not_before") or nones, columns.get("dedup_key") or nones
-        values = zip(columns["status"], not_before, dedup_key, strict=True)
-        if not all(claimable(*row) for row in itertools.islice(values, lowest, None)):
-            return "has a held job among its claimable rows"
+        for name, value in CLAIMABLE.items():
+            if (columns.get(name) or nones)[lowest:].count(value) != rows - lowest:
+                return "has a held job among its claimable rows"
         for entrypoint, (start, end) in header.ranges.items():
             named = columns["entrypoint"][max(start - first, lowest) : max(0, min(end - first, rows))]
             if named.count(entrypoint) != len(named):

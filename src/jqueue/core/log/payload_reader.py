@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from jqueue.core.formats.entry import decode_entry
+from jqueue.core.formats.entry import decode_payloads
 from jqueue.core.formats.marker import entry_name
 from jqueue.core.formats.payload_refs import payload_place
 from jqueue.core.log.parts import is_part, part_name
@@ -85,6 +85,6 @@ class PayloadReader:
         data = await self.keyed.get(name)
         if data is None:
             raise CorruptStateError(self.where(name), "a live job's payload entry is missing")
-        entry = decode_entry(data, segment, self.where(name))
-        self.cache.put(segment, entry.payloads)
-        return entry.payloads
+        payloads = decode_payloads(data, segment, self.where(name))
+        self.cache.put(segment, payloads)
+        return payloads
