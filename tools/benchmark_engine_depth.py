@@ -21,7 +21,7 @@ worker's, not this one's:
 
 Examples
 --------
-The issue's depth (about 20 minutes and a few GB of disk at 1M today)::
+The issue's depth (about 4 minutes and 1.5 GB of disk at 1M)::
 
     .venv/bin/python tools/benchmark_engine_depth.py --jobs 1000000
 

@@ -137,22 +137,11 @@ def table_of(data: bytes, start: int, end: int) -> Sequence[int]:
     return _little_endian(values)
 
 
-def _hashed(ids: Sequence[str]) -> array[int]:
-    return array(
-        "Q", sorted(id_hash(job_id) << _BLOCK_BITS | row // BLOCK_ROWS for row, job_id in enumerate(ids))
-    )
-
-
 class SlabFilter:
     """A slab's blocks by the hashes of the job ids they hold: ``hash << 24 | block``, sorted."""
 
     def __init__(self, values: Sequence[int]) -> None:
         self.values = values
-
-    @classmethod
-    def of(cls, ids: Sequence[str]) -> SlabFilter:
-        """Return the filter of rows holding ``ids`` in this order."""
-        return cls(_hashed(ids))
 
     def blocks(self, job_id: str) -> list[int]:
         """Return the blocks that may hold job ``job_id`` (those holding an id with its hash)."""
@@ -282,8 +271,8 @@ class OpenedSlab:
                 return f"has a job of another entrypoint among those of {entrypoint[:100]!r}"
         if not ascending(self.keys(first // BLOCK_ROWS, columns)):
             return "has rows out of claim order"
-        if len(set(columns["order"])) != rows:
-            return "has two rows of one insertion number"
+        if len(set(columns["order"])) != rows or len(set(columns["id"])) != rows:
+            return "has two rows of one job"
         return ""
 
 

@@ -16,7 +16,6 @@ import msgspec
 from jqueue.core.formats.slab import (
     LENGTH_BYTES,
     MAGIC,
-    SlabFilter,
     ascending,
     little_endian_bytes,
     open_slab,
@@ -41,12 +40,11 @@ _first_decoder = msgspec.json.Decoder(_FirstLayout)
 
 @dataclass(frozen=True)
 class DecodedSlab:
-    """A slab's rows: their job ids in row order, its blocks (each one column per record field,
-    ``block_columns``) and its filter; ``current`` is False for a slab of the first layout."""
+    """A slab's rows: their job ids in row order and its blocks (each one column per record
+    field, ``block_columns``); ``current`` is False for a slab of the first layout."""
 
     ids: list[str]
     blocks: list[dict[str, list[Any]]]
-    filter: SlabFilter
     current: bool = True
 
 
@@ -69,9 +67,10 @@ def decode_slab(data: bytes, location: str) -> DecodedSlab:
     if not ascending(list(chain.from_iterable(ends))):
         raise CorruptStateError(location, "not a jqueue slab: its blocks are out of claim order")
     orders = list(chain.from_iterable(block["order"] for block in blocks))
-    if len(set(orders)) != len(orders):
-        raise CorruptStateError(location, "not a jqueue slab: two of its rows have one insertion number")
-    return DecodedSlab(list(chain.from_iterable(b["id"] for b in blocks)), blocks, opened.filter)
+    ids = list(chain.from_iterable(block["id"] for block in blocks))
+    if len(set(orders)) != len(orders) or len(set(ids)) != len(ids):
+        raise CorruptStateError(location, "not a jqueue slab: two of its rows are of one job")
+    return DecodedSlab(ids, blocks)
 
 
 def _decode_first(data: bytes) -> DecodedSlab:
@@ -84,7 +83,7 @@ def _decode_first(data: bytes) -> DecodedSlab:
         raise ValueError(f"it holds {len(ids)} rows, not {slab.rows}")
     if not all(map(str.__lt__, ids, itertools.islice(ids, 1, None))):
         raise ValueError("its rows are not sorted by job id")
-    return DecodedSlab(ids, blocks, SlabFilter.of(ids), current=False)
+    return DecodedSlab(ids, blocks, current=False)
 
 
 def slab_tree(data: bytes) -> dict[str, Any]:
