@@ -22,7 +22,7 @@ from jqueue.core.formats.checkpoint import encode_manifest, encoded_history
 from jqueue.core.formats.marker import checkpoint_name
 from jqueue.core.formats.slab import RowKey, SlabWriter, open_slab, row_key, slab_name
 from jqueue.core.formats.slab_block import BLOCK_ROWS
-from jqueue.core.log.slabs import Slab, SlabSet, numbers, record_at, union
+from jqueue.core.log.slabs import Slab, SlabSet, numbers, record_at, segments_of, union
 from jqueue.domain.records import ClaimState, Frozen, JobRecord
 
 FANOUT = 4
@@ -126,7 +126,7 @@ def plan(
     number = next(numbers)
     new, content, moved, claimable = _written(heapq.merge(*streams, key=_key), frozen.saved, retired, number)
     named = [*kept, new] if new is not None else kept
-    segments = set().union(*(slab.entries() for slab in named))
+    segments = segments_of(named)
     name, history = checkpoint_name(frozen.version, at), encoded_history(frozen.history)
     version, controls = frozen.version, frozen.controls
     return Plan(new, content, name, kept, moved, claimable, segments, version, at, tag, history, controls)

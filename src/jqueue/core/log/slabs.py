@@ -57,6 +57,11 @@ def union(first: bytes | bytearray, second: bytes | bytearray) -> bytearray:
     return bytearray(joined.to_bytes(len(first), "little"))
 
 
+def segments_of(slabs: Iterable[Slab]) -> set[int]:
+    """Return the log entries that hold the payloads of the rows that count in ``slabs``."""
+    return set().union(*(slab.segments_in_use() for slab in slabs))
+
+
 class BlockCache:
     """The blocks of some slabs decoded lately, shared by the event loop and the plan's thread."""
 
@@ -130,7 +135,7 @@ class Slab:
         """How many of its rows count."""
         return self.rows - self.dropped.count(1)
 
-    def entries(self) -> set[int]:
+    def segments_in_use(self) -> set[int]:
         """The log entries that hold the payloads of its rows that count."""
         return {segment for segment, count in self.segments.items() if count > 0}
 
@@ -191,8 +196,8 @@ class SlabSet:
         self._heads: dict[tuple[int, str], tuple[int, ClaimKey]] = {}
 
     def segments(self) -> set[int]:
-        """Return the log entries that hold the payloads of the slabs' rows."""
-        return set().union(*(slab.entries() for slab in self.slabs))
+        """Return the log entries that hold the payloads of the slabs' rows that count."""
+        return segments_of(self.slabs)
 
     def taken_now(self) -> dict[int, bytes]:
         """Return each slab's taken rows as they are now (what a checkpoint of every job skips)."""
