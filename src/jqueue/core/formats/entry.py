@@ -137,6 +137,17 @@ def encode_entry(seq: int, commit_id: str, at: int, effects: Sequence[fx.Effect]
     return msgspec.json.encode(_Entry(seq, commit_id, at, items))
 
 
+def _entry_of(decoder: msgspec.json.Decoder[Any], data: bytes, seq: int, location: str) -> Any:
+    """Decode log entry ``seq`` with ``decoder`` (of a struct with its ``seq``)."""
+    try:
+        wire = decoder.decode(data)
+    except UNDECODABLE as exc:
+        raise CorruptStateError(location, str(exc)) from exc
+    if wire.seq != seq:
+        raise CorruptStateError(location, f"holds entry {wire.seq}, expected {seq}")
+    return wire
+
+
 def decode_entry(data: bytes, seq: int, location: str) -> Entry:
     """Deserialise log entry ``seq``; added jobs get ``payload_ref(seq, position)`` payloads.
 
@@ -145,12 +156,7 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
     CorruptStateError
         If ``data`` is not log entry ``seq``; ``location`` names the object.
     """
-    try:
-        wire = _entry_decoder.decode(data)
-    except UNDECODABLE as exc:
-        raise CorruptStateError(location, str(exc)) from exc
-    if wire.seq != seq:
-        raise CorruptStateError(location, f"holds entry {wire.seq}, expected {seq}")
+    wire = _entry_of(_entry_decoder, data, seq, location)
     effects: list[fx.Effect] = []
     payloads: list[bytes] = []
     for item in wire.effects:
@@ -207,12 +213,7 @@ def decode_payloads(data: bytes, seq: int, location: str) -> list[bytes]:
     CorruptStateError
         If ``data`` is not log entry ``seq``.
     """
-    try:
-        wire = _payloads_decoder.decode(data)
-    except UNDECODABLE as exc:
-        raise CorruptStateError(location, str(exc)) from exc
-    if wire.seq != seq:
-        raise CorruptStateError(location, f"holds entry {wire.seq}, expected {seq}")
+    wire = _entry_of(_payloads_decoder, data, seq, location)
     return [item.payload for item in wire.effects if isinstance(item, _AddPayload)]
 
 
