@@ -218,15 +218,17 @@ class SlabSet:
         """Become the slabs of a checkpoint planned from this set and stored, and the cold rows
         of ``index``: the rows taken meanwhile in the slabs it retires are taken in its new
         slab too, and the changed jobs it holds as claimable rows that ``index`` lets go
-        (``IndexState.cool``) become cold."""
-        if index.cold is not self:
+        (``IndexState.cool``) become cold. An index that reaches other cold rows (one the
+        store has replaced meanwhile) lets go of nothing."""
+        if index.cold is None:
             index.attach(self, -1)
         new = plan.slab
         if new is not None:
-            cooled = index.cool([record for _, record in plan.claimable])
-            for (row, _), cool in zip(plan.claimable, cooled, strict=True):
-                if cool:
-                    new.taken[row] = 0
+            if index.cold is self:
+                cooled = index.cool([record for _, record in plan.claimable])
+                for (row, _), cool in zip(plan.claimable, cooled, strict=True):
+                    if cool:
+                        new.taken[row] = 0
             for retired, moved in plan.moved.items():
                 taken, row = retired.taken, retired.taken.find(1)
                 while row != -1:
