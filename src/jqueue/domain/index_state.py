@@ -57,7 +57,8 @@ from jqueue.domain.times import checked_time
 
 REQUIRED_COLUMNS = (*(f.name for f in FIELDS if f.required), "order")
 """The columns ``from_columns`` needs; the others may be left out (their default in every row)."""
-_COLUMN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
+COLUMN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
+"""Each record field's value in a row whose column is left out."""
 _NO_PROGRESS: dict[str, Any] = dict(cancel_requested=None, progress=None, progress_note=None)
 """What a new claim, or a return to the queue, clears: the last attempt's progress and cancel."""
 
@@ -136,7 +137,7 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
         if len({len(column) for column in columns.values()} | {len(ids)}) > 1:
             raise ValueError("the columns differ in length")
         # A column left out is its default in every row: repeated, not built.
-        full: dict[str, Iterable[Any]] = {name: repeat(_COLUMN_DEFAULTS.get(name)) for name in RECORD_COLUMNS}
+        full: dict[str, Iterable[Any]] = {name: repeat(COLUMN_DEFAULTS.get(name)) for name in RECORD_COLUMNS}
         full |= {name: columns[name] for name in REQUIRED_COLUMNS}
         full |= {name: column for name, column in columns.items() if name in full}
         index = cls()

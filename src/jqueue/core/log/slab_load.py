@@ -63,9 +63,7 @@ def _joined(parts: list[Columns]) -> Columns:
     return concatenated(parts) if parts else {name: [] for name in REQUIRED_COLUMNS}
 
 
-def _whole(
-    manifest: Manifest, contents: list[bytes], locations: list[str]
-) -> tuple[QueueIndex, SlabSet, set[int]]:
+def _whole(manifest: Manifest, contents: list[bytes], locations: list[str]) -> Loaded:
     """Every job of a checkpoint naming a slab of the first layout, as a record."""
     parts: list[Columns] = []
     for entry, content, where in zip(manifest.slabs, contents, locations, strict=True):
@@ -81,9 +79,7 @@ def _whole(
     return _index(manifest, columns), SlabSet(), set(columns_from_refs(columns["payload"])[0])
 
 
-def _cold(
-    manifest: Manifest, contents: list[bytes], locations: list[str]
-) -> tuple[QueueIndex, SlabSet, set[int]]:
+def _cold(manifest: Manifest, contents: list[bytes], locations: list[str]) -> Loaded:
     """The held rows of each slab as records, the others cold."""
     slabs: list[Slab] = []
     parts: list[Columns] = []
@@ -97,7 +93,7 @@ def _cold(
         taken = bytearray(dropped)
         taken[: header.held] = b"\x01" * header.held
         number = next(numbers)
-        kept = bytes(dropped).translate(_KEPT)
+        kept = bytes(dropped[: header.held]).translate(_KEPT)
         for block in range(-(-header.held // BLOCK_ROWS)):
             first = block * BLOCK_ROWS
             rows = min(BLOCK_ROWS, header.held - first)

@@ -22,7 +22,7 @@ from jqueue.core.formats.checkpoint import encode_manifest, encoded_history
 from jqueue.core.formats.marker import checkpoint_name
 from jqueue.core.formats.slab import RowKey, SlabWriter, open_slab, row_key, slab_name
 from jqueue.core.formats.slab_block import BLOCK_ROWS
-from jqueue.core.log.slabs import Slab, SlabSet, numbers, record_at, segments_of, union
+from jqueue.core.log.slabs import Slab, SlabSet, numbers, record_at, segments_of
 from jqueue.domain.records import ClaimState, Frozen, JobRecord
 
 FANOUT = 4
@@ -121,7 +121,7 @@ def plan(
     changed = [keyed(record) for record in map(frozen.live, frozen.changed) if record is not None]
     streams: list[Iterable[_Row]] = [sorted(chunk, key=_key) for chunk in _batched(changed)]
     for origin, slab in enumerate(retired):
-        skip = slab.dropped if taken is None else union(slab.dropped, taken.get(slab.number, b""))
+        skip = slab.dropped if taken is None else _union(slab.dropped, taken.get(slab.number, b""))
         streams.append(_survivors(slab, origin, skip, frozen.saved))
     number = next(numbers)
     new, content, moved, claimable = _written(heapq.merge(*streams, key=_key), frozen.saved, retired, number)
@@ -134,6 +134,14 @@ def plan(
 
 def _key(row: _Row) -> RowKey:
     return row[0]
+
+
+def _union(first: bytes | bytearray, second: bytes | bytearray) -> bytearray:
+    """Return the rows marked in either of two byte-a-row masks (the second may be empty)."""
+    if not second:
+        return bytearray(first)
+    joined = int.from_bytes(first, "little") | int.from_bytes(second, "little")
+    return bytearray(joined.to_bytes(len(first), "little"))
 
 
 def _retired(slabs: list[Slab], new_rows: int, unit: int) -> list[Slab]:

@@ -27,14 +27,12 @@ from jqueue.core.formats.payload_refs import payload_place
 from jqueue.core.formats.slab import OpenedSlab
 from jqueue.core.formats.slab_block import BLOCK_ROWS
 from jqueue.domain.cold import ClaimKey
+from jqueue.domain.index_state import COLUMN_DEFAULTS, IndexState
 from jqueue.domain.records import RECORD_COLUMNS, JobRecord
-from jqueue.domain.schema import FIELDS
 
 if TYPE_CHECKING:
     from jqueue.core.log.slab_plan import Plan
-    from jqueue.domain.index_state import IndexState
 
-_DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
 numbers = itertools.count(1)
 """The numbers of the slabs of this process."""
 _CACHED_BLOCKS = 16
@@ -43,18 +41,10 @@ _CACHED_BLOCKS = 16
 
 def record_at(columns: Mapping[str, list[Any]], row: int, place: int | None) -> JobRecord:
     """Return the record of row ``row`` of a decoded block."""
-    values = [columns[name][row] if name in columns else _DEFAULTS[name] for name in RECORD_COLUMNS]
+    values = [columns[name][row] if name in columns else COLUMN_DEFAULTS[name] for name in RECORD_COLUMNS]
     record = JobRecord(*values)
     record.place = place
     return record
-
-
-def union(first: bytes | bytearray, second: bytes | bytearray) -> bytearray:
-    """Return the rows marked in either of two byte-a-row masks (the second may be empty)."""
-    if not second:
-        return bytearray(first)
-    joined = int.from_bytes(first, "little") | int.from_bytes(second, "little")
-    return bytearray(joined.to_bytes(len(first), "little"))
 
 
 def segments_of(slabs: Iterable[Slab]) -> set[int]:
