@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from pathlib import Path
 
-from jqueue import DirectQueue, InMemoryStorage, JobStatus, LogSettings
+import pytest
+
+from jqueue import DirectQueue, InMemoryStorage, JobStatus, LocalFileSystemStorage, LogSettings
 from jqueue.core.log.slabs import SlabSet
 from jqueue.core.log.store import LogStore
 from jqueue.domain.index import QueueIndex
@@ -26,7 +29,15 @@ async def index_of(queue: DirectQueue) -> QueueIndex:
     return store.index
 
 
-async def loaded(storage: InMemoryStorage, both: bool = False) -> list[tuple[int, str]]:
+def mapped(index: QueueIndex) -> bool:
+    """Whether every slab of ``index`` is read from a mapping of its object (not held in memory)."""
+    assert isinstance(index.cold, SlabSet)
+    return all(isinstance(slab.opened.data, memoryview) for slab in index.cold.slabs)
+
+
+async def loaded(
+    storage: InMemoryStorage | LocalFileSystemStorage, both: bool = False
+) -> list[tuple[int, str]]:
     """Fill ``storage`` with jobs of two entrypoints and mixed priorities over four slabs (one
     job in ten claimed, one delayed), and return the priority and id of each claimable one of
     entrypoint ``a`` (of both, with ``both``), in insertion order."""
@@ -42,16 +53,23 @@ async def loaded(storage: InMemoryStorage, both: bool = False) -> list[tuple[int
         claimed = await queue.dequeue("a", batch_size=JOBS // 10)
         await queue.enqueue("a", b"later", delay=timedelta(hours=1))
         await queue.checkpoint()
+        assert mapped(await index_of(queue)) == isinstance(storage, LocalFileSystemStorage)
     taken = {job.id for job in claimed}
     return [entry for entry in claimable if entry[1] not in taken]
 
 
-async def test_a_fresh_process_claims_cold_jobs_in_claim_order_across_blocks_and_slabs() -> None:
-    storage = InMemoryStorage(name="cold-order")
+@pytest.mark.parametrize("root", ["memory", "file"])
+async def test_a_fresh_process_claims_cold_jobs_in_claim_order_across_blocks_and_slabs(
+    root: str, tmp_path: Path
+) -> None:
+    storage = (
+        InMemoryStorage(name="cold-order") if root == "memory" else LocalFileSystemStorage(tmp_path / "q")
+    )
     claimable = await loaded(storage)
     async with DirectQueue(storage, log=NEVER) as fresh:
         assert await fresh.count() == JOBS + 1
         index = await index_of(fresh)
+        assert mapped(index) == (root == "file")
         assert len(index.records) <= JOBS // 10 + 1  # the claimed and the delayed jobs only
         assert isinstance(index.cold, SlabSet)
         assert len(index.cold.slabs) == 4

@@ -381,3 +381,41 @@ async def test_a_caller_committing_in_a_loop_lets_other_tasks_run(tmp_path: Path
             await queue.enqueue("e", b"x")  # each create is written on the event loop
         task.cancel()
     assert ticks - before >= 50  # a heartbeat or a background checkpoint is not starved
+
+
+def test_a_mapped_record_reads_as_its_content_and_outlives_its_delete_and_its_segment(tmp_path: Path) -> None:
+    directory = tmp_path / "s"
+    writer = SegmentLog(directory, segment_bytes=SMALL)
+    names = [f"slab/{n:04d}" for n in range(300)]
+    for name in names:
+        writer.create(name, name.encode() * 30)
+    reader = SegmentLog(directory, segment_bytes=SMALL)
+    first, kept = reader.mapped(names[0]), names[-1]
+    assert first is not None
+    assert bytes(first) == names[0].encode() * 30
+    assert reader.mapped("slab/none") is None
+    for name in names[:-1]:
+        writer.delete(name)
+    assert reader.mapped(names[1]) is None  # deleted since this reader indexed it
+    assert len(segment_files(directory)) <= 2  # the first segment was reclaimed and unlinked
+    assert bytes(first) == names[0].encode() * 30
+    moved = SegmentLog(directory, segment_bytes=SMALL).mapped(kept)
+    assert moved is not None
+    assert bytes(moved) == kept.encode() * 30
+
+
+async def test_the_file_adapter_maps_named_objects_in_both_layouts(tmp_path: Path) -> None:
+    legacy = tmp_path / "old.json.d" / "slab"
+    legacy.mkdir(parents=True)
+    (legacy / "1").write_bytes(b"old slab")
+    (legacy / "2").write_bytes(b"")
+    old, new = LocalFileSystemStorage(tmp_path / "old.json"), LocalFileSystemStorage(tmp_path / "new.json")
+    await new.create("slab/1", b"new slab")
+    for storage, content in ((old, b"old slab"), (new, b"new slab")):
+        found = await storage.mapped("slab/1")
+        assert found is not None
+        assert bytes(found) == content
+        assert await storage.mapped("slab/3") is None
+    empty = await old.mapped("slab/2")
+    assert empty is not None
+    assert bytes(empty) == b""

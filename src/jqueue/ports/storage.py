@@ -87,6 +87,28 @@ class KeyedStoragePort(ObjectStoragePort, Protocol):
 
 
 @runtime_checkable
+class MappedStoragePort(Protocol):
+    """A backend whose named objects are local files a process can map, so that reading a large
+    object (a checkpoint's slab) keeps resident only the pages it touches.
+
+    The local file adapter is one. Other keyed backends are read with ``get``.
+    """
+
+    async def mapped(self, name: str) -> memoryview | None:
+        """Return the named object's content mapped read-only, or None if it does not exist.
+
+        The content is not checked against the backend's own checksum, so this is for objects
+        whose format checks itself; the mapping stays valid when the object is deleted.
+
+        Raises
+        ------
+        StorageError
+            For a backend failure.
+        """
+        ...
+
+
+@runtime_checkable
 class ChangeSignalPort(Protocol):
     """A backend that can tell when its queue may have changed, so that idle workers need not poll.
 

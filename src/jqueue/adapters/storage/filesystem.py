@@ -142,6 +142,11 @@ class LocalFileSystemStorage:
                 return found
         return await asyncio.to_thread(self._named, "read", name, lambda objects: objects.get(name))
 
+    async def mapped(self, name: str) -> memoryview | None:
+        """Return the named object's content mapped read-only (``MappedStoragePort``), or None."""
+        checked_name(name)
+        return await asyncio.to_thread(self._named, "map", name, lambda objects: objects.mapped(name))
+
     async def create(self, name: str, content: bytes) -> None:
         """Create the named object, whole and durable, only if it does not exist."""
         content = bytes(content)

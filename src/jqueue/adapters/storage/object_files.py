@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import time
 import uuid
@@ -24,6 +25,10 @@ class NamedObjects(Protocol):
 
     def get(self, name: str) -> bytes | None:
         """Return the object's content, or None."""
+        ...
+
+    def mapped(self, name: str) -> memoryview | None:
+        """Return the object's content mapped read-only, or None."""
         ...
 
     def create(self, name: str, content: bytes) -> None:
@@ -57,6 +62,19 @@ class ObjectFiles:
         target = self.directory / name
         try:
             return target.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read {target.as_uri()}", exc) from exc
+
+    def mapped(self, name: str) -> memoryview | None:
+        """Return the object's content mapped read-only, or None."""
+        target = self.directory / name
+        try:
+            with target.open("rb") as file:
+                if os.fstat(file.fileno()).st_size == 0:
+                    return memoryview(b"")
+                return memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
         except FileNotFoundError:
             return None
         except OSError as exc:

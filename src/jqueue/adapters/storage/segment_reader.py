@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import mmap
 import os
 import threading
 from collections.abc import Iterator
@@ -217,6 +218,25 @@ class SegmentReader:
             self._index.remove(name, place.segment, place.offset)
             return None
         return content
+
+    def _map_live(self, name: str, place: Place) -> memoryview | None:
+        """Return the record's content mapped read-only, or None (and forget it) if it was deleted."""
+        segment = self._segments.get(place.segment)
+        if segment is None:
+            return None
+        encoded = name.encode()
+        head = os.pread(segment.fd, RECORD.size + len(encoded), place.offset)
+        if head[RECORD.size :] != encoded or RECORD.unpack_from(head)[0] != RECORD_MAGIC:
+            where = f"{self._path(place.segment).as_uri()}#{place.offset}"
+            raise CorruptStateError(where, f"the record of {name!r} is not where its segment's index says")
+        if head[FLAGS_AT] & DELETED:
+            self._index.remove(name, place.segment, place.offset)
+            return None
+        mapping = mmap.mmap(segment.fd, 0, access=mmap.ACCESS_READ)
+        if place.offset + place.size > len(mapping):
+            where = f"{self._path(place.segment).as_uri()}#{place.offset}"
+            raise CorruptStateError(where, f"the record of {name!r} runs past its segment's end")
+        return memoryview(mapping)[place.offset + len(head) : place.offset + place.size]
 
     def _is_live(self, name: str, place: Place) -> bool:
         """Whether the record is not deleted (forgetting it if it is)."""

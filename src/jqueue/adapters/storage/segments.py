@@ -69,6 +69,20 @@ class SegmentLog(SegmentReader):
         assert not isinstance(found, Busy)
         return found
 
+    def mapped(self, name: str) -> memoryview | None:
+        """Return the object's content mapped read-only from its segment (not read, so its
+        checksum is not checked), or None."""
+        with self._mutex:
+            if not self._ready(create=False):
+                return None
+            for attempt in range(2):
+                if attempt:
+                    self._catch_up()
+                place = self._index.places.get(name)
+                if place is not None and (found := self._map_live(name, place)) is not None:
+                    return found
+        return None
+
     def try_get(self, name: str) -> bytes | Busy | None:
         """``get`` if it cannot block: no other thread is in a call, the record is small, and
         no writer's half-written record must be waited for; else ``BUSY``."""

@@ -128,7 +128,7 @@ def little_endian_bytes(values: array[int]) -> bytes:
     return values.tobytes() if sys.byteorder == "little" else _little_endian(array("Q", values)).tobytes()
 
 
-def table_of(data: bytes, start: int, end: int) -> Sequence[int]:
+def table_of(data: bytes | memoryview, start: int, end: int) -> Sequence[int]:
     """Return a filter's values, read in place from ``data`` where the machine is little-endian."""
     if sys.byteorder == "little":
         return memoryview(data)[start:end].cast("Q")
@@ -220,10 +220,19 @@ class OpenedSlab:
     """A slab of this layout whose header and filter are read, and whose blocks are decoded
     one at a time (``block``)."""
 
-    data: bytes
+    data: bytes | memoryview
     header: SlabHeader
     filter: SlabFilter
     location: str
+
+    def moved_to(self, data: bytes | memoryview) -> OpenedSlab:
+        """Return this slab read from ``data``, a copy of its bytes (a mapping of the object it
+        was written to, say), whose header and filter need not be read again."""
+        if len(data) != len(self.data):
+            raise CorruptStateError(self.location, f"it holds {len(data)} bytes, not {len(self.data)}")
+        end = len(data) - LENGTH_BYTES - int.from_bytes(data[-LENGTH_BYTES:], "big")
+        table = table_of(data, end - self.header.rows * 8, end)
+        return OpenedSlab(data, self.header, SlabFilter(table), self.location)
 
     def block(self, number: int) -> dict[str, list[Any]]:
         """Return the columns of block ``number`` (``block_columns``).
@@ -276,7 +285,7 @@ class OpenedSlab:
         return ""
 
 
-def open_slab(data: bytes, location: str) -> OpenedSlab:
+def open_slab(data: bytes | memoryview, location: str) -> OpenedSlab:
     """Read a slab's header and filter.
 
     Raises
@@ -297,8 +306,13 @@ def ascending(keys: list[RowKey]) -> bool:
     return all(map(operator.lt, keys, itertools.islice(keys, 1, None)))
 
 
-def _opened(data: bytes, location: str) -> OpenedSlab:
-    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + LENGTH_BYTES:
+def is_slab(data: bytes | memoryview) -> bool:
+    """Whether ``data`` begins as a slab of this layout does."""
+    return data[: len(MAGIC)] == MAGIC
+
+
+def _opened(data: bytes | memoryview, location: str) -> OpenedSlab:
+    if not is_slab(data) or len(data) < len(MAGIC) + LENGTH_BYTES:
         raise ValueError("it does not begin as a slab does")
     length = int.from_bytes(data[-LENGTH_BYTES:], "big")
     table_end = len(data) - LENGTH_BYTES - length

@@ -24,11 +24,11 @@ from jqueue.core.log.slabs import SlabSet
 from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.settings import LogSettings
 from jqueue.core.loop.store import describe_named
-from jqueue.domain.errors import CorruptStateError
+from jqueue.domain.errors import CorruptStateError, StorageError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import Frozen
 from jqueue.domain.times import to_micros, utc_now
-from jqueue.ports.storage import KeyedStoragePort
+from jqueue.ports.storage import KeyedStoragePort, MappedStoragePort
 
 _READ_CONCURRENCY = 8
 
@@ -90,9 +90,9 @@ class Checkpoints:
         manifest = decode_manifest(data, describe_named(self.keyed, name))
         gate = asyncio.Semaphore(_READ_CONCURRENCY)
 
-        async def fetch(slab: str) -> bytes | None:
+        async def fetch(slab: str) -> bytes | memoryview | None:
             async with gate:
-                return await self.retry.get(self.keyed, slab)
+                return await self.retry.mapped(self.keyed, slab)
 
         contents = await asyncio.gather(*(fetch(entry.name) for entry in manifest.slabs))
         present = [content for content in contents if content is not None]
@@ -148,6 +148,11 @@ class Checkpoints:
         except BaseException:
             pending.slabs.forget()
             raise
+        if plan.slab is not None and isinstance(self.keyed, MappedStoragePort):
+            with contextlib.suppress(StorageError, CorruptStateError):  # then it stays in memory
+                mapped = await self.keyed.mapped(plan.slab.name)
+                if mapped is not None:
+                    plan.slab.opened = plan.slab.opened.moved_to(mapped)
         pending.slabs.adopt(plan, pending.index)
 
     async def _plan(self, pending: Pending) -> Plan:

@@ -8,12 +8,13 @@ every job a record, and the next checkpoint writes them all into a slab of this 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from jqueue.core.formats.checkpoint import Manifest
 from jqueue.core.formats.marker import checkpoint_name
 from jqueue.core.formats.payload_refs import columns_from_refs
-from jqueue.core.formats.slab import MAGIC, open_slab
+from jqueue.core.formats.slab import is_slab, open_slab
 from jqueue.core.formats.slab_block import BLOCK_ROWS, concatenated
 from jqueue.core.formats.slab_whole import decode_slab
 from jqueue.core.log.slabs import Slab, SlabSet, numbers
@@ -23,11 +24,13 @@ from jqueue.domain.index_state import REQUIRED_COLUMNS
 
 Columns = dict[str, list[Any]]
 Loaded = tuple[QueueIndex, SlabSet, set[int]]
+Content = bytes | memoryview
+"""A slab's bytes, read or mapped (``MappedStoragePort``)."""
 _KEPT = bytes.maketrans(b"\x00\x01", b"\x01\x00")
 """Turns a slab's dropped rows into the rows that count."""
 
 
-def loaded(manifest: Manifest, contents: list[bytes], locations: list[str], location: str) -> Loaded:
+def loaded(manifest: Manifest, contents: Sequence[Content], locations: list[str], location: str) -> Loaded:
     """Return the index of a checkpoint (at ``location``), its slab set, and the log entries
     that hold the payloads of its jobs, from its slabs' bytes (each at its location).
 
@@ -40,7 +43,7 @@ def loaded(manifest: Manifest, contents: list[bytes], locations: list[str], loca
         if manifest.inline is not None:
             index = _index(manifest, manifest.inline)
             return index, SlabSet(), set(columns_from_refs(manifest.inline["payload"])[0])
-        if not all(content.startswith(MAGIC) for content in contents):
+        if not all(map(is_slab, contents)):
             return _whole(manifest, contents, locations)
         return _cold(manifest, contents, locations)
     except ValueError as exc:
@@ -63,11 +66,11 @@ def _joined(parts: list[Columns]) -> Columns:
     return concatenated(parts) if parts else {name: [] for name in REQUIRED_COLUMNS}
 
 
-def _whole(manifest: Manifest, contents: list[bytes], locations: list[str]) -> Loaded:
+def _whole(manifest: Manifest, contents: Sequence[Content], locations: list[str]) -> Loaded:
     """Every job of a checkpoint naming a slab of the first layout, as a record."""
     parts: list[Columns] = []
     for entry, content, where in zip(manifest.slabs, contents, locations, strict=True):
-        decoded = decode_slab(content, where)
+        decoded = decode_slab(bytes(content), where)
         if len(decoded.ids) != entry.rows:
             raise ValueError(f"slab {entry.name!r} holds {len(decoded.ids)} rows, not {entry.rows}")
         kept, start = entry.dropped().translate(_KEPT), 0
@@ -79,7 +82,7 @@ def _whole(manifest: Manifest, contents: list[bytes], locations: list[str]) -> L
     return _index(manifest, columns), SlabSet(), set(columns_from_refs(columns["payload"])[0])
 
 
-def _cold(manifest: Manifest, contents: list[bytes], locations: list[str]) -> Loaded:
+def _cold(manifest: Manifest, contents: Sequence[Content], locations: list[str]) -> Loaded:
     """The held rows of each slab as records, the others cold."""
     slabs: list[Slab] = []
     parts: list[Columns] = []

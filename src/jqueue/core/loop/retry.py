@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from jqueue.domain.errors import StorageError
-from jqueue.ports.storage import KeyedStoragePort
+from jqueue.ports.storage import KeyedStoragePort, MappedStoragePort
+
+T = TypeVar("T")
 
 GROUPED_MAX_RETRIES = 20
 """Conflicting commits a group-commit queue retries (the documented default)."""
@@ -40,9 +44,18 @@ class RetryPolicy:
     async def get(self, keyed: KeyedStoragePort, name: str) -> bytes | None:
         """Read a named object, retrying failed reads as this policy allows (not one that timed
         out: a storage that stops answering would cost a time limit per retry)."""
+        return await self._read(lambda: keyed.get(name))
+
+    async def mapped(self, keyed: KeyedStoragePort, name: str) -> bytes | memoryview | None:
+        """``get``, mapped where the backend can map it (``MappedStoragePort``)."""
+        if isinstance(keyed, MappedStoragePort):
+            return await self._read(lambda: keyed.mapped(name))
+        return await self.get(keyed, name)
+
+    async def _read(self, read: Callable[[], Awaitable[T]]) -> T:
         for attempt in range(self.max_retries + 1):
             try:
-                return await keyed.get(name)
+                return await read()
             except StorageError as exc:
                 if attempt == self.max_retries or isinstance(exc.cause, TimeoutError):
                     raise

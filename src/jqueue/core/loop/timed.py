@@ -10,7 +10,7 @@ from typing import TypeVar
 from jqueue.core.loop.store import describe, describe_named
 from jqueue.domain.errors import StorageError
 from jqueue.domain.values import span
-from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
+from jqueue.ports.storage import KeyedStoragePort, MappedStoragePort, ObjectStoragePort
 
 T = TypeVar("T")
 
@@ -76,10 +76,25 @@ class TimedKeyedStorage(TimedStorage):
         await self._within(f"deleting {name} of", self.keyed.delete(name))
 
 
+class TimedMappedStorage(TimedKeyedStorage):
+    """``TimedKeyedStorage`` for a backend that maps its named objects too."""
+
+    def __init__(self, inner: MappedStoragePort, timeout: timedelta) -> None:
+        assert isinstance(inner, KeyedStoragePort)
+        super().__init__(inner, timeout)
+        self.mapper = inner
+
+    async def mapped(self, name: str) -> memoryview | None:
+        """Map a named object within the time limit."""
+        return await self._within(f"mapping {name} of", self.mapper.mapped(name))
+
+
 def timed(storage: ObjectStoragePort, timeout: timedelta | None) -> ObjectStoragePort:
     """Return ``storage`` with a time limit on each call (itself when ``timeout`` is None)."""
     if timeout is None:
         return storage
+    if isinstance(storage, KeyedStoragePort) and isinstance(storage, MappedStoragePort):
+        return TimedMappedStorage(storage, timeout)
     if isinstance(storage, KeyedStoragePort):
         return TimedKeyedStorage(storage, timeout)
     return TimedStorage(storage, timeout)
