@@ -35,3 +35,15 @@ def test_a_depth_below_the_calls_is_refused() -> None:
     done = run_tool(TOOL, "--jobs", "10", "--calls", "100", timeout=60)
     assert done.returncode == 2
     assert "--jobs must be at least --drain and --calls" in done.stderr
+
+
+def test_the_open_on_s3_runs_on_a_seaweedfs_server_the_tool_starts(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    arguments = ["--jobs", "6000", "--batch", "2000", "--drain", "300", "--root", "seaweedfs"]
+    done = run_tool(TOOL, *arguments, "--dir", str(tmp_path), "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(out.read_text())
+    assert figures["root"] == "seaweedfs"
+    assert figures["open"]["drained"] == 300
+    assert figures["load"]["seconds"] > 0
+    assert list(tmp_path.iterdir()) == [out]  # the server and its data went with the directory

