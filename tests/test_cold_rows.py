@@ -8,10 +8,13 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jqueue import DirectQueue, InMemoryStorage, JobStatus, LocalFileSystemStorage, LogSettings
+from jqueue.core.formats.slab import OpenedSlab
+from jqueue.core.formats.slab_whole import slab_tree, tree_slab
 from jqueue.core.log.slabs import SlabSet
 from jqueue.core.log.store import LogStore
 from jqueue.domain.index import QueueIndex
@@ -136,3 +139,64 @@ async def test_a_writer_lets_go_of_the_jobs_its_checkpoint_holds() -> None:
         claimed = await queue.dequeue("work", batch_size=10)
         assert [job.id for job in claimed] == [job.id for job in jobs[:10]]
         assert len(index.records) == 10
+
+
+async def without_block_orders(storage: InMemoryStorage) -> None:
+    """Rewrite each slab as one written before slab headers gave their blocks' insertion numbers."""
+    for name in await storage.list_names("slab/"):
+        tree = slab_tree(await storage.get(name) or b"")
+        assert tree["header"].pop("orders") is not None
+        await storage.delete(name)
+        await storage.create(name, tree_slab(tree))
+
+
+@pytest.mark.parametrize("orders", ["given", "read from the blocks"])
+async def test_listings_come_in_insertion_order_and_a_first_page_reads_a_few_blocks(
+    monkeypatch: pytest.MonkeyPatch, orders: str
+) -> None:
+    storage = InMemoryStorage(name="cold-listing")
+    rng = random.Random(11)
+    inserted: list[tuple[str, str]] = []  # (entrypoint, id), in insertion order
+    async with DirectQueue(storage, log=NEVER) as queue:
+        for batch, size in enumerate(SIZES):
+            entrypoint = "ab"[batch % 2]
+            jobs = await queue.enqueue_many(entrypoint, [b"x"] * size, priority=rng.randrange(-3, 4))
+            inserted += [(entrypoint, job.id) for job in jobs]
+            if batch >= 5:
+                await queue.checkpoint()
+        claimed = [job.id for job in await queue.dequeue("a", batch_size=500)]  # scattered by priority
+        await queue.checkpoint()
+        await queue.requeue(claimed[::2])  # rows of a newer slab among the older slabs' numbers
+        await queue.checkpoint()
+    claimed = claimed[1::2]
+    if orders != "given":
+        await without_block_orders(storage)
+    async with DirectQueue(storage, log=NEVER) as fresh:
+        late = await fresh.enqueue_many("b", [b"y"] * 3, priority=9)  # records after every cold row
+        inserted += [("b", job.id) for job in late]
+        ids = [job_id for _, job_id in inserted]
+
+        async def listed(**filters: object) -> list[str]:
+            return [job.id for job in await fresh.jobs(limit=None, **filters)]  # type: ignore[arg-type]
+
+        assert await listed() == ids
+        assert await listed(entrypoint="a") == [job_id for name, job_id in inserted if name == "a"]
+        assert await listed(status=JobStatus.QUEUED) == [job_id for job_id in ids if job_id not in claimed]
+        assert await listed(status=JobStatus.IN_PROGRESS) == [job_id for job_id in ids if job_id in claimed]
+        paged: list[str] = []
+        cursor: int | None = 0
+        while cursor is not None:
+            page, cursor = await fresh.browse(entrypoint="b", cursor=cursor, limit=1000)
+            paged += [job.id for job in page]
+        assert paged == [job_id for name, job_id in inserted if name == "b"]
+        decoded: list[int] = []
+        block = OpenedSlab.block
+
+        def counted(self: OpenedSlab, number: int) -> dict[str, list[Any]]:
+            decoded.append(number)
+            return block(self, number)
+
+        await fresh.jobs(limit=1)  # a slab without its blocks' numbers reads them once
+        monkeypatch.setattr(OpenedSlab, "block", counted)
+        assert [job.id for job in await fresh.jobs(limit=3)] == ids[:3]
+        assert 0 < len(decoded) <= 2  # of the slabs' 7 blocks and more

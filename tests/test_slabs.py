@@ -99,7 +99,7 @@ async def test_slabs_stay_few_and_a_fresh_reader_sees_the_newest_state() -> None
 
 def rows_of(index: QueueIndex) -> list[tuple[Any, ...]]:
     """Every field of every live job (place and heap stamp aside)."""
-    return sorted(tuple(getattr(record, name) for name in RECORD_COLUMNS) for record in index.every_record())
+    return [tuple(getattr(record, name) for name in RECORD_COLUMNS) for record in index.in_order()]
 
 
 def reread(manifest: Manifest, stored: dict[str, bytes]) -> tuple[QueueIndex, SlabSet]:

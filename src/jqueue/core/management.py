@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -64,6 +65,16 @@ class ManagementCalls:
     async def _jobs(self, snapshots: Sequence[JobFields]) -> list[Job]:
         return await (await self._opener.store()).jobs(snapshots)
 
+    def _chosen(
+        self,
+        index: QueueIndex,
+        status: JobStatus | None,
+        entrypoint: str | None,
+        older_than: timedelta | None,
+    ) -> Iterator[JobRecord]:
+        statuses = None if status is None else {status}
+        return index.select(statuses, entrypoint_set(entrypoint), _micros_before(older_than))
+
     def _selected(
         self,
         index: QueueIndex,
@@ -71,8 +82,7 @@ class ManagementCalls:
         entrypoint: str | None,
         older_than: timedelta | None,
     ) -> list[JobRecord]:
-        statuses = None if status is None else {status}
-        return list(index.select(statuses, entrypoint_set(entrypoint), _micros_before(older_than)))
+        return list(self._chosen(index, status, entrypoint, older_than))
 
     async def jobs(
         self,
@@ -90,10 +100,10 @@ class ManagementCalls:
             raise ValueError(f"part must be (i, n) with 0 <= i < n, got {part}")
 
         def look(index: QueueIndex) -> list[JobRecord]:
-            chosen = self._selected(index, status, entrypoint, older_than)
+            chosen = self._chosen(index, status, entrypoint, older_than)
             if part is not None:
-                chosen = [record for record in chosen if record.order % part[1] == part[0]]
-            return chosen[:limit]
+                chosen = (record for record in chosen if record.order % part[1] == part[0])
+            return list(itertools.islice(chosen, limit))
 
         return await self._jobs([record.as_added() for record in await self._view(look)])
 

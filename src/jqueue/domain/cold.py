@@ -10,7 +10,7 @@ never handed out again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from jqueue.domain.records import JobRecord
@@ -46,6 +46,7 @@ class ColdRows(Protocol):
         """Return the entrypoints that have rows not yet taken."""
         ...
 
-    def peek(self) -> Iterator[JobRecord]:
-        """Yield a record of every row not yet taken, taking none (records not to be changed)."""
+    def ordered(self, entrypoints: Collection[str] | None = None, start: int = 0) -> Iterator[JobRecord]:
+        """Yield a record of each row not yet taken (of ``entrypoints`` if given) whose insertion
+        number is ``start`` or more, in insertion order, taking none (records not to be changed)."""
         ...

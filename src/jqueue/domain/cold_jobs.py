@@ -4,7 +4,8 @@ looked up or claimed, and records the index lets go once the slabs hold them as 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import heapq
+from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from jqueue.domain.cold import ColdRows
@@ -14,6 +15,11 @@ from jqueue.domain.records import ClaimState, JobRecord
 if TYPE_CHECKING:
     from jqueue.domain.claim_order import ClaimOrder
     from jqueue.domain.tally import Tally
+
+
+def insertion(record: JobRecord) -> int:
+    """A record's insertion number (its place in insertion order)."""
+    return record.order
 
 
 class ColdJobs:
@@ -72,11 +78,28 @@ class ColdJobs:
                 self._push(record)
         return record
 
-    def every_record(self) -> Iterator[JobRecord]:
-        """Yield every live job's record, in no order (those of cold jobs are not to be changed)."""
-        yield from self.records.values()
-        if self.cold is not None:
-            yield from self.cold.peek()
+    def ordered(
+        self,
+        statuses: Collection[JobStatus] | None = None,
+        entrypoints: Collection[str] | None = None,
+        start: int = 0,
+    ) -> Iterator[JobRecord]:
+        """Yield the record of each live job with one of ``statuses``, of one of ``entrypoints``
+        (each filter when given), whose insertion number is ``start`` or more, in insertion
+        order (those of cold jobs, all queued, are not to be changed)."""
+        hot = sorted(
+            (
+                record
+                for record in self.records.values()
+                if record.order >= start
+                and (statuses is None or record.status in statuses)
+                and (entrypoints is None or record.entrypoint in entrypoints)
+            ),
+            key=insertion,
+        )
+        if self.cold is None or (statuses is not None and JobStatus.QUEUED not in statuses):
+            return iter(hot)
+        return heapq.merge(hot, self.cold.ordered(entrypoints, start), key=insertion)
 
     def _warm(self, record: JobRecord) -> None:
         """Keep a cold job's record from now on (no change to the queue: not journalled)."""

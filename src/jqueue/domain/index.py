@@ -25,17 +25,14 @@ class QueueIndex(IndexState):
         statuses: Collection[JobStatus] | None = None,
         entrypoints: Collection[str] | None = None,
         created_before: int | None = None,
+        start: int = 0,
     ) -> Iterator[JobRecord]:
         """Yield the records with one of ``statuses``, of one of ``entrypoints``, created before
-        ``created_before`` (each filter only when given), in insertion order."""
-        for record in self.in_order():
-            if statuses is not None and record.status not in statuses:
-                continue
-            if entrypoints is not None and record.entrypoint not in entrypoints:
-                continue
-            if created_before is not None and record.created >= created_before:
-                continue
-            yield record
+        ``created_before`` (each filter only when given), from insertion number ``start`` on, in
+        insertion order; at depth, the first ones cost a few of the slabs' blocks."""
+        for record in self.ordered(statuses, entrypoints, start):
+            if created_before is None or record.created < created_before:
+                yield record
 
     def known(self, job_id: str) -> JobRecord | HistoryRecord | None:
         """Return the live job ``job_id``, else its newest history record, if either exists."""

@@ -178,7 +178,7 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
 
     def in_order(self) -> list[JobRecord]:
         """Return every record in insertion order (the order of ``QueueState.jobs``)."""
-        return sorted(self.every_record(), key=lambda record: record.order)
+        return list(self.ordered())
 
     # --- replay ---------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
+from jqueue.domain.cold_jobs import insertion
 from jqueue.domain.errors import headline
 from jqueue.domain.figures import Throughput, Timings, empty_throughput, timings_of
 from jqueue.domain.index import QueueIndex
@@ -52,7 +53,7 @@ def timings(index: QueueIndex, sample: int = 1_000) -> dict[str, Timings]:
 @dataclass
 class JobPage:
     """One page of ``browse``: the ``records`` found, in insertion order, and the cursor where
-    the next page starts (None at the end)."""
+    the next page starts (the insertion number after the last job looked at; None at the end)."""
 
     records: list[JobRecord]
     next_cursor: int | None
@@ -68,23 +69,24 @@ def browse(
     limit: int = 50,
 ) -> JobPage:
     """Return up to ``limit`` jobs with ``status``, of ``entrypoint``, created before
-    ``created_before``, with ``dedup_key`` (each filter when given), from ``cursor`` on.
+    ``created_before``, with ``dedup_key`` (each filter when given), from insertion number
+    ``cursor`` on.
 
     A page looks at no more than ``SCAN_BUDGET`` jobs; a rare match on a large queue may
     take several pages, each saying where the next one starts.
     """
     if dedup_key is not None:
         record = index.with_dedup_key(dedup_key)
-        records = [] if record is None or cursor else [record]
-        pool: Iterator[JobRecord] = iter(records)
+        matching = record is not None and record.order >= cursor
+        pool: Iterator[JobRecord] = iter([record] if matching and record is not None else [])
     elif status is JobStatus.DEAD:
-        pool = (index.records[job_id] for job_id in index.tally.ids(DEAD))
+        dead = (index.records[job_id] for job_id in index.tally.ids(DEAD))
+        pool = iter(sorted((record for record in dead if record.order >= cursor), key=insertion))
     else:
-        pool = index.every_record()
+        entrypoints = None if entrypoint is None else {entrypoint}
+        pool = index.ordered(None if status is None else {status}, entrypoints, cursor)
     found: list[JobRecord] = []
-    looked = 0
-    for record in islice(pool, cursor, None):
-        looked += 1
+    for looked, record in enumerate(pool, 1):
         if matches(record, status, entrypoint, created_before):
             found.append(record)
             if len(found) == limit:
@@ -93,7 +95,7 @@ def browse(
             break
     else:
         return JobPage(found, None)
-    return JobPage(found, cursor + looked)
+    return JobPage(found, record.order + 1)
 
 
 def matches(record: JobRecord, status: JobStatus | None, entrypoint: str | None, before: int | None) -> bool:

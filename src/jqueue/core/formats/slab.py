@@ -63,8 +63,9 @@ RowKey = tuple[int, str, int, int, int]
 class SlabHeader(msgspec.Struct, forbid_unknown_fields=True):
     """What a slab says of itself: its rows, how many come before the claimable ones, each
     block's offset and length, each entrypoint's claimable rows (``[start, end)``), the
-    largest insertion number of its jobs, and its filter's checksum (its checkpoint says
-    which log entries hold the payloads of its rows that count)."""
+    largest insertion number of its jobs, its filter's checksum (its checkpoint says which
+    log entries hold the payloads of its rows that count), and each block's lowest and
+    highest insertion number (None in slabs written before they were: read from the blocks)."""
 
     layout: str
     rows: Count
@@ -73,6 +74,7 @@ class SlabHeader(msgspec.Struct, forbid_unknown_fields=True):
     ranges: dict[str, tuple[Count, Count]]
     last_order: int
     filter_crc: Count
+    orders: list[tuple[Count, Count]] | None = None
 
 
 _header_decoder = msgspec.json.Decoder(SlabHeader)
@@ -170,6 +172,7 @@ class SlabWriter:
     _ranges: dict[str, list[int]] = field(default_factory=dict)
     _last: RowKey | None = None
     _last_order: int = -1
+    _orders: list[tuple[int, int]] = field(default_factory=list)
 
     def add(self, records: Sequence[JobRecord]) -> None:
         """Append a block of at most ``BLOCK_ROWS`` rows, which follow the rows before them in claim order.
@@ -192,6 +195,7 @@ class SlabWriter:
             self._last, self._last_order = key, max(self._last_order, record.order)
             hashes.append(id_hash(record.id) << _BLOCK_BITS | row // BLOCK_ROWS)
             self.rows += 1
+        self._orders.append(order_bounds([record.order for record in records]))
         encoded, segments = encode_block(records, self.saved)
         self.segments.update(segments)
         compressed = zlib.compress(encoded, _COMPRESSION)
@@ -210,6 +214,7 @@ class SlabWriter:
             {name: (start, end) for name, (start, end) in self._ranges.items()},
             self._last_order,
             zlib.crc32(table),
+            self._orders,
         )
         encoded = msgspec.json.encode(header)
         return b"".join((*self._parts, table, encoded, len(encoded).to_bytes(LENGTH_BYTES, "big")))
@@ -282,6 +287,8 @@ class OpenedSlab:
             return "has rows out of claim order"
         if len(set(columns["order"])) != rows or len(set(columns["id"])) != rows:
             return "has two rows of one job"
+        if header.orders is not None and header.orders[first // BLOCK_ROWS] != order_bounds(columns["order"]):
+            return "has insertion numbers other than its header gives it"
         return ""
 
 
@@ -299,6 +306,11 @@ def open_slab(data: bytes | memoryview, location: str) -> OpenedSlab:
         raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
     except ValueError as exc:
         raise CorruptStateError(location, f"not a jqueue slab: {exc}") from exc
+
+
+def order_bounds(orders: Sequence[int]) -> tuple[int, int]:
+    """Return the lowest and the highest of a block's insertion numbers."""
+    return (min(orders), max(orders))
 
 
 def ascending(keys: list[RowKey]) -> bool:
@@ -334,6 +346,11 @@ def _opened(data: bytes | memoryview, location: str) -> OpenedSlab:
         raise ValueError("its filter does not match its checksum")
     if header.rows and header.last_order < 0:
         raise ValueError("its insertion numbers do not fit its rows")
+    if header.orders is not None and (
+        len(header.orders) != len(header.blocks)
+        or any(low > high or high > header.last_order for low, high in header.orders)
+    ):
+        raise ValueError("its blocks' insertion numbers do not fit its rows")
     _check_ranges(header)
     return OpenedSlab(data, header, SlabFilter(table_of(data, offset, table_end)), location)
 

@@ -15,16 +15,17 @@ not taken.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import itertools
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jqueue.core.formats.checkpoint import SlabEntry
 from jqueue.core.formats.payload_refs import payload_place
-from jqueue.core.formats.slab import OpenedSlab
+from jqueue.core.formats.slab import OpenedSlab, order_bounds
 from jqueue.core.formats.slab_block import BLOCK_ROWS
 from jqueue.domain.cold import ClaimKey
 from jqueue.domain.index_state import COLUMN_DEFAULTS, IndexState
@@ -96,6 +97,7 @@ class Slab:
     segments: Counter[int]
     cursors: dict[str, int] = field(default_factory=dict)
     cold: dict[str, int] = field(default_factory=dict)
+    _bounds: list[tuple[int, int]] | None = None
 
     @classmethod
     def of(
@@ -137,6 +139,27 @@ class Slab:
     def entry(self) -> SlabEntry:
         """Return how a checkpoint names this slab."""
         return SlabEntry.of(self.name, self.dropped, self.segments)
+
+    def bounds(self) -> list[tuple[int, int]]:
+        """Return each block's lowest and highest insertion number (read from the blocks, once,
+        for a slab written before its header gave them)."""
+        if self._bounds is None:
+            given, opened = self.opened.header.orders, self.opened
+            blocks = range(len(opened.header.blocks))
+            self._bounds = given or [order_bounds(opened.block(number)["order"]) for number in blocks]
+        return self._bounds
+
+    def blocks_in_order(self, entrypoints: Collection[str] | None, start: int) -> Iterator[tuple[int, int]]:
+        """Yield the lowest insertion number and the number of each block that has a cold row
+        (of ``entrypoints`` if given) numbered ``start`` or later."""
+        header = self.opened.header
+        spans = [span for name, span in header.ranges.items() if entrypoints is None or name in entrypoints]
+        for number, (low, high) in enumerate(self.bounds()):
+            first, end = number * BLOCK_ROWS, min((number + 1) * BLOCK_ROWS, header.rows)
+            if high < start or not any(lo < end and first < hi for lo, hi in spans):
+                continue
+            if self.taken.count(0, first, end):
+                yield low, number
 
     def row_of(self, job_id: str, blocks: BlockCache) -> int | None:
         """Return the row of job ``job_id``, or None (its block decoded through ``blocks``)."""
@@ -277,18 +300,28 @@ class SlabSet:
         """Return the entrypoints that have cold rows."""
         return [name for name, count in self.counts().items() if count]
 
-    def peek(self) -> Iterator[JobRecord]:
-        """Yield a record of every cold row, taking none."""
-        for slab in list(self.slabs):
-            header = slab.opened.header
-            for number in range(len(header.blocks)):
-                first = number * BLOCK_ROWS
-                if first + BLOCK_ROWS <= header.held or slab.taken.count(0, first, first + BLOCK_ROWS) == 0:
-                    continue
-                columns = slab.opened.block(number)
-                for row in range(len(columns["id"])):
-                    if not slab.taken[first + row]:
-                        yield record_at(columns, row, slab.number)
+    def ordered(self, entrypoints: Collection[str] | None = None, start: int = 0) -> Iterator[JobRecord]:
+        """Yield a record of each cold row (of ``entrypoints`` if given) numbered ``start`` or
+        later, in insertion order, taking none: a block is decoded only once the rows before
+        it are yielded (its lowest number is the next), so a page costs a few blocks."""
+        unread = [
+            (low, slab.number, number, slab)
+            for slab in self.slabs
+            for low, number in slab.blocks_in_order(entrypoints, start)
+        ]
+        heapq.heapify(unread)
+        rows: list[tuple[int, JobRecord]] = []
+        while unread or rows:
+            while unread and (not rows or unread[0][0] < rows[0][0]):
+                _, _, number, slab = heapq.heappop(unread)
+                columns, first, taken = slab.opened.block(number), number * BLOCK_ROWS, slab.taken
+                names = columns["entrypoint"]
+                for row, order in enumerate(columns["order"]):
+                    wanted = entrypoints is None or names[row] in entrypoints
+                    if wanted and order >= start and not taken[first + row]:
+                        heapq.heappush(rows, (order, record_at(columns, row, slab.number)))
+            if rows:
+                yield heapq.heappop(rows)[1]
 
     def _best(self, entrypoint: str) -> tuple[Slab, int, ClaimKey] | None:
         best: tuple[Slab, int, ClaimKey] | None = None
