@@ -2,8 +2,10 @@
 
 Workers claim, ack, nack and heartbeat (with progress) under leases; producers enqueue with
 delays, time limits, attempt limits and dedup keys; an operator pauses, throttles, revives,
-purges and cancels; the clock jumps forwards and backwards. Every committed change is also
-encoded as a log entry, decoded and replayed on a second index, which must agree.
+purges and cancels; the clock jumps forwards and backwards; checkpoints are taken, and the
+machine may go on in a process that opened one, its claimable jobs cold rows of the
+checkpoint's slabs (ADR 0015). Every committed change is also encoded as a log entry, decoded
+and replayed on a second index, which must agree.
 """
 
 from __future__ import annotations
@@ -18,12 +20,17 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from jqueue.core.formats.checkpoint import decode_manifest
 from jqueue.core.formats.entry import decode_entry, encode_entry
+from jqueue.core.formats.payload_refs import payload_ref
+from jqueue.core.log.slab_load import loaded
+from jqueue.core.log.slab_plan import plan
+from jqueue.core.log.slabs import SlabSet
 from jqueue.domain.effects import Added, Cancelled, PauseSet, ThrottleSet
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
-from jqueue.domain.records import RECORD_COLUMNS
+from jqueue.domain.records import RECORD_COLUMNS, JobRecord
 from jqueue.domain.schema import FIELD_NAMES
 from jqueue.domain.stats import stats_of
 from jqueue.domain.tally import DEAD
@@ -60,6 +67,38 @@ class Lifecycle(RuleBasedStateMachine):
         self.throttles: dict[str | None, int] = {}  # claims allowed per window, by scope
         self.throttle_use: dict[str | None, tuple[int, int]] = {}  # (window, claims) by scope
         self.paused: set[str | None] = set()
+        self.slabs = SlabSet()
+        self.stored: dict[str, bytes] = {}  # the slabs written, by name
+
+    def live(self) -> dict[str, JobRecord]:
+        """Every live job of the index by id, records and cold rows alike (in insertion order)."""
+        return {record.id: record for record in self.index.in_order()}
+
+    @rule(every_job=st.booleans(), reopen=st.booleans())
+    def a_checkpoint_is_taken_and_a_new_process_opens_it(self, every_job: bool, reopen: bool) -> None:
+        """Checkpoint the index (slabs of the smallest size class, so they merge and retire
+        often); with ``reopen`` go on in a process that opened it, whose claimable jobs are
+        cold rows of its slabs."""
+        for record in self.live().values():  # as the store does once an entry holds the payload
+            self.index.store_payload(record.id, payload_ref(1, 0))
+        every_job = every_job or self.slabs.checkpoint is None
+        taken = self.slabs.taken_now() if every_job else {}
+        frozen = self.index.freeze(every_job=every_job)
+        tag = uuid.uuid4().hex[:8]
+        try:
+            made = plan(self.slabs, frozen, self.clock, tag, every_job=every_job, taken=taken, unit=1)
+        finally:
+            self.index.thaw()
+        encoded = made.manifest(self.clock)  # names the new slab, as storing it does
+        if made.slab is not None:
+            self.stored[made.slab.name] = made.content
+        self.slabs.adopt(made, self.index)
+        if reopen:
+            manifest = decode_manifest(encoded, "checkpoint")
+            names = [entry.name for entry in manifest.slabs]
+            back, self.slabs, _ = loaded(manifest, [self.stored[name] for name in names], names, "checkpoint")
+            assert view(back) == view(self.index)
+            self.index = back
 
     def claims_left(self, entrypoint: str, now: int) -> int | None:
         """The model of the throttles: claims still allowed now (None: unlimited)."""
@@ -146,10 +185,10 @@ class Lifecycle(RuleBasedStateMachine):
     def claim(self, worker: int, entrypoints: tuple[str, ...] | None, batch: int, lease_seconds: int) -> None:
         now = self.clock
         peeked = [r.id for r in self.index.peek(entrypoints, batch, now)]
-        due = {r.id: r.not_before for r in self.index.records.values()}
+        due = {r.id: r.not_before for r in self.live().values()}
         best = sorted(
             (r.priority, r.created, r.order, r.id)
-            for r in self.index.records.values()
+            for r in self.live().values()
             if r.status is JobStatus.QUEUED
             and r.entrypoint in (entrypoints or ENTRYPOINTS)
             and (r.not_before or 0) <= now
@@ -166,7 +205,7 @@ class Lifecycle(RuleBasedStateMachine):
         assert isinstance(claimed, list)
         assert [job_id for job_id, _ in claimed] == peeked[: len(claimed)]
         for job_id, lease in claimed:
-            record = self.index.records[job_id]
+            record = self.live()[job_id]
             assert record.status is JobStatus.IN_PROGRESS
             assert record.entrypoint in (entrypoints or ENTRYPOINTS)
             assert record.not_before == due[job_id]  # a claim keeps when the job became due
@@ -182,7 +221,7 @@ class Lifecycle(RuleBasedStateMachine):
         if not self.throttles and not self.paused:
             assert [job_id for job_id, _ in claimed] == [row[3] for row in best[:batch]]
         if len(claimed) < batch:  # nothing else was claimable
-            for record in self.index.records.values():
+            for record in self.live().values():
                 claimable = record.status is JobStatus.QUEUED and record.entrypoint in (
                     entrypoints or ENTRYPOINTS
                 )
@@ -202,7 +241,7 @@ class Lifecycle(RuleBasedStateMachine):
     def finish(self, data: st.DataObject, action: str, delay: int | None, progress: float | None) -> None:
         _, job_id, lease = data.draw(st.sampled_from(self.held))
         now = self.clock
-        holder = self.index.records.get(job_id)
+        holder = self.live().get(job_id)
         holds = holder is not None and holder.status is JobStatus.IN_PROGRESS and holder.lease == lease
         decisions: dict[str, Callable[[QueueIndex], object]] = {
             "ack": lambda index: index.remove(job_id, lease, now),
@@ -239,11 +278,11 @@ class Lifecycle(RuleBasedStateMachine):
             assert (holder.progress, holder.progress_note) == (progress, "note")
         if action == "cancel" or (asked and action in ("nack", "release")):
             assert job_id in self.cancelled
-            assert job_id not in self.index.records
+            assert job_id not in self.live()
 
     @rule(data=st.data())
     def an_operator_cancels(self, data: st.DataObject) -> None:
-        live = [r for r in self.index.records.values() if r.status is not JobStatus.STAGED]
+        live = [r for r in self.live().values() if r.status is not JobStatus.STAGED]
         if not live:
             return
         record = data.draw(st.sampled_from(live))
@@ -253,22 +292,20 @@ class Lifecycle(RuleBasedStateMachine):
         kinds = [type(effect).__name__ for effect in done]
         assert kinds == ([] if asked else ["CancelAsked"] if running else ["Cancelled"])
         if running:
-            assert self.index.records[record.id].cancel_requested is not None  # asked; it still runs
+            assert self.live()[record.id].cancel_requested is not None  # asked; it still runs
             assert record.id not in self.cancelled
         else:
             assert record.id in self.cancelled
-            assert record.id not in self.index.records
+            assert record.id not in self.live()
 
     @rule(jump=st.sampled_from([-30, -1, 0, 1, 3, 15, 60]))
     def clock_jumps_and_leases_run_out(self, jump: int) -> None:
         self.clock += jump * SECOND
         now = self.clock
         expired = {
-            r.id
-            for r in self.index.records.values()
-            if r.status is JobStatus.IN_PROGRESS and (r.expires or 0) < now
+            r.id for r in self.live().values() if r.status is JobStatus.IN_PROGRESS and (r.expires or 0) < now
         }
-        asked = {job_id for job_id in expired if self.index.records[job_id].cancel_requested is not None}
+        asked = {job_id for job_id in expired if self.live()[job_id].cancel_requested is not None}
         swept = self.commit(lambda index: index.requeue_expired(now, MAX_ATTEMPTS))
         assert isinstance(swept, list)
         assert {effect.job_id for effect in swept} == expired
@@ -289,21 +326,19 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule(batch=st.sampled_from(["w1", "w2"]), keep=st.booleans())
     def publish_or_discard(self, batch: str, keep: bool) -> None:
-        staged = {
-            r.id for r in self.index.records.values() if r.status is JobStatus.STAGED and r.batch == batch
-        }
+        staged = {r.id for r in self.live().values() if r.status is JobStatus.STAGED and r.batch == batch}
         self.commit(lambda index: index.publish(batch) if keep else index.discard(batch))
         for job_id in staged:
             if keep:
-                assert self.index.records[job_id].status is JobStatus.QUEUED
+                assert self.live()[job_id].status is JobStatus.QUEUED
             else:
-                assert job_id not in self.index.records
+                assert job_id not in self.live()
                 self.purged.add(job_id)
         assert batch not in self.index.staged_batches()
 
     @rule(ids=st.booleans())
     def revive_dead(self, ids: bool) -> None:
-        dead = [r.id for r in self.index.records.values() if r.status is JobStatus.DEAD]
+        dead = [r.id for r in self.live().values() if r.status is JobStatus.DEAD]
         self.commit(lambda index: index.requeue_dead(dead[:1] if ids else None))
         for job_id in dead[:1] if ids else dead:
             self.attempts[job_id] = 0
@@ -311,7 +346,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule()
     def purge_dead(self) -> None:
-        dead = [r.id for r in self.index.records.values() if r.status is JobStatus.DEAD]
+        dead = [r.id for r in self.live().values() if r.status is JobStatus.DEAD]
         self.commit(lambda index: [index.remove(job_id) for job_id in dead])
         self.purged.update(dead)
 
@@ -350,7 +385,7 @@ class Lifecycle(RuleBasedStateMachine):
         now = self.clock + data.draw(st.integers(0, 30)) * SECOND
         self.index.requeue_expired(now, 1)
         self.index.claim(None, data.draw(st.integers(1, 4)), now, now + SECOND, lambda: "lost")
-        records = list(self.index.records.values())
+        records = list(self.live().values())
         for record in records[:2]:
             self.index.remove(record.id, None, now)
         for record in records[2:5]:
@@ -372,12 +407,12 @@ class Lifecycle(RuleBasedStateMachine):
 
     @invariant()
     def each_job_is_in_exactly_one_state_and_nothing_is_lost(self) -> None:
-        live = set(self.index.records)
+        live = set(self.live())
         assert live | self.acked | self.purged | self.cancelled == self.enqueued
         gone = (self.acked, self.purged, self.cancelled)
         assert not any(live & ids for ids in gone)
         assert not (self.acked & self.purged) | (self.acked & self.cancelled) | (self.purged & self.cancelled)
-        for record in self.index.records.values():
+        for record in self.live().values():
             assert record.status in (
                 JobStatus.QUEUED,
                 JobStatus.IN_PROGRESS,
@@ -400,13 +435,11 @@ class Lifecycle(RuleBasedStateMachine):
 
     def staged_ids(self) -> set[str]:
         staged = self.index.staged_batches()
-        return {
-            r.id for r in self.index.records.values() if r.batch in staged and r.status is JobStatus.STAGED
-        }
+        return {r.id for r in self.live().values() if r.batch in staged and r.status is JobStatus.STAGED}
 
     @invariant()
     def a_lease_is_held_by_at_most_one_claimant(self) -> None:
-        for record in self.index.records.values():
+        for record in self.live().values():
             holders = [
                 worker for worker, job_id, lease in self.held if job_id == record.id and lease == record.lease
             ]
@@ -414,19 +447,19 @@ class Lifecycle(RuleBasedStateMachine):
 
     @invariant()
     def attempts_never_decrease_except_when_a_dead_job_is_revived(self) -> None:
-        for job_id, record in self.index.records.items():
+        for job_id, record in self.live().items():
             assert record.attempts >= self.attempts[job_id]
             self.attempts[job_id] = record.attempts
 
     @invariant()
     def no_job_is_claimed_more_often_than_allowed(self) -> None:
         """A failure after the last attempt kills a job; a release gives its claim back unfailed."""
-        for record in self.index.records.values():
+        for record in self.live().values():
             assert record.attempts - self.released.get(record.id, 0) <= (record.max_attempts or MAX_ATTEMPTS)
 
     @invariant()
     def dead_jobs_used_their_attempts_or_their_time(self) -> None:
-        for record in self.index.records.values():
+        for record in self.live().values():
             if record.dead_reason == "max_attempts":
                 limit = record.max_attempts or MAX_ATTEMPTS
                 assert record.attempts >= limit
@@ -442,11 +475,11 @@ class Lifecycle(RuleBasedStateMachine):
     @invariant()
     def the_kept_counts_agree_with_the_jobs(self) -> None:
         # stats_of reads counts kept as jobs change; here they are counted afresh, job by job.
-        records = list(self.index.records.values())
+        records = list(self.live().values())
         columns = {name: [getattr(r, name) for r in records] for name in RECORD_COLUMNS}
         for index in (self.index, self.replica, QueueIndex.from_columns(1, columns)):
             expected: dict[str, list[int]] = {}
-            for record in index.records.values():
+            for record in index.in_order():
                 counts = expected.setdefault(record.entrypoint, [0] * 5)
                 if record.status is JobStatus.QUEUED:
                     counts[int(record.not_before is not None and record.not_before > self.clock)] += 1
@@ -460,7 +493,7 @@ class Lifecycle(RuleBasedStateMachine):
                 for name, s in stats.entrypoints.items()
             }
             assert found == expected
-            dead = [r.id for r in index.records.values() if r.status is JobStatus.DEAD]
+            dead = [r.id for r in index.in_order() if r.status is JobStatus.DEAD]
             assert sorted(index.tally.ids(DEAD)) == sorted(dead)
 
     @invariant()

@@ -1,5 +1,5 @@
-"""Replay equivalence: random operations through the log (two writers, checkpoints and
-compaction at random points) give the state the pure transitions build in memory."""
+"""Replay equivalence: random operations through the log (two writers, checkpoints,
+compaction and restarts at random points) give the state the pure transitions build in memory."""
 
 from __future__ import annotations
 
@@ -127,6 +127,12 @@ class LogAgainstStates(RuleBasedStateMachine):
             for other in self.writers:
                 self.run(other.read_state())
             self.run(store.compact(NO_RETENTION_CHECK))
+
+    @rule(writer=st.integers(0, 1))
+    def a_writer_restarts(self, writer: int) -> None:
+        """The writer goes on as a new process that opens the newest checkpoint: its claimable
+        jobs are cold rows of the checkpoint's slabs (ADR 0015)."""
+        self.writers[writer] = self.open_store()
 
     @invariant()
     def a_fresh_reader_replays_the_same_state(self) -> None:
