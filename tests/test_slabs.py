@@ -19,7 +19,7 @@ from jqueue import CorruptStateError, DirectQueue, InMemoryStorage, JobStatus, L
 from jqueue.core.formats.checkpoint import Manifest, decode_manifest
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX
 from jqueue.core.formats.payload_refs import payload_ref
-from jqueue.core.formats.slab import SLAB_PREFIX, open_slab, slab_name
+from jqueue.core.formats.slab import SLAB_PREFIX, id_hash, open_slab, slab_name
 from jqueue.core.formats.slab_whole import decode_slab, slab_tree
 from jqueue.core.log import checkpoints
 from jqueue.core.log.slab_load import loaded
@@ -77,8 +77,8 @@ async def test_a_slab_holds_its_rows_in_claim_order_and_finds_each_by_its_filter
         assert [job.id for job in await fresh.dequeue("a", batch_size=100)] == slab.ids[3:23]
         assert [job.id for job in await fresh.dequeue("b", batch_size=100)] == slab.ids[23:]
     found = open_slab(content, entry.name).filter
-    assert all(found.blocks(job_id) == [0] for job_id in slab.ids)  # one block of 41 rows
-    assert found.blocks("no such job") == []
+    assert all(found.blocks(id_hash(job_id)) == [0] for job_id in slab.ids)  # one block of 41 rows
+    assert found.blocks(id_hash("no such job")) == []
 
 
 async def test_slabs_stay_few_and_a_fresh_reader_sees_the_newest_state() -> None:

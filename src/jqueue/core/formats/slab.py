@@ -145,11 +145,19 @@ class SlabFilter:
     def __init__(self, values: Sequence[int]) -> None:
         self.values = values
 
-    def blocks(self, job_id: str) -> list[int]:
-        """Return the blocks that may hold job ``job_id`` (those holding an id with its hash)."""
-        values, start = self.values, id_hash(job_id) << _BLOCK_BITS
-        at, found = bisect_left(values, start), []
-        while at < len(values) and values[at] & ~_BLOCK_MASK == start:
+    def may_hold(self, hashed: int) -> bool:
+        """Whether an id that hashes to ``hashed`` may be in the slab (the quick answer of a miss)."""
+        values = self.values
+        at = bisect_left(values, hashed << _BLOCK_BITS)
+        return at < len(values) and values[at] >> _BLOCK_BITS == hashed
+
+    def blocks(self, hashed: int) -> list[int]:
+        """Return the blocks that may hold the job whose id hashes to ``hashed`` (``id_hash``):
+        those holding an id with that hash."""
+        values, end = self.values, len(self.values)
+        at = bisect_left(values, hashed << _BLOCK_BITS)
+        found = []
+        while at < end and values[at] >> _BLOCK_BITS == hashed:
             found.append(values[at] & _BLOCK_MASK)
             at += 1
         return found

@@ -20,7 +20,7 @@ import msgspec
 
 from jqueue.core.formats.checkpoint import encode_manifest, encoded_history
 from jqueue.core.formats.marker import checkpoint_name
-from jqueue.core.formats.slab import RowKey, SlabWriter, open_slab, row_key, slab_name
+from jqueue.core.formats.slab import RowKey, SlabWriter, id_hash, open_slab, row_key, slab_name
 from jqueue.core.formats.slab_block import BLOCK_ROWS
 from jqueue.core.log.slabs import Slab, SlabSet, numbers, record_at, segments_of
 from jqueue.domain.records import ClaimState, Frozen, JobRecord
@@ -108,7 +108,7 @@ def plan(
         for job_id, first in frozen.changed.items():
             if first.place is not None:
                 slab = slabs.slab_of(first.place)
-                row = None if slab is None else slab.row_of(job_id, slabs.blocks)
+                row = None if slab is None else slab.row_of(job_id, id_hash(job_id), slabs.blocks)
                 if slab is None or row is None or not isinstance(first.payload, int):
                     raise ValueError(f"job {job_id!r} is placed in no slab of the last checkpoint")
                 slab.drop(row, first.payload)

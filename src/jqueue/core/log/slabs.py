@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from jqueue.core.formats.checkpoint import SlabEntry
 from jqueue.core.formats.payload_refs import payload_place
-from jqueue.core.formats.slab import OpenedSlab, order_bounds
+from jqueue.core.formats.slab import OpenedSlab, id_hash, order_bounds
 from jqueue.core.formats.slab_block import BLOCK_ROWS
 from jqueue.domain.cold import ClaimKey
 from jqueue.domain.index_state import COLUMN_DEFAULTS, IndexState
@@ -161,9 +161,10 @@ class Slab:
             if self.taken.count(0, first, end):
                 yield low, number
 
-    def row_of(self, job_id: str, blocks: BlockCache) -> int | None:
-        """Return the row of job ``job_id``, or None (its block decoded through ``blocks``)."""
-        for block in dict.fromkeys(self.opened.filter.blocks(job_id)):
+    def row_of(self, job_id: str, hashed: int, blocks: BlockCache) -> int | None:
+        """Return the row of job ``job_id``, whose id hashes to ``hashed`` (``id_hash``), or None
+        (its block decoded through ``blocks``)."""
+        for block in dict.fromkeys(self.opened.filter.blocks(hashed)):
             if block * BLOCK_ROWS >= self.rows:
                 continue
             ids = blocks.block(self, block)["id"]
@@ -269,8 +270,11 @@ class SlabSet:
 
     def take(self, job_id: str) -> JobRecord | None:
         """Return the record of job ``job_id`` if a cold row holds it, taking it."""
+        hashed = id_hash(job_id)
         for slab in reversed(self.slabs):  # the newest first: a job's row that counts is there
-            row = slab.row_of(job_id, self.blocks)
+            if not slab.opened.filter.may_hold(hashed):
+                continue
+            row = slab.row_of(job_id, hashed, self.blocks)
             if row is None or slab.dropped[row]:
                 continue
             if slab.taken[row]:
