@@ -2,12 +2,15 @@
 
 Pure bookkeeping for ``SegmentLog``, no I/O. An object normally has one record; while its
 record is being moved out of a sparse segment it briefly has two, and the older copies are
-its shadows until their tombstones arrive.
+its shadows until their tombstones arrive. A queue may hold millions of records within its
+retention, so each current place is kept as a plain tuple of ints, which the cyclic
+collector stops tracking, not as an object it would visit at every full collection.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -24,27 +27,37 @@ class SegmentIndex:
     """The live records of a segment log, by name and by segment."""
 
     def __init__(self) -> None:
-        self.places: dict[str, Place] = {}
+        self._places: dict[str, tuple[int, int, int]] = {}
         self.live: defaultdict[int, int] = defaultdict(int)
         self._shadows: dict[str, list[Place]] = {}
 
+    def place(self, name: str) -> Place | None:
+        """Where the current record of ``name`` is, if it is known."""
+        found = self._places.get(name)
+        return None if found is None else Place(*found)
+
+    def names(self) -> Iterable[str]:
+        """The names that have a current record."""
+        return self._places.keys()
+
     def add(self, name: str, place: Place) -> None:
         """Record a live record of ``name``; an earlier one becomes its shadow."""
-        earlier = self.places.get(name)
+        earlier = self.place(name)
         if earlier is not None:
             self._shadows.setdefault(name, []).append(earlier)
-        self.places[name] = place
+        self._places[name] = (place.segment, place.offset, place.size)
         self.live[place.segment] += place.size
 
     def remove(self, name: str, segment: int, offset: int) -> None:
         """Forget the record of ``name`` at this place (its current one or a shadow), if known."""
-        place = self.places.get(name)
+        place = self.place(name)
         shadows = self._shadows.get(name, [])
         if place is not None and (place.segment, place.offset) == (segment, offset):
             if shadows:
-                self.places[name] = shadows.pop()
+                newer = shadows.pop()
+                self._places[name] = (newer.segment, newer.offset, newer.size)
             else:
-                del self.places[name]
+                del self._places[name]
         else:
             matching = [p for p in shadows if (p.segment, p.offset) == (segment, offset)]
             if not matching:
@@ -57,11 +70,11 @@ class SegmentIndex:
 
     def copies(self, name: str) -> list[Place]:
         """Every live record of ``name``, the current one first."""
-        return [self.places[name], *self._shadows.get(name, [])]
+        return [Place(*self._places[name]), *self._shadows.get(name, [])]
 
     def current_in(self, segment: int) -> list[tuple[str, Place]]:
         """The objects whose current record is in ``segment``."""
-        return [(name, place) for name, place in self.places.items() if place.segment == segment]
+        return [(name, Place(*place)) for name, place in self._places.items() if place[0] == segment]
 
     def shadows_in(self, segment: int) -> list[tuple[str, Place]]:
         """The older copies that lie in ``segment``."""
@@ -73,6 +86,6 @@ class SegmentIndex:
 
     def clear(self) -> None:
         """Forget everything."""
-        self.places.clear()
+        self._places.clear()
         self.live.clear()
         self._shadows.clear()

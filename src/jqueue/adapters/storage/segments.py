@@ -78,7 +78,7 @@ class SegmentLog(SegmentReader):
             for attempt in range(2):
                 if attempt:
                     self._catch_up()
-                place = self._index.places.get(name)
+                place = self._index.place(name)
                 if place is not None and (found := self._map_live(name, place)) is not None:
                     return found
         return None
@@ -103,7 +103,7 @@ class SegmentLog(SegmentReader):
         for attempt in range(2):
             if attempt:
                 self._catch_up()
-            place = self._index.places.get(name)
+            place = self._index.place(name)
             if place is None:
                 continue
             if place.size > largest:
@@ -138,7 +138,7 @@ class SegmentLog(SegmentReader):
     def _create(self, name: str, content: bytes, *, quick: bool) -> Busy | None:
         self._catch_up()
         self._repair_tail()
-        place = self._index.places.get(name)
+        place = self._index.place(name)
         if place is not None and self._is_live(name, place):
             raise CASConflictError(f"{self.directory.as_uri()}/{name} exists")
         if quick and not self._fits(fmt.RECORD.size + len(name.encode()) + len(content)):
@@ -154,8 +154,9 @@ class SegmentLog(SegmentReader):
             if not self._ready(create=False):
                 return []
             self._catch_up()
-            found = sorted(n for n in self._index.places if n.startswith(prefix) and n > start_after)
-            return [n for n in found if self._is_live(n, self._index.places[n])]
+            found = sorted(n for n in self._index.names() if n.startswith(prefix) and n > start_after)
+            places = [(name, self._index.place(name)) for name in found]
+            return [name for name, place in places if place is not None and self._is_live(name, place)]
 
     def delete(self, name: str) -> None:
         """Remove the object if it exists."""
@@ -166,7 +167,7 @@ class SegmentLog(SegmentReader):
                 self._catch_up()
                 self._repair_tail()
                 tail = self._tail
-                if name in self._index.places:
+                if self._index.place(name) is not None:
                     self._kill(name)
                 self._tidy(since=tail)
 

@@ -24,6 +24,7 @@ from jqueue.core.log.slabs import SlabSet
 from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.settings import LogSettings
 from jqueue.core.loop.store import describe_named
+from jqueue.core.loop.switching import quick_switches
 from jqueue.domain.errors import CorruptStateError, StorageError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import Frozen
@@ -159,25 +160,28 @@ class Checkpoints:
         """Run the plan in a thread, and thaw the index once the thread is done with it (even if
         this call is cancelled meanwhile)."""
         tag = uuid.uuid4().hex[:8]
-        planning = asyncio.ensure_future(
-            asyncio.to_thread(
-                plan,
-                pending.slabs,
-                pending.jobs,
-                pending.at,
-                tag,
-                every_job=pending.every_job,
-                taken=pending.taken,
+        # Commits go on meanwhile: their waits for the interpreter lock stay short, and neither
+        # thread sets off collections over the rows the plan makes and drops.
+        with quick_switches(), collections_paused():
+            planning = asyncio.ensure_future(
+                asyncio.to_thread(
+                    plan,
+                    pending.slabs,
+                    pending.jobs,
+                    pending.at,
+                    tag,
+                    every_job=pending.every_job,
+                    taken=pending.taken,
+                )
             )
-        )
-        try:
-            return await asyncio.shield(planning)
-        finally:
             try:
-                if not planning.done():
-                    await asyncio.wait({planning})
+                return await asyncio.shield(planning)
             finally:
-                pending.index.thaw()
+                try:
+                    if not planning.done():
+                        await asyncio.wait({planning})
+                finally:
+                    pending.index.thaw()
 
     async def _store(self, plan: Plan, base: str | None) -> None:
         """Create the new slab, then the checkpoint, then make sure that the slabs it names

@@ -177,11 +177,9 @@ class Slab:
         span = self.opened.header.ranges.get(entrypoint)
         if span is None or not self.cold.get(entrypoint):
             return None
-        row, taken = self.cursors[entrypoint], self.taken
-        while row < span[1] and taken[row]:
-            row += 1
-        self.cursors[entrypoint] = row
-        return row if row < span[1] else None
+        row = self.taken.find(0, self.cursors[entrypoint], span[1])
+        self.cursors[entrypoint] = span[1] if row < 0 else row
+        return None if row < 0 else row
 
     def take(self, row: int, entrypoint: str) -> None:
         """Make row ``row`` (a cold claimable one of ``entrypoint``) a record."""
