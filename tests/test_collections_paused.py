@@ -1,15 +1,18 @@
 """The cyclic collector is paused while many long-lived objects are made, and a full collection
-follows only a block that made enough of them to pay for it."""
+follows only a block that made enough of them to pay for it; the switch interval is short
+while a thread computes beside the event loop."""
 
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from jqueue.core.formats.collections_paused import COLLECT_AFTER, collections_paused
+from jqueue.core.loop.switching import QUICK_SWITCH_SECONDS, quick_switches
 
 
 @pytest.fixture
@@ -42,3 +45,39 @@ def test_a_large_block_is_followed_by_one_full_collection(full_collections: list
         assert full_collections == []  # none while the block runs
     assert full_collections == [1]  # the objects made count as old from now on
     assert len(kept) == COLLECT_AFTER
+
+
+def test_overlapping_blocks_keep_the_collector_off_until_the_last_ends() -> None:
+    first, second = collections_paused(), collections_paused()
+    first.__enter__()
+    second.__enter__()  # a plan's thread while the loop reads a checkpoint, say
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_a_block_run_with_the_collector_off_leaves_it_off() -> None:
+    gc.disable()
+    try:
+        with collections_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_switches_are_quick_while_a_thread_computes_and_as_before_after() -> None:
+    before = sys.getswitchinterval()
+    with quick_switches():
+        assert sys.getswitchinterval() == min(before, QUICK_SWITCH_SECONDS)
+        with quick_switches():
+            pass
+        assert sys.getswitchinterval() == min(before, QUICK_SWITCH_SECONDS)  # until the last leaves
+    assert sys.getswitchinterval() == before
+    try:
+        with quick_switches():
+            sys.setswitchinterval(0.002)  # the application's own choice meanwhile is kept
+        assert sys.getswitchinterval() == 0.002
+    finally:
+        sys.setswitchinterval(before)

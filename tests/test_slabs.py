@@ -5,8 +5,10 @@ of, and compaction deletes the slabs no checkpoint needs."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
+import sys
 import time
 from datetime import timedelta
 from typing import Any
@@ -26,6 +28,7 @@ from jqueue.core.log.slab_load import loaded
 from jqueue.core.log.slab_plan import FANOUT, plan
 from jqueue.core.log.slabs import SlabSet
 from jqueue.core.log.store import LogStore
+from jqueue.core.loop.switching import QUICK_SWITCH_SECONDS
 from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import RECORD_COLUMNS
@@ -282,3 +285,18 @@ async def test_a_checkpoint_cancelled_while_it_is_made_leaves_the_next_one_whole
     async with DirectQueue(storage) as fresh:
         assert await fresh.count() == 10
         assert len(await fresh.jobs(status=JobStatus.IN_PROGRESS, limit=None)) == 4
+
+
+async def test_a_plan_runs_with_quick_switches_and_no_collections(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[float, bool]] = []
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        seen.append((sys.getswitchinterval(), gc.isenabled()))
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoints, "plan", watched)
+    async with DirectQueue(InMemoryStorage(name="quiet-plan"), log=NEVER) as queue:
+        await queue.enqueue_many("e", [b"x"] * 10)
+        await queue.checkpoint()
+    assert seen == [(min(QUICK_SWITCH_SECONDS, sys.getswitchinterval()), False)]
+    assert gc.isenabled()
