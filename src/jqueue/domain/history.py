@@ -3,7 +3,7 @@ dedup keys of acked ones."""
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 
 from jqueue.domain.models import JobStatus
@@ -19,8 +19,10 @@ class History:
 
     def __init__(self) -> None:
         self._records: deque[HistoryRecord] = deque()
-        self._acked_keys: Counter[str] = Counter()
-        self._ids: Counter[str] = Counter()
+        # Plain dicts of str to int, which the cyclic collector stops visiting; a key goes
+        # when its count does, so they hold only what the records do.
+        self._acked_keys: dict[str, int] = {}
+        self._ids: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._records)
@@ -64,10 +66,10 @@ class History:
 
     def _count_keys(self, records: list[HistoryRecord], step: int) -> None:
         for record in records:
-            self._ids[record.job_id] += step
+            _counted(self._ids, record.job_id, step)
             key = _acked_key(record)
             if key is not None:
-                self._acked_keys[key] += step
+                _counted(self._acked_keys, key, step)
 
     def expired(self, finished_before: int, keep: int) -> int:
         """How many of the oldest records to drop: those finished before ``finished_before`` and
@@ -80,13 +82,22 @@ class History:
 
     def finished(self, job_id: str) -> HistoryRecord | None:
         """Return the newest record of job ``job_id``, if history holds one."""
-        if self._ids[job_id] <= 0:
+        if self._ids.get(job_id, 0) <= 0:
             return None
         return next(r for r in reversed(self._records) if r.job_id == job_id)
 
     def acked(self, key: str, since: int) -> HistoryRecord | None:
         """Return the newest job acked with dedup key ``key`` at or after ``since``, if any."""
-        if self._acked_keys[key] <= 0:
+        if self._acked_keys.get(key, 0) <= 0:
             return None
         newest = next(r for r in reversed(self._records) if _acked_key(r) == key)
         return newest if newest.finished >= since else None
+
+
+def _counted(counts: dict[str, int], key: str, step: int) -> None:
+    """Add ``step`` to the count of ``key``, dropping a count that reaches zero."""
+    count = counts.get(key, 0) + step
+    if count:
+        counts[key] = count
+    else:
+        del counts[key]

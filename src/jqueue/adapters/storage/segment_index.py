@@ -3,8 +3,9 @@
 Pure bookkeeping for ``SegmentLog``, no I/O. An object normally has one record; while its
 record is being moved out of a sparse segment it briefly has two, and the older copies are
 its shadows until their tombstones arrive. A queue may hold millions of records within its
-retention, so each current place is kept as a plain tuple of ints, which the cyclic
-collector stops tracking, not as an object it would visit at every full collection.
+retention, so each current place is kept packed in one int, in a dict of str to int that
+the cyclic collector does not track, not as an object it would visit at every full
+collection.
 """
 
 from __future__ import annotations
@@ -23,18 +24,32 @@ class Place:
     size: int
 
 
+_FIELD_BITS = 48
+"""Bits of a packed place's offset and of its size (records stay far below 256 TiB)."""
+_SEGMENT_SHIFT = 2 * _FIELD_BITS
+_FIELD_MASK = (1 << _FIELD_BITS) - 1
+
+
+def _packed(place: Place) -> int:
+    return place.segment << _SEGMENT_SHIFT | place.offset << _FIELD_BITS | place.size
+
+
+def _unpacked(packed: int) -> Place:
+    return Place(packed >> _SEGMENT_SHIFT, packed >> _FIELD_BITS & _FIELD_MASK, packed & _FIELD_MASK)
+
+
 class SegmentIndex:
     """The live records of a segment log, by name and by segment."""
 
     def __init__(self) -> None:
-        self._places: dict[str, tuple[int, int, int]] = {}
+        self._places: dict[str, int] = {}
         self.live: defaultdict[int, int] = defaultdict(int)
         self._shadows: dict[str, list[Place]] = {}
 
     def place(self, name: str) -> Place | None:
         """Where the current record of ``name`` is, if it is known."""
         found = self._places.get(name)
-        return None if found is None else Place(*found)
+        return None if found is None else _unpacked(found)
 
     def names(self) -> Iterable[str]:
         """The names that have a current record."""
@@ -45,7 +60,7 @@ class SegmentIndex:
         earlier = self.place(name)
         if earlier is not None:
             self._shadows.setdefault(name, []).append(earlier)
-        self._places[name] = (place.segment, place.offset, place.size)
+        self._places[name] = _packed(place)
         self.live[place.segment] += place.size
 
     def remove(self, name: str, segment: int, offset: int) -> None:
@@ -54,8 +69,7 @@ class SegmentIndex:
         shadows = self._shadows.get(name, [])
         if place is not None and (place.segment, place.offset) == (segment, offset):
             if shadows:
-                newer = shadows.pop()
-                self._places[name] = (newer.segment, newer.offset, newer.size)
+                self._places[name] = _packed(shadows.pop())
             else:
                 del self._places[name]
         else:
@@ -70,11 +84,12 @@ class SegmentIndex:
 
     def copies(self, name: str) -> list[Place]:
         """Every live record of ``name``, the current one first."""
-        return [Place(*self._places[name]), *self._shadows.get(name, [])]
+        return [_unpacked(self._places[name]), *self._shadows.get(name, [])]
 
     def current_in(self, segment: int) -> list[tuple[str, Place]]:
         """The objects whose current record is in ``segment``."""
-        return [(name, Place(*place)) for name, place in self._places.items() if place[0] == segment]
+        places = self._places.items()
+        return [(name, _unpacked(packed)) for name, packed in places if packed >> _SEGMENT_SHIFT == segment]
 
     def shadows_in(self, segment: int) -> list[tuple[str, Place]]:
         """The older copies that lie in ``segment``."""

@@ -195,5 +195,5 @@ def _written(
         return None, b"", moved, claimable
     content = writer.content()
     opened = open_slab(content, "a slab being written")
-    slab = Slab("", opened, bytearray(writer.rows), taken, number, writer.segments)
+    slab = Slab("", opened, bytearray(writer.rows), taken, number, dict(writer.segments))
     return slab, content, moved, claimable

@@ -18,7 +18,7 @@ import contextlib
 import heapq
 import itertools
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -94,7 +94,7 @@ class Slab:
     dropped: bytearray
     taken: bytearray
     number: int
-    segments: Counter[int]
+    segments: dict[int, int]
     cursors: dict[str, int] = field(default_factory=dict)
     cold: dict[str, int] = field(default_factory=dict)
     _bounds: list[tuple[int, int]] | None = None
@@ -111,7 +111,7 @@ class Slab:
     ) -> Slab:
         """Return a slab whose rows marked in ``taken`` (a superset of ``dropped``) are records,
         and whose rows that count have their payloads in the log entries ``segments``."""
-        slab = cls(name, opened, dropped, taken, number, Counter(segments))
+        slab = cls(name, opened, dropped, taken, number, dict(segments))
         for entrypoint, (start, end) in opened.header.ranges.items():
             slab.cursors[entrypoint] = start
             slab.cold[entrypoint] = (end - start) - taken.count(1, start, end)
@@ -134,7 +134,8 @@ class Slab:
     def drop(self, row: int, payload: int) -> None:
         """Mark row ``row``, whose payload reference is ``payload``, as no longer counting."""
         self.dropped[row] = 1
-        self.segments[payload_place(payload)[0]] -= 1
+        segment = payload_place(payload)[0]
+        self.segments[segment] = self.segments.get(segment, 0) - 1
 
     def entry(self) -> SlabEntry:
         """Return how a checkpoint names this slab."""
