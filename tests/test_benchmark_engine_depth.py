@@ -12,7 +12,7 @@ TOOL = "benchmark_engine_depth.py"
 
 def test_the_depth_figures_come_from_real_loads(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    arguments = ["--jobs", "6000", "--batch", "1000", "--drain", "300", "--calls", "200"]
+    arguments = ["--jobs", "6000", "--batch", "1000", "--drain", "300", "--calls", "400"]
     done = run_tool(TOOL, *arguments, "--dir", str(tmp_path), "--json", str(out))
     assert done.returncode == 0, done.stderr
     figures = json.loads(out.read_text())
@@ -26,8 +26,10 @@ def test_the_depth_figures_come_from_real_loads(tmp_path: Path) -> None:
     assert parted["written_bytes"] > parted_own["written_bytes"]  # the checkpoint's slab
     assert figures["open"]["drained"] == 300
     assert figures["open"]["peak_rss_mib_draining"] >= figures["open"]["peak_rss_mib_at_first_claim"] > 0
-    assert figures["tail_deep"]["calls"] == figures["tail_shallow"]["calls"] == 200
+    assert figures["tail_deep"]["calls"] == figures["tail_shallow"]["calls"] == 400
     assert 0 < figures["tail_deep"]["p50_ms"] <= figures["tail_deep"]["max_ms"]
+    assert figures["tail_deep"]["first_pair_ms"] > 0
+    assert figures["tail_shallow"]["checkpoints"] >= 1  # 1,200 changes, one checkpoint each 1,000
     assert list(tmp_path.iterdir()) == [out]  # the queues went with their temporary directory
 
 
