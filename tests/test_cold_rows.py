@@ -5,6 +5,8 @@ blocks and slabs, lookups by id, cancels, purges, counts and listings."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 from datetime import timedelta
 from pathlib import Path
@@ -200,3 +202,40 @@ async def test_listings_come_in_insertion_order_and_a_first_page_reads_a_few_blo
         monkeypatch.setattr(OpenedSlab, "block", counted)
         assert [job.id for job in await fresh.jobs(limit=3)] == ids[:3]
         assert 0 < len(decoded) <= 2  # of the slabs' 7 blocks and more
+
+
+class SlowMaps(LocalFileSystemStorage):
+    """A file root whose maps of slabs hang while ``slow`` is set (to cancel a checkpoint there)."""
+
+    slow = False
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.asked = asyncio.Event()
+
+    async def mapped(self, name: str) -> memoryview | None:
+        if self.slow and name.startswith("slab/"):
+            self.asked.set()
+            await asyncio.sleep(3600)
+        return await super().mapped(name)
+
+
+async def test_a_checkpoint_cancelled_while_its_stored_slab_is_mapped_loses_nothing(tmp_path: Path) -> None:
+    storage = SlowMaps(tmp_path / "q")
+    async with DirectQueue(storage, log=NEVER) as queue:
+        await queue.enqueue_many("a", [b"x"] * 100)
+        await queue.checkpoint()
+        second = await queue.enqueue_many("a", [b"y"] * 50)
+        storage.slow = True
+        checkpointing = asyncio.ensure_future(queue.checkpoint())
+        await asyncio.wait_for(storage.asked.wait(), 60)  # stored; its slab being mapped
+        checkpointing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await checkpointing
+        storage.slow = False
+        await queue.enqueue_many("a", [b"z"] * 10)
+        await queue.checkpoint()
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "q"), log=NEVER) as fresh:
+        assert await fresh.count() == 160
+        listed = {job.id for job in await fresh.jobs(limit=None)}
+        assert {job.id for job in second} <= listed

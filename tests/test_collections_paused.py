@@ -5,6 +5,7 @@ while a thread computes beside the event loop."""
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -81,3 +82,18 @@ def test_switches_are_quick_while_a_thread_computes_and_as_before_after() -> Non
         assert sys.getswitchinterval() == 0.002
     finally:
         sys.setswitchinterval(before)
+
+
+def test_a_child_forked_inside_both_starts_as_the_process_was_before() -> None:
+    interval = sys.getswitchinterval()
+    reading, writing = os.pipe()
+    with collections_paused(), quick_switches():
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child reports through the pipe)
+            os.write(writing, b"%d %r" % (gc.isenabled(), sys.getswitchinterval()))
+            os._exit(0)
+    os.close(writing)
+    _, status = os.waitpid(child, 0)
+    with os.fdopen(reading, "rb") as pipe:
+        assert pipe.read() == b"1 %r" % interval
+    assert os.waitstatus_to_exitcode(status) == 0

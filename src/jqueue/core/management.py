@@ -350,8 +350,9 @@ class ManagementCalls:
         limit: int = 50,
     ) -> tuple[list[Job], int | None]:
         """Return one page of jobs (as ``jobs`` filters them, and by ``dedup_key``) from
-        ``cursor``, and the cursor of the next page (None at the end). Unlike ``jobs``, a page
-        costs O(``limit``) on a large queue, not O(jobs); jobs come in insertion order."""
+        ``cursor``, and the cursor of the next page (None at the end), in insertion order. A page
+        looks at the jobs held as records once and decodes a few of the slabs' blocks, whatever
+        the depth; the cursor is an insertion number, so a page starts where the last ended."""
         before = _micros_before(older_than)
 
         def look(index: QueueIndex) -> tuple[list[JobFields], int | None]:

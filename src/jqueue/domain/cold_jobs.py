@@ -87,19 +87,18 @@ class ColdJobs:
         """Yield the record of each live job with one of ``statuses``, of one of ``entrypoints``
         (each filter when given), whose insertion number is ``start`` or more, in insertion
         order (those of cold jobs, all queued, are not to be changed)."""
-        hot = sorted(
-            (
-                record
-                for record in self.records.values()
-                if record.order >= start
-                and (statuses is None or record.status in statuses)
-                and (entrypoints is None or record.entrypoint in entrypoints)
-            ),
-            key=insertion,
-        )
+        hot = [
+            (record.order, record)
+            for record in self.records.values()
+            if record.order >= start
+            and (statuses is None or record.status in statuses)
+            and (entrypoints is None or record.entrypoint in entrypoints)
+        ]
+        heapq.heapify(hot)  # popped as listed: a page of a few costs O(records), not a sort
+        records = (heapq.heappop(hot)[1] for _ in range(len(hot)))
         if self.cold is None or (statuses is not None and JobStatus.QUEUED not in statuses):
-            return iter(hot)
-        return heapq.merge(hot, self.cold.ordered(entrypoints, start), key=insertion)
+            return records
+        return heapq.merge(records, self.cold.ordered(entrypoints, start), key=insertion)
 
     def _warm(self, record: JobRecord) -> None:
         """Keep a cold job's record from now on (no change to the queue: not journalled)."""

@@ -31,6 +31,8 @@ _FIELD_MASK = (1 << _FIELD_BITS) - 1
 
 
 def _packed(place: Place) -> int:
+    if (place.offset | place.size) >> _FIELD_BITS:
+        raise ValueError(f"a record at {place.offset} of {place.size} bytes is out of range")
     return place.segment << _SEGMENT_SHIFT | place.offset << _FIELD_BITS | place.size
 
 

@@ -224,7 +224,7 @@ class SegmentReader:
         segment = self._segments.get(place.segment)
         if segment is None:
             return None
-        encoded = name.encode()
+        encoded = name.encode()  # not empty: a short read fails the first test
         head = os.pread(segment.fd, RECORD.size + len(encoded), place.offset)
         if head[RECORD.size :] != encoded or RECORD.unpack_from(head)[0] != RECORD_MAGIC:
             where = f"{self._path(place.segment).as_uri()}#{place.offset}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from collections.abc import Iterator
 
@@ -21,6 +22,16 @@ class _Pauses:
 
 
 _pauses = _Pauses()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked inside a paused block has none running: its collector runs as before."""
+    if _pauses.holders and _pauses.was_enabled:
+        gc.enable()
+    _pauses.lock, _pauses.holders = threading.Lock(), 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextlib.contextmanager

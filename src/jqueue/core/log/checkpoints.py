@@ -25,7 +25,7 @@ from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.settings import LogSettings
 from jqueue.core.loop.store import describe_named
 from jqueue.core.loop.switching import quick_switches
-from jqueue.domain.errors import CorruptStateError, StorageError
+from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import Frozen
 from jqueue.domain.times import to_micros, utc_now
@@ -149,12 +149,19 @@ class Checkpoints:
         except BaseException:
             pending.slabs.forget()
             raise
-        if plan.slab is not None and isinstance(self.keyed, MappedStoragePort):
-            with contextlib.suppress(StorageError, CorruptStateError):  # then it stays in memory
-                mapped = await self.keyed.mapped(plan.slab.name)
-                if mapped is not None:
-                    plan.slab.opened = plan.slab.opened.moved_to(mapped)
         pending.slabs.adopt(plan, pending.index)
+        if plan.slab is not None and isinstance(self.keyed, MappedStoragePort):
+            await self._map(pending.slabs, plan.slab.number, plan.slab.name)
+
+    async def _map(self, slabs: SlabSet, number: int, name: str) -> None:
+        """Read slab number ``number`` of ``slabs``, just stored as ``name``, from a mapping of
+        its object from now on (it stays in memory if that fails: a map is only a saving)."""
+        assert isinstance(self.keyed, MappedStoragePort)
+        with contextlib.suppress(Exception):
+            mapped = await self.keyed.mapped(name)
+            slab = next((slab for slab in slabs.slabs if slab.number == number), None)
+            if mapped is not None and slab is not None:
+                slab.opened = slab.opened.moved_to(mapped)
 
     async def _plan(self, pending: Pending) -> Plan:
         """Run the plan in a thread, and thaw the index once the thread is done with it (even if

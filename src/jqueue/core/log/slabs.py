@@ -97,7 +97,7 @@ class Slab:
     segments: dict[int, int]
     cursors: dict[str, int] = field(default_factory=dict)
     cold: dict[str, int] = field(default_factory=dict)
-    _bounds: list[tuple[int, int]] | None = None
+    _bounds: list[tuple[int, int]] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def of(

@@ -9,6 +9,7 @@ checkpoint is planned in a thread, the interval is 0.5 ms.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -27,6 +28,16 @@ class _Switching:
 
 
 _state = _Switching()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while a plan ran has no plan thread: it starts with the interval it had."""
+    if _state.holders:
+        sys.setswitchinterval(_state.saved)
+    _state.lock, _state.holders = threading.Lock(), 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextlib.contextmanager
