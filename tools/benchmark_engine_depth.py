@@ -290,4 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # the queues, and a SeaweedFS server, went with their directory
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
