@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tool_runs import run_tool
 
 TOOL = "benchmark_engine_depth.py"
 
 
-def test_the_depth_figures_come_from_real_loads(tmp_path: Path) -> None:
+def figures_of(tmp_path: Path, *arguments: str) -> dict[str, Any]:
+    """Run the tool with its queues in ``tmp_path``; return the figures it wrote and printed."""
     out = tmp_path / "figures.json"
-    arguments = ["--jobs", "6000", "--batch", "1000", "--drain", "300", "--calls", "400"]
     done = run_tool(TOOL, *arguments, "--dir", str(tmp_path), "--json", str(out))
     assert done.returncode == 0, done.stderr
-    figures = json.loads(out.read_text())
+    figures: dict[str, Any] = json.loads(out.read_text())
     assert figures == json.loads(done.stdout)
+    return figures
+
+
+def test_the_depth_figures_come_from_real_loads(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    figures = figures_of(tmp_path, "--jobs", "6000", "--batch", "1000", "--drain", "300", "--calls", "400")
     own, loaded = figures["load_without_checkpoints"], figures["load"]
     assert own["written_bytes"] > 6000 * 100  # every payload was written at least once
     assert loaded["written_bytes"] > own["written_bytes"]  # checkpoints were written besides
@@ -41,10 +48,7 @@ def test_a_depth_below_the_calls_is_refused() -> None:
 
 def test_the_open_on_s3_runs_on_a_seaweedfs_server_the_tool_starts(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    arguments = ["--jobs", "6000", "--batch", "2000", "--drain", "300", "--root", "seaweedfs"]
-    done = run_tool(TOOL, *arguments, "--dir", str(tmp_path), "--json", str(out))
-    assert done.returncode == 0, done.stderr
-    figures = json.loads(out.read_text())
+    figures = figures_of(tmp_path, "--jobs", "6000", "--batch", "2000", "--drain", "300", "--root=seaweedfs")
     assert figures["root"] == "seaweedfs"
     assert figures["open"]["drained"] == 300
     assert figures["load"]["seconds"] > 0

@@ -20,13 +20,17 @@ import math
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from jqueue.adapters.storage import segment_format as fmt
 from jqueue.adapters.storage.object_files import fsync_dir
 from jqueue.adapters.storage.segment_index import Place
 from jqueue.adapters.storage.segment_reader import Segment, SegmentReader
 from jqueue.domain.errors import CASConflictError, CorruptStateError
+
+T = TypeVar("T")
 
 SEGMENT_BYTES = 8 << 20
 _QUICK_BYTES = 1 << 20
@@ -65,7 +69,7 @@ class SegmentLog(SegmentReader):
     def get(self, name: str) -> bytes | None:
         """Return the object's content, or None."""
         with self._mutex:
-            found = self._get(name, math.inf)
+            found = self._get(name, math.inf, self._read_live)
         assert not isinstance(found, Busy)
         return found
 
@@ -73,15 +77,9 @@ class SegmentLog(SegmentReader):
         """Return the object's content mapped read-only from its segment (not read, so its
         checksum is not checked), or None."""
         with self._mutex:
-            if not self._ready(create=False):
-                return None
-            for attempt in range(2):
-                if attempt:
-                    self._catch_up()
-                place = self._index.place(name)
-                if place is not None and (found := self._map_live(name, place)) is not None:
-                    return found
-        return None
+            found = self._get(name, math.inf, self._map_live)
+        assert not isinstance(found, Busy)
+        return found
 
     def try_get(self, name: str) -> bytes | Busy | None:
         """``get`` if it cannot block: no other thread is in a call, the record is small, and
@@ -92,12 +90,14 @@ class SegmentLog(SegmentReader):
             if self._tail == 0:
                 return BUSY  # the first look reads every segment
             self._quick = True
-            return self._get(name, _QUICK_BYTES)
+            return self._get(name, _QUICK_BYTES, self._read_live)
         finally:
             self._quick = False
             self._mutex.release()
 
-    def _get(self, name: str, largest: float) -> bytes | Busy | None:
+    def _get(self, name: str, largest: float, read: Callable[[str, Place], T | None]) -> T | Busy | None:
+        """Return the live record of ``name`` as ``read`` gives it (looking again once, after
+        catching up), ``BUSY`` if it is larger than ``largest``, or None."""
         if not self._ready(create=False):
             return None
         for attempt in range(2):
@@ -108,7 +108,7 @@ class SegmentLog(SegmentReader):
                 continue
             if place.size > largest:
                 return BUSY
-            if (found := self._read_live(name, place)) is not None:
+            if (found := read(name, place)) is not None:
                 return found
         return None
 
