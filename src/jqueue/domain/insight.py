@@ -77,8 +77,7 @@ def browse(
     """
     if dedup_key is not None:
         record = index.with_dedup_key(dedup_key)
-        matching = record is not None and record.order >= cursor
-        pool: Iterator[JobRecord] = iter([record] if matching and record is not None else [])
+        pool: Iterator[JobRecord] = iter([record] if record is not None and record.order >= cursor else [])
     elif status is JobStatus.DEAD:
         dead = (index.records[job_id] for job_id in index.tally.ids(DEAD))
         pool = iter(sorted((record for record in dead if record.order >= cursor), key=insertion))

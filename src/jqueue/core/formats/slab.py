@@ -147,20 +147,20 @@ class SlabFilter:
 
     def may_hold(self, hashed: int) -> bool:
         """Whether an id that hashes to ``hashed`` may be in the slab (the quick answer of a miss)."""
-        values = self.values
-        at = bisect_left(values, hashed << _BLOCK_BITS)
-        return at < len(values) and values[at] >> _BLOCK_BITS == hashed
+        at = self._first(hashed)
+        return at < len(self.values) and self.values[at] >> _BLOCK_BITS == hashed
 
     def blocks(self, hashed: int) -> list[int]:
         """Return the blocks that may hold the job whose id hashes to ``hashed`` (``id_hash``):
         those holding an id with that hash."""
-        values, end = self.values, len(self.values)
-        at = bisect_left(values, hashed << _BLOCK_BITS)
-        found = []
-        while at < end and values[at] >> _BLOCK_BITS == hashed:
+        values, at, found = self.values, self._first(hashed), []
+        while at < len(values) and values[at] >> _BLOCK_BITS == hashed:
             found.append(values[at] & _BLOCK_MASK)
             at += 1
         return found
+
+    def _first(self, hashed: int) -> int:
+        return bisect_left(self.values, hashed << _BLOCK_BITS)
 
 
 @dataclass

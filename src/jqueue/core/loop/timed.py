@@ -79,14 +79,10 @@ class TimedKeyedStorage(TimedStorage):
 class TimedMappedStorage(TimedKeyedStorage):
     """``TimedKeyedStorage`` for a backend that maps its named objects too."""
 
-    def __init__(self, inner: MappedStoragePort, timeout: timedelta) -> None:
-        assert isinstance(inner, KeyedStoragePort)
-        super().__init__(inner, timeout)
-        self.mapper = inner
-
     async def mapped(self, name: str) -> memoryview | None:
         """Map a named object within the time limit."""
-        return await self._within(f"mapping {name} of", self.mapper.mapped(name))
+        assert isinstance(self.keyed, MappedStoragePort)
+        return await self._within(f"mapping {name} of", self.keyed.mapped(name))
 
 
 def timed(storage: ObjectStoragePort, timeout: timedelta | None) -> ObjectStoragePort:
