@@ -1,11 +1,21 @@
-"""Smoke test of tools/benchmark_peers.py on jqueue and the raw writes only (no peers: offline)."""
+"""Smoke test of tools/benchmark_peers.py on jqueue and the raw writes only (no peers: offline), and of
+the Redis server it starts for SAQ and arq (when ``redis-server`` is on the PATH)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import sys
 from pathlib import Path
 
-from tool_runs import run_tool
+import pytest
+
+from tool_runs import ROOT, run_tool
+
+sys.path.append(str(ROOT / "tools" / "peers"))
+
+from peer_servers import Redis
 
 TOOL = "benchmark_peers.py"
 
@@ -49,3 +59,32 @@ def test_every_scenario_of_jqueue_and_the_raw_limit(tmp_path: Path) -> None:
     assert "sequential" in done.stdout
     assert "wall time" in done.stdout
     assert list(tmp_path.iterdir()) == [out]  # the queues it made are gone
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_the_redis_of_saq_and_arq_syncs_every_write_and_goes_away(tmp_path: Path) -> None:
+    executable = shutil.which("redis-server")
+    assert executable is not None
+    redis = Redis(executable, tmp_path)
+    try:
+        settings = {key: config_get(redis.port, key) for key in ("appendonly", "appendfsync", "save", "bind")}
+        assert redis.cpu_seconds() >= 0
+        assert redis.url == f"redis://127.0.0.1:{redis.port}/0"
+    finally:
+        redis.stop()
+    assert settings == {"appendonly": "yes", "appendfsync": "always", "save": "", "bind": "127.0.0.1"}
+    assert redis.process is not None
+    assert redis.process.returncode is not None
+    assert list(tmp_path.iterdir()) == []  # its directory is gone
+
+
+def config_get(port: int, key: str) -> str:
+    """One setting of a running Redis (``CONFIG GET`` over a bare socket)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
+        connection.sendall(f"CONFIG GET {key}\r\n".encode())
+        reply = b""
+        while reply.count(b"\r\n") < 5:  # *2, $n, the key, $m, the value
+            chunk = connection.recv(4096)
+            assert chunk, reply
+            reply += chunk
+    return reply.split(b"\r\n")[4].decode()

@@ -5,25 +5,31 @@ Systems: jqueue (``BrokerQueue`` and ``DirectQueue`` on a file root, and ``jqueu
 Huey on SQLite (WAL, ``synchronous=FULL``), persist-queue's ``SQLiteAckQueue`` (WAL,
 ``synchronous=FULL``; producer scenarios only), pgqueuer on a PostgreSQL cluster that the
 tool starts on 127.0.0.1 with ``fsync`` and ``synchronous_commit`` on (skipped when ``initdb`` is
-not on the PATH), and ``raw``: loops of bare durable writes on the same disk. SAQ and arq need
-``redis-server``, which is skipped with a message when absent. The peers are installed into
-their own virtual environment, ``.bench/peers-venv``, from ``tools/peers/requirements.txt``
-(never into the project's ``.venv``); without network they are skipped with a message.
+not on the PATH), SAQ and arq on a ``redis-server`` that the tool starts on 127.0.0.1 for each
+scenario, with the append-only file synced before every answer (``appendfsync always``, no
+snapshots; when ``redis-server`` is not on the PATH the tool installs it with ``apt-get`` if it
+runs as root, and skips them with a message otherwise), and ``raw``: loops of bare durable writes
+on the same disk. The peers are installed into their own virtual environment,
+``.bench/peers-venv``, from ``tools/peers/requirements.txt`` (never into the project's ``.venv``);
+without network they are skipped with a message.
 
 Scenarios, each run in fresh processes, rounds interleaved across systems:
 
 - ``sequential``: one producer enqueues ``--jobs`` jobs of 1 KB one at a time, each durable;
-  jobs/s and the producer's CPU per job (all its threads; PostgreSQL's own CPU apart);
+  jobs/s and the producer's CPU per job (all its threads; the CPU of PostgreSQL, Redis or
+  ``jqueue serve`` apart, as ``server``);
 - ``batch``: the same jobs in batches of 100 (one by one where a system has no batch API);
 - ``drain``: ``--workers`` worker processes (concurrency 10 each) drain ``--jobs`` jobs
   enqueued beforehand; timed from the moment the started workers are told to go until the
   last job is done;
 - ``latency``: one producer at ``--rate`` jobs/s for ``--latency-jobs`` jobs and one worker
-  process of concurrency 10 with the system's default polling; enqueue-to-finished p50/p95/p99;
+  process of concurrency 10 with the system's default polling (Huey polls, growing to 10 s when
+  idle; arq polls every 0.5 s; pgqueuer listens; SAQ blocks on Redis); enqueue-to-finished
+  p50/p95/p99;
 - ``raw``: the physical limit, ``--jobs`` durable writes of 1.2 KB in the patterns of
   ``RAW_PATTERNS``.
 
-Example (about ten minutes)::
+Example (about fifteen minutes)::
 
     .venv/bin/python tools/benchmark_peers.py --json bench-results/peers.json
 """
@@ -52,7 +58,7 @@ PEERS = ROOT / "tools" / "peers"
 sys.path.insert(0, str(PEERS))
 
 from common import percentiles, read_latencies, stop, wait_until_done  # noqa: E402
-from peer_servers import JqueueServer, Postgres, start_postgres  # noqa: E402
+from peer_servers import JqueueServer, Postgres, Redis, redis_server, start_postgres  # noqa: E402
 from raw_writes import RAW_PATTERNS  # noqa: E402
 
 SCENARIOS = ("sequential", "batch", "drain", "latency", "raw")
@@ -69,6 +75,7 @@ class System:
     scenarios: tuple[str, ...]
     peer: bool = False
     postgres: bool = False
+    redis: bool = False
     served: bool = False
 
 
@@ -81,10 +88,11 @@ SYSTEMS = {
         System("huey-sqlite", "run_huey.py", (), SCENARIOS[:4], peer=True),
         System("persistqueue-sqlite", "run_persistqueue.py", (), ("sequential", "batch"), peer=True),
         System("pgqueuer-postgres", "run_pgqueuer.py", (), SCENARIOS[:4], peer=True, postgres=True),
+        System("saq-redis", "run_saq.py", (), SCENARIOS[:4], peer=True, redis=True),
+        System("arq-redis", "run_arq.py", (), SCENARIOS[:4], peer=True, redis=True),
         System("raw", "", (), ("raw",)),
     ]
 }
-REDIS_PEERS = ("saq-redis", "arq-redis")
 
 
 class Bench:
@@ -95,6 +103,8 @@ class Bench:
         self.scratch = scratch
         self.peer_python: Path | None = None
         self.postgres: Postgres | None = None
+        self.redis_server: str | None = None
+        self.redis: Redis | None = None
         self.results: list[dict[str, Any]] = []
         self._databases = 0
         self.server: JqueueServer | None = None
@@ -111,7 +121,8 @@ class Bench:
         return [str(PEERS / system.runner), *system.arguments, *arguments[:1], str(workdir), *arguments[1:]]
 
     def environment(self, system: System, workdir: Path) -> dict[str, str]:
-        """The runner's environment: where its files go, and a fresh database for pgqueuer."""
+        """The runner's environment: where its files go, and a fresh database (PostgreSQL, Redis) or
+        ``jqueue serve`` for the systems that use one."""
         _, env = self.python_for(system)
         env["BENCH_WORKDIR"] = str(workdir)
         if system.postgres:
@@ -119,6 +130,10 @@ class Bench:
             self._databases += 1
             env["PGQ_DSN"] = self.postgres.new_database(f"bench{self._databases}")
             self.call(system, workdir, env, "install")
+        if system.redis:
+            assert self.redis_server is not None
+            self.redis = Redis(self.redis_server, workdir)
+            env["REDIS_URL"] = self.redis.url
         if system.served:
             self.server = JqueueServer(workdir / "root", sys.executable, env)
             env["JQUEUE_URL"] = self.server.url
@@ -128,6 +143,8 @@ class Bench:
         """CPU seconds of the system's server so far (None without one)."""
         if system.postgres and self.postgres is not None:
             return self.postgres.cpu_seconds()
+        if system.redis and self.redis is not None:
+            return self.redis.cpu_seconds()
         if system.served and self.server is not None:
             return self.server.cpu_seconds()
         return None
@@ -208,14 +225,22 @@ class Bench:
                 result["server_cpu_ms_per_job"] = round(spent * 1000 / jobs, 4)
             return result
         finally:
-            if self.server is not None:
-                self.server.stop()
-                self.server = None
+            self.stop_servers()
             shutil.rmtree(workdir, ignore_errors=True)
+
+    def stop_servers(self) -> None:
+        """Stop the servers of a scenario (``jqueue serve``, Redis), if running."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
 
 
 def prepare_peers(bench: Bench, wanted: list[System]) -> dict[str, str]:
-    """Make the peers' venv and PostgreSQL as needed; return the systems skipped, with why."""
+    """Make the peers' venv, PostgreSQL and ``redis-server`` ready as needed; return the systems
+    skipped, with why."""
     skipped: dict[str, str] = {}
     if any(system.peer for system in wanted):
         try:
@@ -235,6 +260,13 @@ def prepare_peers(bench: Bench, wanted: list[System]) -> dict[str, str]:
                 skipped["pgqueuer-postgres"] = (
                     f"PostgreSQL did not start: {exc} {detail.decode(errors='replace')[-300:]}"
                 )
+    redis = [system.name for system in wanted if system.redis and system.name not in skipped]
+    if redis:
+        try:
+            bench.redis_server = redis_server()
+            Redis(bench.redis_server, bench.scratch).stop()  # it starts; each scenario starts its own
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            skipped.update({name: str(exc) for name in redis})
     return skipped
 
 
@@ -313,9 +345,7 @@ def summary(scenario: str, rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--systems", default=",".join([*SYSTEMS, *REDIS_PEERS]), help="comma-separated systems"
-    )
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated systems")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated scenarios")
     parser.add_argument(
         "--jobs", type=int, default=10_000, help="jobs per throughput scenario (default 10,000)"
@@ -327,23 +357,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="where the queues go (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="write every result to this file")
     options = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C: PostgreSQL too
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C: the servers too
     names, scenarios = options.systems.split(","), options.scenarios.split(",")
-    unknown = [n for n in names if n not in SYSTEMS and n not in REDIS_PEERS] + [
-        s for s in scenarios if s not in SCENARIOS
-    ]
+    unknown = [n for n in names if n not in SYSTEMS] + [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         parser.error(f"unknown systems or scenarios: {', '.join(unknown)}")
     print("$ " + " ".join([Path(sys.executable).name, *sys.argv]), flush=True)
-    skipped = {n: "needs redis-server, which is not on the PATH" for n in names if n in REDIS_PEERS}
-    skipped.update(
-        {
-            n: "needs redis-server; not measured by this tool yet"
-            for n in names
-            if n in REDIS_PEERS and shutil.which("redis-server")
-        }
-    )
-    wanted = [SYSTEMS[n] for n in names if n in SYSTEMS]
+    skipped: dict[str, str] = {}
+    wanted = [SYSTEMS[n] for n in names]
     scratch = Path(tempfile.mkdtemp(prefix="jqueue-peers-", dir=options.dir))
     bench = Bench(options, scratch)
     started = time.monotonic()
@@ -364,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: the results so far follow", file=sys.stderr)
     finally:
+        bench.stop_servers()
         if bench.postgres is not None:
             bench.postgres.stop()
         shutil.rmtree(scratch, ignore_errors=True)

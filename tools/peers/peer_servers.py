@@ -1,5 +1,7 @@
 """The servers of ``benchmark_peers.py``: a throwaway PostgreSQL cluster on 127.0.0.1 (``initdb`` and
-``pg_ctl`` from the PATH; ``fsync`` and ``synchronous_commit`` on, as by default), and ``jqueue serve``."""
+``pg_ctl`` from the PATH; ``fsync`` and ``synchronous_commit`` on, as by default), a throwaway Redis
+(``redis-server`` from the PATH, installed with ``apt-get`` when missing and allowed; the append-only
+file synced on every write), and ``jqueue serve``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import suppress
@@ -161,3 +164,110 @@ class JqueueServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=10)
+
+
+class Redis:
+    """``redis-server`` on a free port of 127.0.0.1 in a new temporary directory (under ``parent`` if
+    given; removed by ``stop``), as durable as the other peers: every write is in the append-only file
+    and fsynced before Redis answers it (``appendfsync always``), and there are no snapshots."""
+
+    def __init__(self, executable: str, parent: Path | None = None, timeout: float = 30.0) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="jqueue-bench-redis-", dir=parent))
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.log = self.base / "server.log"
+        command = [
+            executable,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.base),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+        try:
+            with self.log.open("wb") as log:  # its log goes to its standard output
+                self.process = subprocess.Popen(
+                    command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                )
+            self._wait_until_it_answers(self.process, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_until_it_answers(self, process: subprocess.Popen[bytes], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self._pong():
+            if process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {process.returncode}: {self._tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not answer PING within {timeout:g} s: {self._tail()}")
+            time.sleep(0.02)
+
+    def _pong(self) -> bool:
+        """Whether the server answers PING (it does not while it loads its file)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as connection:
+                connection.sendall(b"*1\r\n$4\r\nPING\r\n")
+                return connection.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def _tail(self) -> str:
+        """The end of the server's log."""
+        try:
+            text = self.log.read_text(errors="replace").strip()
+        except OSError:
+            text = ""
+        return text[-500:] or "no output"
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the server so far: all its threads, and its reaped children (rewrites of its file)."""
+        assert self.process is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM: it syncs its file and exits; SIGKILL after 10 s); remove its files."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def redis_server() -> str:
+    """The path of ``redis-server``; when it is not on the PATH and this runs as root with ``apt-get``,
+    install it first. Raises ``RuntimeError`` (saying why) when there is none."""
+    found = shutil.which("redis-server")
+    if found is not None:
+        return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise RuntimeError("redis-server is not on the PATH (install it, e.g. apt-get install redis-server)")
+    print("redis-server is not on the PATH: installing it with apt-get (once)...", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for step in (["apt-get", "update"], ["apt-get", "install", "-y", "redis-server"]):
+        try:
+            subprocess.run(
+                step, env=env, stdin=subprocess.DEVNULL, check=True, capture_output=True, timeout=600
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = (getattr(exc, "stderr", b"") or b"").decode(errors="replace").strip()[-300:]
+            why = f"redis-server is not on the PATH and {' '.join(step)} failed: {exc} {detail}"
+            raise RuntimeError(why) from exc
+    found = shutil.which("redis-server")
+    if found is None:
+        raise RuntimeError("apt-get installed redis-server, but it is not on the PATH")
+    return found
