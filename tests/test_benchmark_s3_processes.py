@@ -10,7 +10,7 @@ from pathlib import Path
 from tool_runs import ROOT, run_tool
 
 sys.path.insert(0, str(ROOT / "tools"))
-from request_costs import PRICE_LISTS, cost_per_million_jobs, request_class  # noqa: E402
+from request_costs import PRICE_LISTS, cost_per_million_jobs, request_class
 
 
 def test_request_classes_follow_s3_pricing() -> None:
