@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from jqueue import CorruptStateError, LocalFileSystemStorage
 from jqueue.adapters.service import finder as finder_module
 from jqueue.adapters.service.tenure import BrokerRecord, BrokerTenure, Role
 from jqueue.testing import instrumented
+from jqueue.testing.faults import InstrumentedStorage
 
 QUICK = {"renew_every": timedelta(milliseconds=10), "stale_after": timedelta(milliseconds=100)}
 
@@ -38,11 +40,74 @@ async def test_one_serves_the_other_takes_over_only_a_stale_record(tmp_path: Pat
         await first.step()
         await second.step()
     assert (first.serving(), second.serving()) == (True, False)
-    await asyncio.sleep(0.15)  # the first stops renewing
+    await asyncio.sleep(0.15)  # the first stops renewing: the second watches, unanswered
+    await second.step()
+    assert second.role is Role.STANDBY
+    await asyncio.sleep(0.1)
     await second.step()
     assert (second.role, second.epoch) == (Role.ACTIVE, 2)
     await first.step()  # its renewal loses the race: deposed
     assert (first.role, first.serving()) == (Role.STANDBY, False)
+
+
+def watched_tenure(storage: InstrumentedStorage, address: str, lasts: float = 0.05) -> BrokerTenure:
+    return BrokerTenure(storage, address, **QUICK, watch_lasts=timedelta(seconds=lasts))
+
+
+async def test_a_broker_alone_on_its_root_writes_nothing_on_a_timer(tmp_path: Path) -> None:
+    record = instrumented(LocalFileSystemStorage(tmp_path / "_broker.json"), keyed=False)
+    broker = watched_tenure(record, "http://a")
+    await broker.step()
+    await asyncio.sleep(0.06)  # what it renews after taking over, for a standby of the last broker
+    await broker.step()
+    written = record.calls["write"]
+    for _ in range(20):
+        await asyncio.sleep(0.02)
+        await broker.step()
+        assert broker.serving()
+    assert record.calls["write"] == written, "an unwatched broker rewrote its record on a timer"
+    assert record.calls["read"] >= 20
+
+
+async def test_a_standby_makes_a_quiet_broker_renew_and_never_takes_over_a_live_one(tmp_path: Path) -> None:
+    path = tmp_path / "_broker.json"
+    active = watched_tenure(instrumented(LocalFileSystemStorage(path), keyed=False), "http://a", lasts=0.2)
+    watching = instrumented(LocalFileSystemStorage(path), keyed=False)
+    standby = watched_tenure(watching, "http://b")
+    await active.step()
+    await standby.step()
+    await asyncio.sleep(0.21)  # quiet from now on; the standby did not look meanwhile
+    await active.step()
+    await standby.step()  # stale: it watches, and waits for the answer
+    await standby.step()
+    assert standby.role is Role.STANDBY, "taken over before the broker could answer the watch"
+    beats = []
+    for _ in range(40):  # 0.4 s: four times stale_after, twice watch_lasts
+        await active.step()
+        await asyncio.sleep(0.01)
+        await standby.step()
+        assert active.record is not None
+        beats.append(active.record.beat)
+    assert (active.role, active.serving(), standby.role) == (Role.ACTIVE, True, Role.STANDBY)
+    assert active.epoch == 1
+    assert beats[-1] > beats[0] + 10, "the watched broker did not renew"
+    assert watching.calls["write"] <= 4, "the broker renewed only at each watch, not for watch_lasts"
+
+
+async def test_a_dead_quiet_broker_is_taken_over_after_an_unanswered_watch(tmp_path: Path) -> None:
+    path = tmp_path / "_broker.json"
+    dead, standby = (
+        watched_tenure(instrumented(LocalFileSystemStorage(path), keyed=False), "http://a"),
+        (watched_tenure(instrumented(LocalFileSystemStorage(path), keyed=False), "http://b")),
+    )
+    await dead.step()
+    started = time.monotonic()
+    while standby.role is Role.STANDBY:
+        assert time.monotonic() - started < 10
+        await asyncio.sleep(0.01)
+        await standby.step()
+    assert standby.epoch == 2
+    assert time.monotonic() - started >= 0.1  # stale_after: a record is trusted that long
 
 
 async def test_a_foreign_record_is_never_overwritten_even_after_a_lost_race(tmp_path: Path) -> None:
@@ -50,7 +115,8 @@ async def test_a_foreign_record_is_never_overwritten_even_after_a_lost_race(tmp_
     broker = tenure(path, "http://a")
     await broker.step()
     path.write_text("somebody else's file")  # written while the broker held the record
-    await broker.step()
+    with pytest.raises(CorruptStateError, match="not a broker record"):
+        await broker.step()
     assert broker.role is Role.STANDBY
     for _ in range(3):
         await asyncio.sleep(0.15)

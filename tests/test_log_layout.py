@@ -28,6 +28,7 @@ from jqueue.core.formats.marker import (
     decode_marker,
     entry_name,
 )
+from jqueue.core.loop.settings import CHECKPOINT_INTERVAL_CAP, ENTRIES_PER_CHECKPOINT
 from jqueue.testing import instrumented
 from queues import log_entries
 
@@ -191,6 +192,23 @@ async def test_a_queue_reopens_from_its_checkpoint_and_later_entries(tmp_path: P
         assert counted.calls["get"] < 20, "the reader replayed from the start instead of a checkpoint"
         assert await reopened.read_state() == expected
     assert {j.id for j in claimed} <= {j.id for j in jobs}
+
+
+async def test_folded_commits_checkpoint_only_after_enough_entries(tmp_path: Path) -> None:
+    """A checkpoint costs several requests on object storage: changes folded into few entries
+    wait for ``ENTRIES_PER_CHECKPOINT`` of them, unless they reach ``CHECKPOINT_INTERVAL_CAP``."""
+    storage = LocalFileSystemStorage(tmp_path / "queue.json")
+    async with DirectQueue(storage, log=LogSettings(checkpoint_every=100)) as q:
+        for _ in range(ENTRIES_PER_CHECKPOINT - 1):
+            await q.enqueue_many("work", [b"x"] * 50)
+    assert await storage.list_names(CHECKPOINT_PREFIX) == [], "checkpointed before 64 entries"
+    async with DirectQueue(storage, log=LogSettings(checkpoint_every=100)) as q:  # replays them
+        await q.enqueue_many("work", [b"x"] * 50)
+    assert len(await storage.list_names(CHECKPOINT_PREFIX)) == 1
+    settings = LogSettings(checkpoint_every=100)
+    assert settings.checkpoint_due(CHECKPOINT_INTERVAL_CAP, 1, live_jobs=0)
+    assert not settings.checkpoint_due(CHECKPOINT_INTERVAL_CAP - 1, ENTRIES_PER_CHECKPOINT - 1, live_jobs=0)
+    assert LogSettings(checkpoint_every=5).checkpoint_due(5, 5, live_jobs=0)
 
 
 async def test_checkpoint_on_demand(tmp_path: Path) -> None:

@@ -156,6 +156,8 @@ class Service:
         health = {
             "ok": True,
             "role": tenure.role.value,
+            "serving": tenure.serving(),
+            "owner": tenure.owner,
             "epoch": tenure.epoch,
             "broker": broker,
             "version": __version__,

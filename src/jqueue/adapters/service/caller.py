@@ -80,6 +80,8 @@ class ServiceCaller:
         self._waits: Any = None
         self._aiohttp: Any = None
         self._told_at = -TELL_EVERY
+        self._probe_lock = asyncio.Lock()
+        self._probed: tuple[str | None, float, bool] = (None, -RECHECK_EVERY, False)
 
     async def start(self) -> None:
         """Open the connection pools."""
@@ -209,8 +211,31 @@ class ServiceCaller:
         return headers
 
     async def _moved_from(self, address: str) -> str | None:
+        """What a slow call asks: the broker the root now names, if not ``address``. A broker that
+        answers its health check as the one serving is not asked about in the storage, so that
+        idle workers' long polls read nothing there."""
+        if self.finder.root is None or await self._still_serves(address):
+            return None
         try:
             return await self.finder.moved_from(address)
         except JQueueError as exc:  # the record cannot be read now: keep waiting for the answer
             logger.debug("could not read the broker record: %s", exc)
             return None
+
+    async def _still_serves(self, address: str) -> bool:
+        """Whether ``address`` answers ``/healthz`` within ``RECHECK_EVERY`` as the broker serving,
+        and the one the root's record named there; asked at most once every ``RECHECK_EVERY``,
+        whoever asks."""
+        async with self._probe_lock:
+            probed, at, serves = self._probed
+            if probed == address and time.monotonic() - at < RECHECK_EVERY:
+                return serves
+            serves = False
+            timeout = self._aiohttp.ClientTimeout(total=RECHECK_EVERY)
+            with contextlib.suppress(self._aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+                async with self._session.get(f"{address}/healthz", timeout=timeout) as response:
+                    health = msgspec.msgpack.decode(await response.read()) if response.status == 200 else {}
+                expected = self.finder.owner_at(address)
+                serves = bool(health.get("serving")) and expected in (None, health.get("owner"))
+            self._probed = (address, time.monotonic(), serves)
+            return serves

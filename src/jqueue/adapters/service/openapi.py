@@ -32,7 +32,11 @@ _SETTLE_SUMMARIES = {
 }
 _QUEUED = "/queue/{queue}"
 ENDPOINTS = (
-    Endpoint("get", "/healthz", "This process's role, the broker's address and the epoch."),
+    Endpoint(
+        "get",
+        "/healthz",
+        "This process's role, whether it serves, its owner id, the broker's address and the epoch.",
+    ),
     Endpoint("get", "/metrics", "Prometheus metrics of the service and its queues."),
     Endpoint("get", "/openapi.json", "This document."),
     Endpoint("post", f"{_NATIVE}/enqueue", "Add jobs in one commit.", wire.EnqueueRequest, wire.JobsResponse),

@@ -6,9 +6,10 @@ depth. A writer that loses reads the entries it missed, re-applies its batch and
 tries the next number. Readers catch up with one GET per new entry, and learn that
 they are up to date with one GET that finds nothing.
 
-After every ``checkpoint_every`` changes (or one per 20 live jobs up to 50,000, if more) a
-checkpoint of the jobs' metadata is written in the background (payloads stay in the
-entry that first carried them), and old entries and checkpoints are compacted.
+After every ``checkpoint_every`` changes (or one per 20 live jobs up to 50,000, if more) in at
+least 64 entries (``LogSettings.checkpoint_due``), a checkpoint of the jobs' metadata is
+written in the background (payloads stay in the entry that first carried them), and old
+entries and checkpoints are compacted.
 Compaction removes only what a checkpoint older than ``retention`` covers. A writer
 whose view of the log is older than half the retention looks for a newer checkpoint
 before it commits, and a create or a catch-up that answers later than that is checked
@@ -94,7 +95,7 @@ class LogStore(CommitStore):
         self._cache = self._payloads.cache
         self._confirmed_at = -math.inf
         self._read_back: dict[int, bytes] = {}
-        self._changes_since_checkpoint = 0
+        self._changes_since_checkpoint = self._entries_since_checkpoint = 0
         self._background: asyncio.Task[None] | None = None
         self._explicit = asyncio.Lock()
         self._checkpoints = Checkpoints(storage, retry, settings)
@@ -145,6 +146,10 @@ class LogStore(CommitStore):
         self.base, self.created, self._confirmed_at = base, True, -math.inf
         return True
 
+    def confirmed_within(self, seconds: float) -> bool:
+        """Whether the log was seen to end at this store's version within ``seconds``."""
+        return time.monotonic() - self._confirmed_at <= seconds
+
     def _view_is_old(self) -> bool:
         return self._is_late(self._confirmed_at)
 
@@ -168,7 +173,7 @@ class LogStore(CommitStore):
             if isinstance(read, QueueIndex):
                 self.index = read
                 self._base_applied = loaded = True  # the checkpoint covers the base
-                self._changes_since_checkpoint = 0
+                self._changes_since_checkpoint = self._entries_since_checkpoint = 0
                 break
             vanished = read
             await self.retry.wait(attempt + 1)  # compacted while we looked: list again
@@ -233,6 +238,7 @@ class LogStore(CommitStore):
             raise CorruptStateError(location, f"does not replay on the state before it: {exc}") from exc
         self.index.version = entry.seq
         self._changes_since_checkpoint += len(entry.effects)
+        self._entries_since_checkpoint += 1
         self._cache.put(entry.seq, entry.payloads)
 
     # --- committing -------------------------------------------------------------------
@@ -292,6 +298,7 @@ class LogStore(CommitStore):
     def _landed(self, effects: Sequence[Effect]) -> None:
         seq = self.index.version
         self._changes_since_checkpoint += len(effects)
+        self._entries_since_checkpoint += 1
         added = [(e.id, e.payload) for e in effects if isinstance(e, Added) and isinstance(e.payload, bytes)]
         for position, (job_id, _) in enumerate(added):
             self.index.store_payload(job_id, payload_ref(seq, position))
@@ -307,14 +314,16 @@ class LogStore(CommitStore):
     # --- checkpoints and compaction ---------------------------------------------------
 
     def _maybe_checkpoint(self) -> None:
-        due = self._changes_since_checkpoint >= self.settings.interval(len(self.index))
+        due = self.settings.checkpoint_due(
+            self._changes_since_checkpoint, self._entries_since_checkpoint, len(self.index)
+        )
         idle = self._background is None or self._background.done()
         if due and idle and not self._explicit.locked() and not self.index.frozen:
             snapshot = self._freeze()
             self._background = asyncio.create_task(self._checkpoint_and_compact(snapshot))
 
     def _freeze(self) -> Pending:
-        self._changes_since_checkpoint = 0
+        self._changes_since_checkpoint = self._entries_since_checkpoint = 0
         return self._checkpoints.freeze(self.index)
 
     async def _checkpoint_and_compact(self, frozen: Pending) -> None:

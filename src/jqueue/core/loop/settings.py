@@ -12,6 +12,10 @@ JOBS_PER_CHECKPOINT_CHANGE = 20
 CHECKPOINT_INTERVAL_CAP = 50_000
 """The most changes a deep queue leaves between checkpoints (unless ``checkpoint_every`` says
 more): what a new reader replays, and holds as records, before its first call."""
+ENTRIES_PER_CHECKPOINT = 64
+"""The fewest log entries between checkpoints (or ``checkpoint_every``, if fewer), unless the
+changes reach ``CHECKPOINT_INTERVAL_CAP``: a checkpoint costs several requests on object
+storage, and a group commit folds hundreds of changes into one entry."""
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,8 @@ class LogSettings:
     ----------
     checkpoint_every : int
         Changes (effects: an enqueue, a claim, an ack...) between checkpoints of the
-        jobs' metadata, at least. A checkpoint writes the rows of the jobs changed since
+        jobs' metadata, at least, in at least ``ENTRIES_PER_CHECKPOINT`` log entries (or
+        this many, if fewer). A checkpoint writes the rows of the jobs changed since
         the last one, plus a manifest of a byte per stored row (compressed), and a new
         reader replays every change after it, so a deep queue waits for one change per
         ``JOBS_PER_CHECKPOINT_CHANGE`` live jobs, up to ``CHECKPOINT_INTERVAL_CAP``
@@ -51,6 +56,16 @@ class LogSettings:
         """Return how many changes to leave between checkpoints of ``live_jobs`` jobs."""
         deep = min(live_jobs // JOBS_PER_CHECKPOINT_CHANGE, CHECKPOINT_INTERVAL_CAP)
         return max(self.checkpoint_every, deep)
+
+    def checkpoint_due(self, changes: int, entries: int, live_jobs: int) -> bool:
+        """Whether ``changes`` in ``entries`` log entries since the last checkpoint call for the
+        next one, with ``live_jobs`` jobs (``interval``, ``ENTRIES_PER_CHECKPOINT``)."""
+        if changes < self.interval(live_jobs):
+            return False
+        return (
+            entries >= min(ENTRIES_PER_CHECKPOINT, self.checkpoint_every)
+            or changes >= CHECKPOINT_INTERVAL_CAP
+        )
 
     def __post_init__(self) -> None:
         if self.checkpoint_every < 1:
