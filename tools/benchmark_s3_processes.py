@@ -369,6 +369,7 @@ def line(result: dict[str, Any]) -> str:
     costs = ", ".join(
         f"{name} ${dollars:.3f}" for name, dollars in result["dollars_per_million_jobs"].items()
     )
+    costs = costs if result["jobs_per_s"] else "no jobs"
     hourly = ", ".join(f"{name} ${dollars:.4f}" for name, dollars in result["dollars_per_hour"].items())
     return (
         f"{result['mode']:>6} x {result['processes']:>2} processes "

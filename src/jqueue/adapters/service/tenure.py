@@ -36,7 +36,7 @@ RECORD_NAME = "_broker.json"
 DEFAULT_RENEW_EVERY = timedelta(seconds=1)
 DEFAULT_STALE_AFTER = timedelta(seconds=3)
 WATCH_LASTS = timedelta(seconds=60)
-"""How long an active broker renews after it last saw a standby's watch (and after it took over)."""
+"""How long an active broker renews after it last saw a standby's watch."""
 
 
 class Role(StrEnum):
@@ -233,7 +233,6 @@ class BrokerTenure:
         if self.role is Role.STANDBY:
             logger.warning("serving as the broker of %s, epoch %d", _where(self.storage), epoch)
             self.since = utc_now()
-            self._renew_until = now + self.watch_lasts  # a standby of the last broker may watch
         self.role, self.record, self._confirmed_at = Role.ACTIVE, record, now
 
 
