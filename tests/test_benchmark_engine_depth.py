@@ -23,7 +23,7 @@ def figures_of(tmp_path: Path, *arguments: str) -> dict[str, Any]:
 
 def test_the_depth_figures_come_from_real_loads(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    figures = figures_of(tmp_path, "--jobs", "6000", "--batch", "1000", "--drain", "300", "--calls", "400")
+    figures = figures_of(tmp_path, "--jobs", "6000", "--batch", "50", "--drain", "300", "--calls", "400")
     own, loaded = figures["load_without_checkpoints"], figures["load"]
     assert own["written_bytes"] > 6000 * 100  # every payload was written at least once
     assert loaded["written_bytes"] > own["written_bytes"]  # checkpoints were written besides

@@ -35,15 +35,14 @@ async def test_one_serves_the_other_takes_over_only_a_stale_record(tmp_path: Pat
         Role.STANDBY,
         "http://a",
     )
-    for _ in range(5):  # the first renews: the record keeps changing, the second waits
+    for _ in range(5):  # the second watches, the first renews from then on, the second waits
         await asyncio.sleep(0.05)
         await first.step()
         await second.step()
     assert (first.serving(), second.serving()) == (True, False)
-    await asyncio.sleep(0.15)  # the first stops renewing: the second watches, unanswered
-    await second.step()
-    assert second.role is Role.STANDBY
-    await asyncio.sleep(0.1)
+    assert first.record is not None
+    assert first.record.beat > 2
+    await asyncio.sleep(0.15)  # the first stops renewing while it had to: stale at once
     await second.step()
     assert (second.role, second.epoch) == (Role.ACTIVE, 2)
     await first.step()  # its renewal loses the race: deposed
@@ -133,3 +132,53 @@ async def test_concurrent_first_calls_of_a_client_read_the_record_once(
     found = await asyncio.gather(*(finder.find() for _ in range(50)))
     assert set(found) == {"http://127.0.0.1:1"}
     assert record.calls["read"] == 1, "fifty first calls made fifty storage clients before"
+
+
+async def test_a_watch_of_one_broker_says_nothing_of_the_next(tmp_path: Path) -> None:
+    path = tmp_path / "_broker.json"
+    first, second, third = (
+        watched_tenure(instrumented(LocalFileSystemStorage(path), keyed=False), f"http://{n}", lasts=60)
+        for n in "abc"
+    )
+    await first.step()
+    await second.step()
+    for _ in range(10):  # the second watches the first, which renews from then on
+        await asyncio.sleep(0.02)
+        await first.step()
+        await second.step()
+    assert first.record is not None
+    assert first.record.beat > 2
+    started = time.monotonic()
+    while third.role is Role.STANDBY:  # the first dies; the third takes over (the second is frozen)
+        assert time.monotonic() - started < 10
+        await asyncio.sleep(0.01)
+        await third.step()
+    assert third.epoch == 2
+    for _ in range(40):  # the second wakes up beside a live broker that nobody watched yet
+        await third.step()
+        await asyncio.sleep(0.01)
+        await second.step()
+    assert (second.role, third.role, third.epoch) == (Role.STANDBY, Role.ACTIVE, 2)
+
+
+async def test_two_standbys_watching_a_dead_broker_do_not_hold_each_other_up(tmp_path: Path) -> None:
+    path = tmp_path / "_broker.json"
+    dead, *standbys = (
+        watched_tenure(instrumented(LocalFileSystemStorage(path), keyed=False), f"http://{n}", lasts=60)
+        for n in "abc"
+    )
+    await dead.step()
+    for _ in range(10):  # both watch it; it renews
+        await asyncio.sleep(0.02)
+        await dead.step()
+        for standby in standbys:
+            await standby.step()
+    assert dead.record is not None
+    assert dead.record.beat > 2
+    started = time.monotonic()  # it dies: each watch of one standby must not look alive to the other
+    while all(standby.role is Role.STANDBY for standby in standbys):
+        assert time.monotonic() - started < 2, "the standbys' watches kept the dead broker's record fresh"
+        await asyncio.sleep(0.005)
+        for standby in standbys:
+            await standby.step()
+    assert sorted(standby.role for standby in standbys) == [Role.ACTIVE, Role.STANDBY]

@@ -211,6 +211,23 @@ async def test_folded_commits_checkpoint_only_after_enough_entries(tmp_path: Pat
     assert LogSettings(checkpoint_every=5).checkpoint_due(5, 5, live_jobs=0)
 
 
+async def test_a_reader_far_behind_catches_up_from_the_newest_checkpoint(tmp_path: Path) -> None:
+    """A broker that stood by while another served (or any reader of a busy queue) does not read
+    every entry it missed one by one: after a few, it jumps to the newest checkpoint."""
+    storage = LocalFileSystemStorage(tmp_path / "queue.json")
+    settings = LogSettings(checkpoint_every=100)
+    counted = instrumented(LocalFileSystemStorage(tmp_path / "queue.json"))
+    async with DirectQueue(storage, log=settings) as writer, DirectQueue(counted, log=settings) as reader:
+        await writer.enqueue("work", b"first")
+        assert len((await reader.read_state()).jobs) == 1
+        for n in range(200):
+            await writer.enqueue("work", str(n).encode())
+        assert await storage.list_names(CHECKPOINT_PREFIX), "the writer took no checkpoint"
+        gets = counted.calls["get"]
+        assert await reader.count() == 201  # no payloads fetched: only the catching up reads
+        assert counted.calls["get"] - gets < 150, "the reader read the 200 entries it missed one by one"
+
+
 async def test_checkpoint_on_demand(tmp_path: Path) -> None:
     log_storage = LocalFileSystemStorage(tmp_path / "log.json")
     async with DirectQueue(log_storage) as q:

@@ -59,11 +59,8 @@ class Housekeeping:
 class Commits(Protocol):
     """A commit strategy: runs operations on a queue's store and answers each caller."""
 
-    async def run(self, operation: Operation[T], *, recent: bool = False) -> T:
-        """Apply ``operation`` to the newest state (after the housekeeping), commit, return its
-        answer. With ``recent``, an answer that changes nothing may stand on a view confirmed
-        within ``RECENT_VIEW`` (``CommitStore.apply``) where the strategy answers many callers:
-        ``GroupedCommits`` does, ``DirectCommits`` reads for its one caller."""
+    async def run(self, operation: Operation[T]) -> T:
+        """Apply ``operation`` to the newest state (after the housekeeping), commit, return its answer."""
         ...
 
     async def sweep(self) -> int:
@@ -94,9 +91,8 @@ class DirectCommits:
             store = await self.opener.store()
             return await store.apply(transition)
 
-    async def run(self, operation: Operation[T], *, recent: bool = False) -> T:
-        """Commit ``operation`` with the housekeeping around it (``recent`` is not used: see
-        ``Commits.run``)."""
+    async def run(self, operation: Operation[T]) -> T:
+        """Commit ``operation`` with the housekeeping around it."""
 
         def transition(index: QueueIndex) -> T:
             self.housekeeping.before(index)
@@ -132,8 +128,6 @@ class DirectCommits:
 class _Pending:
     operation: Operation[Any] | None
     """None asks for the number of expired leases the round's housekeeping returned."""
-    recent: bool
-    """Whether its answer may stand on a recent view, if it changes nothing (``Commits.run``)."""
     future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -177,21 +171,20 @@ class GroupedCommits:
             self._task = None
             await self.storage_use.__aexit__(None, None, None)
 
-    async def run(self, operation: Operation[T], *, recent: bool = False) -> T:
-        """Submit ``operation`` to the next round and wait for its answer; a round whose every
-        operation is ``recent`` may answer from a recent view (``Commits.run``)."""
-        result: T = await self._submit(operation, recent)
+    async def run(self, operation: Operation[T]) -> T:
+        """Submit ``operation`` to the next round and wait for its answer."""
+        result: T = await self._submit(operation)
         return result
 
     async def sweep(self) -> int:
         """Wait for the next round; return how many expired leases its housekeeping returned."""
-        swept: int = await self._submit(None, recent=False)
+        swept: int = await self._submit(None)
         return swept
 
-    async def _submit(self, operation: Operation[Any] | None, recent: bool) -> Any:
+    async def _submit(self, operation: Operation[Any] | None) -> Any:
         if self._task is None or self._stopping or self._task.done():
             raise QueueClosedError("the queue is not running; use 'async with' or call start() first")
-        pending = _Pending(operation, recent)
+        pending = _Pending(operation)
         self._pending.append(pending)
         self._wakeup.set()
         return await pending.future
@@ -235,10 +228,7 @@ class GroupedCommits:
     async def _commit_batch(self, batch: list[_Pending]) -> None:
         try:
             store = await self.opener.store()
-            recent = all(pending.recent for pending in batch)
-            outcomes = await store.apply(
-                lambda index: self._round(batch, index, store.location), recent=recent
-            )
+            outcomes = await store.apply(lambda index: self._round(batch, index, store.location))
         except asyncio.CancelledError:
             closed = "the queue stopped while this call's commit was in flight; it may have landed"
             _fail(batch, QueueClosedError(closed))

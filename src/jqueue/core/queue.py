@@ -228,7 +228,7 @@ class JobQueue(ManagementCalls, EnqueueCalls):
             claims = index.claim(entrypoints, batch_size, to_micros(now), expires, new_lease)
             return [index.records[claim.job_id].as_added() for claim in claims]
 
-        claimed = await self._commits.run(operation, recent=not self.changes.signalled)
+        claimed = await self._commits.run(operation)
         return await self._jobs(claimed) if claimed else []
 
     async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:

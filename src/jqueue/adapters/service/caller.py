@@ -40,6 +40,8 @@ LONG_POLLS_IN_FLIGHT = 512
 of their own, so that they never hold up claims, acks and heartbeats."""
 REPORT_EVERY = 1.0
 """Seconds a worker's report is sent as it was, before it is made again."""
+PROBE_TIMEOUT = 0.25
+"""Seconds a slow call's broker has to answer ``/healthz`` before the client reads the record."""
 TELL_EVERY = 5.0
 """Seconds between two log lines saying that calls look for a broker."""
 _MOVING = frozenset({"unreachable", "not_broker", "no_broker", "no_answer"})
@@ -223,15 +225,15 @@ class ServiceCaller:
             return None
 
     async def _still_serves(self, address: str) -> bool:
-        """Whether ``address`` answers ``/healthz`` within ``RECHECK_EVERY`` as the broker serving,
+        """Whether ``address`` answers ``/healthz`` within ``PROBE_TIMEOUT`` as the broker serving,
         and the one the root's record named there; asked at most once every ``RECHECK_EVERY``,
-        whoever asks."""
+        whoever asks. A slow answer costs only a read of the record."""
         async with self._probe_lock:
             probed, at, serves = self._probed
             if probed == address and time.monotonic() - at < RECHECK_EVERY:
                 return serves
             serves = False
-            timeout = self._aiohttp.ClientTimeout(total=RECHECK_EVERY)
+            timeout = self._aiohttp.ClientTimeout(total=PROBE_TIMEOUT)
             with contextlib.suppress(self._aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
                 async with self._session.get(f"{address}/healthz", timeout=timeout) as response:
                     health = msgspec.msgpack.decode(await response.read()) if response.status == 200 else {}

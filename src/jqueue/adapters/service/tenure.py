@@ -104,7 +104,8 @@ class BrokerTenure:
         self.since: datetime | None = None
         self._etag: str | None = None
         self._seen_at = time.monotonic()
-        self._watched_at: float | None = None  # a standby: when it last raised the beat unanswered
+        self._watched_at: float | None = None  # a standby: since when a watch waits for an answer
+        self._watch_seen_at = -float("inf")  # a standby: the last watch of this broker (any standby's)
         self._confirmed_at = -float("inf")  # the active broker: when it last found the record its own
         self._renew_until = -float("inf")  # the active broker: renew (not only read) until then
         self._told: str | None = None  # the broker last said to be served while standing by
@@ -145,8 +146,7 @@ class BrokerTenure:
         content, etag = await self.storage.read()
         now = time.monotonic()
         if etag != self._etag or self.record is None:
-            self.record = _decoded(content, self.storage) if etag is not None else None
-            self._etag, self._seen_at, self._watched_at = etag, now, None
+            self._saw(_decoded(content, self.storage) if etag is not None else None, etag, now)
         if self.record is None or self.record.released or self._unanswered(now):
             await self._write(self.epoch + 1, 1)
         elif now - self._seen_at >= 1.5 * self.renew_every and self._watched_at is None:
@@ -158,11 +158,33 @@ class BrokerTenure:
                 self.record.address, _where(self.storage), self.record.epoch, self.stale_after,
             )  # fmt: skip
 
+    def _saw(self, record: BrokerRecord | None, etag: str | None, now: float) -> None:
+        """A standby read a changed record: another broker (start watching it afresh), a renewal
+        (a sign of life), or another standby's watch (no sign of life: ours need not follow)."""
+        previous, self.record, self._etag = self.record, record, etag
+        if record is None or previous is None or _tenure(record) != _tenure(previous):
+            self._seen_at, self._watched_at, self._watch_seen_at = now, None, -float("inf")
+        elif record.renewed_at != previous.renewed_at or record.released:
+            self._seen_at, self._watched_at = now, None
+        else:
+            self._watch_seen_at = now
+            self._watched_at = now if self._watched_at is None else self._watched_at
+
     def _unanswered(self, now: float) -> bool:
-        """Whether the record went ``stale_after`` unchanged, and a watch had time for an answer."""
-        if self._watched_at is None or now - self._seen_at < self.stale_after:
+        """Whether the record went ``stale_after`` unchanged while its broker had to renew it: it
+        answered our last watch and should renew for ``watch_lasts`` after it, or a watch since
+        had time for an answer."""
+        if now - self._seen_at < self.stale_after:
             return False
-        return now - self._watched_at >= max(self.renew_every, self.stale_after - 1.5 * self.renew_every)
+        renewing = (
+            self._watch_seen_at
+            < self._seen_at
+            < self._watch_seen_at + self.watch_lasts - 2 * self.renew_every
+        )
+        if renewing:
+            return True
+        answered_in = max(self.renew_every, self.stale_after - 1.5 * self.renew_every)
+        return self._watched_at is not None and now - self._watched_at >= answered_in
 
     async def release(self) -> None:
         """Stop serving, marking the record released so that a standby takes over at once."""
@@ -216,6 +238,7 @@ class BrokerTenure:
             self._etag = None  # changed meanwhile: the next step reads it
             return
         self.record, self._watched_at = raised, time.monotonic()
+        self._watch_seen_at = self._watched_at
 
     async def _write(self, epoch: int, beat: int, *, released: bool = False) -> None:
         record = BrokerRecord(self.address, epoch, beat, self.owner, utc_now().isoformat(), released)
@@ -224,7 +247,8 @@ class BrokerTenure:
         except CASConflictError:
             if self.role is Role.ACTIVE:
                 logger.warning("deposed: another broker took over %s", _where(self.storage))
-            self.role, self._etag, self.record = Role.STANDBY, None, None  # the next step reads it
+                self.role, self.record = Role.STANDBY, None
+            self._etag = None  # the next step reads it (a standby compares it with the last seen)
             return
         if released:
             self.record = record
@@ -234,6 +258,11 @@ class BrokerTenure:
             logger.warning("serving as the broker of %s, epoch %d", _where(self.storage), epoch)
             self.since = utc_now()
         self.role, self.record, self._confirmed_at = Role.ACTIVE, record, now
+
+
+def _tenure(record: BrokerRecord) -> tuple[str, int]:
+    """Which broker holds a record, whatever its beat."""
+    return record.owner, record.epoch
 
 
 def _where(storage: ObjectStoragePort) -> str:

@@ -57,6 +57,9 @@ from jqueue.ports.storage import KeyedStoragePort
 logger = logging.getLogger("jqueue")
 
 _FETCH_CONCURRENCY = 16
+_SEQUENTIAL_CATCH_UP = 8
+"""Entries a refresh reads one by one before it lists the rest (and the newest checkpoint) and
+fetches them in parallel."""
 
 
 class LogStore(CommitStore):
@@ -111,24 +114,26 @@ class LogStore(CommitStore):
     # --- catching up ------------------------------------------------------------------
 
     async def refresh(self) -> None:
-        """Apply every entry committed since this store's version."""
+        """Apply every entry committed since this store's version: one by one, and when that
+        finds ``_SEQUENTIAL_CATCH_UP`` of them, from the newest checkpoint ahead of it and the
+        entries listed after, fetched in parallel."""
         if not self.created and not await self._marker_found():
             return
         if self._view_is_old():
             await self._load_newest_checkpoint()
-        while True:
+        for _ in range(_SEQUENTIAL_CATCH_UP):
             asked_at = time.monotonic()
             seq = self.index.version + 1
             data = self._read_back.pop(seq, None) or await self.keyed.get(entry_name(seq))
             if self._view_is_old():  # too late to tell the end, or an entry, from one compaction re-made
-                self._read_back.clear()
-                await self._load_newest_checkpoint()
-                return
+                break
             if data is None:
                 self._confirmed_at = asked_at
                 self._read_back.clear()
                 return
             self._apply_entry(decode_entry(data, seq, self.where(entry_name(seq))))
+        self._read_back.clear()  # far behind (a broker that stood by, a reader of a busy queue)
+        await self._load_newest_checkpoint()
 
     async def _marker_found(self) -> bool:
         """Look whether the queue was created since (it reads as empty until then)."""
@@ -145,10 +150,6 @@ class LogStore(CommitStore):
             )
         self.base, self.created, self._confirmed_at = base, True, -math.inf
         return True
-
-    def confirmed_within(self, seconds: float) -> bool:
-        """Whether the log was seen to end at this store's version within ``seconds``."""
-        return time.monotonic() - self._confirmed_at <= seconds
 
     def _view_is_old(self) -> bool:
         return self._is_late(self._confirmed_at)

@@ -34,9 +34,6 @@ from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")
 logger = logging.getLogger("jqueue")
-RECENT_VIEW = 1.0
-"""Seconds a confirmed view of the state may answer a ``recent`` call that changes nothing (an
-idle claim), so that a broker's idle workers, however many, read the storage once a second."""
 
 
 def describe(storage: ObjectStoragePort) -> str:
@@ -163,14 +160,12 @@ class CommitStore(ABC):
         """Write a checkpoint of the newest state if the layout has them; whether it does."""
         return False
 
-    async def apply(self, transition: Callable[[QueueIndex], T], *, recent: bool = False) -> T:
+    async def apply(self, transition: Callable[[QueueIndex], T]) -> T:
         """Apply ``transition`` to the newest state and commit its effects, retrying on conflict;
         return what the run that committed returned.
 
         ``transition`` may run several times, each time on a fresh transaction. An exception
-        it raises on a verified state propagates, with nothing changed. An answer without
-        effects is checked on a fresh read of the state, unless ``recent`` lets it stand on a
-        view confirmed within ``RECENT_VIEW`` seconds (``confirmed_within``).
+        it raises on a verified state propagates, with nothing changed.
 
         Raises
         ------
@@ -178,14 +173,9 @@ class CommitStore(ABC):
             When every retry lost its race.
         """
         async with self._turn:
-            return await self._apply(transition, recent)
+            return await self._apply(transition)
 
-    def confirmed_within(self, seconds: float) -> bool:
-        """Whether the state in memory was seen to be the newest within ``seconds`` (the
-        default knows no such time)."""
-        return False
-
-    async def _apply(self, transition: Callable[[QueueIndex], T], recent: bool) -> T:
+    async def _apply(self, transition: Callable[[QueueIndex], T]) -> T:
         started = time.monotonic()
         verified = False
         if self.needs_refresh():
@@ -210,7 +200,7 @@ class CommitStore(ABC):
             effects = index.pending_effects
             if not effects:
                 index.commit()
-                if verified or (recent and self.confirmed_within(RECENT_VIEW)):
+                if verified:
                     return answer
                 await self.refresh()
                 verified = True
