@@ -182,3 +182,21 @@ async def test_two_standbys_watching_a_dead_broker_do_not_hold_each_other_up(tmp
         for standby in standbys:
             await standby.step()
     assert sorted(standby.role for standby in standbys) == [Role.ACTIVE, Role.STANDBY]
+
+
+async def test_a_standby_watches_a_broker_at_its_first_look(tmp_path: Path) -> None:
+    """So that a broker killed just after a standby started is taken over in ``stale_after``, not
+    in ``stale_after`` plus the time a quiet record takes to call for a watch."""
+    path = tmp_path / "_broker.json"
+    active, standby = (
+        watched_tenure(instrumented(LocalFileSystemStorage(path), keyed=False), f"http://{n}", lasts=60)
+        for n in "ab"
+    )
+    await active.step()
+    await standby.step()
+    assert standby.record is not None
+    assert standby.record.beat == 2, "the standby did not watch at once"
+    renewed_at = standby.record.renewed_at
+    await active.step()
+    assert active.record is not None
+    assert (active.record.beat, active.record.renewed_at != renewed_at) == (3, True)

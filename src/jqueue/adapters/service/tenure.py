@@ -149,7 +149,9 @@ class BrokerTenure:
             self._saw(_decoded(content, self.storage) if etag is not None else None, etag, now)
         if self.record is None or self.record.released or self._unanswered(now):
             await self._write(self.epoch + 1, 1)
-        elif now - self._seen_at >= 1.5 * self.renew_every and self._watched_at is None:
+        elif self._watched_at is None and (
+            now - self._seen_at >= 1.5 * self.renew_every or self._watch_seen_at == -float("inf")
+        ):  # quiet, or a broker no watch was seen of yet: it may not know of any standby
             await self._watch(self.record)
         elif self.record.owner != self._told:
             self._told = self.record.owner
