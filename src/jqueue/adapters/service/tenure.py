@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -37,6 +38,9 @@ DEFAULT_RENEW_EVERY = timedelta(seconds=1)
 DEFAULT_STALE_AFTER = timedelta(seconds=3)
 WATCH_LASTS = timedelta(seconds=60)
 """How long an active broker renews after it last saw a standby's watch."""
+QUIET_RENEWALS = 1.5
+"""How many ``renew_every`` a record may stay unchanged before a standby watches it."""
+_NEVER = -math.inf
 
 
 class Role(StrEnum):
@@ -105,9 +109,9 @@ class BrokerTenure:
         self._etag: str | None = None
         self._seen_at = time.monotonic()
         self._watched_at: float | None = None  # a standby: since when a watch waits for an answer
-        self._watch_seen_at = -float("inf")  # a standby: the last watch of this broker (any standby's)
-        self._confirmed_at = -float("inf")  # the active broker: when it last found the record its own
-        self._renew_until = -float("inf")  # the active broker: renew (not only read) until then
+        self._watch_seen_at = _NEVER  # a standby: the last watch of this broker (any standby's)
+        self._confirmed_at = _NEVER  # the active broker: when it last found the record its own
+        self._renew_until = _NEVER  # the active broker: renew (not only read) until then
         self._told: str | None = None  # the broker last said to be served while standing by
 
     def serving(self) -> bool:
@@ -150,7 +154,7 @@ class BrokerTenure:
         if self.record is None or self.record.released or self._unanswered(now):
             await self._write(self.epoch + 1, 1)
         elif self._watched_at is None and (
-            now - self._seen_at >= 1.5 * self.renew_every or self._watch_seen_at == -float("inf")
+            now - self._seen_at >= QUIET_RENEWALS * self.renew_every or self._watch_seen_at == _NEVER
         ):  # quiet, or a broker no watch was seen of yet: it may not know of any standby
             await self._watch(self.record)
         elif self.record.owner != self._told:
@@ -165,7 +169,7 @@ class BrokerTenure:
         (a sign of life), or another standby's watch (no sign of life: ours need not follow)."""
         previous, self.record, self._etag = self.record, record, etag
         if record is None or previous is None or _tenure(record) != _tenure(previous):
-            self._seen_at, self._watched_at, self._watch_seen_at = now, None, -float("inf")
+            self._seen_at, self._watched_at, self._watch_seen_at = now, None, _NEVER
         elif record.renewed_at != previous.renewed_at or record.released:
             self._seen_at, self._watched_at = now, None
         else:
@@ -173,9 +177,9 @@ class BrokerTenure:
             self._watched_at = now if self._watched_at is None else self._watched_at
 
     def _unanswered(self, now: float) -> bool:
-        """Whether the record went ``stale_after`` unchanged while its broker had to renew it: it
-        answered our last watch and should renew for ``watch_lasts`` after it, or a watch since
-        had time for an answer."""
+        """Whether the record went ``stale_after`` unchanged while its broker had to renew it (it
+        renewed after a watch of it, within ``watch_lasts``), or a watch since had time for an
+        answer."""
         if now - self._seen_at < self.stale_after:
             return False
         renewing = (
@@ -185,13 +189,13 @@ class BrokerTenure:
         )
         if renewing:
             return True
-        answered_in = max(self.renew_every, self.stale_after - 1.5 * self.renew_every)
+        answered_in = max(self.renew_every, self.stale_after - QUIET_RENEWALS * self.renew_every)
         return self._watched_at is not None and now - self._watched_at >= answered_in
 
     async def release(self) -> None:
         """Stop serving, marking the record released so that a standby takes over at once."""
         if self.role is Role.ACTIVE and self.record is not None:
-            self._confirmed_at = -float("inf")
+            self._confirmed_at = _NEVER
             with contextlib.suppress(JQueueError):
                 await self._write(self.epoch, self.record.beat + 1, released=True)
                 logger.warning("stopped serving %s: released its broker record", _where(self.storage))
