@@ -24,7 +24,7 @@ def test_every_scenario_of_jqueue_and_the_raw_limit(tmp_path: Path) -> None:
     out = tmp_path / "peers.json"
     arguments = [
         "--systems",
-        "jqueue-file-broker,jqueue-file-direct,raw",
+        "jqueue-file-broker,jqueue-file-direct,jqueue-s3-serve,raw",
         "--jobs",
         "200",
         "--latency-jobs",
@@ -53,6 +53,15 @@ def test_every_scenario_of_jqueue_and_the_raw_limit(tmp_path: Path) -> None:
         assert by_key[system, "sequential"]["cpu_ms_per_job"] > 0
         latency = by_key[system, "latency"]
         assert 0 < latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"] <= latency["max_ms"]
+    for scenario in ("batch", "drain"):  # through jqueue serve on S3, with what its requests cost
+        on_s3 = by_key["jqueue-s3-serve", scenario]
+        assert on_s3["jobs_per_s"] > 0
+        assert on_s3["requests"]["class_a"] > 0
+        assert (
+            0
+            < on_s3["dollars_per_million_jobs"]["S3 Standard"]
+            < on_s3["dollars_per_million_jobs"]["SQS"] * 100
+        )
     patterns = by_key["raw", "raw"]["patterns"]
     assert set(patterns) == {"file-per-write", "append+fdatasync"}
     assert all(pattern["ops_per_s"] > 0 for pattern in patterns.values())

@@ -1,7 +1,10 @@
 """Benchmark jqueue on a local file against the durable job queues a user would pick instead.
 
 Systems: jqueue (``BrokerQueue`` and ``DirectQueue`` on a file root, and ``jqueue.connect`` to a
-``jqueue serve`` that the tool starts on a file root, all from the source tree this tool sits in),
+``jqueue serve`` that the tool starts on a file root, all from the source tree this tool sits in;
+``jqueue-s3-serve``: the same on S3, moto behind the latency proxy of ``s3_stack.py``,
+``--get-latency-ms`` and ``--put-latency-ms``, batch and drain only, with what its requests
+cost per million jobs enqueued, claimed and acked, at S3's and GCS's list prices, next to SQS),
 Huey on SQLite (WAL, ``synchronous=FULL``), persist-queue's ``SQLiteAckQueue`` (WAL,
 ``synchronous=FULL``; producer scenarios only), pgqueuer on a PostgreSQL cluster that the
 tool starts on 127.0.0.1 with ``fsync`` and ``synchronous_commit`` on (skipped when ``initdb`` is
@@ -42,7 +45,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,10 +60,15 @@ PEERS = ROOT / "tools" / "peers"
 sys.path.insert(0, str(PEERS))
 
 from common import percentiles, read_latencies, stop, wait_until_done  # noqa: E402
+from peer_report import SCENARIOS, report, short  # noqa: E402
 from peer_servers import JqueueServer, Postgres, Redis, redis_server, start_postgres  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tools"))
 from raw_writes import RAW_PATTERNS  # noqa: E402
 
-SCENARIOS = ("sequential", "batch", "drain", "latency", "raw")
+from request_costs import cost_per_million_jobs  # noqa: E402
+from s3_stack import CREDENTIALS, S3Stack  # noqa: E402
+
 RUN_TIMEOUT = 900.0
 
 
@@ -76,6 +83,7 @@ class System:
     peer: bool = False
     postgres: bool = False
     redis: bool = False
+    s3: bool = False
     served: bool = False
 
 
@@ -88,6 +96,7 @@ SYSTEMS = {
         System("huey-sqlite", "run_huey.py", (), SCENARIOS[:4], peer=True),
         System("persistqueue-sqlite", "run_persistqueue.py", (), ("sequential", "batch"), peer=True),
         System("pgqueuer-postgres", "run_pgqueuer.py", (), SCENARIOS[:4], peer=True, postgres=True),
+        System("jqueue-s3-serve", "run_jqueue.py", ("serve",), ("batch", "drain"), served=True, s3=True),
         System("saq-redis", "run_saq.py", (), SCENARIOS[:4], peer=True, redis=True),
         System("arq-redis", "run_arq.py", (), SCENARIOS[:4], peer=True, redis=True),
         System("raw", "", (), ("raw",)),
@@ -108,6 +117,7 @@ class Bench:
         self.results: list[dict[str, Any]] = []
         self._databases = 0
         self.server: JqueueServer | None = None
+        self.s3: S3Stack | None = None
 
     def python_for(self, system: System) -> tuple[Path, dict[str, str]]:
         """The interpreter and environment of a system's runner."""
@@ -135,7 +145,8 @@ class Bench:
             self.redis = Redis(self.redis_server, workdir)
             env["REDIS_URL"] = self.redis.url
         if system.served:
-            self.server = JqueueServer(workdir / "root", sys.executable, env)
+            root = workdir / "root" if self.s3 is None or not system.s3 else self.s3.new_root()
+            self.server = JqueueServer(root, sys.executable, {**env, **CREDENTIALS})
             env["JQUEUE_URL"] = self.server.url
         return env
 
@@ -200,6 +211,7 @@ class Bench:
                 return {"patterns": {name: write(workdir, jobs) for name, write in RAW_PATTERNS.items()}}
             env = self.environment(system, workdir)
             server_cpu = self.server_cpu(system)
+            counted = self.s3.counts() if system.s3 and self.s3 is not None else None
             if scenario in ("sequential", "batch"):
                 result = self.call(system, workdir, env, scenario, "--jobs", str(jobs))
             elif scenario == "drain":
@@ -223,6 +235,12 @@ class Bench:
             if server_cpu is not None and "jobs_per_s" in result:
                 spent = (self.server_cpu(system) or 0.0) - server_cpu
                 result["server_cpu_ms_per_job"] = round(spent * 1000 / jobs, 4)
+            if counted is not None and self.s3 is not None:  # enqueued, claimed and acked
+                requests = {kind: n - counted[kind] for kind, n in self.s3.counts().items()}
+                result |= {
+                    "requests": requests,
+                    "dollars_per_million_jobs": cost_per_million_jobs(requests, jobs),
+                }
             return result
         finally:
             self.stop_servers()
@@ -260,6 +278,11 @@ def prepare_peers(bench: Bench, wanted: list[System]) -> dict[str, str]:
                 skipped["pgqueuer-postgres"] = (
                     f"PostgreSQL did not start: {exc} {detail.decode(errors='replace')[-300:]}"
                 )
+    if any(system.s3 for system in wanted):
+        try:
+            bench.s3 = S3Stack(bench.options.get_latency_ms, bench.options.put_latency_ms)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            skipped.update({system.name: f"moto did not start: {exc}" for system in wanted if system.s3})
     redis = [system.name for system in wanted if system.redis and system.name not in skipped]
     if redis:
         try:
@@ -297,51 +320,6 @@ def peer_venv() -> Path:
     return python
 
 
-def report(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
-    """The tables of a run: the median of the rounds per system and scenario, with the spread."""
-    lines = []
-    for scenario in SCENARIOS:
-        rows = [r for r in results if r["scenario"] == scenario]
-        if not rows:
-            continue
-        lines.append(f"\n{scenario}")
-        for name in dict.fromkeys(r["system"] for r in rows):
-            mine = [r for r in rows if r["system"] == name]
-            failed = [r["error"] for r in mine if "error" in r]
-            good = [r for r in mine if "error" not in r]
-            lines.append(
-                f"  {name:22s} {summary(scenario, good)}" + (f"  failed: {failed[0]}" if failed else "")
-            )
-    for name, why in skipped.items():
-        lines.append(f"skipped {name}: {why}")
-    return "\n".join(lines)
-
-
-def summary(scenario: str, rows: list[dict[str, Any]]) -> str:
-    """One system's figures for a scenario, over its rounds."""
-    if not rows:
-        return "-"
-    if scenario == "latency":
-        keys = ("p50_ms", "p95_ms", "p99_ms", "max_ms")
-        return "  ".join(f"{k[:-3]} {statistics.median(r[k] for r in rows):8.1f} ms" for k in keys)
-    if scenario == "raw":
-        parts = []
-        for pattern in rows[0]["patterns"]:
-            rates = [r["patterns"][pattern]["ops_per_s"] for r in rows]
-            cpu = statistics.median(r["patterns"][pattern]["cpu_ms_per_op"] for r in rows)
-            spread = f"({min(rates):.0f}-{max(rates):.0f})"
-            parts.append(f"{pattern}: {statistics.median(rates):8.0f} ops/s {spread}, cpu {cpu:.3f} ms")
-        return "\n  " + " " * 23 + ("\n  " + " " * 23).join(parts)
-    rates = [r["jobs_per_s"] for r in rows]
-    text = f"{statistics.median(rates):9.0f} jobs/s ({min(rates):.0f}-{max(rates):.0f})"
-    if all("cpu_ms_per_job" in r for r in rows):
-        text += f"  cpu {statistics.median(r['cpu_ms_per_job'] for r in rows):.3f} ms/job"
-    if all("server_cpu_ms_per_job" in r for r in rows):
-        text += f" + server {statistics.median(r['server_cpu_ms_per_job'] for r in rows):.3f}"
-    notes = {r["note"] for r in rows if "note" in r}
-    return text + (f"  ({', '.join(notes)})" if notes else "")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -353,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-jobs", type=int, default=1_000, help="jobs of the latency scenario")
     parser.add_argument("--rate", type=float, default=100.0, help="jobs/s of the latency producer")
     parser.add_argument("--workers", type=int, default=10, help="worker processes of the drain scenario")
+    parser.add_argument(
+        "--get-latency-ms", type=float, default=60.0, help="of the S3 proxy (jqueue-s3-serve)"
+    )
+    parser.add_argument(
+        "--put-latency-ms", type=float, default=100.0, help="of the S3 proxy (jqueue-s3-serve)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds, interleaved across systems")
     parser.add_argument("--dir", type=Path, default=None, help="where the queues go (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="write every result to this file")
@@ -388,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         bench.stop_servers()
         if bench.postgres is not None:
             bench.postgres.stop()
+        if bench.s3 is not None:
+            bench.s3.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     print(report(bench.results, skipped))
     print(f"\nwall time {time.monotonic() - started:.0f} s")
@@ -398,14 +384,6 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps({**document, "skipped": skipped, "results": bench.results}, indent=1)
         )
     return 0
-
-
-def short(row: dict[str, Any]) -> str:
-    """A progress line's figure."""
-    for key in ("error", "jobs_per_s", "p50_ms"):
-        if key in row:
-            return f"{key} {row[key]}"
-    return "done"
 
 
 if __name__ == "__main__":

@@ -1,10 +1,9 @@
 """Many processes on one S3 queue: through ``jqueue serve`` against each committing directly.
 
-Starts moto's S3 server in its own process and, in front of it, a proxy (another process)
-that holds every request for the round-trip time of a real object store: ``--get-latency-ms``
-(60) before a GET or HEAD, ``--put-latency-ms`` (100) before anything else, then forwards it
-unchanged (conditional headers and 412 answers pass through). Everything below talks to the
-proxy, so the broker and the direct processes see the same latency.
+Starts moto's S3 server and its latency proxy (``s3_stack.py``): ``--get-latency-ms`` (60)
+before a GET or HEAD, ``--put-latency-ms`` (100) before anything else. Everything below talks
+to the proxy, so the broker and the direct processes see the same latency, and the proxy
+counts their requests.
 
 Modes, each with a fresh queue:
 
@@ -31,13 +30,10 @@ import asyncio
 import collections
 import json
 import os
-import re
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -45,74 +41,10 @@ from typing import Any
 from jqueue.testing import free_port
 
 sys.path.insert(0, str(Path(__file__).parent))
-from request_costs import PRICE_LISTS, REQUEST_CLASSES, cost_per_million_jobs, request_class
+from request_costs import PRICE_LISTS, REQUEST_CLASSES, cost_per_million_jobs
+from s3_stack import BUCKET, CREDENTIALS, REGION, request_counts, start_servers, wait_listening
 
-BUCKET, REGION = "jqueue-bench", "us-east-1"
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": REGION}
 SRC = Path(__file__).resolve().parents[1] / "src"
-
-
-def wait_listening(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    """Wait (at most 60 s) until ``port`` accepts connections."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen within 60 s")
-
-
-COUNTS_PATH = "/__request_counts"
-"""The proxy's own route: the requests it forwarded so far, by price class (no bucket starts with ``_``)."""
-
-
-async def proxy(port: int, target: str, get_ms: float, put_ms: float) -> None:
-    """Forward every request to ``target`` after the latency of its kind, counting them by price
-    class (``COUNTS_PATH`` answers the counts); run until killed."""
-    import aiohttp
-    from aiohttp import web
-
-    session = aiohttp.ClientSession(auto_decompress=False)
-    hop = {"host", "content-length", "transfer-encoding", "connection"}
-    counts: dict[str, Any] = dict.fromkeys(REQUEST_CLASSES, 0)
-    counts["detail"] = detail = collections.Counter[str]()
-
-    async def forward(request: web.Request) -> web.StreamResponse:
-        counts[request_class(request.method, request.path, request.query_string)] += 1
-        key = request.path.split("/", 3)[-1] if request.path.count("/") >= 3 else "(bucket)"
-        detail[f"{request.method} {re.sub(r'[0-9a-f]{6,}|[0-9]+', '#', key)}"] += 1
-        await asyncio.sleep((get_ms if request.method in ("GET", "HEAD") else put_ms) / 1000)
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in hop}
-        body = await request.read()
-        async with session.request(
-            request.method, f"{target}{request.rel_url}", headers=headers, data=body, allow_redirects=False
-        ) as answer:
-            content = await answer.read()
-            kept = {k: v for k, v in answer.headers.items() if k.lower() not in hop}
-            return web.Response(status=answer.status, headers=kept, body=content)
-
-    async def counted(_: web.Request) -> web.Response:
-        return web.json_response(counts)
-
-    app = web.Application(client_max_size=1 << 30)
-    app.router.add_get(COUNTS_PATH, counted)
-    app.router.add_route("*", "/{tail:.*}", forward)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    await asyncio.Event().wait()
-
-
-def request_counts(endpoint: str) -> dict[str, Any]:
-    """The proxy's counts of requests so far, by price class, and by method and name
-    (``detail``: numbers and hex ids masked)."""
-    with urllib.request.urlopen(endpoint + COUNTS_PATH, timeout=30) as answer:
-        counts: dict[str, Any] = json.load(answer)
-    return counts
 
 
 async def worker(root: str, broker: str, callers: int, window: Window, in_flight: int) -> dict[str, int]:
@@ -273,35 +205,6 @@ async def jobs_left(root: str) -> int:
         return len((await queue.read_state()).jobs)
 
 
-def start_servers(args: argparse.Namespace, stack: list[subprocess.Popen[bytes]]) -> str:
-    """Start moto and the latency proxy; return the proxy's endpoint."""
-    import boto3  # type: ignore[import-untyped, unused-ignore]
-
-    moto_port, proxy_port = free_port(), free_port()
-    env = {**os.environ, **CREDENTIALS}
-    moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(moto_port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    stack.append(moto)
-    wait_listening(moto_port, moto, "moto")
-    boto3.client(
-        "s3", endpoint_url=f"http://127.0.0.1:{moto_port}", region_name=REGION, **_keys()
-    ).create_bucket(Bucket=BUCKET)
-    command = [sys.executable, __file__, "--proxy", str(proxy_port), f"http://127.0.0.1:{moto_port}"]
-    command += ["--get-latency-ms", str(args.get_latency_ms), "--put-latency-ms", str(args.put_latency_ms)]
-    latency_proxy = subprocess.Popen(command, env=env)
-    stack.append(latency_proxy)
-    wait_listening(proxy_port, latency_proxy, "the latency proxy")
-    return f"http://127.0.0.1:{proxy_port}"
-
-
-def _keys() -> dict[str, str]:
-    return {"aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", default="4,16", help="worker process counts (default 4,16)")
@@ -324,11 +227,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", metavar="ROOT", help=argparse.SUPPRESS)
     parser.add_argument("--broker", default="require", help=argparse.SUPPRESS)
-    parser.add_argument("--proxy", nargs=2, metavar=("PORT", "TARGET"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.proxy:
-        asyncio.run(proxy(int(args.proxy[0]), args.proxy[1], args.get_latency_ms, args.put_latency_ms))
-        return 0
     if args.child and args.seed:
         asyncio.run(seed(args.child, args.broker))
         return 0

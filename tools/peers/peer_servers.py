@@ -121,12 +121,14 @@ def start_postgres() -> Postgres:
 
 
 class JqueueServer:
-    """``jqueue serve`` on a directory, on a free port of 127.0.0.1 (from the source tree)."""
+    """``jqueue serve`` on a directory (or a storage URL), on a free port of 127.0.0.1 (from the
+    source tree)."""
 
-    def __init__(self, root: Path, python: str, env: dict[str, str]) -> None:
+    def __init__(self, root: Path | str, python: str, env: dict[str, str]) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        root.mkdir(parents=True, exist_ok=True)
+        if isinstance(root, Path):
+            root.mkdir(parents=True, exist_ok=True)
         command = [
             python,
             "-m",
