@@ -1,7 +1,7 @@
 """An S3 for the benchmarks: moto's server and, in front of it, a proxy (another process) that
-holds every request for the round-trip time of a real object store (a GET or HEAD, anything
-else) and counts the requests by price class (``request_costs.py``), then forwards them
-unchanged (conditional headers and 412 answers pass through).
+holds every request for the round-trip time of a real object store (one time for a GET or
+HEAD, another for anything else), counts the requests by price class (``request_costs.py``),
+then forwards them unchanged (conditional headers and 412 answers pass through).
 
 ``python tools/s3_stack.py PORT TARGET GET_MS PUT_MS`` runs the proxy alone (``start_servers``
 starts it so).
@@ -152,7 +152,7 @@ class S3Stack:
 
 
 def _keys() -> dict[str, str]:
-    return {"aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
+    return {name.lower(): CREDENTIALS[name] for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
 
 
 if __name__ == "__main__":
