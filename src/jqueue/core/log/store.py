@@ -3,8 +3,9 @@
 Committing entry ``seq`` means creating ``log/<seq>`` only if it is absent: winning
 the create is winning the compare-and-swap, and it costs O(batch), whatever the
 depth. A writer that loses reads the entries it missed, re-applies its batch and
-tries the next number. Readers catch up with one GET per new entry, and learn that
-they are up to date with one GET that finds nothing.
+tries the next number. Readers catch up with one GET per new entry (past 8, with a listing
+and parallel GETs, from the newest checkpoint if it is ahead), and learn that they are up to
+date with one GET that finds nothing.
 
 After every ``checkpoint_every`` changes (or one per 20 live jobs up to 50,000, if more) in at
 least 64 entries (``LogSettings.checkpoint_due``), a checkpoint of the jobs' metadata is
