@@ -10,11 +10,12 @@ every system.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,23 @@ def runner_arguments(kinds: list[str] | None = None) -> argparse.Namespace:
 def emit(result: dict[str, Any]) -> None:
     """Print the runner's result as its one line of JSON."""
     print(json.dumps(result), flush=True)
+
+
+async def ready_then_go(args: argparse.Namespace) -> None:
+    """Say this worker is ready (``WORKDIR/ready-INDEX``), then wait until ``WORKDIR/go`` exists."""
+    (args.workdir / f"ready-{args.index}").touch()
+    while not (args.workdir / "go").exists():
+        await asyncio.sleep(0.005)
+
+
+def run_asyncio_runner(
+    produce: Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]],
+    work: Callable[[argparse.Namespace], Coroutine[Any, Any, None]],
+) -> None:
+    """The ``main`` of a runner written with asyncio: a worker scenario runs ``work``, any other
+    prints what ``produce`` returns."""
+    args = runner_arguments()
+    if args.scenario.endswith("worker"):
+        asyncio.run(work(args))
+    else:
+        emit(asyncio.run(produce(args)))

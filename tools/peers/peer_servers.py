@@ -52,13 +52,8 @@ class Postgres:
         postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
         total = 0
         for pid in [postmaster, *_children(postmaster)]:
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:  # it just ended
-                continue
-            total += sum(int(f) for f in fields[11:13])  # utime, stime
-            if pid == postmaster:
-                total += sum(int(f) for f in fields[13:15])  # cutime, cstime: its reaped children
+            with suppress(OSError):  # it just ended
+                total += _cpu_ticks(pid, reaped=pid == postmaster)
         return total / ticks
 
     def stop(self) -> None:
@@ -66,6 +61,24 @@ class Postgres:
         stop = [*_as_owner(), "pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"]
         subprocess.run(stop, capture_output=True, timeout=60, check=False)
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _cpu_ticks(pid: int, *, reaped: bool) -> int:
+    """A process's CPU time so far in clock ticks (utime, stime; with ``reaped``, its reaped
+    children's too: cutime, cstime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11 : 15 if reaped else 13])
+
+
+def _stopped(process: subprocess.Popen[bytes]) -> None:
+    """Stop a server process: SIGTERM, then SIGKILL after 10 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def _children(parent: int) -> list[int]:
@@ -155,17 +168,11 @@ class JqueueServer:
 
     def cpu_seconds(self) -> float:
         """CPU time of the server so far."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return sum(int(f) for f in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+        return _cpu_ticks(self.process.pid, reaped=False) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 10 s)."""
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        _stopped(self.process)
 
 
 class Redis:
@@ -235,18 +242,12 @@ class Redis:
     def cpu_seconds(self) -> float:
         """CPU time of the server so far: all its threads, and its reaped children (rewrites of its file)."""
         assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        return _cpu_ticks(self.process.pid, reaped=True) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         """Stop the server (SIGTERM: it syncs its file and exits; SIGKILL after 10 s); remove its files."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        if self.process is not None:
+            _stopped(self.process)
         shutil.rmtree(self.base, ignore_errors=True)
 
 

@@ -16,7 +16,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from arq import Worker, create_pool, func
 from arq.connections import RedisSettings
-from common import BATCH, ENTRYPOINT, Done, emit, measured, paced, payload, record_latency, runner_arguments
+from common import (
+    BATCH,
+    ENTRYPOINT,
+    Done,
+    measured,
+    paced,
+    payload,
+    ready_then_go,
+    record_latency,
+    run_asyncio_runner,
+)
 
 
 def settings() -> RedisSettings:
@@ -60,23 +70,12 @@ async def work(args: argparse.Namespace) -> None:
 
     pool = await create_pool(settings())  # reaches the server before the worker says it is ready
     worker = Worker([func(handle, name=ENTRYPOINT)], redis_pool=pool, max_jobs=args.concurrency)
-    (args.workdir / f"ready-{args.index}").touch()
-    while not (args.workdir / "go").exists():
-        await asyncio.sleep(0.005)
+    await ready_then_go(args)
     with suppress(asyncio.CancelledError):  # its SIGTERM handler cancels its main task
         await worker.async_run()
     with suppress(asyncio.CancelledError):
         await worker.close()
 
 
-def main() -> None:
-    """Run one scenario and print its result."""
-    args = runner_arguments()
-    if args.scenario.endswith("worker"):
-        asyncio.run(work(args))
-    else:
-        emit(asyncio.run(produce(args)))
-
-
 if __name__ == "__main__":
-    main()
+    run_asyncio_runner(produce, work)

@@ -14,7 +14,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import BATCH, ENTRYPOINT, Done, emit, measured, paced, payload, record_latency, runner_arguments
+from common import (
+    BATCH,
+    ENTRYPOINT,
+    Done,
+    emit,
+    measured,
+    paced,
+    payload,
+    ready_then_go,
+    record_latency,
+    runner_arguments,
+)
 
 from jqueue import BrokerQueue, DirectQueue, Job, LocalFileSystemStorage, RemoteQueue, Worker
 
@@ -63,9 +74,7 @@ async def work(args: argparse.Namespace) -> None:
                 record(job.payload)
             done.one()
 
-        (args.workdir / f"ready-{args.index}").touch()
-        while not (args.workdir / "go").exists():
-            await asyncio.sleep(0.005)
+        await ready_then_go(args)
         await worker.run()
 
 

@@ -14,7 +14,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import asyncpg
-from common import BATCH, ENTRYPOINT, Done, emit, measured, paced, payload, record_latency, runner_arguments
+from common import (
+    BATCH,
+    ENTRYPOINT,
+    Done,
+    measured,
+    paced,
+    payload,
+    ready_then_go,
+    record_latency,
+    run_asyncio_runner,
+)
 from pgqueuer.adapters.drivers.asyncpg import AsyncpgDriver
 from pgqueuer.core.qm import QueueManager
 from pgqueuer.models import Job
@@ -62,21 +72,10 @@ async def work(args: argparse.Namespace) -> None:
         done.one()
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, manager.shutdown.set)
-    (args.workdir / f"ready-{args.index}").touch()
-    while not (args.workdir / "go").exists():
-        await asyncio.sleep(0.005)
+    await ready_then_go(args)
     await manager.run(batch_size=args.concurrency)
     await connection.close()
 
 
-def main() -> None:
-    """Run one scenario and print its result."""
-    args = runner_arguments()
-    if args.scenario.endswith("worker"):
-        asyncio.run(work(args))
-    else:
-        emit(asyncio.run(produce(args)))
-
-
 if __name__ == "__main__":
-    main()
+    run_asyncio_runner(produce, work)

@@ -13,7 +13,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import BATCH, ENTRYPOINT, Done, emit, measured, paced, payload, record_latency, runner_arguments
+from common import (
+    BATCH,
+    ENTRYPOINT,
+    Done,
+    measured,
+    paced,
+    payload,
+    ready_then_go,
+    record_latency,
+    run_asyncio_runner,
+)
 from saq import Queue, Worker
 
 
@@ -61,23 +71,12 @@ async def work(args: argparse.Namespace) -> None:
     await queue.connect()
     await queue.version()  # reaches the server before the worker says it is ready
     worker = Worker(queue, functions=[(ENTRYPOINT, handle)], concurrency=args.concurrency)
-    (args.workdir / f"ready-{args.index}").touch()
-    while not (args.workdir / "go").exists():
-        await asyncio.sleep(0.005)
+    await ready_then_go(args)
     try:
         await worker.start()  # returns on SIGTERM (its own handler)
     finally:
         await queue.disconnect()
 
 
-def main() -> None:
-    """Run one scenario and print its result."""
-    args = runner_arguments()
-    if args.scenario.endswith("worker"):
-        asyncio.run(work(args))
-    else:
-        emit(asyncio.run(produce(args)))
-
-
 if __name__ == "__main__":
-    main()
+    run_asyncio_runner(produce, work)

@@ -152,17 +152,16 @@ class Service:
 
     async def _healthz(self, request: Request) -> Response:
         tenure = self.tenure
-        broker = tenure.record.address if tenure.record is not None else None
         health = {
             "ok": True,
             "role": tenure.role.value,
             "serving": tenure.serving(),
             "owner": tenure.owner,
             "epoch": tenure.epoch,
-            "broker": broker,
+            "broker": tenure.record.address if tenure.record is not None else None,
             "version": __version__,
+            "pid": os.getpid(),
         }
-        health["pid"] = os.getpid()
         return answer(health, wants_msgpack(request.headers))
 
     async def check_serving(self, request: Request | None = None) -> None:
