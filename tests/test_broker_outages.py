@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from jqueue import Job, RemoteQueue, Worker, connect
+from jqueue.adapters.storage.file_lock import hold_flock
 from servers import LOOPBACK, jqueue_serve
 from test_broker_failover import FAST, get, wait_for
 
@@ -30,9 +32,17 @@ def pid_of(url: str) -> int:
 
 
 @contextlib.contextmanager
-def frozen(pid: int) -> Iterator[None]:
-    """SIGSTOP the process, and SIGCONT it on the way out whatever happens."""
-    os.kill(pid, signal.SIGSTOP)
+def frozen(pid: int, root: Path) -> Iterator[None]:
+    """SIGSTOP the process outside every file lock under ``root``, and SIGCONT it on the way out
+    whatever happens. (Stopped while holding one, it would hold up every other process; the
+    file root cannot tell a stopped holder from a slow one, so it fails their calls after
+    ``LOCK_WAIT_LIMIT``, and no broker can take over before it goes on.)"""
+    with contextlib.ExitStack() as held:
+        for lock_file in sorted([*root.rglob("*.lock"), *root.rglob("lock")]):
+            fd = os.open(lock_file, os.O_RDWR)
+            held.callback(os.close, fd)
+            hold_flock(fd, fcntl.LOCK_EX, str(lock_file))
+        os.kill(pid, signal.SIGSTOP)
     try:
         yield
     finally:
@@ -141,7 +151,7 @@ async def test_a_frozen_broker_costs_a_client_no_more_than_a_killed_one(tmp_path
                 waited = await client.enqueue("e", b"waited for")
                 result = asyncio.create_task(client.result(waited.id, timeout=timedelta(seconds=120)))
                 await asyncio.sleep(0.5)  # the long poll is open on the first broker
-                with frozen(pid_of(first)):
+                with frozen(pid_of(first), root):
                     started = time.monotonic()
                     await client.enqueue("e", b"during the freeze")  # an ordinary call
                     enqueue_took = time.monotonic() - started

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import stat
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from jqueue import LocalFileSystemStorage, StorageError
+from jqueue.adapters.storage import file_lock
 
 
 async def test_a_write_replaces_the_file_instead_of_truncating_it(tmp_path: Path) -> None:
@@ -57,3 +63,47 @@ async def test_io_failures_are_storage_errors(tmp_path: Path) -> None:
     directory = LocalFileSystemStorage(tmp_path)
     with pytest.raises(StorageError):
         await directory.read()
+
+
+@contextlib.contextmanager
+def locked_by_a_stopped_process(lock_file: Path) -> Iterator[None]:
+    """Another process takes ``lock_file``'s flock and is then stopped (SIGSTOP) while holding it."""
+    code = (
+        "import fcntl, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(lock_file)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == b"held\n"
+        os.kill(holder.pid, signal.SIGSTOP)
+        yield
+    finally:
+        holder.kill()
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.wait(30)
+
+
+async def test_a_lock_held_by_a_stopped_process_fails_a_write_in_time_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(file_lock, "LOCK_WAIT_LIMIT", 0.5)
+    storage = LocalFileSystemStorage(tmp_path / "q.json")
+    etag = await storage.write(b"before")
+    await storage.create("entry-1", b"one")
+    stopped = "stayed locked by another process"
+    with locked_by_a_stopped_process(tmp_path / "q.json.lock"), pytest.raises(StorageError) as failed:
+        await storage.write(b"after", if_match=etag)
+    assert f"q.json.lock {stopped}" in str(failed.value)
+    segment_lock = tmp_path / "q.json.segments" / "lock"
+    with locked_by_a_stopped_process(segment_lock), pytest.raises(StorageError) as failed:
+        await storage.create("entry-2", b"two")
+    assert f"segments/lock {stopped}" in str(failed.value)
+    assert await storage.read() == (b"before", etag)
+    assert await storage.get("entry-2") is None
+    etag = await storage.write(b"after", if_match=etag)  # the holder is gone: the lock is free
+    await storage.create("entry-2", b"two")
+    assert await storage.get("entry-2") == b"two"

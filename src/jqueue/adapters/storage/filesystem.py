@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from jqueue.adapters.storage.file_lock import hold_flock
 from jqueue.adapters.storage.file_watch import DirectoryWatch
 from jqueue.adapters.storage.names import checked_name, checked_prefix
 from jqueue.adapters.storage.object_files import NamedObjects, ObjectFiles, durable_temp, fsync_dir
@@ -32,7 +33,8 @@ class LocalFileSystemStorage:
     over the old file and fsyncs the directory. The file is never truncated in place,
     so a process killed at any moment leaves the old or the new state, whole; readers
     need no lock. Not for network filesystems. The etag is the SHA-256 hex digest of
-    the content.
+    the content. A lock that another process holds for ``LOCK_WAIT_LIMIT`` (one stopped
+    while holding it) fails the call with a ``StorageError`` naming the lock file.
 
     Named objects (the log-structured layout) are records in append-only segment
     files in the directory ``<file>.segments`` (see ``SegmentLog``): creating one
@@ -113,7 +115,7 @@ class LocalFileSystemStorage:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            hold_flock(fd, fcntl.LOCK_EX, self._lock_path.as_uri())
             yield
         finally:
             os.close(fd)

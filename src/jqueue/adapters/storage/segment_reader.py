@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from jqueue.adapters.storage.file_lock import hold_flock
 from jqueue.adapters.storage.object_files import fsync_dir
 from jqueue.adapters.storage.segment_format import (
     DELETED,
@@ -252,9 +253,7 @@ class SegmentReader:
     def _locked(self, mode: int) -> Iterator[bool]:
         """Hold the lock file's ``flock`` in ``mode``; with ``LOCK_NB``, yield False (holding
         nothing) while another process holds it."""
-        try:
-            fcntl.flock(self._lock_fd, mode)
-        except BlockingIOError:
+        if not hold_flock(self._lock_fd, mode, self._lock_path.as_uri()):
             yield False
             return
         self._holding = True
