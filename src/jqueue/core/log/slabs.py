@@ -14,7 +14,6 @@ not taken.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import threading
@@ -59,6 +58,7 @@ class BlockCache:
     def __init__(self, size: int = _CACHED_BLOCKS) -> None:
         self._size = size
         self._blocks: OrderedDict[tuple[int, int], dict[str, list[Any]]] = OrderedDict()
+        self._rows: OrderedDict[tuple[int, int], dict[str, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def block(self, slab: Slab, number: int) -> dict[str, list[Any]]:
@@ -77,10 +77,28 @@ class BlockCache:
                 return found
         columns = slab.opened.block(number)
         with self._lock:
-            self._blocks[key] = columns
-            while len(self._blocks) > self._size:
-                self._blocks.popitem(last=False)
+            self._keep(self._blocks, key, columns)
         return columns
+
+    def row_in_block(self, slab: Slab, number: int, job_id: str) -> int | None:
+        """Return the row of job ``job_id`` within block ``number`` of ``slab``, or None (from an
+        index of the block's ids, made at its first lookup and cached like the block)."""
+        key = (slab.number, number)
+        with self._lock:
+            rows = self._rows.get(key)
+            if rows is not None:
+                self._rows.move_to_end(key)
+        if rows is None:
+            ids = self.block(slab, number)["id"]
+            rows = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))  # first wins
+            with self._lock:
+                self._keep(self._rows, key, rows)
+        return rows.get(job_id)
+
+    def _keep(self, cache: OrderedDict[tuple[int, int], Any], key: tuple[int, int], value: Any) -> None:
+        cache[key] = value
+        while len(cache) > self._size:
+            cache.popitem(last=False)
 
 
 @dataclass(eq=False)
@@ -168,9 +186,8 @@ class Slab:
         for block in dict.fromkeys(self.opened.filter.blocks(hashed)):
             if block * BLOCK_ROWS >= self.rows:
                 continue
-            ids = blocks.block(self, block)["id"]
-            with contextlib.suppress(ValueError):
-                return block * BLOCK_ROWS + ids.index(job_id)
+            if (row := blocks.row_in_block(self, block, job_id)) is not None:
+                return block * BLOCK_ROWS + row
         return None
 
     def head_row(self, entrypoint: str) -> int | None:
