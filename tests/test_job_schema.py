@@ -16,6 +16,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jqueue import Job, JobStatus
 from jqueue.adapters.spark.reader import JOB_COLUMNS, JOBS_SCHEMA, job_row
@@ -236,6 +238,26 @@ def test_every_form_of_a_history_record_keeps_its_fields() -> None:
     assert {name: getattr(job, name) for name in shown} == shown
     assert (job.status, job.last_error, job.dead_reason) == (JobStatus.DEAD, record.error, "failed")
     assert (record.wait_seconds, record.run_seconds) == (1.0, 4.0)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["add", "drop", "undo", "encode"]), st.integers(1, 5))))
+def test_a_history_encoded_a_record_at_a_time_reads_as_it_was(steps: list[tuple[str, int]]) -> None:
+    from jqueue.core.formats.checkpoint import HistoryEncoder
+    from jqueue.core.formats.wire import wire_history
+
+    encoder, history, made = HistoryEncoder(), [], 0
+    for action, count in steps:
+        if action == "add":  # a new record each time, as a finished job makes
+            for _ in range(count):
+                made += 1
+                history.append(dataclasses.replace(_sample_history(), job_id=f"job-{made}"))
+        elif action == "drop":
+            del history[:count]
+        elif action == "undo" and history:  # a commit that failed: its records go again
+            del history[-min(count, len(history)) :]
+        else:
+            assert bytes(encoder.encode(list(history))) == msgspec.json.encode(wire_history(history))
+    assert bytes(encoder.encode(list(history))) == msgspec.json.encode(wire_history(history))
 
 
 def test_the_spark_history_table_types_each_column_by_its_kind() -> None:

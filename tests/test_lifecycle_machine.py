@@ -20,7 +20,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jqueue.core.formats.checkpoint import decode_manifest
+from jqueue.core.formats.checkpoint import HistoryEncoder, decode_manifest
 from jqueue.core.formats.entry import decode_entry, encode_entry
 from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.log.slab_load import loaded
@@ -68,6 +68,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.throttle_use: dict[str | None, tuple[int, int]] = {}  # (window, claims) by scope
         self.paused: set[str | None] = set()
         self.slabs = SlabSet()
+        self.history = HistoryEncoder()  # kept across checkpoints, as a store keeps it
         self.stored: dict[str, bytes] = {}  # the slabs written, by name
 
     def live(self) -> dict[str, JobRecord]:
@@ -86,7 +87,16 @@ class Lifecycle(RuleBasedStateMachine):
         frozen = self.index.freeze(every_job=every_job)
         tag = uuid.uuid4().hex[:8]
         try:
-            made = plan(self.slabs, frozen, self.clock, tag, every_job=every_job, taken=taken, unit=1)
+            made = plan(
+                self.slabs,
+                frozen,
+                self.clock,
+                tag,
+                every_job=every_job,
+                taken=taken,
+                unit=1,
+                history=self.history,
+            )
         finally:
             self.index.thaw()
         encoded = made.manifest(self.clock)  # names the new slab, as storing it does
@@ -98,6 +108,7 @@ class Lifecycle(RuleBasedStateMachine):
             names = [entry.name for entry in manifest.slabs]
             back, self.slabs, _ = loaded(manifest, [self.stored[name] for name in names], names, "checkpoint")
             assert view(back) == view(self.index)
+            assert list(back.history) == list(self.index.history)
             self.index = back
 
     def claims_left(self, entrypoint: str, now: int) -> int | None:

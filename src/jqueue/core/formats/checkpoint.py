@@ -10,6 +10,7 @@ into a slab.
 
 from __future__ import annotations
 
+import operator
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -124,16 +125,50 @@ class Manifest:
     inline: dict[str, list[Any]] | None = None
 
 
-def encoded_history(history: list[HistoryRecord]) -> msgspec.Raw:
-    """Return a history as a checkpoint holds it, encoded ahead (in a worker thread)."""
-    return msgspec.Raw(msgspec.json.encode(wire_history(history)))
+_encoder = msgspec.json.Encoder()
+
+
+class HistoryEncoder:
+    """Encodes a queue's history as its checkpoints hold it, each record once.
+
+    Between two checkpoints a history loses its oldest records and gains new ones at its end,
+    and its records never change: the records the last call encoded that are still there, in
+    the same order, are taken as encoded then, found by identity. Meant for one thread at a
+    time (the plan's).
+    """
+
+    def __init__(self) -> None:
+        self._records: list[HistoryRecord] = []
+        self._parts: list[bytes] = []
+
+    def encode(self, history: list[HistoryRecord]) -> msgspec.Raw:
+        """Return ``history`` encoded (a JSON array of ``WireHistory``)."""
+        kept = self._kept(history)
+        parts = self._parts[len(self._parts) - kept :]
+        parts += [_encoder.encode(wire) for wire in wire_history(history[kept:])]
+        self._records, self._parts = history, parts
+        return msgspec.Raw(b"[" + b",".join(parts) + b"]")
+
+    def _kept(self, history: list[HistoryRecord]) -> int:
+        """How many records ``history`` starts with that end the last history encoded."""
+        before = self._records
+        if not history or not before:
+            return 0
+        first = history[0]
+        start = next((at for at, record in enumerate(before) if record is first), None)
+        if start is None:
+            return 0
+        tail = before[start:]
+        if len(tail) > len(history) or not all(map(operator.is_, tail, history)):
+            return 0
+        return len(tail)
 
 
 def encode_manifest(
     seq: int, at: int, slabs: list[SlabEntry], history: msgspec.Raw, controls: dict[str, Any]
 ) -> bytes:
     """Serialise a checkpoint of entry ``seq`` taken at ``at``, with its history encoded ahead
-    (``encoded_history``): the rest is small."""
+    (``HistoryEncoder``): the rest is small."""
     entries = [_SlabEntry(slab.name, slab.rows, slab.packed, sorted(slab.segments.items())) for slab in slabs]
     wire = _Checkpoint(
         layout=MANIFEST_LAYOUT,

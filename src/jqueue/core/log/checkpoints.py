@@ -15,7 +15,7 @@ import contextlib
 import uuid
 from dataclasses import dataclass
 
-from jqueue.core.formats.checkpoint import decode_manifest
+from jqueue.core.formats.checkpoint import HistoryEncoder, decode_manifest
 from jqueue.core.formats.collections_paused import collections_paused
 from jqueue.core.log.compaction import Compactor
 from jqueue.core.log.slab_load import loaded
@@ -74,6 +74,8 @@ class Checkpoints:
         self.retry = retry
         self.compactor = Compactor(keyed, settings.part_lifetime + settings.retention)
         self.slabs = SlabSet()
+        self.history = HistoryEncoder()
+        """Encodes the history of this queue's checkpoints (in the plan's thread)."""
         self._retention = int(settings.retention.total_seconds() * 1_000_000)
 
     async def read(self, name: str) -> QueueIndex | str:
@@ -179,6 +181,7 @@ class Checkpoints:
                     tag,
                     every_job=pending.every_job,
                     taken=pending.taken,
+                    history=self.history,
                 )
             )
             try:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from jqueue.core.formats.checkpoint import encode_manifest, encoded_history
+from jqueue.core.formats.checkpoint import HistoryEncoder, encode_manifest
 from jqueue.core.formats.marker import checkpoint_name
 from jqueue.core.formats.slab import RowKey, SlabWriter, id_hash, open_slab, row_key, slab_name
 from jqueue.core.formats.slab_block import BLOCK_ROWS
@@ -88,6 +88,7 @@ def plan(
     every_job: bool,
     taken: Mapping[int, bytes] | None = None,
     unit: int = SIZE_UNIT,
+    history: HistoryEncoder | None = None,
 ) -> Plan:
     """Make the next checkpoint of ``frozen`` (meant for a worker thread, one at a time).
 
@@ -97,7 +98,8 @@ def plan(
     dropped and the new slab holds their rows and those of the slabs it retires. Each
     changed record gets the new slab as its place; ``SlabSet.adopt`` makes the plan's slabs
     the set's once it is stored, and after a plan that is not, the next must write every job
-    (``SlabSet.forget``): its drops are the set's already.
+    (``SlabSet.forget``): its drops are the set's already. ``history`` encodes the history
+    (one kept across a queue's plans encodes each record once).
 
     Raises
     ------
@@ -127,9 +129,10 @@ def plan(
     new, content, moved, claimable = _written(heapq.merge(*streams, key=_key), frozen.saved, retired, number)
     named = [*kept, new] if new is not None else kept
     segments = segments_of(named)
-    name, history = checkpoint_name(frozen.version, at), encoded_history(frozen.history)
+    name = checkpoint_name(frozen.version, at)
+    encoded = (history or HistoryEncoder()).encode(frozen.history)
     version, controls = frozen.version, frozen.controls
-    return Plan(new, content, name, kept, moved, claimable, segments, version, at, tag, history, controls)
+    return Plan(new, content, name, kept, moved, claimable, segments, version, at, tag, encoded, controls)
 
 
 def _key(row: _Row) -> RowKey:
