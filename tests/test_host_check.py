@@ -311,3 +311,31 @@ def test_which_names_are_allowed_where_it_listens() -> None:
     bare = AllowedHosts.of("0.0.0.0", "http://box.example:8080", [LISTED])
     assert bare.names == {"box.example", "127.0.0.1", "localhost", "::1", LISTED}
     assert not bare.allows(f"{EVIL}:8080")
+
+
+async def test_the_check_answers_each_name_alike_however_many_names_it_has_seen() -> None:
+    from starlette.types import Message as Sent
+    from starlette.types import Receive, Scope, Send
+
+    from jqueue.adapters.web.allowed_hosts import HostCheck
+
+    reached: list[bytes | None] = []
+    statuses: list[int] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(dict(scope["headers"]).get(b"host"))
+
+    async def send(message: Sent) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    async def receive() -> Sent:
+        return {"type": "http.request", "body": b""}
+
+    check = HostCheck(app, AllowedHosts.of("127.0.0.1:8080"))
+    names = [b"localhost:8080", *(f"evil-{n}.example".encode() for n in range(100)), b"127.0.0.1:8080"]
+    for _ in range(2):  # the second time, answered from what the check remembers
+        for headers in [[(b"host", name)] for name in names] + [[]]:
+            await check({"type": "http", "method": "GET", "path": "/", "headers": headers}, receive, send)
+    assert reached == [b"localhost:8080", b"127.0.0.1:8080"] * 2
+    assert statuses == [BAD_HOST] * 202

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from jqueue.adapters.service.error_codes import body_of, code_of
@@ -46,3 +46,9 @@ def answer(body: object, msgpack: bool, status: int = 200) -> Response:
     """Return the response of ``body`` in MessagePack or JSON."""
     media = "application/msgpack" if msgpack else "application/json"
     return Response(encode(body, msgpack), status_code=status, media_type=media)
+
+
+def verb_of(request: Request) -> str:
+    """The last part of a request's path: the verb of a queue's route (read from the ASGI scope:
+    ``request.url`` parses the whole URL)."""
+    return str(request.scope["path"]).rpartition("/")[2]

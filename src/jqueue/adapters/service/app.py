@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from jqueue.adapters.dashboard.pages import Dashboard
-from jqueue.adapters.service.answers import HTTPError, answer, error_of
+from jqueue.adapters.service.answers import HTTPError, answer, error_of, verb_of
 from jqueue.adapters.service.host import QueueHost, record_storage
 from jqueue.adapters.service.metrics import ServiceMetrics
 from jqueue.adapters.service.openapi import openapi_document
@@ -139,7 +139,7 @@ class Service:
         return {"dequeue": self._nothing_claimed, "peek": self._nothing_claimed, "changes": self._no_change}
 
     async def _nothing_claimed(self, request: Request) -> JobsResponse:
-        await self.read_body(request, DequeueRequest if request.url.path.endswith("dequeue") else PeekRequest)
+        await self.read_body(request, DequeueRequest if verb_of(request) == "dequeue" else PeekRequest)
         return JobsResponse([])
 
     async def _no_change(self, request: Request) -> ChangesResponse:
@@ -198,7 +198,7 @@ class Service:
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
             msgpack = wants_msgpack(request.headers)
-            name, route = request.path_params["queue"], request.url.path.rsplit("/", 1)[1]
+            name, route = request.path_params["queue"], verb_of(request)
             try:
                 await self.authorize(request, name)
                 await self.check_serving(request)
@@ -284,7 +284,7 @@ class Service:
 
     async def _settle(self, queue: BrokerQueue, request: Request) -> ResultsResponse:
         body: SettleRequest = await self.read_body(request, SettleRequest)
-        verb = request.url.path.rsplit("/", 1)[1]
+        verb = verb_of(request)
         delay = None if body.delay_seconds is None else timedelta(seconds=body.delay_seconds)
 
         def call(ref: JobRef) -> Awaitable[object]:
@@ -325,7 +325,7 @@ class Service:
         return ResultResponse("acked", found)
 
     def _count(self, request: Request, action: str, jobs: list[Job]) -> None:
-        self.metrics.batch_size.labels(request.url.path.rsplit("/", 1)[1]).observe(len(jobs))
+        self.metrics.batch_size.labels(verb_of(request)).observe(len(jobs))
         self.metrics.jobs(request.path_params["queue"], action, jobs)
 
 
@@ -385,7 +385,7 @@ def create_app(
     async def not_routed(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         code = {404: "not_found", 405: "method_not_allowed"}.get(status, "bad_request")
-        body = ErrorResponse(ErrorBody(code, f"{request.method} {request.url.path}: {exc}"))
+        body = ErrorResponse(ErrorBody(code, f"{request.method} {request.scope['path']}: {exc}"))
         return answer(body, wants_msgpack(request.headers), status)
 
     dashboard = Dashboard(ServedQueues(service), token)

@@ -32,6 +32,8 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 """The loopback interface's names, allowed when the service listens on it."""
 
 ALL_INTERFACES = ("0.0.0.0", "::")
+_REMEMBERED_HOSTS = 64
+"""The most ``Host`` values whose answer ``HostCheck`` remembers (others are checked each time)."""
 BAD_HOST_STATUS = 421
 """421 Misdirected Request: this service does not answer for that name."""
 
@@ -105,17 +107,24 @@ class HostCheck:
     def __init__(self, app: ASGIApp, allowed: AllowedHosts) -> None:
         self.app = app
         self.allowed = allowed
+        self._answers: dict[bytes | None, bool] = {}  # by the raw Host header
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on, or refuse it."""
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        headers = Headers(scope=scope)
-        host = headers.get("host")
-        if self.allowed.allows(host):
+        raw = next((value for name, value in scope["headers"] if name == b"host"), None)
+        allowed = self._answers.get(raw)
+        if allowed is None:
+            allowed = self.allowed.allows(None if raw is None else raw.decode("latin-1"))
+            if len(self._answers) < _REMEMBERED_HOSTS:
+                self._answers[raw] = allowed
+        if allowed:
             await self.app(scope, receive, send)
             return
+        headers = Headers(scope=scope)
+        host = headers.get("host")
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
