@@ -3,6 +3,7 @@ that holds its id or dedup key already."""
 
 from __future__ import annotations
 
+from collections.abc import Container
 from datetime import timedelta
 
 from jqueue.core.commits import Operation
@@ -16,9 +17,12 @@ Found = Added | HistoryRecord
 """What an add is answered with: the job it added, or the one that held its id or dedup key."""
 
 
-def adding(new: list[Added], retention: timedelta) -> Operation[list[Found]]:
+def adding(
+    new: list[Added], retention: timedelta, fresh: Container[str] = frozenset()
+) -> Operation[list[Found]]:
     """Return the operation that adds ``new`` jobs: each is answered with the job it adds, or
-    with the job that holds its id or its dedup key already (live, or acked within ``retention``)."""
+    with the job that holds its id or its dedup key already (live, or acked within ``retention``).
+    The ids in ``fresh`` were made for this call (``new_job_id``): no job holds them."""
 
     def operation(index: QueueIndex) -> list[Found]:
         acked_since = to_micros(utc_now() - retention)
@@ -30,7 +34,7 @@ def adding(new: list[Added], retention: timedelta) -> Operation[list[Found]]:
             if index.controls.enqueues_paused(job.entrypoint):
                 raise QueuePausedError(job.entrypoint)
             key = job.dedup_key
-            match = ids.get(job.id) or index.known(job.id)
+            match = None if job.id in fresh else ids.get(job.id) or index.known(job.id)
             if match is None and key is not None:
                 match = keyed.get(key) or index.dedup_match(key, acked_since)
             if isinstance(match, JobRecord):

@@ -176,10 +176,14 @@ class JobQueue(ManagementCalls, EnqueueCalls):
         return new
 
     async def _add(self, jobs: Iterable[JobSpec], batch: str | None) -> list[Job]:
-        new = self._built(jobs, batch)
+        specs = list(jobs)
+        new = self._built(specs, batch)
         if not new:
             return []
-        return await self._resolved(await self._commits.run(adding(new, self.policy.history_retention)))
+        fresh = {job.id for spec, job in zip(specs, new, strict=True) if spec.id is None}
+        return await self._resolved(
+            await self._commits.run(adding(new, self.policy.history_retention, fresh))
+        )
 
     @property
     def bulk(self) -> BulkWrites:
