@@ -148,6 +148,27 @@ def test_worker_runs_a_worker_from_a_module(cli: Cli) -> None:
     assert sorted((cli.cwd / "greeted.txt").read_text().split()) == ["ann", "bob"]
 
 
+def test_worker_runs_its_handlers_on_uvloop_and_exec_its_commands_on_asyncio(cli: Cli) -> None:
+    (cli.cwd / "looks.py").write_text(
+        "import asyncio\n"
+        "from pathlib import Path\n"
+        "from jqueue import Worker\n"
+        "def make(queue):\n"
+        "    worker = Worker(queue)\n"
+        "    @worker.handler('look')\n"
+        "    async def look(job):\n"
+        "        Path('loop.txt').write_text(type(asyncio.get_running_loop()).__module__)\n"
+        "    return worker\n"
+    )
+    cli("enqueue", "look", "x")
+    assert cli.json("worker", "looks:make", "--burst")["acked"] == 1
+    assert (cli.cwd / "loop.txt").read_text().startswith("uvloop")  # the cli extra brings it
+    cli("enqueue", "run", "the payload")
+    command = ("sh", "-c", "cat /dev/stdin > got.txt")  # a socket pair (uvloop's) cannot be opened
+    assert json.loads(cli("exec", "run", "--burst", "--json", "--", *command).stdout)["acked"] == 1
+    assert (cli.cwd / "got.txt").read_text() == "the payload"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

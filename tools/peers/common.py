@@ -173,11 +173,19 @@ async def ready_then_go(args: argparse.Namespace) -> None:
 def run_asyncio_runner(
     produce: Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]],
     work: Callable[[argparse.Namespace], Coroutine[Any, Any, None]],
+    *,
+    worker_on_uvloop: bool = False,
 ) -> None:
-    """The ``main`` of a runner written with asyncio: a worker scenario runs ``work``, any other
+    """The ``main`` of a runner written with asyncio: a worker scenario runs ``work`` (on uvloop's
+    loop with ``worker_on_uvloop``, for a library whose worker command runs on it), any other
     prints what ``produce`` returns."""
     args = runner_arguments()
     if args.scenario.endswith("worker"):
-        asyncio.run(work(args))
+        if worker_on_uvloop:
+            import uvloop
+
+            uvloop.run(work(args))
+        else:
+            asyncio.run(work(args))
     else:
         emit(asyncio.run(produce(args)))

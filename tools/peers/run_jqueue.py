@@ -28,6 +28,7 @@ from common import (
 )
 
 from jqueue import BrokerQueue, DirectQueue, Job, LocalFileSystemStorage, RemoteQueue, Worker
+from jqueue.adapters.event_loop import run_event_loop
 
 
 def open_queue(kind: str, workdir: Path) -> DirectQueue | BrokerQueue | RemoteQueue:
@@ -83,7 +84,7 @@ def main() -> None:
     args = runner_arguments(["direct", "broker", "serve"])
     started = time.time()
     if args.scenario.endswith("worker"):
-        asyncio.run(work(args))
+        run_event_loop(work(args))  # as ``jqueue worker`` runs its handlers
     else:
         emit({**asyncio.run(produce(args)), "wall_s": round(time.time() - started, 3)})
 

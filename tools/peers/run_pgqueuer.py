@@ -78,4 +78,4 @@ async def work(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    run_asyncio_runner(produce, work)
+    run_asyncio_runner(produce, work, worker_on_uvloop=True)  # as ``pgq run`` does

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from jqueue.adapters.event_loop import run_event_loop
 from jqueue.adapters.service.caller import ServiceCaller
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.wire import TOKEN_VARIABLE
@@ -155,10 +156,11 @@ def fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-def run(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine; a user's mistake or an unreachable storage is one error line."""
+def run(coroutine: Coroutine[Any, Any, T], *, handlers: bool = False) -> T:
+    """Run a command's coroutine (``handlers``: a worker's, on ``run_event_loop``'s loop); a
+    user's mistake or an unreachable storage is one error line."""
     try:
-        return asyncio.run(coroutine)
+        return run_event_loop(coroutine) if handlers else asyncio.run(coroutine)
     except (JQueueError, ValueError, OSError, ImportError) as exc:  # ImportError: a missing extra
         fail(str(exc) or type(exc).__name__)
     raise AssertionError("unreachable")

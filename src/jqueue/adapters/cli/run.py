@@ -249,7 +249,7 @@ def worker(
                 errors.print(f"claimed nothing: {await _why_idle(chosen)}", highlight=False)
             return stats
 
-    print_summary(run(go()), as_json)
+    print_summary(run(go(), handlers=True), as_json)
 
 
 def _as_url(storage: str) -> str:

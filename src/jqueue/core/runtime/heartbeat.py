@@ -22,6 +22,19 @@ PROMPT_EVERY = timedelta(seconds=2)
 if its handler reported some) or asks whether its cancel was asked for (a read, no commit)."""
 
 
+_cancel_checks: dict[type, bool] = {}
+
+
+def _checks_cancel(queue: SupportsHeartbeat) -> bool:
+    """Whether ``queue`` can say that a job's cancel was asked for (``SupportsCancelCheck``;
+    a protocol's ``isinstance`` is slow, so the answer is kept per type)."""
+    kind = type(queue)
+    checks = _cancel_checks.get(kind)
+    if checks is None:
+        checks = _cancel_checks[kind] = isinstance(queue, SupportsCancelCheck)
+    return checks
+
+
 def _takes_progress(queue: SupportsHeartbeat) -> bool:
     """Whether ``queue.heartbeat`` takes ``progress`` (a queue of another library may not)."""
     try:
@@ -69,14 +82,32 @@ class HeartbeatManager:
         self.interval = interval
         self.context = context
         self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._entered = 0.0
 
     async def __aenter__(self) -> HeartbeatManager:
-        self._task = asyncio.create_task(self._beat(), name=f"jqueue-heartbeat-{self.job_id}")
+        self._entered = time.monotonic()
+        self._timer = asyncio.get_running_loop().call_later(self._tick(), self._start)
         return self
+
+    def _tick(self) -> float:
+        """Seconds between two looks: the interval, or ``PROMPT_EVERY`` when there is a handler's
+        progress to store and a cancel to look for."""
+        interval = self.interval.total_seconds()
+        prompt = self.context is not None and _checks_cancel(self.queue)
+        return min(interval, PROMPT_EVERY.total_seconds()) if prompt else interval
+
+    def _start(self) -> None:
+        """The first look is due: from now on a task looks (a job done sooner costs no task)."""
+        self._timer = None
+        self._task = asyncio.create_task(self._beat(), name=f"jqueue-heartbeat-{self.job_id}")
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
         task, self._task = self._task, None
         if task is None:
             return
@@ -89,12 +120,9 @@ class HeartbeatManager:
                 raise
 
     async def _beat(self) -> None:
-        interval = self.interval.total_seconds()
-        prompt = self.context is not None and isinstance(self.queue, SupportsCancelCheck)
-        tick = min(interval, PROMPT_EVERY.total_seconds()) if prompt else interval
-        last_beat = time.monotonic()
+        interval, tick = self.interval.total_seconds(), self._tick()
+        last_beat = self._entered
         while True:
-            await asyncio.sleep(tick)
             report = None if self.context is None else self.context.take_report()
             due = time.monotonic() - last_beat >= interval - tick / 2
             try:
@@ -102,13 +130,12 @@ class HeartbeatManager:
                     await cast(SupportsProgress, self.queue).heartbeat(
                         self.job, progress=report[0], note=report[1]
                     )
+                    last_beat = time.monotonic()
                 elif due:
                     await self.queue.heartbeat(self.job)
+                    last_beat = time.monotonic()
                 elif await cast(SupportsCancelCheck, self.queue).cancel_requested(self.job):
                     raise JobCancelledError(self.job_id)
-                else:
-                    continue
-                last_beat = time.monotonic()
             except JobCancelledError:
                 logger.info("job %s was cancelled; heartbeats stop and its handler is stopped", self.job_id)
                 if self.context is not None:
@@ -121,3 +148,4 @@ class HeartbeatManager:
                 if report is not None and self.context is not None:
                     self.context.put_back(report)
                 logger.warning("heartbeat for job %s failed, trying again next beat: %r", self.job_id, exc)
+            await asyncio.sleep(tick)

@@ -381,5 +381,6 @@ class Worker(WorkerSetup):
             outcome = Outcome.LOST  # the storage is gone for good: the lease runs out and the job returns
         result = JobResult(job, outcome, error, waited, time.monotonic() - started)
         self.stats.outcomes[outcome] += 1
-        logger.log(result.level(), "job %s", result.summary(), extra=result.log_fields())
+        if logger.isEnabledFor(level := result.level()):
+            logger.log(level, "job %s", result.summary(), extra=result.log_fields())
         await call_hooks(self.hooks["after_job"], result)
