@@ -133,35 +133,36 @@ class HistoryEncoder:
 
     Between two checkpoints a history loses its oldest records and gains new ones at its end,
     and its records never change: the records the last call encoded that are still there, in
-    the same order, are taken as encoded then, found by identity. Meant for one thread at a
-    time (the plan's).
+    the same order, are taken as encoded then, found by identity. What the last call encoded
+    is kept as one pair, so that even two calls at once (the plans of one queue run one at a
+    time) each read a whole one.
     """
 
     def __init__(self) -> None:
-        self._records: list[HistoryRecord] = []
-        self._parts: list[bytes] = []
+        self._last: tuple[list[HistoryRecord], list[bytes]] = ([], [])
 
     def encode(self, history: list[HistoryRecord]) -> msgspec.Raw:
         """Return ``history`` encoded (a JSON array of ``WireHistory``)."""
-        kept = self._kept(history)
-        parts = self._parts[len(self._parts) - kept :]
+        before, encoded = self._last
+        kept = _kept(before, history)
+        parts = encoded[len(encoded) - kept :]
         parts += [_encoder.encode(wire) for wire in wire_history(history[kept:])]
-        self._records, self._parts = history, parts
+        self._last = (history, parts)
         return msgspec.Raw(b"[" + b",".join(parts) + b"]")
 
-    def _kept(self, history: list[HistoryRecord]) -> int:
-        """How many records ``history`` starts with that end the last history encoded."""
-        before = self._records
-        if not history or not before:
-            return 0
-        first = history[0]
-        start = next((at for at, record in enumerate(before) if record is first), None)
-        if start is None:
-            return 0
-        tail = before[start:]
-        if len(tail) > len(history) or not all(map(operator.is_, tail, history)):
-            return 0
-        return len(tail)
+
+def _kept(before: list[HistoryRecord], history: list[HistoryRecord]) -> int:
+    """How many records ``history`` starts with that end ``before``, the same objects."""
+    if not history or not before:
+        return 0
+    first = history[0]
+    start = next((at for at, record in enumerate(before) if record is first), None)
+    if start is None:
+        return 0
+    tail = before[start:]
+    if len(tail) > len(history) or not all(map(operator.is_, tail, history)):
+        return 0
+    return len(tail)
 
 
 def encode_manifest(
