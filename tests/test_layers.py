@@ -28,6 +28,7 @@ ARROWS: dict[str, set[str]] = {
     "core.runtime": {"domain", "ports", "core"},
     "adapters": set(),
     "adapters.optional": set(),
+    "adapters.event_loop": set(),
     "adapters.web": set(),
     "adapters.charts": {"domain"},
     "adapters.storage": {"domain", "ports", "adapters.optional"},
@@ -48,7 +49,7 @@ ARROWS: dict[str, set[str]] = {
     "adapters.cli": {
         "domain", "ports", "core", "core.runtime", "version", "bench",
         "adapters.optional", "adapters.storage", "adapters.web", "adapters.dashboard",
-        "adapters.service", "adapters.report", "adapters.worker_metrics",
+        "adapters.service", "adapters.report", "adapters.worker_metrics", "adapters.event_loop",
     },
     "jqueue": {
         "domain", "ports", *ENGINE, "core.runtime", "version",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
@@ -102,8 +103,10 @@ async def test_a_heartbeat_manager_stops_when_its_lease_is_lost(file_or_s3: Back
         [job] = await q.dequeue()
         await q.nack(job.id)  # someone else returns it: this claim's lease is gone
         async with HeartbeatManager(q, job, interval=timedelta(milliseconds=20)) as manager:
-            task = manager._task
-            assert task is not None
+            deadline = time.monotonic() + BOUND
+            while (task := manager._task) is None:  # the first look starts it, an interval on
+                assert time.monotonic() < deadline, "the heartbeats never started"
+                await asyncio.sleep(0.01)
             await asyncio.wait_for(asyncio.shield(task), BOUND)  # heartbeats stop after the lease was lost
         [requeued] = (await q.read_state()).jobs
         assert (requeued.status, requeued.lease) == (JobStatus.QUEUED, None)
