@@ -178,12 +178,9 @@ class JobQueue(ManagementCalls, EnqueueCalls):
     async def _add(self, jobs: Iterable[JobSpec], batch: str | None) -> list[Job]:
         specs = list(jobs)
         new = self._built(specs, batch)
-        if not new:
-            return []
         fresh = {job.id for spec, job in zip(specs, new, strict=True) if spec.id is None}
-        return await self._resolved(
-            await self._commits.run(adding(new, self.policy.history_retention, fresh))
-        )
+        operation = adding(new, self.policy.history_retention, fresh)
+        return await self._resolved(await self._commits.run(operation)) if new else []
 
     @property
     def bulk(self) -> BulkWrites:
