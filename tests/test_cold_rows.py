@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from jqueue import DirectQueue, InMemoryStorage, JobStatus, LocalFileSystemStorage, LogSettings
+from jqueue import DirectQueue, InMemoryStorage, JobSpec, JobStatus, LocalFileSystemStorage, LogSettings
 from jqueue.core.formats.slab import OpenedSlab
 from jqueue.core.formats.slab_whole import slab_tree, tree_slab
 from jqueue.core.log.slabs import SlabSet
 from jqueue.core.log.store import LogStore
+from jqueue.domain.bulk_adds import BULK_ADDS
 from jqueue.domain.index import QueueIndex
 
 NEVER = LogSettings(checkpoint_every=10**9)  # only the checkpoints a test asks for
@@ -239,3 +240,17 @@ async def test_a_checkpoint_cancelled_while_its_stored_slab_is_mapped_loses_noth
         assert await fresh.count() == 160
         listed = {job.id for job in await fresh.jobs(limit=None)}
         assert {job.id for job in second} <= listed
+
+
+async def test_a_bulk_enqueue_answers_a_cold_job_that_holds_one_of_its_ids_and_adds_it_once() -> None:
+    storage = InMemoryStorage(name="cold-repeat")
+    claimable = await loaded(storage)
+    cold_id = claimable[len(claimable) // 2][1]
+    async with DirectQueue(storage, log=NEVER) as fresh:
+        assert cold_id not in (await index_of(fresh)).records  # still in a slab
+        specs = [JobSpec("a", b"new %d" % n) for n in range(2 * BULK_ADDS)]
+        specs[BULK_ADDS] = JobSpec("b", b"repeated", id=cold_id)
+        jobs = await fresh.enqueue_many(specs)
+        assert jobs[BULK_ADDS].id == cold_id
+        assert jobs[BULK_ADDS].payload != b"repeated"  # the job that held the id, as it was
+        assert await fresh.count() == JOBS + 1 + len(specs) - 1

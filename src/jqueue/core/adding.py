@@ -46,7 +46,7 @@ def adding(
                 keyed.update({} if key is None else {key: job})
                 ids[job.id] = job
                 found.append(job)
-        index.apply_all(accepted)
+        index.apply_all(accepted, ids_looked_up=True)
         return found
 
     return operation

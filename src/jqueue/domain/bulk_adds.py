@@ -48,27 +48,29 @@ class BulkAdds:
     def _record_undo(self, undo: Callable[[], None] | None) -> None:
         raise NotImplementedError
 
-    def apply_all(self, effects: Iterable[Effect]) -> None:
-        """Apply effects in order (a run of adds in bulk: a bulk write's, or a replayed one)."""
+    def apply_all(self, effects: Iterable[Effect], *, ids_looked_up: bool = False) -> None:
+        """Apply effects in order (a run of adds in bulk: a bulk write's, or a replayed one).
+        With ``ids_looked_up``, the caller found no job holding an added id (``adding``), so a
+        run of adds does not look for them among the cold jobs again."""
         run: list[Added] = []
         for effect in effects:
             if isinstance(effect, Added):
                 run.append(effect)
                 continue
-            self._add_run(run)
+            self._add_run(run, ids_looked_up)
             run = []
             self.apply(effect)
-        self._add_run(run)
+        self._add_run(run, ids_looked_up)
         if self._journal is None:
             self.order.prune()
 
-    def _add_run(self, run: list[Added]) -> None:
+    def _add_run(self, run: list[Added], ids_looked_up: bool) -> None:
         if len(run) < BULK_ADDS:
             for added in run:
                 self.apply(added)
             return
         keys = [a.dedup_key for a in run if a.dedup_key is not None]
-        cold = self.cold is not None and any(self.job(a.id) is not None for a in run)
+        cold = not ids_looked_up and self.cold is not None and any(self.job(a.id) is not None for a in run)
         if cold or self.records.keys() & {a.id for a in run} or len({a.id for a in run}) < len(run):
             raise ValueError("a job is added twice")
         if self._dedup.keys() & set(keys) or len(set(keys)) < len(keys):
