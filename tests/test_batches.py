@@ -47,6 +47,37 @@ async def test_ack_many_and_nack_many_are_all_or_nothing(file_or_s3: Backend, la
         assert {(j.id, j.status) for j in state.jobs} == {(c.id, JobStatus.QUEUED), (d.id, JobStatus.QUEUED)}
 
 
+async def test_ack_each_acks_every_job_it_can_in_one_commit_and_answers_each(
+    file_or_s3: Backend, layout: Layout, queue_kind: str
+) -> None:
+    storage, _ = file_or_s3.new()
+    async with open_queue(queue_kind, storage, layout=layout, max_payload_bytes=10) as q:
+        await q.enqueue_many("work", [b"a", b"b", b"c", b"d", b"e"])
+        a, b, c, d, e = await q.dequeue(batch_size=5)
+        await q.nack(d.id)  # d's claim is lost
+        before = (await q.read_state()).version
+        outcomes = await q.ack_each(
+            [(a, b"done a"), (d, None), (b, None), ("no-such-job", None), (c, b"x" * 11), (e, b"done e")]
+        )
+        assert [type(outcome) for outcome in outcomes] == [
+            type(None),
+            LeaseLostError,
+            type(None),
+            JobNotFoundError,
+            PayloadTooLargeError,
+            type(None),
+        ]
+        state = await q.read_state()
+        assert state.version == before + 1
+        assert {(j.id, j.status) for j in state.jobs} == {
+            (c.id, JobStatus.IN_PROGRESS),
+            (d.id, JobStatus.QUEUED),
+        }
+        assert await q.result(a.id) == b"done a"
+        assert await q.result(e.id) == b"done e"
+        assert await q.ack_each([]) == []
+
+
 async def test_a_failing_batch_in_a_group_commit_leaves_nothing_behind(
     file_or_s3: Backend, layout: Layout
 ) -> None:

@@ -4,7 +4,8 @@ Each call checks its arguments, then becomes an ``Operation``: a function that d
 the call's effects on the queue index (applying them) and returns the caller's answer.
 The queue's ``Commits`` (``jqueue.core.commits``) decide how operations reach the store:
 one commit per call (``DirectQueue``), or many folded into one (``GroupCommitLoop``,
-``BrokerQueue``). The calls that look at and steer a queue are in ``ManagementCalls``.
+``BrokerQueue``). The calls that look at and steer a queue are in ``ManagementCalls``, those
+that settle claimed jobs in ``SettleCalls``.
 """
 
 from __future__ import annotations
@@ -27,16 +28,16 @@ from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.settings import LogSettings
 from jqueue.core.loop.store import StorageUse, describe
 from jqueue.core.loop.timed import DEFAULT_STORAGE_TIMEOUT, timed
-from jqueue.core.management import ManagementCalls, entrypoint_set, fence
+from jqueue.core.management import entrypoint_set, fence
+from jqueue.core.settle_calls import SettleCalls
 from jqueue.core.spawn_guard import refuse_while_spawning
 from jqueue.domain.effects import Added
-from jqueue.domain.errors import LeaseLostError, PayloadTooLargeError
+from jqueue.domain.errors import LeaseLostError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState
 from jqueue.domain.policy import QueuePolicy
-from jqueue.domain.spec import LONGEST_SPAN, JobSpec, checked_span
+from jqueue.domain.spec import JobSpec, checked_span
 from jqueue.domain.times import to_micros, utc_now
-from jqueue.domain.values import checked_int64, checked_progress, span, storable_text
 from jqueue.ports.storage import ObjectStoragePort
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -72,7 +73,7 @@ class QueueOptions(TypedDict, total=False):
     storage_timeout: timedelta | None
 
 
-class JobQueue(ManagementCalls, EnqueueCalls):
+class JobQueue(SettleCalls, EnqueueCalls):
     """The queue API over a commit strategy: the documented calls, management and the lifecycle.
 
     ``DirectQueue``, ``GroupCommitLoop`` and ``BrokerQueue`` are this class with a strategy
@@ -154,12 +155,6 @@ class JobQueue(ManagementCalls, EnqueueCalls):
         """Write a checkpoint of the queue now (log layout); False for the single object, which has none."""
         return await (await self._opener.store()).checkpoint()
 
-    def _checked(self, payload: bytes) -> bytes:
-        limit = self.max_payload_bytes
-        if limit is not None and len(payload) > limit:
-            raise PayloadTooLargeError(len(payload), limit)
-        return payload
-
     async def read_state(self) -> QueueState:
         """Return a fresh snapshot of the whole queue straight from storage."""
         return await (await self._opener.store()).read_state()
@@ -231,126 +226,6 @@ class JobQueue(ManagementCalls, EnqueueCalls):
 
         claimed = await self._commits.run(operation)
         return await self._jobs(claimed) if claimed else []
-
-    async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
-        """Remove a finished job, leaving a history record (that keeps ``result``, what its
-        handler returned, for ``result()`` to read while the history holds it).
-
-        Pass the claimed ``Job`` to fence the call with its lease, or a job id to
-        remove the job whatever its state (as the documented jqueue does).
-
-        Raises
-        ------
-        PayloadTooLargeError
-            If ``result`` is over ``max_payload_bytes``; nothing changes.
-        LeaseLostError
-            Fenced, if the lease no longer holds the job (it expired and the job was
-            claimed again, or someone else acked or requeued it); nothing changes.
-        JobNotFoundError
-            Unfenced, if the job is not in the queue (for example, acked already).
-        """
-        await self._ack([fence(job_id)], None if result is None else self._checked(bytes(result)))
-
-    async def ack_many(self, jobs: Iterable[Job | str]) -> None:
-        """Remove finished jobs, all in one commit, each fenced as in ``ack``.
-
-        If one of them cannot be acked (``LeaseLostError``, ``JobNotFoundError``), the
-        error is raised and none is removed.
-        """
-        await self._ack([fence(job) for job in jobs], None)
-
-    async def _ack(self, fences: list[tuple[str, str | None]], result: bytes | None) -> None:
-        def operation(index: QueueIndex) -> None:
-            now = to_micros(utc_now())
-            for job_id, lease in fences:
-                index.remove(job_id, lease, now, result)
-
-        await self._commits.run(operation)
-
-    async def nack(
-        self,
-        job_id: Job | str,
-        delay: timedelta | None = None,
-        error: str | None = None,
-        *,
-        max_attempts: int | None = None,
-        dead: bool = False,
-    ) -> None:
-        """Return a claimed job to the queue after a wait: ``delay``, else the queue's back-off
-        (none by default); a job that used its last attempt dies instead.
-
-        ``error`` is recorded as the job's last error (what UTF-8 cannot store is escaped).
-        ``max_attempts`` is the limit for a job without one of its own (by default the
-        queue policy's). With ``dead``, the claimed job goes to the dead letters at once
-        (``dead_reason`` ``failed``), whatever attempts it has left. Fenced when given the
-        claimed ``Job``, as in ``ack``.
-        """
-        await self.nack_many([job_id], delay, error, max_attempts=max_attempts, dead=dead)
-
-    async def nack_many(
-        self,
-        jobs: Iterable[Job | str],
-        delay: timedelta | None = None,
-        error: str | None = None,
-        *,
-        max_attempts: int | None = None,
-        dead: bool = False,
-    ) -> None:
-        """Return claimed jobs to the queue as ``nack`` does, all in one commit.
-
-        If one of them cannot be, the error is raised and none is.
-        """
-        if delay is not None and not timedelta(0) <= delay <= LONGEST_SPAN:
-            raise ValueError(f"delay must be between 0 and {LONGEST_SPAN.days} days, got {span(delay)}")
-        if max_attempts is not None and checked_int64("max_attempts", max_attempts) < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        fences = [fence(job) for job in jobs]
-        policy = self.policy
-        limit = policy.max_attempts if max_attempts is None else max_attempts
-        text = None if error is None else storable_text(str(error))
-
-        def operation(index: QueueIndex) -> None:
-            now = utc_now()
-            for job_id, lease in fences:
-                record = index.records.get(job_id)  # a claimed job is never cold
-                wait = delay if delay is not None else policy.retry_delay(record.attempts if record else 1)
-                retry_at = None if not wait else to_micros(now + wait)
-                index.nack(job_id, lease, to_micros(now), retry_at, text, limit, dead)
-
-        await self._commits.run(operation)
-
-    async def release(self, job_id: Job | str) -> None:
-        """Return a claimed job to the queue at once, not as a failure (a worker shutting down);
-        fenced when given the claimed ``Job``."""
-        plain_id, lease = fence(job_id)
-        await self._commits.run(lambda index: index.release(plain_id, lease, to_micros(utc_now())))
-
-    async def heartbeat(
-        self,
-        job_id: Job | str,
-        *,
-        visibility_timeout: timedelta | None = None,
-        progress: float | None = None,
-        note: str | None = None,
-    ) -> None:
-        """Record that the worker on a job is alive, extending its lease by its visibility timeout
-        (or to ``visibility_timeout`` from now, when given), and with ``progress`` (0 to 1)
-        and ``note``, how far the job got.
-
-        Fenced when given the claimed ``Job``: a lost lease raises ``LeaseLostError``. A job
-        whose cancel was asked for raises ``JobCancelledError``: its worker is to stop it.
-        """
-        plain_id, lease = fence(job_id)
-        reported = (None, None) if progress is None else checked_progress(progress, note)
-        if visibility_timeout is not None:
-            checked_span("visibility_timeout", visibility_timeout)
-
-        def operation(index: QueueIndex) -> None:
-            now = utc_now()
-            expires = None if visibility_timeout is None else to_micros(now + visibility_timeout)
-            index.heartbeat(plain_id, to_micros(now), lease, expires, *reported)
-
-        await self._commits.run(operation)
 
     async def renew_lease(self, job: Job, *, visibility_timeout: timedelta | None = None) -> Job:
         """Heartbeat a claimed job as ``heartbeat`` does, and hold it from now on under a new

@@ -11,7 +11,6 @@ the request counters are the broker's own. Errors are queued's ``{"error": NAME,
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -242,11 +241,7 @@ class QueuedRoutes:
         self._gate(name, "delete")
         body: DeleteRequest = await self.service.read_body(request, DeleteRequest)
         fences = [await held(queue, m.id, m.poll_tag) for m in body.messages]
-        try:  # one commit for the whole batch; if one is stale, each on its own
-            await queue.ack_many(fences)
-            outcomes: list[BaseException | None] = [None] * len(fences)
-        except (JobNotFoundError, LeaseLostError):
-            outcomes = await asyncio.gather(*(queue.ack(job) for job in fences), return_exceptions=True)
+        outcomes = await queue.ack_each([(job, None) for job in fences])  # one commit for the batch
         for outcome in outcomes:
             if outcome is not None and not isinstance(outcome, JobNotFoundError | LeaseLostError):
                 raise outcome
