@@ -194,6 +194,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
     for module in (
         "jqueue.core.queue",
+        "jqueue.core.settle_calls",
         "jqueue.core.management",
         "jqueue.core.insight",
         "jqueue.core.commits",
