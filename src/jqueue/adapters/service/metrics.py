@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 from collections.abc import Iterable, Iterator
@@ -86,8 +87,8 @@ class ServiceMetrics:
 
     def jobs(self, queue: str, action: str, jobs: Iterable[Job]) -> None:
         """Count jobs an action went through."""
-        for job in jobs:
-            self.jobs_done.labels(queue, job.entrypoint, action).inc()
+        for entrypoint, count in collections.Counter(job.entrypoint for job in jobs).items():
+            self.jobs_done.labels(queue, entrypoint, action).inc(count)
 
     async def render(self, queues: dict[str, BrokerQueue], tenure: BrokerTenure) -> bytes:
         """The text exposition, with the broker gauges, the commits and the backlog of every
