@@ -45,7 +45,9 @@ class SettleCalls(ManagementCalls):
         JobNotFoundError
             Unfenced, if the job is not in the queue (for example, acked already).
         """
-        await self._ack([fence(job_id)], None if result is None else self._checked(bytes(result)))
+        [error] = await self.ack_each([(job_id, result)])
+        if error is not None:
+            raise error
 
     async def ack_many(self, jobs: Iterable[Job | str]) -> None:
         """Remove finished jobs, all in one commit, each fenced as in ``ack``.
@@ -53,7 +55,14 @@ class SettleCalls(ManagementCalls):
         If one of them cannot be acked (``LeaseLostError``, ``JobNotFoundError``), the
         error is raised and none is removed.
         """
-        await self._ack([fence(job) for job in jobs], None)
+        fences = [fence(job) for job in jobs]
+
+        def operation(index: QueueIndex) -> None:
+            now = to_micros(utc_now())
+            for job_id, lease in fences:
+                index.remove(job_id, lease, now, None)
+
+        await self._commits.run(operation)
 
     async def ack_each(self, acks: Sequence[tuple[Job | str, bytes | None]]) -> list[JQueueError | None]:
         """Ack each job with its result (``ack`` with ``result``), all in one commit; returns, per
@@ -65,6 +74,8 @@ class SettleCalls(ManagementCalls):
                 checked.append((*fence(job), None if result is None else self._checked(bytes(result))))
             except JQueueError as exc:
                 checked.append(exc)
+        if all(isinstance(item, JQueueError) for item in checked):  # nothing to commit
+            return [item for item in checked if isinstance(item, JQueueError)]
 
         def operation(index: QueueIndex) -> list[JQueueError | None]:
             now = to_micros(utc_now())
@@ -73,9 +84,10 @@ class SettleCalls(ManagementCalls):
                 if isinstance(item, JQueueError):
                     outcomes.append(item)
                     continue
+                job_id, lease, result = item
                 savepoint = index.savepoint()
                 try:
-                    index.remove(*item[:2], now, item[2])
+                    index.remove(job_id, lease, now, result)
                     outcomes.append(None)
                 except JQueueError as exc:
                     index.rollback_to(savepoint)  # a failed ack leaves nothing behind
@@ -83,14 +95,6 @@ class SettleCalls(ManagementCalls):
             return outcomes
 
         return await self._commits.run(operation)
-
-    async def _ack(self, fences: list[tuple[str, str | None]], result: bytes | None) -> None:
-        def operation(index: QueueIndex) -> None:
-            now = to_micros(utc_now())
-            for job_id, lease in fences:
-                index.remove(job_id, lease, now, result)
-
-        await self._commits.run(operation)
 
     async def nack(
         self,
