@@ -24,6 +24,7 @@ from jqueue import (
     ObjectStoragePort,
     S3Storage,
 )
+from jqueue.core.queue import JobQueue
 from servers import GCSEndpoint, S3Endpoint, fake_gcs_server, moto_server, seaweedfs_server
 
 BACKENDS = ["memory", "file", "s3-moto", "s3-seaweedfs", "gcs"]
@@ -192,15 +193,22 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """An injected clock for lease tests, so that a loaded machine cannot expire a lease early."""
     fake = Clock()
-    for module in (
-        "jqueue.core.queue",
-        "jqueue.core.settle_calls",
-        "jqueue.core.management",
-        "jqueue.core.insight",
-        "jqueue.core.commits",
-    ):
-        monkeypatch.setattr(f"{module}.utc_now", fake)
+    for module in _QUEUE_CALL_MODULES:
+        monkeypatch.setattr(module, "utc_now", fake)
     return fake
+
+
+_QUEUE_CALL_MODULES = [
+    module
+    for module in map(
+        sys.modules.__getitem__,
+        {base.__module__ for base in JobQueue.__mro__} | {"jqueue.core.commits", "jqueue.core.insight"},
+    )
+    if module.__name__.startswith("jqueue.core.") and hasattr(module, "utc_now")
+]
+"""The modules whose calls read the time for a queue's operations: those of ``JobQueue`` and its
+bases (derived, so that a call moved to another base stays on the test's clock), the commit
+strategies' housekeeping and the insight calls."""
 
 
 # Fixtures of the tests that run the original jqueue documentation (test_documented_*.py).
