@@ -294,23 +294,17 @@ class Service:
                 return queue.nack(target, delay, body.error, max_attempts=body.max_attempts, dead=body.dead)
             if verb == "heartbeat":
                 return queue.heartbeat(target, progress=ref.progress, note=ref.note)
-            calls: dict[str, Callable[[Job | str], Awaitable[object]]] = {
-                "release": queue.release,
-                "cancel": queue.cancel,
-            }
-            return calls[verb](target)
+            return queue.release(target) if verb == "release" else queue.cancel(target)
 
-        outcomes: Sequence[object]
         if verb == "ack":  # the hot path: one operation for the request's acks
-            outcomes = await queue.ack_each([(fenced(ref), ref.result) for ref in body.jobs])
+            outcomes: Sequence[object] = await queue.ack_each([(fenced(j), j.result) for j in body.jobs])
         else:
             outcomes = await asyncio.gather(*(call(ref) for ref in body.jobs), return_exceptions=True)
-        results = _results(outcomes)
-        name = request.path_params["queue"]
+        results, name = _results(outcomes), request.path_params["queue"]
         self.metrics.batch_size.labels(verb).observe(len(results))
         errors = Counter(result.error.code for result in results if result.error is not None)
-        if len(results) > errors.total():
-            self.metrics.settled.labels(name, verb).inc(len(results) - errors.total())
+        if settled := len(results) - errors.total():
+            self.metrics.settled.labels(name, verb).inc(settled)
         for code, count in errors.items():
             self.metrics.settle_errors.labels(name, verb, code).inc(count)
         return ResultsResponse(results)
