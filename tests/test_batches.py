@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 
@@ -76,6 +77,46 @@ async def test_ack_each_acks_every_job_it_can_in_one_commit_and_answers_each(
         assert await q.result(a.id) == b"done a"
         assert await q.result(e.id) == b"done e"
         assert await q.ack_each([]) == []
+
+
+async def test_ack_and_dequeue_acks_and_claims_in_one_commit(
+    file_or_s3: Backend, layout: Layout, queue_kind: str
+) -> None:
+    storage, _ = file_or_s3.new()
+    async with open_queue(queue_kind, storage, layout=layout, max_payload_bytes=10) as q:
+        await q.enqueue_many("work", [b"a", b"b", b"c"])
+        await q.enqueue_many("other", [b"o"])
+        a, b = await q.dequeue("work", batch_size=2)
+        await q.nack(b.id)  # b's claim is lost
+        before = (await q.read_state()).version
+        outcomes, claimed = await q.ack_and_dequeue(
+            [(a, b"done a"), (b, None), ("no-such-job", None), (a.id, b"x" * 11)],
+            "work",
+            batch_size=5,
+            visibility_timeout=timedelta(minutes=1),
+        )
+        assert [type(outcome) for outcome in outcomes] == [
+            type(None),
+            LeaseLostError,
+            JobNotFoundError,
+            PayloadTooLargeError,
+        ]
+        assert sorted(job.payload for job in claimed) == [b"b", b"c"]  # b, returned, is claimable again
+        assert all(job.lease is not None and job.entrypoint == "work" for job in claimed)
+        state = await q.read_state()
+        assert state.version == before + 1
+        assert await q.result(a.id) == b"done a"
+        assert {(j.payload, j.status) for j in state.jobs} == {
+            (b"b", JobStatus.IN_PROGRESS),
+            (b"c", JobStatus.IN_PROGRESS),
+            (b"o", JobStatus.QUEUED),
+        }
+        assert claimed[0].lease_expires_at == claimed[0].claimed_at[-1] + timedelta(minutes=1)
+        outcomes, nothing = await q.ack_and_dequeue([(job, None) for job in claimed], batch_size=0)
+        assert (outcomes, nothing) == ([None, None], [])
+        assert [j.payload for j in (await q.read_state()).jobs] == [b"o"]
+        with pytest.raises(ValueError, match="batch_size"):
+            await q.ack_and_dequeue([], batch_size=-1)
 
 
 async def test_a_failing_batch_in_a_group_commit_leaves_nothing_behind(

@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -90,6 +91,35 @@ async def test_a_served_queue_takes_the_calls_of_a_broker_queue(served: tuple[st
     assert len(state.jobs) == 3
 
 
+@pytest.mark.parametrize("route", ["served", "missing"])
+async def test_a_client_acks_and_claims_in_one_request_or_as_two_calls_where_the_route_is_missing(
+    served: tuple[str, Path], route: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, root = served
+    if route == "missing":  # as a service older than the route answers it: 404 not_found
+        monkeypatch.setattr("jqueue.adapters.service.client.ACK_AND_DEQUEUE", "no-such-route")
+    async with connect(url, "pairs") as queue:
+        await queue.enqueue_many("work", [b"a", b"b", b"c"])
+        a, b = await queue.dequeue("work", batch_size=2)
+        await queue.nack(b.id)
+        async with DirectQueue(LocalFileSystemStorage(root / "pairs.json")) as direct:
+            before = (await direct.read_state()).version
+        for attempt in range(2):  # the second call takes the path the first one learnt
+            outcomes, claimed = await queue.ack_and_dequeue(
+                [(a, b"done"), (b, None)] if attempt == 0 else [], "work", batch_size=5
+            )
+            if attempt == 0:
+                assert [type(outcome) for outcome in outcomes] == [type(None), LeaseLostError]
+                assert sorted(job.payload for job in claimed) == [b"b", b"c"]
+            else:
+                assert (outcomes, claimed) == ([], [])
+        async with DirectQueue(LocalFileSystemStorage(root / "pairs.json")) as direct:
+            state = await direct.read_state()
+        assert state.version == before + (1 if route == "served" else 2)
+        assert {job.status for job in state.jobs} == {JobStatus.IN_PROGRESS}
+        assert await queue.result(a.id) == b"done"
+
+
 async def test_a_worker_runs_jobs_through_the_service(served: tuple[str, Path]) -> None:
     url, root = served
     ran: list[bytes] = []
@@ -106,6 +136,12 @@ async def test_a_worker_runs_jobs_through_the_service(served: tuple[str, Path]) 
         stats = await worker.run(until_empty=True, install_signals=False)
     assert sorted(ran) == sorted(b"%d" % n for n in range(40))
     assert stats.failed == 1
+    requests = {
+        labels: count for (name, labels), count in scrape(url).items() if name == "jqueue_requests_total"
+    }
+    routes = Counter(dict(labels)["route"] for labels, count in requests.items() for _ in range(int(count)))
+    assert routes["ack"] == 0  # every ack went with a claim
+    assert 0 < routes["ack-and-dequeue"] <= 40
     async with DirectQueue(LocalFileSystemStorage(root / "work.json")) as direct:
         assert (await direct.read_state()).jobs == ()
 

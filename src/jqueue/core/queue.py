@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Self, TypedDict
@@ -29,10 +29,10 @@ from jqueue.core.loop.settings import LogSettings
 from jqueue.core.loop.store import StorageUse, describe
 from jqueue.core.loop.timed import DEFAULT_STORAGE_TIMEOUT, timed
 from jqueue.core.management import entrypoint_set, fence
-from jqueue.core.settle_calls import SettleCalls
+from jqueue.core.settle_calls import SettleCalls, acking
 from jqueue.core.spawn_guard import refuse_while_spawning
 from jqueue.domain.effects import Added
-from jqueue.domain.errors import LeaseLostError
+from jqueue.domain.errors import JQueueError, LeaseLostError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState
 from jqueue.domain.policy import QueuePolicy
@@ -56,6 +56,29 @@ lease never matches (an adapter that needs a shorter token maps it; see ``known_
 def new_lease() -> str:
     """Return a fresh lease token: ``LEASE_BITS`` random bits in hexadecimal."""
     return f"{secrets.randbits(LEASE_BITS):0{LEASE_BITS // 4}x}"
+
+
+def claiming(
+    queue: JobQueue,
+    batch_size: int,
+    visibility_timeout: timedelta | None,
+    entrypoint: str | Collection[str] | None,
+) -> Callable[[QueueIndex], list[Added]]:
+    """The operation of ``queue.dequeue``'s claim, its arguments checked (``ValueError``)."""
+    if batch_size < 0:
+        raise ValueError(f"batch_size must not be negative, got {batch_size}")
+    visibility = queue.visibility_timeout
+    if visibility_timeout is not None:
+        visibility = checked_span("visibility_timeout", visibility_timeout)
+    entrypoints = entrypoint_set(entrypoint)
+
+    def operation(index: QueueIndex) -> list[Added]:
+        now = utc_now()
+        expires = to_micros(now + visibility)
+        claims = index.claim(entrypoints, batch_size, to_micros(now), expires, new_lease)
+        return [index.records[claim.job_id].as_added() for claim in claims]
+
+    return operation
 
 
 Strategy = Callable[[StoreOpener, Housekeeping, StorageUse], Commits]
@@ -209,23 +232,32 @@ class JobQueue(SettleCalls, EnqueueCalls):
         entrypoints and used-up throttles hand out nothing; a job past its deadline
         dies instead. Returns an empty list, without writing, when nothing is claimable.
         """
-        if batch_size < 0:
-            raise ValueError(f"batch_size must not be negative, got {batch_size}")
+        operation = claiming(self, batch_size, visibility_timeout, entrypoint)
         if batch_size == 0:  # claims nothing, as in jqueue
             return []
-        visibility = self.visibility_timeout
-        if visibility_timeout is not None:
-            visibility = checked_span("visibility_timeout", visibility_timeout)
-        entrypoints = entrypoint_set(entrypoint)
-
-        def operation(index: QueueIndex) -> list[Added]:
-            now = utc_now()
-            expires = to_micros(now + visibility)
-            claims = index.claim(entrypoints, batch_size, to_micros(now), expires, new_lease)
-            return [index.records[claim.job_id].as_added() for claim in claims]
-
         claimed = await self._commits.run(operation)
         return await self._jobs(claimed) if claimed else []
+
+    async def ack_and_dequeue(
+        self,
+        acks: Sequence[tuple[Job | str, bytes | None]],
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> tuple[list[JQueueError | None], list[Job]]:
+        """``ack_each(acks)``, then ``dequeue(entrypoint, batch_size=..., visibility_timeout=...)``,
+        in one commit: a worker settles the jobs that just ended and claims the next ones with
+        one write (and, through ``jqueue serve``, one request). Returns both answers."""
+        acks_checked = self._checked_acks(acks)
+        acks_operation = acking(acks_checked)
+        claims_operation = claiming(self, batch_size, visibility_timeout, entrypoint)
+
+        def operation(index: QueueIndex) -> tuple[list[JQueueError | None], list[Added]]:
+            return acks_operation(index), claims_operation(index) if batch_size else []
+
+        outcomes, claimed = await self._commits.run(operation)
+        return outcomes, await self._jobs(claimed) if claimed else []
 
     async def renew_lease(self, job: Job, *, visibility_timeout: timedelta | None = None) -> Job:
         """Heartbeat a claimed job as ``heartbeat`` does, and hold it from now on under a new

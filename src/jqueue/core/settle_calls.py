@@ -3,7 +3,7 @@ and ``heartbeat``, one job or many in a commit."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 
 from jqueue.core.management import ManagementCalls, fence
@@ -14,6 +14,34 @@ from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.spec import LONGEST_SPAN, checked_span
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_int64, checked_progress, span, storable_text
+
+CheckedAck = tuple[str, str | None, bytes | None] | JQueueError
+"""An ack ready for its commit (the job's id, the lease that fences it, the result), or the error
+that kept it out."""
+
+
+def acking(checked: list[CheckedAck]) -> Callable[[QueueIndex], list[JQueueError | None]]:
+    """The operation that acks each of ``checked``, each under a savepoint of its own, and answers
+    None or the error, per ack."""
+
+    def operation(index: QueueIndex) -> list[JQueueError | None]:
+        now = to_micros(utc_now())
+        outcomes: list[JQueueError | None] = []
+        for item in checked:
+            if isinstance(item, JQueueError):
+                outcomes.append(item)
+                continue
+            job_id, lease, result = item
+            savepoint = index.savepoint()
+            try:
+                index.remove(job_id, lease, now, result)
+                outcomes.append(None)
+            except JQueueError as exc:
+                index.rollback_to(savepoint)  # a failed ack leaves nothing behind
+                outcomes.append(exc)
+        return outcomes
+
+    return operation
 
 
 class SettleCalls(ManagementCalls):
@@ -68,33 +96,20 @@ class SettleCalls(ManagementCalls):
         """Ack each job with its result (``ack`` with ``result``), all in one commit; returns, per
         job, None or the error that kept it from being acked, as ``ack`` raises it. One job's
         error leaves the others acked (``ack_many`` instead acks all or none)."""
-        checked: list[tuple[str, str | None, bytes | None] | JQueueError] = []
+        checked = self._checked_acks(acks)
+        if all(isinstance(item, JQueueError) for item in checked):  # nothing to commit
+            return [item for item in checked if isinstance(item, JQueueError)]
+        return await self._commits.run(acking(checked))
+
+    def _checked_acks(self, acks: Sequence[tuple[Job | str, bytes | None]]) -> list[CheckedAck]:
+        """Each ack's fence and result, or the error that keeps it from the commit."""
+        checked: list[CheckedAck] = []
         for job, result in acks:
             try:
                 checked.append((*fence(job), None if result is None else self._checked(bytes(result))))
             except JQueueError as exc:
                 checked.append(exc)
-        if all(isinstance(item, JQueueError) for item in checked):  # nothing to commit
-            return [item for item in checked if isinstance(item, JQueueError)]
-
-        def operation(index: QueueIndex) -> list[JQueueError | None]:
-            now = to_micros(utc_now())
-            outcomes: list[JQueueError | None] = []
-            for item in checked:
-                if isinstance(item, JQueueError):
-                    outcomes.append(item)
-                    continue
-                job_id, lease, result = item
-                savepoint = index.savepoint()
-                try:
-                    index.remove(job_id, lease, now, result)
-                    outcomes.append(None)
-                except JQueueError as exc:
-                    index.rollback_to(savepoint)  # a failed ack leaves nothing behind
-                    outcomes.append(exc)
-            return outcomes
-
-        return await self._commits.run(operation)
+        return checked
 
     async def nack(
         self,

@@ -14,7 +14,6 @@ import hmac
 import logging
 import os
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -34,6 +33,7 @@ from jqueue.adapters.service.host import QueueHost, record_storage
 from jqueue.adapters.service.metrics import ServiceMetrics
 from jqueue.adapters.service.openapi import openapi_document
 from jqueue.adapters.service.operator import OperatorRoutes
+from jqueue.adapters.service.queue_routes import QueueRoutes
 from jqueue.adapters.service.queued import QueuedRoutes
 from jqueue.adapters.service.served import ServedQueues
 from jqueue.adapters.service.sightings import Sightings
@@ -41,40 +41,16 @@ from jqueue.adapters.service.tenure import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AF
 from jqueue.adapters.service.wire import (
     BROKER_HEADER,
     DEFAULT_MAX_BODY_BYTES,
-    ChangesRequest,
-    ChangesResponse,
-    DequeueRequest,
-    EnqueueRequest,
     ErrorBody,
     ErrorResponse,
-    ItemResult,
-    JobRef,
-    JobsResponse,
-    PeekRequest,
-    ResultRequest,
-    ResultResponse,
-    ResultsResponse,
-    SettleRequest,
-    api_job,
     decode,
-    spec_of,
 )
 from jqueue.adapters.web.allowed_hosts import AllowedHosts, HostCheck
 from jqueue.adapters.web.media import JSON, is_msgpack, wants_msgpack
 from jqueue.core.broker import BrokerQueue
-from jqueue.domain.errors import JobCancelledError, JobFailedError
-from jqueue.domain.models import Job, fencing_job
 from jqueue.version import __version__
 
 logger = logging.getLogger(__name__)
-
-
-def fenced(ref: JobRef) -> Job | str:
-    """The argument that fences a call with the ref's lease (the id alone when it has none): the
-    queue reads only the id and the lease of a ``Job`` it is given to fence a call."""
-    if ref.lease is None:
-        return ref.id
-    return fencing_job(ref.id, ref.lease)
 
 
 class Service:
@@ -107,49 +83,12 @@ class Service:
         self.sightings = Sightings()
 
     def routes(self) -> list[Route]:
-        """The routes, for a Starlette application."""
-        queue_calls: dict[str, Callable[[BrokerQueue, Request], Awaitable[Any]]] = {
-            "dequeue": self._dequeue,
-            "peek": self._peek,
-            "changes": self._changes,
-            "ack": self._settle,
-            "nack": self._settle,
-            "heartbeat": self._settle,
-            "release": self._settle,
-            "cancel": self._settle,
-            "result": self._result,
-        }
-        routes = [
+        """The service's own routes, for a Starlette application (``QueueRoutes`` has the queues')."""
+        return [
             Route("/healthz", self._healthz, methods=["GET"]),
             Route("/metrics", self._metrics, methods=["GET"]),
             Route("/openapi.json", self._openapi, methods=["GET"]),
-            Route("/v1/queues/{queue}/enqueue", self.endpoint(self._enqueue, create=True), methods=["POST"]),
         ]
-        for verb, call in queue_calls.items():
-            absent = self._absent.get(verb)
-            routes.append(
-                Route(f"/v1/queues/{{queue}}/{verb}", self.endpoint(call, absent=absent), methods=["POST"])
-            )
-        return routes
-
-    @property
-    def _absent(self) -> dict[str, Callable[[Request], Awaitable[Any]]]:
-        """What the calls that only look for jobs answer for a queue that does not exist yet: what
-        they answer for an empty queue, as a queue committed to directly does (a worker
-        started before its queue waits for it)."""
-        return {"dequeue": self._nothing_claimed, "peek": self._nothing_claimed, "changes": self._no_change}
-
-    async def _nothing_claimed(self, request: Request) -> JobsResponse:
-        await self.read_body(request, DequeueRequest if verb_of(request) == "dequeue" else PeekRequest)
-        return JobsResponse([])
-
-    async def _no_change(self, request: Request) -> ChangesResponse:
-        body: ChangesRequest = await self.read_body(request, ChangesRequest)
-        name = request.path_params["queue"]
-        deadline = time.monotonic() + body.wait_seconds
-        while time.monotonic() < deadline and not await self.host.exists(name):
-            await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-        return ChangesResponse(body.seen)
 
     async def _healthz(self, request: Request) -> Response:
         tenure = self.tenure
@@ -256,85 +195,6 @@ class Service:
             chunks.append(chunk)
         return decode(b"".join(chunks), kind, msgpack)
 
-    async def _enqueue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
-        body: EnqueueRequest = await self.read_body(request, EnqueueRequest)
-        jobs = await queue.enqueue_many([spec_of(job) for job in body.jobs])
-        self._count(request, "enqueued", jobs)
-        return JobsResponse([api_job(job) for job in jobs])
-
-    async def _dequeue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
-        body: DequeueRequest = await self.read_body(request, DequeueRequest)
-        seconds = body.visibility_timeout_seconds
-        jobs = await queue.dequeue(
-            body.entrypoints,
-            batch_size=body.batch_size,
-            visibility_timeout=None if seconds is None else timedelta(seconds=seconds),
-        )
-        self._count(request, "claimed", jobs)
-        if not jobs:
-            self.metrics.empty_polls.labels(request.path_params["queue"]).inc()
-        return JobsResponse([api_job(job) for job in jobs])
-
-    async def _peek(self, queue: BrokerQueue, request: Request) -> JobsResponse:
-        body: PeekRequest = await self.read_body(request, PeekRequest)
-        return JobsResponse([api_job(job) for job in await queue.peek(body.entrypoints, body.limit)])
-
-    async def _changes(self, queue: BrokerQueue, request: Request) -> ChangesResponse:
-        body: ChangesRequest = await self.read_body(request, ChangesRequest)
-        return ChangesResponse(await queue.changes.wait(body.seen, body.wait_seconds))
-
-    async def _settle(self, queue: BrokerQueue, request: Request) -> ResultsResponse:
-        body: SettleRequest = await self.read_body(request, SettleRequest)
-        verb = verb_of(request)
-        delay = None if body.delay_seconds is None else timedelta(seconds=body.delay_seconds)
-
-        def call(ref: JobRef) -> Awaitable[object]:
-            target = fenced(ref)
-            if verb == "nack":
-                return queue.nack(target, delay, body.error, max_attempts=body.max_attempts, dead=body.dead)
-            if verb == "heartbeat":
-                return queue.heartbeat(target, progress=ref.progress, note=ref.note)
-            return queue.release(target) if verb == "release" else queue.cancel(target)
-
-        if verb == "ack":  # the hot path: one operation for the request's acks
-            outcomes: Sequence[object] = await queue.ack_each([(fenced(j), j.result) for j in body.jobs])
-        else:
-            outcomes = await asyncio.gather(*(call(ref) for ref in body.jobs), return_exceptions=True)
-        results, name = _results(outcomes), request.path_params["queue"]
-        self.metrics.batch_size.labels(verb).observe(len(results))
-        errors = Counter(result.error.code for result in results if result.error is not None)
-        if settled := len(results) - errors.total():
-            self.metrics.settled.labels(name, verb).inc(settled)
-        for code, count in errors.items():
-            self.metrics.settle_errors.labels(name, verb, code).inc(count)
-        return ResultsResponse(results)
-
-    async def _result(self, queue: BrokerQueue, request: Request) -> ResultResponse:
-        body: ResultRequest = await self.read_body(request, ResultRequest)
-        try:
-            found = await queue.result(body.id, timeout=timedelta(seconds=body.wait_seconds))
-        except TimeoutError:
-            return ResultResponse("running")
-        except JobFailedError as exc:
-            return ResultResponse("dead", error=exc.error, reason=exc.reason)
-        except JobCancelledError:
-            return ResultResponse("cancelled")
-        return ResultResponse("acked", found)
-
-    def _count(self, request: Request, action: str, jobs: list[Job]) -> None:
-        self.metrics.batch_size.labels(verb_of(request)).observe(len(jobs))
-        self.metrics.jobs(request.path_params["queue"], action, jobs)
-
-
-def _results(outcomes: Sequence[object]) -> list[ItemResult]:
-    results = []
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException):
-            results.append(ItemResult(error_of(outcome)[1]))
-        else:
-            results.append(ItemResult(cancelled=outcome is True))
-    return results
-
 
 def _too_large(limit: int) -> HTTPError:
     return HTTPError(413, "body_too_large", f"the request body is larger than {limit} bytes")
@@ -388,6 +248,7 @@ def create_app(
     dashboard = Dashboard(ServedQueues(service), token)
     return Starlette(
         routes=service.routes()
+        + QueueRoutes(service).routes()
         + OperatorRoutes(service).routes()
         + QueuedRoutes(service).routes()
         + dashboard.routes(),

@@ -7,9 +7,10 @@ returns once the service answered 2xx, that is, once its commit is durable.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
@@ -18,14 +19,17 @@ from typing import Any
 from jqueue.adapters.service.caller import DEFAULT_CALL_TIMEOUT, DEFAULT_FAILOVER_TIMEOUT, ServiceCaller
 from jqueue.adapters.service.coalesce import Coalescer
 from jqueue.adapters.service.error_codes import raised, status_of
+from jqueue.adapters.service.remote_changes import RemoteChanges
 from jqueue.adapters.service.remote_operator import RemoteOperator, mirrors
 from jqueue.adapters.service.wire import (
+    ACK_AND_DEQUEUE,
     MAX_BATCH,
     MAX_WAIT_SECONDS,
-    ChangesRequest,
-    ChangesResponse,
+    AckAndDequeueRequest,
+    AckAndDequeueResponse,
     DequeueRequest,
     EnqueueRequest,
+    ItemResult,
     JobRef,
     JobsResponse,
     NewJob,
@@ -40,7 +44,7 @@ from jqueue.adapters.service.wire import (
 from jqueue.adapters.web.queue_names import QUEUE_NAME
 from jqueue.core.enqueue_calls import EnqueueCalls
 from jqueue.core.queue import DEFAULT_VISIBILITY_TIMEOUT, JobQueue
-from jqueue.domain.errors import JobCancelledError, JobFailedError, JQueueError
+from jqueue.domain.errors import JobCancelledError, JobFailedError, JQueueError, ServiceError
 from jqueue.domain.models import Job, new_job_id
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.spec import JobSpec
@@ -65,24 +69,6 @@ def _entrypoints(entrypoint: str | Collection[str] | None) -> list[str] | None:
 
 def _ref(job: Job | str, **extra: Any) -> JobRef:
     return JobRef(job, **extra) if isinstance(job, str) else JobRef(job.id, job.lease, **extra)
-
-
-class RemoteChanges:
-    """The changes of a served queue, learnt by long polls: what ``Worker`` waits on when idle,
-    so that a job enqueued anywhere wakes it at once."""
-
-    def __init__(self, queue: RemoteQueue) -> None:
-        self._queue = queue
-        self.generation = 0
-
-    async def wait(self, seen: int, seconds: float) -> int:
-        """Return the service's change count once it is past ``seen``, or after ``seconds``."""
-        request = ChangesRequest(seen=seen, wait_seconds=min(max(seconds, 0.0), MAX_WAIT_SECONDS))
-        answer: ChangesResponse = await self._queue.call(
-            "changes", request, ChangesResponse, wait=request.wait_seconds
-        )
-        self.generation = answer.generation
-        return self.generation
 
 
 class RemoteQueue(EnqueueCalls, RemoteOperator):
@@ -139,6 +125,7 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
             self._send_enqueues, requests_in_flight
         )
         self.changes = RemoteChanges(self)
+        self._acks_with_claims = True  # False once the service answered ack-and-dequeue 404
 
     @property
     def visibility_timeout(self) -> timedelta:
@@ -266,15 +253,76 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
         request = SettleRequest(jobs=refs, **dict(options))
         answer: ResultsResponse
         answer, repeated = await self._caller.call(verb, request, ResultsResponse)
-        answers: list[BaseException | bool] = []
+        return [
+            await self._settled(verb, ref, result, repeated)
+            for ref, result in zip(refs, answer.results, strict=True)
+        ]
+
+    async def _settled(
+        self, verb: str, ref: JobRef, result: ItemResult, repeated: bool
+    ) -> BaseException | bool:
+        """The outcome of one job's settling call: whether a ``cancel`` cancelled it at once, or the
+        error; an ack repeated after an attempt that got no answer (a failover) that finds its
+        job gone succeeded if the job ended acked."""
+        if result.error is None:
+            return result.cancelled
+        if repeated and verb == "ack" and await self._acked(ref.id):
+            return False  # the attempt that got no answer landed
+        return raised(result.error)
+
+    async def ack_and_dequeue(
+        self,
+        acks: Sequence[tuple[Job | str, bytes | None]],
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> tuple[list[JQueueError | None], list[Job]]:
+        """Ack each of ``acks`` and claim up to ``batch_size`` jobs in one request, one commit (see
+        ``JobQueue.ack_and_dequeue``). A service older than this call answers it 404; then, and
+        from then on, the acks and the claim go as ``ack`` and ``dequeue`` calls."""
+        if batch_size < 0:
+            raise ValueError(f"batch_size must not be negative, got {batch_size}")
+        if not self._acks_with_claims:
+            return await self._ack_then_dequeue(acks, entrypoint, batch_size, visibility_timeout)
+        refs = [_ref(job, result=None if result is None else bytes(result)) for job, result in acks]
+        request = AckAndDequeueRequest(
+            acks=refs,
+            entrypoints=_entrypoints(entrypoint),
+            batch_size=min(batch_size, MAX_BATCH),
+            visibility_timeout_seconds=_seconds(visibility_timeout),
+        )
+        answer: AckAndDequeueResponse
+        try:
+            answer, repeated = await self._caller.call(ACK_AND_DEQUEUE, request, AckAndDequeueResponse)
+        except ServiceError as exc:
+            if (exc.status, exc.code) != (404, "not_found"):
+                raise
+            self._acks_with_claims = False
+            return await self._ack_then_dequeue(acks, entrypoint, batch_size, visibility_timeout)
+        outcomes: list[JQueueError | None] = []
         for ref, result in zip(refs, answer.results, strict=True):
-            if result.error is None:
-                answers.append(result.cancelled)
-            elif repeated and verb == "ack" and await self._acked(ref.id):
-                answers.append(False)  # the attempt that got no answer landed
-            else:
-                answers.append(raised(result.error))
-        return answers
+            outcome = await self._settled("ack", ref, result, repeated)
+            outcomes.append(outcome if isinstance(outcome, JQueueError) else None)
+        return outcomes, [job_of(job) for job in answer.jobs]
+
+    async def _ack_then_dequeue(
+        self,
+        acks: Sequence[tuple[Job | str, bytes | None]],
+        entrypoint: str | Collection[str] | None,
+        batch_size: int,
+        visibility_timeout: timedelta | None,
+    ) -> tuple[list[JQueueError | None], list[Job]]:
+        answers = await asyncio.gather(
+            *(self.ack(job, result=result) for job, result in acks), return_exceptions=True
+        )
+        outcomes: list[JQueueError | None] = []
+        for answer in answers:
+            if isinstance(answer, BaseException) and not isinstance(answer, JQueueError):
+                raise answer
+            outcomes.append(answer)
+        jobs = await self.dequeue(entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout)
+        return outcomes, jobs
 
     async def _acked(self, job_id: str) -> bool:
         """Whether job ``job_id`` ended acked: what an ack repeated after an attempt that got no

@@ -44,6 +44,13 @@ ENDPOINTS = (
         "post", f"{_NATIVE}/dequeue", "Claim jobs under a lease.", wire.DequeueRequest, wire.JobsResponse
     ),
     Endpoint(
+        "post",
+        f"{_NATIVE}/{wire.ACK_AND_DEQUEUE}",
+        "Finish jobs and claim the next ones, in one commit.",
+        wire.AckAndDequeueRequest,
+        wire.AckAndDequeueResponse,
+    ),
+    Endpoint(
         "post", f"{_NATIVE}/peek", "The jobs a dequeue would claim.", wire.PeekRequest, wire.JobsResponse
     ),
     Endpoint("post", f"{_NATIVE}/changes", "Wait for a change.", wire.ChangesRequest, wire.ChangesResponse),

@@ -261,6 +261,18 @@ class ErrorResponse(msgspec.Struct):
     error: ErrorBody
 
 
+ACK_AND_DEQUEUE = "ack-and-dequeue"
+"""The route (``POST /v1/queues/{queue}/ack-and-dequeue``) that acks and claims in one commit."""
+
+
+class AckAndDequeueRequest(DequeueRequest, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/queues/{queue}/ack-and-dequeue``: ack ``acks`` (as ``ack`` does) and claim up to
+    ``batch_size`` jobs (0: none), in one commit."""
+
+    acks: list[JobRef]
+    batch_size: Annotated[int, msgspec.Meta(ge=0, le=MAX_BATCH)] = 1
+
+
 class ItemResult(msgspec.Struct, omit_defaults=True):
     """The answer for one job of a batch: ``error`` is None when it succeeded; for ``cancel``,
     ``cancelled`` says whether the job left the queue at once (else its worker is to stop it)."""
@@ -271,6 +283,12 @@ class ItemResult(msgspec.Struct, omit_defaults=True):
 
 class ResultsResponse(msgspec.Struct):
     """One answer per job of a batch, in the order of the request."""
+
+    results: list[ItemResult]
+
+
+class AckAndDequeueResponse(JobsResponse):
+    """The jobs claimed, and one answer per ack, in the order of the request."""
 
     results: list[ItemResult]
 

@@ -1,0 +1,202 @@
+"""The native API's queue routes: enqueue, claim, settle and wait, each a call of the served
+``BrokerQueue`` with its arguments and answer in their wire forms (``wire``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from jqueue.adapters.service.answers import error_of, verb_of
+from jqueue.adapters.service.wire import (
+    ACK_AND_DEQUEUE,
+    AckAndDequeueRequest,
+    AckAndDequeueResponse,
+    ChangesRequest,
+    ChangesResponse,
+    DequeueRequest,
+    EnqueueRequest,
+    ItemResult,
+    JobRef,
+    JobsResponse,
+    PeekRequest,
+    ResultRequest,
+    ResultResponse,
+    ResultsResponse,
+    SettleRequest,
+    api_job,
+    spec_of,
+)
+from jqueue.core.broker import BrokerQueue
+from jqueue.domain.errors import JobCancelledError, JobFailedError
+from jqueue.domain.models import Job, fencing_job
+
+if TYPE_CHECKING:
+    from jqueue.adapters.service.app import Service
+
+QueueCall = Callable[[BrokerQueue, Request], Awaitable[Any]]
+
+
+def fenced(ref: JobRef) -> Job | str:
+    """The argument that fences a call with the ref's lease (the id alone when it has none): the
+    queue reads only the id and the lease of a ``Job`` it is given to fence a call."""
+    if ref.lease is None:
+        return ref.id
+    return fencing_job(ref.id, ref.lease)
+
+
+class QueueRoutes:
+    """The queue routes of ``service`` (``POST /v1/queues/{queue}/VERB``): authorized, served
+    only by the broker, answered after their commit is durable (``Service.endpoint``)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def routes(self) -> list[Route]:
+        """The routes, for a Starlette application."""
+        calls: dict[str, QueueCall] = {
+            "dequeue": self._dequeue,
+            ACK_AND_DEQUEUE: self._ack_and_dequeue,
+            "peek": self._peek,
+            "changes": self._changes,
+            "ack": self._settle,
+            "nack": self._settle,
+            "heartbeat": self._settle,
+            "release": self._settle,
+            "cancel": self._settle,
+            "result": self._result,
+        }
+        endpoint = self.service.endpoint
+        routes = [Route("/v1/queues/{queue}/enqueue", endpoint(self._enqueue, create=True), methods=["POST"])]
+        for verb, call in calls.items():
+            absent = self._absent.get(verb)
+            routes.append(
+                Route(f"/v1/queues/{{queue}}/{verb}", endpoint(call, absent=absent), methods=["POST"])
+            )
+        return routes
+
+    @property
+    def _absent(self) -> dict[str, Callable[[Request], Awaitable[Any]]]:
+        """What the calls that only look for jobs answer for a queue that does not exist yet: what
+        they answer for an empty queue, as a queue committed to directly does (a worker
+        started before its queue waits for it)."""
+        return {"dequeue": self._nothing_claimed, "peek": self._nothing_claimed, "changes": self._no_change}
+
+    async def _nothing_claimed(self, request: Request) -> JobsResponse:
+        kind = DequeueRequest if verb_of(request) == "dequeue" else PeekRequest
+        await self.service.read_body(request, kind)
+        return JobsResponse([])
+
+    async def _no_change(self, request: Request) -> ChangesResponse:
+        body: ChangesRequest = await self.service.read_body(request, ChangesRequest)
+        name = request.path_params["queue"]
+        deadline = time.monotonic() + body.wait_seconds
+        while time.monotonic() < deadline and not await self.service.host.exists(name):
+            await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        return ChangesResponse(body.seen)
+
+    async def _enqueue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
+        body: EnqueueRequest = await self.service.read_body(request, EnqueueRequest)
+        jobs = await queue.enqueue_many([spec_of(job) for job in body.jobs])
+        self._count(request, "enqueued", jobs)
+        return JobsResponse([api_job(job) for job in jobs])
+
+    async def _dequeue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
+        body: DequeueRequest = await self.service.read_body(request, DequeueRequest)
+        jobs = await queue.dequeue(
+            body.entrypoints,
+            batch_size=body.batch_size,
+            visibility_timeout=_span(body.visibility_timeout_seconds),
+        )
+        self._claimed(request, jobs)
+        return JobsResponse([api_job(job) for job in jobs])
+
+    async def _ack_and_dequeue(self, queue: BrokerQueue, request: Request) -> AckAndDequeueResponse:
+        body: AckAndDequeueRequest = await self.service.read_body(request, AckAndDequeueRequest)
+        outcomes, jobs = await queue.ack_and_dequeue(
+            [(fenced(ref), ref.result) for ref in body.acks],
+            body.entrypoints,
+            batch_size=body.batch_size,
+            visibility_timeout=_span(body.visibility_timeout_seconds),
+        )
+        self._claimed(request, jobs)
+        return AckAndDequeueResponse([api_job(job) for job in jobs], self._settled(request, "ack", outcomes))
+
+    async def _peek(self, queue: BrokerQueue, request: Request) -> JobsResponse:
+        body: PeekRequest = await self.service.read_body(request, PeekRequest)
+        return JobsResponse([api_job(job) for job in await queue.peek(body.entrypoints, body.limit)])
+
+    async def _changes(self, queue: BrokerQueue, request: Request) -> ChangesResponse:
+        body: ChangesRequest = await self.service.read_body(request, ChangesRequest)
+        return ChangesResponse(await queue.changes.wait(body.seen, body.wait_seconds))
+
+    async def _settle(self, queue: BrokerQueue, request: Request) -> ResultsResponse:
+        body: SettleRequest = await self.service.read_body(request, SettleRequest)
+        verb = verb_of(request)
+        delay = _span(body.delay_seconds)
+
+        def call(ref: JobRef) -> Awaitable[object]:
+            target = fenced(ref)
+            if verb == "nack":
+                return queue.nack(target, delay, body.error, max_attempts=body.max_attempts, dead=body.dead)
+            if verb == "heartbeat":
+                return queue.heartbeat(target, progress=ref.progress, note=ref.note)
+            return queue.release(target) if verb == "release" else queue.cancel(target)
+
+        if verb == "ack":  # the hot path: one operation for the request's acks
+            outcomes: Sequence[object] = await queue.ack_each([(fenced(j), j.result) for j in body.jobs])
+        else:
+            outcomes = await asyncio.gather(*(call(ref) for ref in body.jobs), return_exceptions=True)
+        return ResultsResponse(self._settled(request, verb, outcomes))
+
+    async def _result(self, queue: BrokerQueue, request: Request) -> ResultResponse:
+        body: ResultRequest = await self.service.read_body(request, ResultRequest)
+        try:
+            found = await queue.result(body.id, timeout=timedelta(seconds=body.wait_seconds))
+        except TimeoutError:
+            return ResultResponse("running")
+        except JobFailedError as exc:
+            return ResultResponse("dead", error=exc.error, reason=exc.reason)
+        except JobCancelledError:
+            return ResultResponse("cancelled")
+        return ResultResponse("acked", found)
+
+    def _claimed(self, request: Request, jobs: list[Job]) -> None:
+        self._count(request, "claimed", jobs)
+        if not jobs:
+            self.service.metrics.empty_polls.labels(request.path_params["queue"]).inc()
+
+    def _count(self, request: Request, action: str, jobs: list[Job]) -> None:
+        self.service.metrics.batch_size.labels(verb_of(request)).observe(len(jobs))
+        self.service.metrics.jobs(request.path_params["queue"], action, jobs)
+
+    def _settled(self, request: Request, verb: str, outcomes: Sequence[object]) -> list[ItemResult]:
+        """Each outcome's wire form, counted in the settle metrics as ``verb``."""
+        results, name, metrics = _results(outcomes), request.path_params["queue"], self.service.metrics
+        metrics.batch_size.labels(verb).observe(len(results))
+        errors = Counter(result.error.code for result in results if result.error is not None)
+        if settled := len(results) - errors.total():
+            metrics.settled.labels(name, verb).inc(settled)
+        for code, count in errors.items():
+            metrics.settle_errors.labels(name, verb, code).inc(count)
+        return results
+
+
+def _span(seconds: float | None) -> timedelta | None:
+    return None if seconds is None else timedelta(seconds=seconds)
+
+
+def _results(outcomes: Sequence[object]) -> list[ItemResult]:
+    results = []
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            results.append(ItemResult(error_of(outcome)[1]))
+        else:
+            results.append(ItemResult(cancelled=outcome is True))
+    return results
