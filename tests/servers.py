@@ -226,6 +226,7 @@ def moto_server() -> Iterator[S3Endpoint]:
     """
     from moto.server import ThreadedMotoServer
 
+    _serialize_moto_puts()
     # werkzeug prints one line per request unless someone configured it.
     werkzeug_log = logging.getLogger("werkzeug")
     if werkzeug_log.level == logging.NOTSET:
@@ -253,6 +254,28 @@ def moto_server() -> Iterator[S3Endpoint]:
         with contextlib.suppress(OSError):
             _moto_reset(url)
         server.stop()
+
+
+_MOTO_PUT_LOCK = threading.Lock()
+
+
+def _serialize_moto_puts() -> None:
+    """Make moto's conditional PUT atomic: it checks ``If-None-Match``/``If-Match`` and then
+    stores the object with nothing held in between, so two racing creates of one name can
+    both succeed (the last one stays) and a log entry gets two writers. Its server threads
+    are threads of this process: one lock around PutObject decides every race once."""
+    from moto.s3.responses import S3Response
+
+    put = S3Response.put_object
+    if getattr(put, "serialized", False):
+        return
+
+    def put_object(self: Any) -> Any:
+        with _MOTO_PUT_LOCK:
+            return put(self)
+
+    put_object.serialized = True  # type: ignore[attr-defined]
+    S3Response.put_object = put_object  # type: ignore[method-assign]
 
 
 def _moto_reset(url: str) -> None:
