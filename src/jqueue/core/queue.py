@@ -232,10 +232,9 @@ class JobQueue(SettleCalls, EnqueueCalls):
         entrypoints and used-up throttles hand out nothing; a job past its deadline
         dies instead. Returns an empty list, without writing, when nothing is claimable.
         """
-        operation = claiming(self, batch_size, visibility_timeout, entrypoint)
         if batch_size == 0:  # claims nothing, as in jqueue
             return []
-        claimed = await self._commits.run(operation)
+        claimed = await self._commits.run(claiming(self, batch_size, visibility_timeout, entrypoint))
         return await self._jobs(claimed) if claimed else []
 
     async def ack_and_dequeue(

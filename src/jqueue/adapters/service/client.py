@@ -283,45 +283,37 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
         from then on, the acks and the claim go as ``ack`` and ``dequeue`` calls."""
         if batch_size < 0:
             raise ValueError(f"batch_size must not be negative, got {batch_size}")
-        if not self._acks_with_claims:
-            return await self._ack_then_dequeue(acks, entrypoint, batch_size, visibility_timeout)
-        refs = [_ref(job, result=None if result is None else bytes(result)) for job, result in acks]
-        request = AckAndDequeueRequest(
-            acks=refs,
-            entrypoints=_entrypoints(entrypoint),
-            batch_size=min(batch_size, MAX_BATCH),
-            visibility_timeout_seconds=_seconds(visibility_timeout),
-        )
-        answer: AckAndDequeueResponse
-        try:
-            answer, repeated = await self._caller.call(ACK_AND_DEQUEUE, request, AckAndDequeueResponse)
-        except ServiceError as exc:
-            if (exc.status, exc.code) != (404, "not_found"):
-                raise
-            self._acks_with_claims = False
-            return await self._ack_then_dequeue(acks, entrypoint, batch_size, visibility_timeout)
-        outcomes: list[JQueueError | None] = []
-        for ref, result in zip(refs, answer.results, strict=True):
-            outcome = await self._settled("ack", ref, result, repeated)
-            outcomes.append(outcome if isinstance(outcome, JQueueError) else None)
-        return outcomes, [job_of(job) for job in answer.jobs]
-
-    async def _ack_then_dequeue(
-        self,
-        acks: Sequence[tuple[Job | str, bytes | None]],
-        entrypoint: str | Collection[str] | None,
-        batch_size: int,
-        visibility_timeout: timedelta | None,
-    ) -> tuple[list[JQueueError | None], list[Job]]:
+        if self._acks_with_claims:
+            refs = [_ref(job, result=None if result is None else bytes(result)) for job, result in acks]
+            request = AckAndDequeueRequest(
+                acks=refs,
+                entrypoints=_entrypoints(entrypoint),
+                batch_size=min(batch_size, MAX_BATCH),
+                visibility_timeout_seconds=_seconds(visibility_timeout),
+            )
+            answer: AckAndDequeueResponse
+            try:
+                answer, repeated = await self._caller.call(ACK_AND_DEQUEUE, request, AckAndDequeueResponse)
+            except ServiceError as exc:
+                if (exc.status, exc.code) != (404, "not_found"):
+                    raise
+                self._acks_with_claims = False
+            else:
+                settled = [
+                    await self._settled("ack", ref, result, repeated)
+                    for ref, result in zip(refs, answer.results, strict=True)
+                ]
+                return [_ack_error(outcome) for outcome in settled], [job_of(job) for job in answer.jobs]
         answers = await asyncio.gather(
             *(self.ack(job, result=result) for job, result in acks), return_exceptions=True
         )
-        outcomes: list[JQueueError | None] = []
-        for answer in answers:
-            if isinstance(answer, BaseException) and not isinstance(answer, JQueueError):
-                raise answer
-            outcomes.append(answer)
-        jobs = await self.dequeue(entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout)
+        outcomes = [_ack_error(answer) for answer in answers]
+        try:
+            jobs = await self.dequeue(
+                entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout
+            )
+        except JQueueError:
+            jobs = []  # the acks landed: their answers stand, and the claim is asked again
         return outcomes, jobs
 
     async def _acked(self, job_id: str) -> bool:
@@ -394,6 +386,13 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
                 raise JobCancelledError(job_id)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job_id!r} did not finish within {span(timeout or timedelta(0))}")
+
+
+def _ack_error(outcome: object) -> JQueueError | None:
+    """The error an ack's outcome is (None: acked); another exception is raised."""
+    if isinstance(outcome, BaseException) and not isinstance(outcome, JQueueError):
+        raise outcome
+    return outcome if isinstance(outcome, JQueueError) else None
 
 
 async def _outcome(call: Awaitable[list[Job]]) -> list[Job] | BaseException:
