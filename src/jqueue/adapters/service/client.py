@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
@@ -270,17 +270,13 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
             return False  # the attempt that got no answer landed
         return raised(result.error)
 
-    async def ack_and_dequeue(
-        self,
-        acks: Sequence[tuple[Job | str, bytes | None]],
-        entrypoint: str | Collection[str] | None = None,
-        *,
-        batch_size: int = 1,
-        visibility_timeout: timedelta | None = None,
-    ) -> tuple[list[JQueueError | None], list[Job]]:
+    @mirrors(JobQueue.ack_and_dequeue)
+    async def ack_and_dequeue(self, arguments: dict[str, Any]) -> tuple[list[JQueueError | None], list[Job]]:
         """Ack each of ``acks`` and claim up to ``batch_size`` jobs in one request, one commit (see
         ``JobQueue.ack_and_dequeue``). A service older than this call answers it 404; then, and
         from then on, the acks and the claim go as ``ack`` and ``dequeue`` calls."""
+        acks, entrypoint, batch_size = arguments["acks"], arguments["entrypoint"], arguments["batch_size"]
+        visibility_timeout = arguments["visibility_timeout"]
         if batch_size < 0:
             raise ValueError(f"batch_size must not be negative, got {batch_size}")
         if self._acks_with_claims:
