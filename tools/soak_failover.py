@@ -4,7 +4,7 @@ Two ``jqueue serve`` processes share a root (a directory, or an ``s3://`` root);
 processes enqueue batches through ``connect(ROOT, "q")`` and worker processes run a ``Worker``
 on the same. Every ``--every`` seconds the serving broker is, in turn, SIGKILLed (a new one is
 started in its place) or frozen with SIGSTOP for ``--freeze`` seconds and then let go with
-SIGCONT. After ``--seconds`` the producers stop, the workers drain the queue, and the soak
+SIGCONT. After ``--faults`` faults the producers stop, the workers drain the queue, and the soak
 checks, from the files the clients wrote and the queue's own history:
 
 - every enqueue that returned was acked exactly once (one ack that returned, per job);
@@ -16,7 +16,7 @@ check fails.
 
 Example::
 
-    .venv/bin/python tools/soak_failover.py --seconds 180
+    .venv/bin/python tools/soak_failover.py --faults 18
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ async def _history(root: str) -> tuple[dict[str, JobStatus], dict[str, str]]:
         return history, live
 
 
-def soak(root: str, work_dir: Path, seconds: float, every: float, freeze: float, clients: int) -> list[str]:
+def soak(root: str, work_dir: Path, faults: int, every: float, freeze: float, clients: int) -> list[str]:
     """Run the soak; return the checks that failed (none if it passed), printing what it saw."""
     brokers = Brokers(root, work_dir)
     stop_producing, stop_working = work_dir / "stop-producing", work_dir / "stop-working"
@@ -221,9 +221,7 @@ def soak(root: str, work_dir: Path, seconds: float, every: float, freeze: float,
             for mode, stop in (("produce", stop_producing), ("work", stop_working)):
                 command = [sys.executable, me, mode, root, str(work_dir / f"{mode}-{n}.txt"), str(stop)]
                 processes[f"{mode}-{n}"] = subprocess.Popen(command)
-        ends = time.monotonic() + seconds
-        turn = 0
-        while time.monotonic() + every < ends:
+        for turn in range(faults):
             time.sleep(every)
             serving = brokers.serving()
             if turn % 2 == 0:
@@ -237,7 +235,6 @@ def soak(root: str, work_dir: Path, seconds: float, every: float, freeze: float,
                 events.append(f"froze {serving.url} for {freeze:g} s")
                 time.sleep(freeze)
                 os.kill(serving.process.pid, signal.SIGCONT)
-            turn += 1
         stop_producing.write_text("")
         for n in range(clients):
             processes[f"produce-{n}"].wait(120)
@@ -318,7 +315,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--root", help="a directory or s3:// root (default: a new temporary directory)")
-    parser.add_argument("--seconds", type=float, default=180.0, help="how long the faults go on")
+    parser.add_argument(
+        "--faults", type=int, default=18, help="broker faults to make, killing and freezing in turn"
+    )
     parser.add_argument("--every", type=float, default=10.0, help="seconds between two broker faults")
     parser.add_argument("--freeze", type=float, default=5.0, help="how long a frozen broker stays frozen")
     parser.add_argument("--clients", type=int, default=2, help="producer processes, and as many workers")
@@ -327,7 +326,7 @@ def main() -> None:
         root = options.root or str(Path(scratch, "root"))
         if options.root is None:
             Path(root).mkdir()
-        failures = soak(root, Path(scratch), options.seconds, options.every, options.freeze, options.clients)
+        failures = soak(root, Path(scratch), options.faults, options.every, options.freeze, options.clients)
     sys.exit(1 if failures else 0)
 
 
