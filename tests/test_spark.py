@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow
@@ -271,23 +271,26 @@ def test_a_task_killed_mid_job_loses_nothing(spark: SparkSession, tmp_path: Path
             os._exit(1)  # the task's Python worker dies in the middle of the job
         await asyncio.sleep(0)
 
-    lease = timedelta(seconds=2)
-    first = run_workers(spark, url, {"before": handle}, parallelism=2, visibility_timeout=lease).collect()
-
     async def state() -> tuple[list[Job], list[str]]:
         async with DirectQueue(storage_from_url(url)) as q:
             acked = [h.job_id for h in await q.history(outcome=JobStatus.ACKED)]
             return await q.jobs(limit=None), acked
 
-    # Spark ran the killed task again; the jobs the dead worker held were still leased.
+    victim_id = next(job.id for job in asyncio.run(state())[0] if job.payload == victim)
+    lease = timedelta(seconds=2)
+    first = run_workers(spark, url, {"before": handle}, parallelism=2, visibility_timeout=lease).collect()
+
+    # Spark ran the killed task again. The jobs the dead worker held stay leased until their
+    # leases run out; on a busy machine the rerun may come after that and run them itself.
     held, acked = asyncio.run(state())
-    assert victim in {j.payload for j in held}
-    assert {j.status for j in held} == {JobStatus.IN_PROGRESS}
+    assert {j.status for j in held} <= {JobStatus.IN_PROGRESS}
     assert len(set(acked)) == len(acked) == 200 - len(held)  # the dead task's stats row went with it
     assert sum(r.acked for r in first) <= len(acked)
-    import time
+    expiries = [j.lease_expires_at for j in held if j.lease_expires_at is not None]
+    if expiries:
+        import time
 
-    time.sleep(lease.total_seconds() + 0.5)  # their leases run out: they return to the queue
+        time.sleep(max(0.0, (max(expiries) - datetime.now(UTC)).total_seconds()) + 0.5)  # they return
     second = run_workers(spark, url, {"before": handle}, parallelism=2, visibility_timeout=lease).collect()
     assert sum(r.acked for r in second) == len(held)
 
@@ -296,7 +299,8 @@ def test_a_task_killed_mid_job_loses_nothing(spark: SparkSession, tmp_path: Path
             assert await q.count() == 0
             history = await q.history(outcome=JobStatus.ACKED)
             assert len({h.job_id for h in history}) == len(history) == 200
-            held_ids = {j.id for j in held}
-            assert {h.attempts for h in history if h.job_id in held_ids} == {2}  # the dead one, and again
+            attempts = {h.job_id: h.attempts for h in history}
+            assert attempts[victim_id] == 2  # the dead one, and again
+            assert {attempts[j.id] for j in held} <= {2}
 
     asyncio.run(check())
