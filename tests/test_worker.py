@@ -48,6 +48,32 @@ async def test_burst_runs_every_job_once_and_drains_exactly(file_or_s3: Backend)
         assert len(await q.history(outcome=JobStatus.ACKED)) == 120
 
 
+async def test_a_worker_acks_with_its_next_claim_and_holds_at_most_its_concurrency(
+    tmp_path: Path,
+) -> None:
+    jobs, concurrency = 60, 4
+    running, most_running, most_held = 0, 0, 0
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "q.json")) as q:
+        await q.enqueue_many("work", [b"%d" % i for i in range(jobs)])
+        before = (await q.read_state()).version
+
+        async def handle(job: Job) -> None:
+            nonlocal running, most_running, most_held
+            running += 1
+            most_running = max(most_running, running)
+            held = len((await q.read_state()).in_progress_jobs())  # claimed, not yet acked
+            most_held = max(most_held, held)
+            running -= 1
+
+        stats = await Worker(q, {"work": handle}, concurrency=concurrency).burst()
+        commits = (await q.read_state()).version - before
+    assert (stats.claimed, stats.acked) == (jobs, jobs)
+    assert most_running <= concurrency
+    assert most_held == concurrency  # the claim that carries an ack takes that job's place
+    # an ack and a claim apiece would take at least jobs + jobs / concurrency commits
+    assert commits <= jobs
+
+
 async def test_failures_are_retried_with_back_off_then_dead_with_the_error(file_or_s3: Backend) -> None:
     storage, _ = file_or_s3.new()
     attempts: Counter[bytes] = Counter()

@@ -6,11 +6,12 @@ a remote queue: ``Worker``, ``QueueSet`` and ``HeartbeatManager`` are typed agai
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import Job
 from jqueue.domain.policy import QueuePolicy
 
@@ -131,6 +132,23 @@ class Queue(SupportsHeartbeat, Protocol):
 
     async def release(self, job_id: Job | str) -> None:
         """Return a claimed job to the queue at once, not as a failure."""
+        ...
+
+
+@runtime_checkable
+class SupportsAckAndDequeue(Protocol):
+    """A queue that acks jobs and claims the next ones in one commit (every jqueue queue, and
+    ``RemoteQueue``: in one request), which ``Worker`` uses to ack with its next claim."""
+
+    async def ack_and_dequeue(
+        self,
+        acks: Sequence[tuple[Job | str, bytes | None]],
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> tuple[list[JQueueError | None], list[Job]]:
+        """Ack each of ``acks`` (None or the error per ack), then claim up to ``batch_size`` jobs."""
         ...
 
 

@@ -66,6 +66,13 @@ fetches them in parallel."""
 class LogStore(CommitStore):
     """A queue kept as a log of immutable entries plus periodic checkpoints.
 
+    A lost race here means another writer created the next entry: the loser reads the entries
+    it missed and tries again within ``conflict_delay`` (40 ms at most, not the policy's 0.32
+    s). While a process's commit waits, so do its other callers (a group commit's acks and
+    heartbeats); longer waits let a process fall ever further behind busy peers until its
+    leases ran out. A single object's race window is its whole state's encoding, so there the
+    racers keep the policy's longer spacing.
+
     Parameters
     ----------
     storage : KeyedStoragePort
@@ -80,6 +87,8 @@ class LogStore(CommitStore):
         Whether the queue exists; if not, it reads as empty and its first commit creates
         it (``GENESIS``, then the marker), so that reading never creates anything.
     """
+
+    conflict_delay = 0.04
 
     def __init__(
         self,

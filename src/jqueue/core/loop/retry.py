@@ -62,7 +62,9 @@ class RetryPolicy:
                 await self.wait(attempt + 1)
         raise AssertionError("unreachable")
 
-    async def wait(self, retry: int) -> None:
-        """Sleep before retry number ``retry`` (1-based)."""
-        ceiling = min(self.max_delay, self.base_delay * 2 ** min(retry - 1, 30))
+    async def wait(self, retry: int, max_delay: float | None = None) -> None:
+        """Sleep before retry number ``retry`` (1-based), capped at ``max_delay`` if given (else
+        the policy's)."""
+        cap = self.max_delay if max_delay is None else min(max_delay, self.max_delay)
+        ceiling = min(cap, self.base_delay * 2 ** min(retry - 1, 30))
         await asyncio.sleep(random.uniform(0, ceiling))

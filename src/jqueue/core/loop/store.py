@@ -90,6 +90,12 @@ class StorageUse:
 class CommitStore(ABC):
     """A queue's state in memory and the commit loop that keeps it in step with storage.
 
+    Attributes
+    ----------
+    conflict_delay : float or None
+        The cap of the wait after a lost race, if shorter than the retry policy's (see
+        ``LogStore``).
+
     Parameters
     ----------
     storage : ObjectStoragePort
@@ -97,6 +103,8 @@ class CommitStore(ABC):
     retry : RetryPolicy
         How often and how patiently to retry a conflicting commit.
     """
+
+    conflict_delay: float | None = None
 
     def __init__(self, storage: ObjectStoragePort, retry: RetryPolicy) -> None:
         self.storage = storage
@@ -213,7 +221,7 @@ class CommitStore(ABC):
                 if retries > self.retry.max_retries:
                     self.stats.failed(retries)
                     raise
-                await self.retry.wait(retries)
+                await self.retry.wait(retries, self.conflict_delay)
                 await self.refresh()
                 verified = True
                 continue

@@ -1,10 +1,10 @@
-"""What an idle or claiming worker waits on: the first of a stop, a job ending, a queue changing
+"""What an idle or claiming worker waits on: the first of a stop, a slot freed, a queue changing
 or a timeout; and a call that a stop cuts short."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 from jqueue.ports.queue import ChangeSource
@@ -13,22 +13,17 @@ T = TypeVar("T")
 
 
 async def first_of(
-    stopping: asyncio.Event,
-    running: set[asyncio.Task[None]],
-    seconds: float | None,
-    feeds: list[tuple[ChangeSource, int]],
+    events: Sequence[asyncio.Event], seconds: float | None, feeds: list[tuple[ChangeSource, int]]
 ) -> bool:
-    """Wait for ``stopping``, a task of ``running`` to end, a change of a queue since the
-    generation seen in ``feeds`` (when ``seconds`` is given) or ``seconds``; True if a queue
-    changed."""
-    stop = asyncio.create_task(stopping.wait())
+    """Wait for one of ``events``, a change of a queue since the generation seen in ``feeds``
+    (when ``seconds`` is given) or ``seconds``; True if a queue changed."""
+    waits = [asyncio.create_task(event.wait()) for event in events]
     changes = [asyncio.ensure_future(feed.wait(seen, seconds)) for feed, seen in feeds if seconds is not None]
     try:
-        await asyncio.wait({stop, *running, *changes}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({*waits, *changes}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        stop.cancel()
-        for change in changes:
-            change.cancel()
+        for waiting in (*waits, *changes):
+            waiting.cancel()
     return any(feed.generation != seen for feed, seen in feeds)
 
 

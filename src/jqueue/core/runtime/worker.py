@@ -18,6 +18,7 @@ from jqueue.core.runtime.outcomes import JobResult, Outcome, WorkerStats, result
 from jqueue.core.runtime.queue_set import QueueSet
 from jqueue.core.runtime.report import announce, farewell
 from jqueue.core.runtime.setup import WorkerSetup, handled_signals
+from jqueue.core.runtime.slots import CarriedAcks, Slots
 from jqueue.core.runtime.steering import Fail, HandlerFailure, Retry
 from jqueue.core.runtime.waiting import first_of, unless_stopped
 from jqueue.domain.errors import (
@@ -29,7 +30,7 @@ from jqueue.domain.errors import (
 from jqueue.domain.models import Job
 from jqueue.domain.policy import Backoff
 from jqueue.domain.times import utc_now
-from jqueue.ports.queue import ChangeSource, Queue
+from jqueue.ports.queue import ChangeSource, Queue, SupportsAckAndDequeue
 
 logger = logging.getLogger("jqueue.worker")
 
@@ -115,6 +116,8 @@ class Worker(WorkerSetup):
         self._stopping = asyncio.Event()
         self._abort = asyncio.Event()
         self._retry_due = 0.0
+        self._slots = Slots()
+        self._acks = CarriedAcks(self._slots.wake)
         self.schedules: list[tuple[Queue, Schedule]] = []
         for entrypoint, function in (handlers or {}).items():
             self.register(entrypoint, function)
@@ -153,7 +156,8 @@ class Worker(WorkerSetup):
         self.stats, self._outages = WorkerStats(), Outage(self.max_outage)
         self._stopping, self._abort = asyncio.Event(), asyncio.Event()
         pools = HandlerPools(self.concurrency)
-        running: set[asyncio.Task[None]] = set()
+        self._slots = Slots()
+        self._acks = CarriedAcks(self._slots.wake)
         started = time.monotonic()
         logger.info("worker started: %s", self.description())
         announce(self)
@@ -165,12 +169,12 @@ class Worker(WorkerSetup):
             ]  # fmt: skip
             try:
                 await pools.start(self.handlers.values())
-                await self._claim_loop(running, pools, until_empty)
+                await self._claim_loop(pools, until_empty)
             finally:
                 for task in ticking:
                     task.cancel()
                 await asyncio.gather(*ticking, return_exceptions=True)
-                finished = await self._drain(running)
+                finished = await self._slots.drain(self.grace_period, self._abort)
                 pools.close(wait=finished and not self._abort.is_set())
                 self.stats.seconds = time.monotonic() - started
                 await call_hooks(self.hooks["stop"], self, self.stats)
@@ -179,19 +183,24 @@ class Worker(WorkerSetup):
             raise self._outages.fatal
         return self.stats
 
-    async def _claim_loop(
-        self, running: set[asyncio.Task[None]], pools: HandlerPools, until_empty: bool
-    ) -> None:
+    async def _claim_loop(self, pools: HandlerPools, until_empty: bool) -> None:
         idle = self.poll_interval.total_seconds()
         feeds = [
             feed for queue in self.queues if isinstance(feed := getattr(queue, "changes", None), ChangeSource)
         ]
-        while not self._stopping.is_set():
-            free = self.concurrency - len(running)
-            seen = [feed.generation for feed in feeds]
-            if free > 0:
+        slots, acks = self._slots, self._acks
+        acks.open = len(self.queues) == 1 and isinstance(self.queues[0], SupportsAckAndDequeue)
+        try:
+            while not self._stopping.is_set():
+                slots.wake.clear()
+                # a carried ack's job gives its place to a job of the claim that carries it
+                free = self.concurrency - len(slots.running) + len(acks)
+                seen = [feed.generation for feed in feeds]
+                if free <= 0 and not acks:
+                    await first_of([self._stopping, slots.wake], None, [])
+                    continue
                 try:
-                    claimed = await self._claim(free)
+                    claimed = await self._claim(max(free, 0))
                 except JQueueError as exc:
                     if not self._outage(exc, "claiming"):
                         return
@@ -199,21 +208,19 @@ class Worker(WorkerSetup):
                 if claimed:
                     idle = self.poll_interval.total_seconds()
                     for queue, job in claimed:
-                        task = asyncio.create_task(
-                            self._process(queue, job, pools), name=f"jqueue-job-{job.id}"
+                        slots.hold(
+                            asyncio.create_task(self._process(queue, job, pools), name=f"jqueue-job-{job.id}")
                         )
-                        running.add(task)
-                        task.add_done_callback(running.discard)
                     continue
                 retry_in = self._retry_due - time.monotonic()
-                if until_empty and not running and retry_in <= 0 and self._outages.since is None:
+                if until_empty and not slots.running and retry_in <= 0 and self._outages.since is None:
                     return
                 wait = min(idle, retry_in) if retry_in > 0 else idle
                 idle = min(self.max_poll_interval.total_seconds(), idle * 2)
-                if await first_of(self._stopping, running, wait, list(zip(feeds, seen, strict=True))):
+                if await first_of([self._stopping, slots.wake], wait, list(zip(feeds, seen, strict=True))):
                     idle = self.poll_interval.total_seconds()
-            else:
-                await first_of(self._stopping, running, None, [])
+        finally:
+            acks.close()
 
     def _outage(self, exc: JQueueError, doing: str) -> bool:
         """Note a failure while ``doing`` (see ``Outage.failed``); stop the worker once the outage
@@ -224,10 +231,27 @@ class Worker(WorkerSetup):
         return False
 
     async def _claim(self, count: int) -> list[tuple[Queue, Job]]:
+        """Claim up to ``count`` jobs, carrying the acks that wait (``CarriedAcks``)."""
         entrypoints = list(self.handlers)
         visibility = self.visibility_timeout
+        carried = self._acks.take()
 
         async def claim() -> list[tuple[Queue, Job]]:
+            if carried:
+                [queue] = self.queues
+                assert isinstance(queue, SupportsAckAndDequeue)
+                try:
+                    outcomes, jobs = await queue.ack_and_dequeue(
+                        [(job, result) for job, result, _ in carried],
+                        entrypoints,
+                        batch_size=count,
+                        visibility_timeout=visibility,
+                    )
+                except BaseException as exc:
+                    CarriedAcks.answer(carried, exc)
+                    raise
+                CarriedAcks.answer(carried, outcomes)
+                return [(queue, job) for job in jobs]
             if len(self.queues) > 1:
                 return await QueueSet(self.queues).dequeue(
                     entrypoints, batch_size=count, visibility_timeout=visibility
@@ -236,30 +260,14 @@ class Worker(WorkerSetup):
             jobs = await queue.dequeue(entrypoints, batch_size=count, visibility_timeout=visibility)
             return [(queue, job) for job in jobs]
 
-        claimed = await unless_stopped(claim(), self._stopping) or []
+        # a stop does not cut short a claim that carries acks (only an abort does)
+        claimed = await unless_stopped(claim(), self._abort if carried else self._stopping) or []
+        if claimed and self._stopping.is_set():  # claimed while stopping: returned, not started
+            await asyncio.gather(*(queue.release(job) for queue, job in claimed), return_exceptions=True)
+            return []
         self.stats.claimed += len(claimed)
         self._outages.ended()
         return claimed
-
-    async def _drain(self, running: set[asyncio.Task[None]]) -> bool:
-        """Let running jobs finish within the grace period (unless aborted), then release the rest;
-        True if every job finished on its own."""
-        if not running:
-            return True
-        if not self._abort.is_set():
-            abort = asyncio.create_task(self._abort.wait())
-            grace = self.grace_period.total_seconds()
-            deadline = time.monotonic() + grace
-            while running and not self._abort.is_set() and time.monotonic() < deadline:
-                await asyncio.wait(
-                    {abort, *running}, timeout=deadline - time.monotonic(), return_when="FIRST_COMPLETED"
-                )
-            abort.cancel()
-        pending = list(running)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        return not pending
 
     # --- one job ----------------------------------------------------------------------
 
@@ -332,9 +340,8 @@ class Worker(WorkerSetup):
         while True:
             try:
                 if outcome is Outcome.ACKED:
-                    await queue.ack(
-                        job, **({} if result is None else {"result": result})
-                    )  # an old Queue may not take it
+                    if not await self._acks.carry(job, result):
+                        await queue.ack(job, **({} if result is None else {"result": result}))  # an old Queue
                 elif outcome in (Outcome.RELEASED, Outcome.CANCELLED):
                     await queue.release(job)  # a job whose cancel was asked for ends cancelled
                 else:
