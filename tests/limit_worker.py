@@ -2,7 +2,8 @@
 
 Usage: python limit_worker.py URL
 
-Runs a ``Worker`` (concurrency 4) over a ``BrokerQueue`` at URL whose handler of entrypoint
+Runs a ``Worker`` (concurrency 6, more than the limit of "work", so that one process alone
+runs "other" jobs beside it) over a ``BrokerQueue`` at URL whose handler of entrypoint
 "work" sleeps 30 ms, until the queue has nothing for it; prints "ready" once it is open.
 """
 
@@ -20,7 +21,7 @@ async def main(url: str) -> None:
 
     async with BrokerQueue(storage_from_url(url)) as queue:
         print("ready", flush=True)
-        await Worker(queue, {"work": handle, "other": handle}, concurrency=4).burst()
+        await Worker(queue, {"work": handle, "other": handle}, concurrency=6).burst()
 
 
 if __name__ == "__main__":

@@ -310,7 +310,9 @@ async def test_results_progress_and_cancel_in_the_browser(
             summed = await queue.enqueue("sum", b"[1, 2, 3]")
             report = await queue.enqueue("report", b"monthly")
             waiting = await queue.enqueue("report", b"yearly", delay=timedelta(hours=1))
-            worker = Worker(queue, concurrency=2, visibility_timeout=timedelta(seconds=0.6))
+            # beats every second: progress and a cancel are seen within that; a shorter lease ran
+            # out on a loaded machine, and the report job went back to the queue mid-test
+            worker = Worker(queue, concurrency=2, visibility_timeout=timedelta(seconds=3))
             interrupted = asyncio.Event()
 
             @worker.handler("sum")

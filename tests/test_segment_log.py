@@ -216,12 +216,16 @@ def test_writers_killed_at_random_moments_lose_no_acknowledged_create(tmp_path: 
             )
             for w in range(writers)
         ]
-        time.sleep(0.4 + 0.13 * round_number)
+        for child in children:  # each has started writing (a busy machine starts them slowly)
+            assert child.stdout is not None
+            acknowledged.add(child.stdout.readline().strip())
+        time.sleep(0.4 + 0.13 * round_number)  # a different moment of the writing each round
         for child in children:
             child.send_signal(signal.SIGKILL)
         for child in children:
-            out, _ = child.communicate(timeout=30)
-            acknowledged |= set(out.split())
+            assert child.stdout is not None
+            acknowledged |= set(child.stdout.read().split())  # the rest, through the same buffer
+            child.wait(timeout=30)
         log = SegmentLog(directory, segment_bytes=SMALL)
         listed = set(log.list_names("", ""))
         assert acknowledged <= listed
