@@ -137,4 +137,4 @@ async def test_killed_workers_lose_no_job_on_an_s3_queue(
     # Four processes racing on moto (a thread of this test process): on a loaded machine a
     # commit can take many seconds, and a lease shorter than that reruns jobs without a kill.
     # Fewer jobs than on a file: moto is slow, and every kill still has 16 jobs in flight.
-    await crash_run(url, tmp_path, env, 30, count=6_000)
+    await crash_run(url, tmp_path, env, 30, count=3_000)
