@@ -33,13 +33,13 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from jqueue import DirectQueue, Job, JobStatus, QueuePolicy, RemoteQueue, Worker
+from jqueue import DirectQueue, Job, JobStatus, JQueueError, QueuePolicy, RemoteQueue, Worker
 from jqueue.adapters.service.host import root_storage
 from served import free_port
 
@@ -150,6 +150,22 @@ class TimedQueue(RemoteQueue):
         try:
             return await super().dequeue(
                 entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout
+            )
+        finally:
+            self.longest = max(self.longest, time.monotonic() - started)
+
+    async def ack_and_dequeue(
+        self,
+        acks: Sequence[tuple[Job | str, bytes | None]],
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> tuple[list[JQueueError | None], list[Job]]:
+        started = time.monotonic()  # a Worker's claim that carries its acks
+        try:
+            return await super().ack_and_dequeue(
+                acks, entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout
             )
         finally:
             self.longest = max(self.longest, time.monotonic() - started)
