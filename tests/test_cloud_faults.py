@@ -8,8 +8,9 @@ import pytest
 from botocore.exceptions import ClientError
 from google.api_core.exceptions import ServiceUnavailable, TooManyRequests
 
-from conftest import BUCKET, s3_session
+from conftest import BUCKET, s3_env, s3_session
 from jqueue import CASConflictError, DirectQueue, GCSStorage, S3Storage, StorageError
+from jqueue.adapters.storage.s3 import shared_session
 from servers import GCSEndpoint, S3Endpoint
 
 
@@ -97,6 +98,32 @@ async def test_s3_opens_one_client_per_storage_and_closes_it(moto: S3Endpoint) -
             await q.ack(job.id)
         assert (session.opened, session.closed) == (1, 0)
     assert (session.opened, session.closed) == (1, 1)
+
+
+async def test_s3_storages_without_a_session_share_one_per_set_of_credentials(
+    moto: S3Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = s3_env(moto)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(name, env[name])
+    shared = shared_session()
+    opened: list[str] = []
+    real_client = shared.client
+
+    def counted_client(*args: Any, **kwargs: Any) -> Any:
+        opened.append("client")
+        return real_client(*args, **kwargs)
+
+    monkeypatch.setattr(shared, "client", counted_client)
+    for n in range(3):  # one model load for all, not one per storage
+        storage = S3Storage(BUCKET, f"faults/shared-{n}.json", endpoint_url=moto.url, region_name=moto.region)
+        await storage.write(f"{n}".encode())
+        assert (await storage.read())[0] == f"{n}".encode()
+    assert opened == ["client"] * 6
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "someone-else")
+    assert shared_session() is not shared  # other credentials: a session of their own
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", env["AWS_ACCESS_KEY_ID"])
+    assert shared_session() is shared
 
 
 class GCSProxy:

@@ -48,6 +48,7 @@ from jqueue.adapters.service.wire import (
 from jqueue.adapters.web.allowed_hosts import AllowedHosts, HostCheck
 from jqueue.adapters.web.media import JSON, is_msgpack, wants_msgpack
 from jqueue.core.broker import BrokerQueue
+from jqueue.core.loop.store import StorageUse
 from jqueue.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -227,17 +228,18 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        with contextlib.suppress(TimeoutError):  # a first look before the first request
-            await asyncio.wait_for(tenure.look(), tenure.stale_after)
-        keeping = asyncio.create_task(tenure.run(), name="jqueue-broker-tenure")
-        try:
-            yield
-        finally:
-            keeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeping
-            await host.close()
-            await tenure.release()
+        async with StorageUse(tenure.storage):  # one client for the record's looks, not one each
+            with contextlib.suppress(TimeoutError):  # a first look before the first request
+                await asyncio.wait_for(tenure.look(), tenure.stale_after)
+            keeping = asyncio.create_task(tenure.run(), name="jqueue-broker-tenure")
+            try:
+                yield
+            finally:
+                keeping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeping
+                await host.close()
+                await tenure.release()
 
     async def not_routed(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
