@@ -298,6 +298,7 @@ async def test_a_standby_points_to_the_broker_and_a_lone_queue_has_its_own_dashb
         assert await asyncio.wait_for(proc.wait(), 20) == 0
 
 
+@pytest.mark.parametrize("served_root", ["file"], indirect=True)  # the pages read a root alike
 async def test_results_progress_and_cancel_in_the_browser(
     served_root: tuple[str, dict[str, str] | None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

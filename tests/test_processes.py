@@ -86,7 +86,7 @@ async def test_processes_share_a_file_queue(tmp_path: Path, layout: Layout, proc
 
 @pytest.mark.parametrize(
     ("server", "processes"),
-    [("moto", 2), ("moto", 4), ("seaweedfs", 4)],  # SeaweedFS: its races are checked (test_conditional_races)
+    [("moto", 4), ("seaweedfs", 4)],  # SeaweedFS: its races are checked (test_conditional_races)
 )
 async def test_processes_share_an_s3_queue(
     tmp_path: Path, request: pytest.FixtureRequest, server: str, layout: Layout, processes: int
