@@ -262,10 +262,7 @@ def spark(moto: S3Endpoint) -> Iterator[Any]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Hand the slow tests out first (``scripts/test`` runs them ``--dist loadgroup`` in
-    collection order), so that no long test is left for the end while the other process idles;
-    the Spark tests go to one process (``xdist_group``), which starts one Spark session."""
-    for item in items:
-        if Path(str(item.path)).name.startswith("test_spark"):
-            item.add_marker(pytest.mark.xdist_group("spark"))
+    """Hand the slow tests out first (``scripts/test`` deals the tests out in collection order as
+    its processes ask for them, ``--dist load``), so that no long test is left for the end
+    while the other process idles."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
