@@ -70,6 +70,16 @@ def test_every_scenario_of_jqueue_and_the_raw_limit(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [out]  # the queues it made are gone
 
 
+def test_warmup_rounds_run_first_and_stay_out_of_the_results(tmp_path: Path) -> None:
+    out = tmp_path / "peers.json"
+    arguments = ["--systems", "raw", "--scenarios", "raw", "--jobs", "50", "--rounds", "2"]
+    done = run_tool(TOOL, *arguments, "--warmup-rounds", "1", "--dir", str(tmp_path), "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    assert [row["round"] for row in json.loads(out.read_text())["results"]] == [1, 2]
+    said = [line.split("]")[0] for line in done.stdout.splitlines() if line.startswith("[")]
+    assert said == ["[warm-up, not counted", "[round 1", "[round 2"]
+
+
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 def test_the_redis_of_saq_and_arq_syncs_every_write_and_goes_away(tmp_path: Path) -> None:
     executable = shutil.which("redis-server")

@@ -16,7 +16,8 @@ on the same disk. The peers are installed into their own virtual environment,
 ``.bench/peers-venv``, from ``tools/peers/requirements.txt`` (never into the project's ``.venv``);
 without network they are skipped with a message.
 
-Scenarios, each run in fresh processes, rounds interleaved across systems:
+Scenarios, each run in fresh processes, rounds interleaved across systems (``--warmup-rounds``
+first, left out of the results: a server's first rounds warm its caches):
 
 - ``sequential``: one producer enqueues ``--jobs`` jobs of 1 KB one at a time, each durable;
   jobs/s and the producer's CPU per job (all its threads; the CPU of PostgreSQL, Redis or
@@ -338,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         "--put-latency-ms", type=float, default=100.0, help="of the S3 proxy (jqueue-s3-serve)"
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds, interleaved across systems")
+    parser.add_argument(
+        "--warmup-rounds", type=int, default=0, help="rounds run first and left out of the results"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="where the queues go (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="write every result to this file")
     options = parser.parse_args(argv)
@@ -354,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         skipped.update(prepare_peers(bench, wanted))
-        for round_number in range(1, options.rounds + 1):
+        for round_number in range(1 - options.warmup_rounds, options.rounds + 1):
             for scenario in scenarios:
                 for system in wanted:
                     if system.name in skipped or scenario not in system.scenarios:
@@ -364,8 +368,11 @@ def main(argv: list[str] | None = None) -> int:
                         row |= bench.scenario(system, scenario)
                     except (RuntimeError, TimeoutError, subprocess.TimeoutExpired, OSError) as exc:
                         row["error"] = str(exc).splitlines()[-1][:300] if str(exc) else type(exc).__name__
-                    bench.results.append(row)
-                    print(f"[round {round_number}] {system.name} {scenario}: {short(row)}", flush=True)
+                    counted = round_number >= 1
+                    if counted:
+                        bench.results.append(row)
+                    label = f"round {round_number}" if counted else "warm-up, not counted"
+                    print(f"[{label}] {system.name} {scenario}: {short(row)}", flush=True)
     except KeyboardInterrupt:
         print("interrupted: the results so far follow", file=sys.stderr)
     finally:
