@@ -33,15 +33,17 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jqueue import DirectQueue, Job, JobStatus, JQueueError, QueuePolicy, RemoteQueue, Worker
 from jqueue.adapters.service.host import root_storage
 from served import free_port
+
+T = TypeVar("T")
 
 FAST = ["--renew-every", "0.2", "--stale-after", "1"]
 """Broker settings that make a takeover quick: a record not renewed for 1 s is stale."""
@@ -135,47 +137,26 @@ async def produce(root: str, out: Path, stop: Path) -> None:
 
 
 class TimedQueue(RemoteQueue):
-    """A ``RemoteQueue`` that remembers its slowest claim or ack."""
+    """A ``RemoteQueue`` that remembers its slowest claim or ack (a ``Worker``'s claims carry its
+    acks: ``ack_and_dequeue``)."""
 
     longest: float = 0.0
 
-    async def dequeue(
-        self,
-        entrypoint: str | Collection[str] | None = None,
-        *,
-        batch_size: int = 1,
-        visibility_timeout: timedelta | None = None,
-    ) -> list[Job]:
+    async def _timed(self, call: Awaitable[T]) -> T:
         started = time.monotonic()
         try:
-            return await super().dequeue(
-                entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout
-            )
+            return await call
         finally:
             self.longest = max(self.longest, time.monotonic() - started)
 
-    async def ack_and_dequeue(
-        self,
-        acks: Sequence[tuple[Job | str, bytes | None]],
-        entrypoint: str | Collection[str] | None = None,
-        *,
-        batch_size: int = 1,
-        visibility_timeout: timedelta | None = None,
-    ) -> tuple[list[JQueueError | None], list[Job]]:
-        started = time.monotonic()  # a Worker's claim that carries its acks
-        try:
-            return await super().ack_and_dequeue(
-                acks, entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout
-            )
-        finally:
-            self.longest = max(self.longest, time.monotonic() - started)
+    async def dequeue(self, *args: Any, **kwargs: Any) -> list[Job]:
+        return await self._timed(super().dequeue(*args, **kwargs))
 
-    async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
-        started = time.monotonic()
-        try:
-            await super().ack(job_id, result=result)
-        finally:
-            self.longest = max(self.longest, time.monotonic() - started)
+    async def ack_and_dequeue(self, *args: Any, **kwargs: Any) -> tuple[list[JQueueError | None], list[Job]]:
+        return await self._timed(super().ack_and_dequeue(*args, **kwargs))
+
+    async def ack(self, *args: Any, **kwargs: Any) -> None:
+        await self._timed(super().ack(*args, **kwargs))
 
 
 async def work(root: str, out: Path, stop: Path) -> None:
