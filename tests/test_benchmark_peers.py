@@ -78,6 +78,9 @@ def test_warmup_rounds_run_first_and_stay_out_of_the_results(tmp_path: Path) -> 
     assert [row["round"] for row in json.loads(out.read_text())["results"]] == [1, 2]
     said = [line.split("]")[0] for line in done.stdout.splitlines() if line.startswith("[")]
     assert said == ["[warm-up, not counted", "[round 1", "[round 2"]
+    refused = run_tool(TOOL, *arguments, "--warmup-rounds", "-1")
+    assert refused.returncode == 2
+    assert "--warmup-rounds at least 0" in refused.stderr
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")

@@ -350,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in SYSTEMS] + [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         parser.error(f"unknown systems or scenarios: {', '.join(unknown)}")
+    if options.rounds < 1 or options.warmup_rounds < 0:
+        parser.error("--rounds must be at least 1 and --warmup-rounds at least 0")
     print("$ " + " ".join([Path(sys.executable).name, *sys.argv]), flush=True)
     skipped: dict[str, str] = {}
     wanted = [SYSTEMS[n] for n in names]
