@@ -16,6 +16,7 @@ import pytest
 from jqueue import DirectQueue, JobNotFoundError, LocalFileSystemStorage, ServiceError, connect
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.operator_wire import OPERATOR_CALLS, JobsRequest, request_of
+from jqueue.adapters.service.remote_operator import _binder
 from jqueue.core.queue import JobQueue
 from jqueue.domain.models import JobStatus
 from servers import jqueue_serve
@@ -105,6 +106,34 @@ def test_every_operator_body_carries_exactly_its_calls_parameters() -> None:
         assert fields == taken, (body.__name__, fields - taken)
     with pytest.raises(TypeError, match="no field for"):
         request_of(JobsRequest, {"status": None, "nonsense": 1})
+
+
+def test_a_remote_call_binds_its_arguments_as_the_queue_method_does() -> None:
+    """Each mirrored call's generated binder takes what ``inspect.Signature.bind`` takes and
+    gives the same arguments, defaults filled in; a call that does not fit is refused as the
+    method refuses it."""
+    calls: list[tuple[tuple[object, ...], dict[str, object]]] = [
+        ((), {}), (("a",), {}), (("a", "b"), {}), (("a", "b", "c"), {}), ((), {"limit": 3}),
+        (("a",), {"batch_size": 2}), ((), {"visibility_timeout": None, "entrypoint": "x"}),
+        ((), {"nonsense": 1}), (("a", "b", "c", "d", "e", "f", "g"), {}),
+    ]  # fmt: skip
+    mirrored = [getattr(RemoteQueue, name) for name in ("dequeue", "nack", "ack_and_dequeue")]
+    mirrored += [getattr(RemoteQueue, call.verb) for call in OPERATOR_CALLS]
+    for method in mirrored:
+        local = getattr(JobQueue, method.__name__)
+        signature = inspect.signature(local)
+        binder = _binder(local.__name__, signature)
+        for args, kwargs in calls:
+            try:
+                bound = signature.bind("self", *args, **kwargs)
+            except TypeError:
+                with pytest.raises(TypeError, match=rf"^{local.__name__}\(\)"):
+                    binder("self", *args, **kwargs)
+                continue
+            bound.apply_defaults()
+            expected = dict(bound.arguments)
+            del expected["self"]
+            assert binder("self", *args, **kwargs) == expected, (local.__name__, args, kwargs)
 
 
 async def test_every_control_reaches_the_queue(served: tuple[RemoteQueue, DirectQueue, str]) -> None:
