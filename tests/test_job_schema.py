@@ -19,7 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jqueue import Job, JobStatus
+from jqueue import DirectQueue, InMemoryStorage, Job, JobSpec, JobStatus
+from jqueue.adapters.service.wire import WIRE_FORM, api_job
 from jqueue.adapters.spark.reader import JOB_COLUMNS, JOBS_SCHEMA, job_row
 from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import single as single_format
@@ -36,6 +37,7 @@ from jqueue.domain.schema import (
     CHANGING_FIELDS,
     FIELD_NAMES,
     FIELDS,
+    PUBLIC_FORM,
     STORED_FIELDS,
     JobField,
     JobFields,
@@ -94,6 +96,40 @@ def test_the_public_job_round_trips() -> None:
     job = job_from(added, added.payload)  # type: ignore[arg-type]
     assert isinstance(job.created_at, datetime)
     assert Added(*domain_values(job)) == added
+
+
+def test_the_services_wire_form_of_a_record_is_its_public_jobs_wire_form() -> None:
+    """The service answers with ``WIRE_FORM``, made from a record without a public ``Job``: it
+    must be what the ``Job`` of the same record becomes on the wire, field by field."""
+    added = full_job()
+    payload: bytes = added.payload  # type: ignore[assignment]
+    assert WIRE_FORM.of_record(added, payload) == api_job(job_from(added, payload))
+    assert PUBLIC_FORM.of_record(added, payload) == job_from(added, payload)
+
+
+async def _found(queue: DirectQueue, job_id: str) -> Job:
+    job = await queue.find(job_id)
+    assert job is not None
+    return job
+
+
+async def test_a_queue_answers_in_the_wire_form_what_it_answers_as_jobs() -> None:
+    """Each call that takes a form answers, in ``WIRE_FORM``, the wire form of the ``Job`` it
+    answers: new jobs, a dedup key's job found in the history, claims, claims with acks."""
+    async with DirectQueue(InMemoryStorage()) as queue:
+        [done] = await queue.enqueue_many([JobSpec("mail", b"done", dedup_key="k")])
+        await queue.ack(done, result=b"ok")
+        specs = [JobSpec("mail", b"a", priority=2), JobSpec("mail", b"b", dedup_key="k")]
+        answers = await queue.enqueue_as(WIRE_FORM, specs)
+        assert [a.status for a in answers] == [JobStatus.QUEUED, JobStatus.ACKED]
+        assert answers[1].id == done.id
+        assert answers[1:] == [api_job(job) for job in await queue.enqueue_many(specs[1:])]
+        await queue.enqueue("mail", b"c")
+        [claimed] = await queue.dequeue_as(WIRE_FORM, "mail")
+        assert claimed == api_job(await _found(queue, claimed.id))
+        outcomes, [next_one] = await queue.ack_and_dequeue_as(WIRE_FORM, [(claimed.id, None)], "mail")
+        assert outcomes == [None]
+        assert next_one == api_job(await _found(queue, next_one.id))
 
 
 def test_a_job_built_from_trusted_fields_is_the_job_pydantic_constructs() -> None:

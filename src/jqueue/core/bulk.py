@@ -24,6 +24,7 @@ from jqueue.domain.effects import SinkMarked
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job
 from jqueue.domain.policy import QueuePolicy
+from jqueue.domain.schema import PUBLIC_FORM
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_text, span
@@ -54,7 +55,7 @@ class BulkWrites:
         ``publish(batch)`` makes every job of the batch claimable in one commit (or
         ``discard(batch)`` drops them). A bulk write too large for one commit stages its jobs
         in several calls; dedup keys work as in ``enqueue_many``."""
-        return await self._queue._add(jobs, _batch_name(batch))
+        return await self._queue._add(jobs, _batch_name(batch), PUBLIC_FORM)
 
     async def enqueue_numbered(self, specs: Iterable[JobSpec], ids: IdSource) -> list[Job]:
         """Add jobs in one commit, all or none, each under a numeric id drawn from ``ids`` inside
@@ -73,7 +74,7 @@ class BulkWrites:
         if not new:
             return []
         found = await self._commits.run(numbering(new, self.policy.history_retention, ids))
-        return await self._queue._resolved(list(found))
+        return await self._queue._resolved(list(found), PUBLIC_FORM)
 
     async def add_parts(self, parts: Sequence[StoredPart], mark: tuple[str, int] | None = None) -> int | None:
         """Add the jobs of parts already written beside the queue (``write_part``), claimable at

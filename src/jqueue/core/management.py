@@ -20,7 +20,7 @@ from jqueue.domain.insight import (
 )
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
-from jqueue.domain.schema import JobFields
+from jqueue.domain.schema import JobFields, JobForm
 from jqueue.domain.stats import QueueStats, stats_of
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_int64, checked_text, span
@@ -64,6 +64,9 @@ class ManagementCalls:
 
     async def _jobs(self, snapshots: Sequence[JobFields]) -> list[Job]:
         return await (await self._opener.store()).jobs(snapshots)
+
+    async def _jobs_as(self, form: JobForm[T], snapshots: Sequence[JobFields]) -> list[T]:
+        return await (await self._opener.store()).jobs_as(form, snapshots)
 
     def _chosen(
         self,

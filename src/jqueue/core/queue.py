@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Self, TypedDict
+from typing import Self, TypedDict, TypeVar
 
 from jqueue.core.adding import Found, adding
 from jqueue.core.bulk import BulkWrites
@@ -36,6 +36,7 @@ from jqueue.domain.errors import JQueueError, LeaseLostError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState
 from jqueue.domain.policy import QueuePolicy
+from jqueue.domain.schema import PUBLIC_FORM, JobForm
 from jqueue.domain.spec import JobSpec, checked_span
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.ports.storage import ObjectStoragePort
@@ -46,6 +47,7 @@ CLOCK_SAFE_VISIBILITY = timedelta(seconds=30)
 """Below this visibility timeout a queue warns: a claimer whose clock runs ahead by more than
 a lease sweeps leases that are still valid for their holders."""
 logger = logging.getLogger("jqueue")
+T = TypeVar("T")
 
 
 LEASE_BITS = 128
@@ -183,7 +185,12 @@ class JobQueue(SettleCalls, EnqueueCalls):
         return await (await self._opener.store()).read_state()
 
     async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:
-        return await self._add(specs, None)
+        return await self._add(specs, None, PUBLIC_FORM)
+
+    async def enqueue_as(self, form: JobForm[T], specs: list[JobSpec]) -> list[T]:
+        """``enqueue_many(specs)``, answered in ``form``: an adapter's own form of each job (the
+        service's wire form), made without a public ``Job`` in between."""
+        return await self._add(specs, None, form)
 
     def _built(self, specs: Iterable[JobSpec], batch: str | None) -> list[Added]:
         now = utc_now()
@@ -193,12 +200,12 @@ class JobQueue(SettleCalls, EnqueueCalls):
                 self._checked(job.payload)
         return new
 
-    async def _add(self, jobs: Iterable[JobSpec], batch: str | None) -> list[Job]:
+    async def _add(self, jobs: Iterable[JobSpec], batch: str | None, form: JobForm[T]) -> list[T]:
         specs = list(jobs)
         new = self._built(specs, batch)
         fresh = {job.id for spec, job in zip(specs, new, strict=True) if spec.id is None}
         operation = adding(new, self.policy.history_retention, fresh)
-        return await self._resolved(await self._commits.run(operation)) if new else []
+        return await self._resolved(await self._commits.run(operation), form) if new else []
 
     @property
     def bulk(self) -> BulkWrites:
@@ -211,10 +218,10 @@ class JobQueue(SettleCalls, EnqueueCalls):
         letters grouped by error, commit counts."""
         return QueueInsight(self)
 
-    async def _resolved(self, found: list[Found]) -> list[Job]:
+    async def _resolved(self, found: list[Found], form: JobForm[T]) -> list[T]:
         live = [item for item in found if isinstance(item, Added)]
-        jobs = iter(await self._jobs(live))
-        return [next(jobs) if isinstance(item, Added) else item.as_job() for item in found]
+        jobs = iter(await self._jobs_as(form, live))
+        return [next(jobs) if isinstance(item, Added) else form.of_job(item.as_job()) for item in found]
 
     async def dequeue(
         self,
@@ -232,10 +239,23 @@ class JobQueue(SettleCalls, EnqueueCalls):
         entrypoints and used-up throttles hand out nothing; a job past its deadline
         dies instead. Returns an empty list, without writing, when nothing is claimable.
         """
+        return await self.dequeue_as(
+            PUBLIC_FORM, entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout
+        )
+
+    async def dequeue_as(
+        self,
+        form: JobForm[T],
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> list[T]:
+        """``dequeue``, answered in ``form`` (see ``enqueue_as``)."""
         if batch_size == 0:  # claims nothing, as in jqueue
             return []
         claimed = await self._commits.run(claiming(self, batch_size, visibility_timeout, entrypoint))
-        return await self._jobs(claimed) if claimed else []
+        return await self._jobs_as(form, claimed) if claimed else []
 
     async def ack_and_dequeue(
         self,
@@ -248,6 +268,20 @@ class JobQueue(SettleCalls, EnqueueCalls):
         """``ack_each(acks)``, then ``dequeue(entrypoint, batch_size=..., visibility_timeout=...)``,
         in one commit: a worker settles the jobs that just ended and claims the next ones with
         one write (and, through ``jqueue serve``, one request). Returns both answers."""
+        return await self.ack_and_dequeue_as(
+            PUBLIC_FORM, acks, entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout
+        )
+
+    async def ack_and_dequeue_as(
+        self,
+        form: JobForm[T],
+        acks: Sequence[tuple[Job | str, bytes | None]],
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> tuple[list[JQueueError | None], list[T]]:
+        """``ack_and_dequeue``, answered in ``form`` (see ``enqueue_as``)."""
         acks_checked = self._checked_acks(acks)
         acks_operation = acking(acks_checked)
         claims_operation = claiming(self, batch_size, visibility_timeout, entrypoint)
@@ -256,7 +290,7 @@ class JobQueue(SettleCalls, EnqueueCalls):
             return acks_operation(index), claims_operation(index) if batch_size else []
 
         outcomes, claimed = await self._commits.run(operation)
-        return outcomes, await self._jobs(claimed) if claimed else []
+        return outcomes, await self._jobs_as(form, claimed) if claimed else []
 
     async def renew_lease(self, job: Job, *, visibility_timeout: timedelta | None = None) -> Job:
         """Heartbeat a claimed job as ``heartbeat`` does, and hold it from now on under a new

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from operator import attrgetter
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from jqueue.domain.declared import DeclaredField, declared_fields
 from jqueue.domain.models import Job, JobStatus, trusted_job
@@ -181,6 +181,32 @@ def public_constructor(target: Callable[..., T]) -> Callable[[JobFields, bytes],
 
 job_from = public_constructor(trusted_job)
 """Return the public ``Job`` for a job's fields, with its payload bytes."""
+
+
+@dataclass(frozen=True)
+class JobForm(Generic[T]):
+    """What a queue's answers make of a job: the public ``Job`` (``PUBLIC_FORM``), or an adapter's
+    own object of it (the service's wire form), made from the job's record with no ``Job`` in
+    between.
+
+    Attributes
+    ----------
+    of_record : callable
+        The answer for a job's fields and its payload bytes.
+    of_job : callable
+        The answer for a ``Job`` (a finished job found in the history, which has no record).
+    """
+
+    of_record: Callable[[JobFields, bytes], T]
+    of_job: Callable[[Job], T]
+
+
+def _itself(job: Job) -> Job:
+    return job
+
+
+PUBLIC_FORM: JobForm[Job] = JobForm(job_from, _itself)
+"""Answers as public ``Job`` objects: what every documented call returns."""
 
 domain_values: Callable[[Any], tuple[Any, ...]] = _compile(
     "domain_values", "(" + "".join(f"{_converted(f, f.public, 'to_micros')}, " for f in FIELDS) + ")"

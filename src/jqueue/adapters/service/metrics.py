@@ -6,6 +6,7 @@ import collections
 import functools
 import itertools
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -14,7 +15,6 @@ from prometheus_client.registry import Collector
 from jqueue.adapters.service.tenure import BrokerTenure, Role
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.loop.commit_stats import LATENCY_BUCKETS, CommitStats
-from jqueue.domain.models import Job
 
 STATUSES = ("queued", "scheduled", "in_progress", "dead", "staged")
 CONFLICT_BUCKETS = (0, 1, 2, 4, 8, 16)
@@ -85,8 +85,9 @@ class ServiceMetrics:
             [*QUEUE_ENTRYPOINT, "status"],
         )
 
-    def jobs(self, queue: str, action: str, jobs: Iterable[Job]) -> None:
-        """Count jobs an action went through."""
+    def jobs(self, queue: str, action: str, jobs: Iterable[Any]) -> None:
+        r"""Count jobs an action went through (``Job``\ s, or their wire form: anything with an
+        ``entrypoint``)."""
         for entrypoint, count in collections.Counter(job.entrypoint for job in jobs).items():
             self.jobs_done.labels(queue, entrypoint, action).inc(count)
 

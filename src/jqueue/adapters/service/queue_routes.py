@@ -16,6 +16,7 @@ from starlette.routing import Route
 from jqueue.adapters.service.answers import error_of, verb_of
 from jqueue.adapters.service.wire import (
     ACK_AND_DEQUEUE,
+    WIRE_FORM,
     AckAndDequeueRequest,
     AckAndDequeueResponse,
     ChangesRequest,
@@ -103,30 +104,32 @@ class QueueRoutes:
 
     async def _enqueue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
         body: EnqueueRequest = await self.service.read_body(request, EnqueueRequest)
-        jobs = await queue.enqueue_many([spec_of(job) for job in body.jobs])
+        jobs = await queue.enqueue_as(WIRE_FORM, [spec_of(job) for job in body.jobs])
         self._count(request, "enqueued", jobs)
-        return JobsResponse([api_job(job) for job in jobs])
+        return JobsResponse(jobs)
 
     async def _dequeue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
         body: DequeueRequest = await self.service.read_body(request, DequeueRequest)
-        jobs = await queue.dequeue(
+        jobs = await queue.dequeue_as(
+            WIRE_FORM,
             body.entrypoints,
             batch_size=body.batch_size,
             visibility_timeout=_span(body.visibility_timeout_seconds),
         )
         self._claimed(request, jobs)
-        return JobsResponse([api_job(job) for job in jobs])
+        return JobsResponse(jobs)
 
     async def _ack_and_dequeue(self, queue: BrokerQueue, request: Request) -> AckAndDequeueResponse:
         body: AckAndDequeueRequest = await self.service.read_body(request, AckAndDequeueRequest)
-        outcomes, jobs = await queue.ack_and_dequeue(
+        outcomes, jobs = await queue.ack_and_dequeue_as(
+            WIRE_FORM,
             [(fenced(ref), ref.result) for ref in body.acks],
             body.entrypoints,
             batch_size=body.batch_size,
             visibility_timeout=_span(body.visibility_timeout_seconds),
         )
         self._claimed(request, jobs)
-        return AckAndDequeueResponse([api_job(job) for job in jobs], self._settled(request, "ack", outcomes))
+        return AckAndDequeueResponse(jobs, self._settled(request, "ack", outcomes))
 
     async def _peek(self, queue: BrokerQueue, request: Request) -> JobsResponse:
         body: PeekRequest = await self.service.read_body(request, PeekRequest)
@@ -167,12 +170,12 @@ class QueueRoutes:
             return ResultResponse("cancelled")
         return ResultResponse("acked", found)
 
-    def _claimed(self, request: Request, jobs: list[Job]) -> None:
+    def _claimed(self, request: Request, jobs: Sequence[Any]) -> None:
         self._count(request, "claimed", jobs)
         if not jobs:
             self.service.metrics.empty_polls.labels(request.path_params["queue"]).inc()
 
-    def _count(self, request: Request, action: str, jobs: list[Job]) -> None:
+    def _count(self, request: Request, action: str, jobs: Sequence[Any]) -> None:
         self.service.metrics.batch_size.labels(verb_of(request)).observe(len(jobs))
         self.service.metrics.jobs(request.path_params["queue"], action, jobs)
 

@@ -16,7 +16,7 @@ import msgspec
 
 from jqueue.core.formats.wire import AwareDatetime, Fraction, Int64, wire_type
 from jqueue.domain.models import Job, trusted_job
-from jqueue.domain.schema import FIELDS
+from jqueue.domain.schema import FIELDS, JobForm, public_constructor
 from jqueue.domain.spec import (
     ATTEMPTS,
     JOB_ID,
@@ -296,6 +296,10 @@ class AckAndDequeueResponse(JobsResponse):
 def api_job(job: Job) -> Any:
     """Return the wire form of a job."""
     return ApiJob(**job.__dict__)
+
+
+WIRE_FORM: JobForm[Any] = JobForm(public_constructor(ApiJob), api_job)
+"""The service's answers: each job's wire form, made from its record (``JobQueue.dequeue_as``)."""
 
 
 def job_of(wire: Any) -> Job:

@@ -28,7 +28,7 @@ from jqueue.domain.effects import Added, Effect
 from jqueue.domain.errors import CASConflictError, CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job, QueueState
-from jqueue.domain.schema import JobFields, Payload, job_from
+from jqueue.domain.schema import PUBLIC_FORM, JobFields, JobForm, Payload
 from jqueue.domain.times import TimeRangeError
 from jqueue.ports.storage import ObjectStoragePort
 
@@ -152,8 +152,13 @@ class CommitStore(ABC):
 
     async def jobs(self, snapshots: Sequence[JobFields]) -> list[Job]:
         """Return the public jobs of record snapshots, with their payloads."""
+        return await self.jobs_as(PUBLIC_FORM, snapshots)
+
+    async def jobs_as(self, form: JobForm[T], snapshots: Sequence[JobFields]) -> list[T]:
+        """Return the answers in ``form`` of record snapshots, with their payloads."""
         payloads = await self.payloads([snapshot.payload for snapshot in snapshots])
-        return [job_from(snapshot, payload) for snapshot, payload in zip(snapshots, payloads, strict=True)]
+        of_record = form.of_record
+        return [of_record(snapshot, payload) for snapshot, payload in zip(snapshots, payloads, strict=True)]
 
     async def read_state(self) -> QueueState:
         """Catch up with storage and return the whole state."""
