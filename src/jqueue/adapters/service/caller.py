@@ -151,18 +151,18 @@ class ServiceCaller:
     async def _post(self, address: str, verb: str, body: Any, answer: type[Any], wait: float) -> Any:
         where = f"{address}{verb}" if verb.startswith("/") else f"{address}/v1/queues/{self.queue}/{verb}"
         data = None if body is None else encode(body, True)
-        exchange = asyncio.ensure_future(self._exchange(where, data, wait, self._headers_to(address)))
+        watch = _SlowCallWatch(self, address) if self.finder.root is not None else None
         try:
-            while not exchange.done():
-                await asyncio.wait({exchange}, timeout=RECHECK_EVERY)
-                if not exchange.done() and (moved := await self._moved_from(address)) is not None:
-                    raise ServiceError(0, "no_answer", f"{where}: the root's broker is now {moved}", moved)
+            status, data = await self._exchange(where, data, wait, self._headers_to(address))
+        except asyncio.CancelledError:
+            if watch is not None and watch.gave_up():
+                moved = watch.moved
+                text = f"{where}: the root's broker is now {moved}"
+                raise ServiceError(0, "no_answer", text, moved) from None
+            raise
         finally:
-            if not exchange.done():
-                exchange.cancel()
-                with contextlib.suppress(asyncio.CancelledError, ServiceError):
-                    await exchange
-        status, data = exchange.result()
+            if watch is not None:
+                watch.stop()
         if status // 100 != 2:
             try:
                 error = decode(data, ErrorResponse, True).error
@@ -241,3 +241,50 @@ class ServiceCaller:
                 serves = bool(health.get("serving")) and expected in (None, health.get("owner"))
             self._probed = (address, time.monotonic(), serves)
             return serves
+
+
+class _SlowCallWatch:
+    """Watches one call in the task that awaits its answer: every ``RECHECK_EVERY`` it asks
+    ``ServiceCaller._moved_from``, and when the root names another broker it cancels the call
+    (``gave_up`` then tells that cancellation from any other). A timer, not a task per call:
+    most calls end before the first check."""
+
+    def __init__(self, caller: ServiceCaller, address: str) -> None:
+        self._caller = caller
+        self._address = address
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(RECHECK_EVERY, self._check)
+        self._look: asyncio.Task[None] | None = None
+        self._cancelled = False
+        self.moved: str | None = None
+
+    def _check(self) -> None:
+        self._timer = None
+        self._look = self._loop.create_task(self._ask())
+
+    async def _ask(self) -> None:
+        try:
+            moved = await self._caller._moved_from(self._address)
+        except Exception as exc:  # a look that failed is made again at the next check
+            logger.debug("could not tell whether the broker moved: %r", exc)
+            moved = None
+        if self._task is None or self._cancelled:
+            return
+        if moved is None:
+            self._timer = self._loop.call_later(RECHECK_EVERY, self._check)
+            return
+        self.moved, self._cancelled = moved, True
+        self._task.cancel()
+
+    def gave_up(self) -> bool:
+        """Whether the call was cancelled by this watch alone (not by its caller as well)."""
+        return self._cancelled and self._task is not None and self._task.uncancel() == 0
+
+    def stop(self) -> None:
+        """The call ended: check no more."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._look is not None and not self._look.done():
+            self._look.cancel()
+        self._task = None
