@@ -144,18 +144,18 @@ class ClaimOrder:
         """Pop and return the best claimable job (of ``entrypoints`` if given) whose entrypoint
         is neither paused, out of throttle, nor at its limit of ``running`` jobs, or None."""
         best: ClaimKey | None = None
-        best_name = ""
+        best_name, best_cold = "", False
         for name in self._names() if entrypoints is None else entrypoints:
             if controls.claims_paused(name) or controls.remaining(name, now) == 0:
                 continue
             if controls.at_limit(name, running):
                 continue
-            key = self._head_key(name)
-            if key is not None and (best is None or key < best):
-                best, best_name = key, name
+            head = self._head(name)
+            if head is not None and (best is None or head[0] < best):
+                (best, best_cold), best_name = head, name
         if best is None:
             return None
-        return self._pop(best_name)
+        return self._pop(best_name, best_cold)
 
     def next_created(self, entrypoint: str, now: int) -> int | None:
         """Return when the claimable job of ``entrypoint`` next in line at ``now`` (pauses and
@@ -172,20 +172,26 @@ class ClaimOrder:
 
     def _head_key(self, entrypoint: str) -> ClaimKey | None:
         """Return where the best claimable job of ``entrypoint`` stands, hot or cold."""
+        head = self._head(entrypoint)
+        return None if head is None else head[0]
+
+    def _head(self, entrypoint: str) -> tuple[ClaimKey, bool] | None:
+        """``_head_key``, and whether that job is cold (a slab's row, not in the heaps)."""
         heap = self._clean_top(entrypoint)
         key: ClaimKey | None = None if heap is None else heap[0][:3]
         cold = None if self.cold is None else self.cold.head(entrypoint)
-        return cold if cold is not None and (key is None or cold < key) else key
+        if cold is not None and (key is None or cold < key):
+            return cold, True
+        return None if key is None else (key, False)
 
-    def _pop(self, entrypoint: str) -> str:
-        heap = self._ready.get(entrypoint)
-        cold = None if self.cold is None else self.cold.head(entrypoint)
-        if cold is not None and (not heap or cold < heap[0][:3]):
-            record = self.cold.take_head(entrypoint)  # type: ignore[union-attr]
+    def _pop(self, entrypoint: str, cold: bool) -> str:
+        """Take the job ``_head`` found for ``entrypoint`` (``cold`` as it said), in the same turn."""
+        if cold:
+            assert self.cold is not None
+            record = self.cold.take_head(entrypoint)
             self.records[record.id] = record
             return record.id
-        assert heap is not None
-        return heapq.heappop(heap)[4]
+        return heapq.heappop(self._ready[entrypoint])[4]
 
     def _clean_top(self, entrypoint: str) -> list[ReadyEntry] | None:
         heap = self._ready.get(entrypoint)
