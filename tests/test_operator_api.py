@@ -108,6 +108,12 @@ def test_every_operator_body_carries_exactly_its_calls_parameters() -> None:
         request_of(JobsRequest, {"status": None, "nonsense": 1})
 
 
+def _every_kind(
+    self: object, a: int, /, b: int = 1, *args: int, c: int, _default_b: int = 2, **kw: int
+) -> None:
+    """Parameters of every kind, and one named as the binder names its defaults."""
+
+
 def test_a_remote_call_binds_its_arguments_as_the_queue_method_does() -> None:
     """Each mirrored call's generated binder takes what ``inspect.Signature.bind`` takes and
     gives the same arguments, defaults filled in; a call that does not fit is refused as the
@@ -119,8 +125,9 @@ def test_a_remote_call_binds_its_arguments_as_the_queue_method_does() -> None:
     ]  # fmt: skip
     mirrored = [getattr(RemoteQueue, name) for name in ("dequeue", "nack", "ack_and_dequeue")]
     mirrored += [getattr(RemoteQueue, call.verb) for call in OPERATOR_CALLS]
-    for method in mirrored:
-        local = getattr(JobQueue, method.__name__)
+    locals_ = [getattr(JobQueue, method.__name__) for method in mirrored] + [_every_kind]
+    calls += [((1, 2, 3), {"c": 4, "d": 5}), ((1,), {"c": 0, "_default_b": 9}), ((), {"a": 1, "c": 2})]
+    for local in locals_:
         signature = inspect.signature(local)
         binder = _binder(local.__name__, signature)
         for args, kwargs in calls:

@@ -253,6 +253,8 @@ class _SlowCallWatch:
         self._caller = caller
         self._address = address
         self._task = asyncio.current_task()
+        self._base = 0 if self._task is None else self._task.cancelling()
+        """The cancels the task was under before the call (code that calls while it is cancelled)."""
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = self._loop.call_later(RECHECK_EVERY, self._check)
         self._look: asyncio.Task[None] | None = None
@@ -279,7 +281,7 @@ class _SlowCallWatch:
 
     def gave_up(self) -> bool:
         """Whether the call was cancelled by this watch alone (not by its caller as well)."""
-        return self._cancelled and self._task is not None and self._task.uncancel() == 0
+        return self._cancelled and self._task is not None and self._task.uncancel() <= self._base
 
     def stop(self) -> None:
         """The call ended: check no more."""
