@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import urllib.error
@@ -14,6 +15,8 @@ from unittest.mock import ANY
 import msgspec
 import pytest
 
+from jqueue import connect
+from jqueue.adapters.service.queued_parts import BINARY_ENTRYPOINT, QUEUED_ENTRYPOINT
 from servers import jqueue_serve
 
 pytestmark = pytest.mark.slow
@@ -168,6 +171,33 @@ def test_messagepack_as_queued_speaks_it(tmp_path: Path) -> None:
         status, health = client.call("GET", "/healthz", msgpack=True)
         assert (status, health["role"]) == (200, "active")
         assert isinstance(health["version"], str)
+
+
+def test_a_job_added_by_other_means_is_filed_dead_by_the_poll_that_claims_it(tmp_path: Path) -> None:
+    """A job of the queued entrypoints whose id is not a number (enqueued through the native API)
+    is no queued message: the poll that claims it, MessagePack or JSON, leaves it out and files it
+    among the dead letters, fenced by the lease it was claimed with."""
+    where = tmp_path / "root"
+    where.mkdir()
+    with jqueue_serve(str(where), tmp_path / "serve.log") as url:
+        client = Client(url)
+        client.call("PUT", "/queue/q")
+
+        async def add(entrypoint: str, contents: bytes, job_id: str) -> None:
+            async with connect(url, "q") as queue:
+                await queue.enqueue(entrypoint, contents, id=job_id)
+
+        async def dead() -> dict[str, str | None]:
+            async with connect(url, "q") as queue:
+                return {job.id: job.last_error for job in await queue.dead_letters()}
+
+        asyncio.run(add(BINARY_ENTRYPOINT, b"\x00\xff", "not-a-number"))
+        [pushed] = client.push("q", "m")
+        assert [m["id"] for m in client.poll("q", 10, msgpack=True)] == [pushed]
+        asyncio.run(add(QUEUED_ENTRYPOINT, b"text", "nor-this"))
+        assert client.poll("q", 10) == []
+        foreign = "not a queued message: its id is not a number"
+        assert asyncio.run(dead()) == {"not-a-number": foreign, "nor-this": foreign}
 
 
 def test_suspensions_and_throttles_survive_a_new_broker(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from jqueue.core.adding import adding
 from jqueue.core.commits import Commits
@@ -24,13 +24,16 @@ from jqueue.domain.effects import SinkMarked
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job
 from jqueue.domain.policy import QueuePolicy
-from jqueue.domain.schema import PUBLIC_FORM
+from jqueue.domain.schema import PUBLIC_FORM, JobForm
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_text, span
 
 if TYPE_CHECKING:
     from jqueue.core.queue import JobQueue
+
+
+T = TypeVar("T")
 
 
 def _batch_name(batch: str) -> str:
@@ -57,10 +60,11 @@ class BulkWrites:
         in several calls; dedup keys work as in ``enqueue_many``."""
         return await self._queue._add(jobs, _batch_name(batch), PUBLIC_FORM)
 
-    async def enqueue_numbered(self, specs: Iterable[JobSpec], ids: IdSource) -> list[Job]:
+    async def enqueue_numbered(self, specs: Iterable[JobSpec], ids: IdSource, form: JobForm[T]) -> list[T]:
         """Add jobs in one commit, all or none, each under a numeric id drawn from ``ids`` inside
         the commit: one that no job in the queue or its history has, so every job is added
-        (unlike an id chosen before, which a job of the queue may hold). Returns them in order.
+        (unlike an id chosen before, which a job of the queue may hold). Returns them in order,
+        in ``form`` (``PUBLIC_FORM`` for public jobs).
 
         Raises
         ------
@@ -74,7 +78,7 @@ class BulkWrites:
         if not new:
             return []
         found = await self._commits.run(numbering(new, self.policy.history_retention, ids))
-        return await self._queue._resolved(list(found), PUBLIC_FORM)
+        return await self._queue._resolved(list(found), form)
 
     async def add_parts(self, parts: Sequence[StoredPart], mark: tuple[str, int] | None = None) -> int | None:
         """Add the jobs of parts already written beside the queue (``write_part``), claimable at

@@ -24,6 +24,8 @@ from jqueue.adapters.service.answers import HTTPError, answer
 from jqueue.adapters.service.catalog import ENDPOINTS, CatalogRecord, QueueSettings
 from jqueue.adapters.service.queued_parts import (
     MESSAGE_ENTRYPOINTS,
+    POLLED_FORM,
+    PUSHED_FORM,
     PollWindows,
     claim_text,
     entrypoint_of,
@@ -53,6 +55,7 @@ from jqueue.adapters.service.queued_wire import (
 from jqueue.adapters.web.media import JSON, answer_type, is_msgpack, wants_msgpack
 from jqueue.core.numbered import TimeOrderedIds
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
+from jqueue.domain.models import fencing_job
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.times import utc_now
 
@@ -183,9 +186,9 @@ class QueuedRoutes:
             )
             for m in body.messages
         ]
-        jobs = await queue.bulk.enqueue_numbered(specs, self.ids)  # every id free when its commit lands
-        self._count(name, "push", "successful", len(jobs))
-        return PushResponse([int(job.id) for job in jobs])
+        ids = await queue.bulk.enqueue_numbered(specs, self.ids, PUSHED_FORM)  # each free when it lands
+        self._count(name, "push", "successful", len(ids))
+        return PushResponse(ids)
 
     async def _poll(self, request: Request, name: str) -> PollResponse:
         queue = await self.service.host.get(name)
@@ -201,15 +204,16 @@ class QueuedRoutes:
         text = not wants_msgpack(request.headers)  # JSON carries text: binary stays for MessagePack
         if text:
             jobs = await claim_text(queue, body.count, visibility)
+            found = [(job.id, job.lease, message_of(job, True)) for job in jobs]
         else:
-            jobs = await queue.dequeue(
-                MESSAGE_ENTRYPOINTS, batch_size=body.count, visibility_timeout=visibility
+            found = await queue.dequeue_as(
+                POLLED_FORM, MESSAGE_ENTRYPOINTS, batch_size=body.count, visibility_timeout=visibility
             )
-        found = [(job, message_of(job, text)) for job in jobs]
-        for job, message in found:  # added by other means: kept among the dead letters
+        for job_id, lease, message in found:  # added by other means: kept among the dead letters
             if message is None:
-                await queue.nack(job, error="not a queued message: its id is not a number", dead=True)
-        messages = [message for _, message in found if message is not None]
+                fenced = job_id if lease is None else fencing_job(job_id, lease)
+                await queue.nack(fenced, error="not a queued message: its id is not a number", dead=True)
+        messages = [message for _, _, message in found if message is not None]
         self._count(name, "poll", "successful", len(messages))
         if not messages:
             self._count(name, "poll", "empty")

@@ -15,6 +15,7 @@ from jqueue.adapters.web.queue_names import UnknownQueueError
 from jqueue.core.queue import JobQueue
 from jqueue.domain.errors import JobNotFoundError, LeaseLostError
 from jqueue.domain.models import Job, fencing_job
+from jqueue.domain.schema import JobForm
 
 QUEUED_ENTRYPOINT = "queued"
 """The entrypoint of the messages that the queued routes push and poll whose contents are text."""
@@ -119,10 +120,26 @@ def poll_tag(job: Job) -> int | None:
 def message_of(job: Job, text: bool) -> PolledMessage | None:
     """Return a polled job as a queued message (contents as text when ``text``: the caller
     claimed text alone), or None if its id or lease is not a number (added by other means)."""
-    tag = poll_tag(job)
-    if not job.id.isdigit() or tag is None:
+    return _message(job.id, job.payload.decode() if text else job.payload, job.lease)
+
+
+def _message(job_id: str, contents: bytes | str, lease: str | None) -> PolledMessage | None:
+    tag = None if lease is None else tag_of(lease)
+    if not job_id.isdigit() or tag is None:
         return None
-    return PolledMessage(job.payload.decode() if text else job.payload, int(job.id), tag)
+    return PolledMessage(contents, int(job_id), tag)
+
+
+Polled = tuple[str, str | None, PolledMessage | None]
+"""A claimed job as a binary poll answers it: its id, its lease, and its message (None for a job
+added by other means, which the poll files among the dead letters)."""
+POLLED_FORM: JobForm[Polled] = JobForm(
+    lambda record, payload: (record.id, record.lease, _message(record.id, payload, record.lease)),
+    lambda job: (job.id, job.lease, message_of(job, False)),
+)
+"""A binary poll's answers, made from the claimed records (``JobQueue.dequeue_as``)."""
+PUSHED_FORM: JobForm[int] = JobForm(lambda record, _: int(record.id), lambda job: int(job.id))
+"""A push's answers: each new message's id (a number: ``enqueue_numbered`` draws them)."""
 
 
 def seconds(visibility_timeout_secs: int) -> timedelta:
