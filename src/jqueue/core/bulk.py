@@ -60,7 +60,7 @@ class BulkWrites:
         in several calls; dedup keys work as in ``enqueue_many``."""
         return await self._queue._add(jobs, _batch_name(batch), PUBLIC_FORM)
 
-    async def enqueue_numbered(self, specs: Iterable[JobSpec], ids: IdSource, form: JobForm[T]) -> list[T]:
+    async def enqueue_numbered(self, form: JobForm[T], specs: Iterable[JobSpec], ids: IdSource) -> list[T]:
         """Add jobs in one commit, all or none, each under a numeric id drawn from ``ids`` inside
         the commit: one that no job in the queue or its history has, so every job is added
         (unlike an id chosen before, which a job of the queue may hold). Returns them in order,

@@ -186,7 +186,7 @@ class QueuedRoutes:
             )
             for m in body.messages
         ]
-        ids = await queue.bulk.enqueue_numbered(specs, self.ids, PUSHED_FORM)  # each free when it lands
+        ids = await queue.bulk.enqueue_numbered(PUSHED_FORM, specs, self.ids)  # each free when it lands
         self._count(name, "push", "successful", len(ids))
         return PushResponse(ids)
 
