@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from jqueue.core.layout import StoreOpener
-from jqueue.core.loop.store import StorageUse, located
+from jqueue.core.loop.store import CommitStore, StorageUse, located
 from jqueue.domain.errors import JQueueError, QueueClosedError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.policy import QueuePolicy
@@ -33,6 +33,7 @@ GATHER_SHARE, MAX_GATHER = 0.05, 0.005
 seconds) before it takes the pending calls: the callers that the last round answered (over
 HTTP, through ``jqueue serve``) are back by then, and ride in it instead of the one after."""
 Operation = Callable[[QueueIndex], T]
+_NOT_SENT = "the queue stopped before this call was committed"
 logger = logging.getLogger("jqueue")
 
 
@@ -135,9 +136,76 @@ RoundAnswer = tuple[bool, Any]
 """An operation's answer (True, value) or failure (False, exception)."""
 
 
+class _Round:
+    """The calls of one commit. It runs as the store's transition; before that, while the commit
+    before it is in flight, it stages the calls that arrive (a ``Follower``). One that ``grows``
+    takes every call waiting when it stages or runs; one that does not keeps its batch."""
+
+    def __init__(self, commits: GroupedCommits, batch: list[_Pending], location: str, grows: bool) -> None:
+        self.commits = commits
+        self.batch = batch
+        self.location = location
+        self.grows = grows
+        self.outcomes: list[RoundAnswer] = []
+        self._swept = 0
+        self._applied_in: tuple[QueueIndex, int] | None = None
+        self._failed = False
+
+    @property
+    def waiting(self) -> bool:
+        """Whether calls wait to be staged."""
+        return self.grows and not self._failed and bool(self.commits._pending)
+
+    async def arrival(self) -> None:
+        """Return when a call was submitted."""
+        await self.commits._wakeup.wait()
+        self.commits._wakeup.clear()
+
+    def stage(self, index: QueueIndex) -> None:
+        """Apply the waiting calls on top of the commit in flight; should that fail (the
+        housekeeping, on a damaged state), undo them and leave the round to run as usual."""
+        mark = index.savepoint()
+        try:
+            self._apply_waiting(index)
+        except Exception:
+            index.rollback_to(mark)
+            self._applied_in, self._failed = None, True
+
+    def run(self, index: QueueIndex) -> list[RoundAnswer]:
+        """The transition: apply the calls not applied yet, then finish the round."""
+        self._apply_waiting(index)
+        self.commits.housekeeping.after(index)
+        return self.outcomes
+
+    def _apply_waiting(self, index: QueueIndex) -> None:
+        calls: list[_Pending] = []
+        if self.grows:
+            calls, self.commits._pending = self.commits._pending, []
+        if self._applied_in != (index, index.transaction):  # first, or undone since
+            self._applied_in, self.outcomes = (index, index.transaction), []
+            self._swept = self.commits.housekeeping.before(index)
+            self.batch += calls
+            calls = self.batch
+        else:
+            self.batch += calls
+        for pending in calls:
+            self.outcomes.append(self._outcome(pending, index))
+
+    def _outcome(self, pending: _Pending, index: QueueIndex) -> RoundAnswer:
+        if pending.operation is None:
+            return True, self._swept
+        savepoint = index.savepoint()
+        try:
+            return True, pending.operation(index)
+        except Exception as exc:
+            index.rollback_to(savepoint)  # a failed call leaves nothing behind
+            return False, located(exc, self.location)
+
+
 class GroupedCommits:
     """One writer task folds every operation submitted while a commit is in flight into the next
-    commit; an operation that fails fails only its own caller."""
+    commit (on a layout that can, staging them as they arrive); an operation that fails fails
+    only its own caller."""
 
     def __init__(self, opener: StoreOpener, housekeeping: Housekeeping, storage_use: StorageUse) -> None:
         self.opener = opener
@@ -197,53 +265,62 @@ class GroupedCommits:
                 while self._pending:
                     if self._gather and not self._stopping:
                         await asyncio.sleep(self._gather)
-                    batch, self._pending = self._pending, []
-                    started = time.monotonic()
-                    await self._commit_batch(batch)
-                    took = time.monotonic() - started
-                    self._gather = min(MAX_GATHER, took * GATHER_SHARE) if took >= SLOW_ROUND else 0.0
+                    await self._write_chain()
                 if self._stopping:
                     return
         finally:  # stopped, cancelled (a deadline on close()) or broken: no caller waits forever
             self._stopping = True
             unsent, self._pending = self._pending, []
-            _fail(unsent, QueueClosedError("the queue stopped before this call was committed"))
+            _fail(unsent, QueueClosedError(_NOT_SENT))
 
-    def _round(self, batch: list[_Pending], index: QueueIndex, location: str) -> list[RoundAnswer]:
-        swept = self.housekeeping.before(index)
-        outcomes: list[RoundAnswer] = []
-        for pending in batch:
-            if pending.operation is None:
-                outcomes.append((True, swept))
-                continue
-            savepoint = index.savepoint()
-            try:
-                outcomes.append((True, pending.operation(index)))
-            except Exception as exc:
-                index.rollback_to(savepoint)  # a failed call leaves nothing behind
-                outcomes.append((False, located(exc, location)))
-        self.housekeeping.after(index)
-        return outcomes
-
-    async def _commit_batch(self, batch: list[_Pending]) -> None:
+    async def _write_chain(self) -> None:
+        """Commit rounds while each finds the next one staged: every call waiting now, and those
+        that arrive while a round is in flight."""
         try:
             store = await self.opener.store()
-            outcomes = await store.apply(lambda index: self._round(batch, index, store.location))
+        except JQueueError as exc:
+            unsent, self._pending = self._pending, []
+            logger.warning("group commit of %d operations failed: %r", len(unsent), exc)
+            _fail(unsent, exc)
+            return
+        following: _Round | None = _Round(self, [], store.location, grows=True)
+        async with store.turn:
+            try:
+                while following is not None:
+                    current, following = following, _Round(self, [], store.location, grows=True)
+                    started = time.monotonic()
+                    await self._commit_round(store, current, following)
+                    took = time.monotonic() - started
+                    self._gather = min(MAX_GATHER, took * GATHER_SHARE) if took >= SLOW_ROUND else 0.0
+                    if not following.batch:
+                        following = None
+            except BaseException:
+                if following is not None:
+                    _fail(following.batch, QueueClosedError(_NOT_SENT))
+                raise
+            finally:
+                store.drop_staged()
+
+    async def _commit_round(self, store: CommitStore, current: _Round, following: _Round | None) -> None:
+        try:
+            outcomes = await store.apply_in_turn(current.run, following)
         except asyncio.CancelledError:
             closed = "the queue stopped while this call's commit was in flight; it may have landed"
-            _fail(batch, QueueClosedError(closed))
+            _fail(current.batch, QueueClosedError(closed))
             raise
         except JQueueError as exc:  # the storage's answer: every call of the round shares it
-            logger.warning("group commit of %d operations failed: %r", len(batch), exc)
-            outcomes = [(False, exc)] * len(batch)
+            logger.warning("group commit of %d operations failed: %r", len(current.batch), exc)
+            outcomes = [(False, exc)] * len(current.batch)
         except Exception as exc:
+            batch = current.batch
             if len(batch) > 1:  # one call's effects broke the commit (say, a value the encoder refuses)
                 logger.warning("a group commit failed, committing its %d calls alone: %r", len(batch), exc)
                 for pending in batch:
-                    await self._commit_batch([pending])
+                    alone = _Round(self, [pending], store.location, grows=False)
+                    await self._commit_round(store, alone, None)
                 return
             outcomes = [(False, exc)]
-        for pending, (ok, value) in zip(batch, outcomes, strict=True):
+        for pending, (ok, value) in zip(current.batch, outcomes, strict=True):
             if pending.future.done():
                 continue
             if ok:

@@ -108,6 +108,7 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
         self.cold: ColdRows | None = None
         self._journal: list[Callable[[], None]] | None = None
         self.pending_effects: list[Effect] = []
+        self.transaction = 0
         self.changed: dict[str, JobRecord] | None = None
         self._frozen: dict[str, ClaimState] | None = None
         self._removed_while_frozen: dict[str, JobRecord] = {}

@@ -1,5 +1,9 @@
 """``Journal``: the transactions of an index: changes journalled as undos, and the effects
-they recorded, so that a batch that lost its commit race is undone in O(batch)."""
+they recorded, so that a batch that lost its commit race is undone in O(batch).
+
+A transaction may hold two commits' changes: those of a commit in flight, and after a mark,
+those staged on top of it. ``commit_through`` keeps the first part when its commit lands, and
+leaves the rest open; ``rollback`` undoes both."""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ class Journal:
     _journal: list[Callable[[], None]] | None
     pending_effects: list[Effect]
     order: ClaimOrder
+    transaction: int
+    """How many transactions were begun: it tells one from the next."""
 
     def begin(self) -> None:
         """Start journalling changes so that ``rollback`` can undo them."""
@@ -26,11 +32,30 @@ class Journal:
         self.order.prune()
         self._journal = []
         self.pending_effects = []
+        self.transaction += 1
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open."""
+        return self._journal is not None
 
     def commit(self) -> None:
         """Keep the changes made since ``begin``."""
         self._journal = None
         self.pending_effects = []
+
+    def commit_through(self, savepoint: tuple[int, int]) -> None:
+        """Keep the changes made before ``savepoint``; those after it stay in the open transaction
+        (which ends if there are none)."""
+        journal = self._journal
+        if journal is None:
+            raise RuntimeError("no transaction is open")
+        undo_count, effect_count = savepoint
+        if len(journal) == undo_count and len(self.pending_effects) == effect_count:
+            self.commit()
+            return
+        self._journal = journal[undo_count:]
+        self.pending_effects = self.pending_effects[effect_count:]
 
     def rollback(self) -> None:
         """Undo every change made since ``begin``, newest first."""

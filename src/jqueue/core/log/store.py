@@ -89,6 +89,7 @@ class LogStore(CommitStore):
     """
 
     conflict_delay = 0.04
+    stages_during_commit = True
 
     def __init__(
         self,
@@ -324,12 +325,17 @@ class LogStore(CommitStore):
 
     # --- checkpoints and compaction ---------------------------------------------------
 
-    def _maybe_checkpoint(self) -> None:
+    def wants_quiet_landing(self) -> bool:
+        """Whether a checkpoint would start: it freezes the state as committed, so the commit
+        that starts it lands with nothing staged on it."""
         due = self.settings.checkpoint_due(
             self._changes_since_checkpoint, self._entries_since_checkpoint, len(self.index)
         )
         idle = self._background is None or self._background.done()
-        if due and idle and not self._explicit.locked() and not self.index.frozen:
+        return due and idle and not self._explicit.locked() and not self.index.frozen
+
+    def _maybe_checkpoint(self) -> None:
+        if self.wants_quiet_landing() and not self.index.in_transaction:
             snapshot = self._freeze()
             self._background = asyncio.create_task(self._checkpoint_and_compact(snapshot))
 
@@ -350,7 +356,7 @@ class LogStore(CommitStore):
             await self._checkpoints.write(frozen)
         except SlabsLostError as exc:
             logger.warning("%s; writing a checkpoint of every job", exc)
-            async with self._turn:  # between transactions
+            async with self.turn:  # between transactions
                 frozen = self._freeze()
             await self._checkpoints.write(frozen)
 
@@ -359,7 +365,7 @@ class LogStore(CommitStore):
         async with self._explicit:  # no background checkpoint starts meanwhile
             if self._background is not None:
                 await self._background
-            async with self._turn:
+            async with self.turn:
                 await self.refresh()
                 self._loaded = True
                 frozen = self._freeze()

@@ -7,6 +7,10 @@ catches up only when a write conflicts, or when a transition failed or changed
 nothing on a state this call has not verified (an unknown job, an empty dequeue),
 since a stale state could make that answer wrong. A layout supplies ``refresh``,
 ``_commit`` and ``payloads``; nothing above this module knows which layout is used.
+
+While a commit is in flight, the next one's calls may be staged on top of it (a ``Follower``,
+ADR 0017): applied in the same transaction after a mark, committed once it has landed, and
+undone with it if it does not. Writes stay one at a time, each on a state known to be durable.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from jqueue.core.formats.single import decode_index, encode_index
 from jqueue.core.loop.commit_stats import CommitStats
@@ -87,6 +91,48 @@ class StorageUse:
             await self._storage.__aexit__(exc_type, exc, tb)
 
 
+class Turn:
+    """The right to use a store's state: a lock that knows how many wait for it (a writer that
+    keeps it across commits lets them in between)."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self.waiting = 0
+
+    def locked(self) -> bool:
+        """Whether someone holds the turn."""
+        return self._lock.locked()
+
+    async def __aenter__(self) -> None:
+        self.waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self.waiting -= 1
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._lock.release()
+
+
+class Follower(Protocol):
+    """The next commit's calls, staged while the commit before them is in flight."""
+
+    @property
+    def waiting(self) -> bool:
+        """Whether calls wait to be staged."""
+        ...
+
+    async def arrival(self) -> None:
+        """Return when more calls may wait to be staged."""
+        ...
+
+    def stage(self, index: QueueIndex) -> None:
+        """Apply the waiting calls to ``index`` (in its open transaction); it must not raise."""
+        ...
+
+
 class CommitStore(ABC):
     """A queue's state in memory and the commit loop that keeps it in step with storage.
 
@@ -95,6 +141,9 @@ class CommitStore(ABC):
     conflict_delay : float or None
         The cap of the wait after a lost race, if shorter than the retry policy's (see
         ``LogStore``).
+    stages_during_commit : bool
+        Whether a follower may be staged while a commit is in flight: the layout's ``_commit``
+        encodes the effects it is given, not the index (which the follower changes).
 
     Parameters
     ----------
@@ -105,6 +154,7 @@ class CommitStore(ABC):
     """
 
     conflict_delay: float | None = None
+    stages_during_commit = False
 
     def __init__(self, storage: ObjectStoragePort, retry: RetryPolicy) -> None:
         self.storage = storage
@@ -112,7 +162,7 @@ class CommitStore(ABC):
         self.location = describe(storage)
         self.index = QueueIndex()
         self._loaded = False
-        self._turn = asyncio.Lock()  # a refresh must never run inside another call's transaction
+        self.turn = Turn()  # a refresh must never run inside another call's transaction
         self.on_commit: Callable[[], None] = _nothing
         """Called after each commit that landed (the queue wakes its idle callers)."""
         self.stats = CommitStats()
@@ -136,6 +186,10 @@ class CommitStore(ABC):
         """Whether the state in memory must be refreshed before the next commit."""
         return not self._loaded
 
+    def wants_quiet_landing(self) -> bool:
+        """Whether the next commit should land with nothing staged on it (the default: never)."""
+        return False
+
     @abstractmethod
     async def payloads(self, payloads: Sequence[Payload]) -> list[bytes]:
         """Return the bytes of each payload, fetching those kept in storage."""
@@ -145,7 +199,7 @@ class CommitStore(ABC):
 
     async def view(self, look: Callable[[QueueIndex], T]) -> T:
         """Catch up with storage and return what ``look`` finds in the state (it must not change it)."""
-        async with self._turn:
+        async with self.turn:
             await self.refresh()
             self._loaded = True
             return look(self.index)
@@ -185,19 +239,34 @@ class CommitStore(ABC):
         CASConflictError
             When every retry lost its race.
         """
-        async with self._turn:
-            return await self._apply(transition)
+        async with self.turn:
+            return await self._apply(transition, None)
 
-    async def _apply(self, transition: Callable[[QueueIndex], T]) -> T:
+    async def apply_in_turn(self, transition: Callable[[QueueIndex], T], follower: Follower | None) -> T:
+        """``apply``, for a caller that holds ``turn``, staging ``follower`` while the commit is in
+        flight (if the layout can). What it staged is left open when the commit lands: the
+        caller's next ``apply_in_turn`` continues it, or ``drop_staged`` undoes it."""
+        if not self.turn.locked():
+            raise RuntimeError("apply_in_turn needs the store's turn")
+        return await self._apply(transition, follower)
+
+    def drop_staged(self) -> None:
+        """Undo what a follower staged, if it was left open."""
+        if self.index.in_transaction:
+            self.index.rollback()
+
+    async def _apply(self, transition: Callable[[QueueIndex], T], follower: Follower | None) -> T:
         started = time.monotonic()
-        verified = False
-        if self.needs_refresh():
+        # Calls staged on a commit that landed ran on a durable state: as good as a refresh.
+        verified = self.index.in_transaction
+        if not verified and self.needs_refresh():
             await self.refresh()
             self._loaded = verified = True
         retries = 0
         while True:
             index = self.index  # a refresh may replace it
-            index.begin()
+            if not index.in_transaction:
+                index.begin()
             try:
                 answer = transition(index)
             except Exception as exc:
@@ -219,7 +288,7 @@ class CommitStore(ABC):
                 verified = True
                 continue
             try:
-                await self._commit(effects)
+                kept = await self._commit_staging(index, follower)
             except CASConflictError:
                 index.rollback()
                 retries += 1
@@ -233,7 +302,8 @@ class CommitStore(ABC):
             except BaseException:
                 index.rollback()
                 raise
-            index.commit()
+            effects = index.pending_effects[: kept[1]]
+            index.commit_through(kept)
             self.stats.landed(time.monotonic() - started, retries, effects)
             try:
                 self._landed(effects)
@@ -241,6 +311,29 @@ class CommitStore(ABC):
                 logger.exception("after a commit to %s", self.location)
             self.on_commit()
             return answer
+
+    async def _commit_staging(self, index: QueueIndex, follower: Follower | None) -> tuple[int, int]:
+        """Commit the open transaction's effects, staging ``follower`` on top of them meanwhile;
+        return the mark that ends them."""
+        kept = index.savepoint()
+        if follower is None or not self.stages_during_commit:
+            await self._commit(index.pending_effects)
+            return kept
+        writing = asyncio.ensure_future(self._commit(index.pending_effects[:]))
+        try:
+            while not writing.done():
+                if follower.waiting and not self.turn.waiting and not self.wants_quiet_landing():
+                    follower.stage(index)
+                arrival = asyncio.ensure_future(follower.arrival())
+                try:
+                    await asyncio.wait((writing, arrival), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    arrival.cancel()
+        except BaseException:
+            writing.cancel()
+            raise
+        writing.result()
+        return kept
 
 
 class SingleObjectStore(CommitStore):
