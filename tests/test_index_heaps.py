@@ -47,3 +47,26 @@ def test_a_replayed_log_prunes_too() -> None:
     index.apply_all(effects)
     assert index.records == {}
     assert index.heap_entries() <= HEAP_FLOOR
+
+
+def test_a_transaction_that_goes_on_as_the_next_prunes_too() -> None:
+    """Commits applied ahead (ADR 0017) keep one transaction open from round to round."""
+    index = QueueIndex()
+    now = 1_000_000
+    index.begin()
+    for n in range(10_000):
+        job_id = f"job-{n}"
+        index.apply(Added(job_id, "work", 0, now, JobStatus.QUEUED, None, b""))
+        mark = index.savepoint()  # what follows is the next round, applied ahead
+        [claim] = index.claim(None, 1, now, now + 300_000_000, lambda: "lease")
+        assert claim.job_id == job_id
+        index.apply_all([Beat(job_id, now + beat) for beat in (1, 2, 3)])
+        if n % 100:
+            index.apply(Removed(job_id, now + 4))
+        index.commit_through(mark)
+        assert index.in_transaction
+        now += 10
+    index.commit()
+    live = len(index.records)
+    assert live == 100
+    assert index.heap_entries() <= HEAP_SLACK * live + HEAP_FLOOR

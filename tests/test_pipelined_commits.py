@@ -1,4 +1,4 @@
-"""Calls staged while a commit is in flight (ADR 0017): applied on top of the commit before them,
+"""Calls applied ahead while a commit is in flight (ADR 0017): applied on top of the commit before them,
 answered only once their own entry has landed, undone with that commit if it does not land; a
 checkpoint never holds them, and a reader waiting for the store's turn is let in."""
 
@@ -67,7 +67,7 @@ async def replayed(storage: InstrumentedKeyedStorage, version: int) -> QueueInde
     return index
 
 
-def test_a_transaction_keeps_the_first_commit_and_leaves_the_staged_one_open() -> None:
+def test_a_transaction_keeps_the_first_commit_and_leaves_the_next_one_open() -> None:
     index = QueueIndex()
     index.begin()
     first = index.transaction
@@ -133,7 +133,7 @@ async def claimed_in_storage(storage: InstrumentedKeyedStorage) -> dict[str, str
     return {job.id: job.lease for job in jobs if job.lease is not None}
 
 
-async def test_calls_submitted_during_a_commit_are_staged_on_it_and_answered_after_their_own() -> None:
+async def test_calls_submitted_during_a_commit_are_applied_ahead_on_it_and_answered_after_their_own() -> None:
     storage = OneAtATime()
     async with BrokerQueue(storage) as queue:
         await queue.enqueue("warm", b"")  # the queue exists
@@ -143,14 +143,14 @@ async def test_calls_submitted_during_a_commit_are_staged_on_it_and_answered_aft
             await until(lambda: storage.waiting == 1, "the lead's create")
             followers = [asyncio.create_task(queue.enqueue("work", b"%d" % n)) for n in range(20)]
             claim = asyncio.create_task(queue.dequeue("work"))
-            await until(lambda: len(store.index.records) == 22, "the calls staged on the commit in flight")
-            await until(lambda: any(r.lease for r in store.index.records.values()), "the staged claim")
+            await until(lambda: len(store.index.records) == 22, "the calls applied ahead")
+            await until(lambda: any(r.lease for r in store.index.records.values()), "the claim applied ahead")
             assert storage.waiting == 1, "a second write started before the first landed"
             assert not any(task.done() for task in [lead, claim, *followers])
 
             storage.let_through()
             first = await lead
-            await until(lambda: storage.waiting == 1, "the staged calls' create")
+            await until(lambda: storage.waiting == 1, "the create of the calls applied ahead")
             await asyncio.sleep(0)
             assert not any(task.done() for task in [claim, *followers]), "answered before durable"
         [job] = await claim
@@ -162,7 +162,7 @@ async def test_calls_submitted_during_a_commit_are_staged_on_it_and_answered_aft
     assert {first.id, *(a.id for a in added)} <= ids
 
 
-async def test_calls_staged_on_a_commit_that_lost_its_race_run_again_on_the_winner() -> None:
+async def test_calls_applied_ahead_on_a_commit_that_lost_its_race_run_again_on_the_winner() -> None:
     storage = OneAtATime()
     async with BrokerQueue(storage) as queue:
         await queue.enqueue("warm", b"")
@@ -171,7 +171,7 @@ async def test_calls_staged_on_a_commit_that_lost_its_race_run_again_on_the_winn
             lead = asyncio.create_task(queue.enqueue("work", b"lead", priority=5))
             await until(lambda: storage.waiting == 1, "the lead's create")
             claim = asyncio.create_task(queue.dequeue("work"))
-            await until(lambda: any(r.lease for r in store.index.records.values()), "the staged claim")
+            await until(lambda: any(r.lease for r in store.index.records.values()), "the claim applied ahead")
             async with DirectQueue(storage.inner) as rival:  # takes the entry the lead asks for, and
                 urgent = await rival.enqueue("work", b"rival", priority=0)  # comes first in the claims
         lead_job = await lead
@@ -183,7 +183,7 @@ async def test_calls_staged_on_a_commit_that_lost_its_race_run_again_on_the_winn
         assert {lead_job.id, urgent.id} <= {j.id for j in (await fresh.read_state()).jobs}
 
 
-async def test_a_failed_commit_fails_its_own_callers_and_the_staged_calls_commit_after_it() -> None:
+async def test_a_failed_commit_fails_its_own_callers_and_the_calls_applied_ahead_commit_after_it() -> None:
     storage = OneAtATime()
     async with BrokerQueue(storage) as queue:
         await queue.enqueue("warm", b"")
@@ -193,7 +193,7 @@ async def test_a_failed_commit_fails_its_own_callers_and_the_staged_calls_commit
             lead = asyncio.create_task(queue.enqueue("work", b"lead"))
             await until(lambda: storage.waiting == 1, "the lead's create")
             followers = [asyncio.create_task(queue.enqueue("work", b"%d" % n)) for n in range(5)]
-            await until(lambda: len(store.index.records) == 7, "the calls staged on the commit in flight")
+            await until(lambda: len(store.index.records) == 7, "the calls applied ahead")
         with pytest.raises(StorageError):
             await lead
         added = await asyncio.gather(*followers)
@@ -203,7 +203,7 @@ async def test_a_failed_commit_fails_its_own_callers_and_the_staged_calls_commit
     assert len(added) == 5
 
 
-async def test_a_checkpoint_under_staged_commits_holds_exactly_its_version(
+async def test_a_checkpoint_under_commits_applied_ahead_holds_exactly_its_version(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     memory = InMemoryStorage(name="checkpointed")
@@ -243,7 +243,7 @@ async def test_a_checkpoint_under_staged_commits_holds_exactly_its_version(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
-async def test_a_reader_waiting_for_the_store_is_let_in_between_staged_commits() -> None:
+async def test_a_reader_waiting_for_the_store_is_let_in_between_commits_applied_ahead() -> None:
     storage = instrumented(
         InMemoryStorage(name="busy"), Faults(write_latency=timedelta(milliseconds=10), affects=entry_creates)
     )

@@ -21,7 +21,7 @@ from jqueue import CorruptStateError, DirectQueue, InMemoryStorage, JobStatus, L
 from jqueue.core.formats.checkpoint import Manifest, decode_manifest
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX
 from jqueue.core.formats.payload_refs import payload_ref
-from jqueue.core.formats.slab import SLAB_PREFIX, id_hash, open_slab, slab_name
+from jqueue.core.formats.slab import SLAB_PREFIX, id_hash, open_slab, row_key, slab_name
 from jqueue.core.formats.slab_whole import decode_slab, slab_tree
 from jqueue.core.log import checkpoints
 from jqueue.core.log.slab_load import loaded
@@ -31,7 +31,7 @@ from jqueue.core.log.store import LogStore
 from jqueue.core.loop.switching import QUICK_SWITCH_SECONDS
 from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.records import RECORD_COLUMNS
+from jqueue.domain.records import RECORD_COLUMNS, JobRecord
 from jqueue.domain.times import to_micros, utc_now
 
 S = 1_000_000
@@ -300,3 +300,29 @@ async def test_a_plan_runs_with_quick_switches_and_no_collections(monkeypatch: p
         await queue.checkpoint()
     assert seen == [(min(QUICK_SWITCH_SECONDS, sys.getswitchinterval()), False)]
     assert gc.isenabled()
+
+
+class ChangedWhileLooked(dict[str, Any]):
+    """A freeze's saved values, into which the event loop's change of a job arrives (saving its
+    old values first, as the index does) just as a checkpoint's thread looks the job up."""
+
+    def __init__(self, record: JobRecord, running: tuple[Any, ...]) -> None:
+        super().__init__()
+        self.record, self.running = record, running
+
+    def get(self, key: str, default: Any = None) -> Any:
+        found = super().get(key, default)
+        if self.running:
+            self[key] = self.record.claim_state()
+            self.record.set_claim_state(self.running)
+            self.running = ()
+        return found
+
+
+def test_a_row_key_read_while_its_job_changes_is_the_key_it_had_at_the_freeze() -> None:
+    now = to_micros(utc_now())
+    record = JobRecord.from_added(Added("j", "e", 0, now, JobStatus.QUEUED, None, payload_ref(1, 0)), 0)
+    queued_key = row_key(record, {})
+    running = record.changed(status=JobStatus.IN_PROGRESS, lease="l", heartbeat=now, expires=now + 1)
+    assert row_key(record, ChangedWhileLooked(record, running)) == queued_key
+    assert record.status is JobStatus.IN_PROGRESS  # the change did arrive meanwhile

@@ -138,8 +138,8 @@ RoundAnswer = tuple[bool, Any]
 
 class _Round:
     """The calls of one commit. It runs as the store's transition; before that, while the commit
-    before it is in flight, it stages the calls that arrive (a ``Follower``). One that ``grows``
-    takes every call waiting when it stages or runs; one that does not keeps its batch."""
+    before it is in flight, it applies ahead the calls that arrive (a ``Follower``). One that ``grows``
+    takes every call waiting when it applies ahead or runs; one that does not keeps its batch."""
 
     def __init__(self, commits: GroupedCommits, batch: list[_Pending], location: str, grows: bool) -> None:
         self.commits = commits
@@ -153,7 +153,7 @@ class _Round:
 
     @property
     def waiting(self) -> bool:
-        """Whether calls wait to be staged."""
+        """Whether calls wait to be applied ahead."""
         return self.grows and not self._failed and bool(self.commits._pending)
 
     async def arrival(self) -> None:
@@ -161,7 +161,7 @@ class _Round:
         await self.commits._wakeup.wait()
         self.commits._wakeup.clear()
 
-    def stage(self, index: QueueIndex) -> None:
+    def apply_ahead(self, index: QueueIndex) -> None:
         """Apply the waiting calls on top of the commit in flight; should that fail (the
         housekeeping, on a damaged state), undo them and leave the round to run as usual."""
         mark = index.savepoint()
@@ -204,7 +204,7 @@ class _Round:
 
 class GroupedCommits:
     """One writer task folds every operation submitted while a commit is in flight into the next
-    commit (on a layout that can, staging them as they arrive); an operation that fails fails
+    commit (on a layout that can, applying them ahead as they arrive); an operation that fails fails
     only its own caller."""
 
     def __init__(self, opener: StoreOpener, housekeeping: Housekeeping, storage_use: StorageUse) -> None:
@@ -274,7 +274,7 @@ class GroupedCommits:
             _fail(unsent, QueueClosedError(_NOT_SENT))
 
     async def _write_chain(self) -> None:
-        """Commit rounds while each finds the next one staged: every call waiting now, and those
+        """Commit rounds while each finds the next one applied ahead: every call waiting now, and those
         that arrive while a round is in flight."""
         try:
             store = await self.opener.store()
@@ -299,7 +299,7 @@ class GroupedCommits:
                     _fail(following.batch, QueueClosedError(_NOT_SENT))
                 raise
             finally:
-                store.drop_staged()
+                store.drop_ahead()
 
     async def _commit_round(self, store: CommitStore, current: _Round, following: _Round | None) -> None:
         try:

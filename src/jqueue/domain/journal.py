@@ -2,7 +2,7 @@
 they recorded, so that a batch that lost its commit race is undone in O(batch).
 
 A transaction may hold two commits' changes: those of a commit in flight, and after a mark,
-those staged on top of it. ``commit_through`` keeps the first part when its commit lands, and
+those applied ahead on top of it. ``commit_through`` keeps the first part when its commit lands, and
 leaves the rest open; ``rollback`` undoes both."""
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class Journal:
             return
         self._journal = journal[undo_count:]
         self.pending_effects = self.pending_effects[effect_count:]
+        self.order.prune()  # as ``begin`` does: the transaction goes on as the next one
 
     def rollback(self) -> None:
         """Undo every change made since ``begin``, newest first."""

@@ -109,10 +109,9 @@ def row_key(record: JobRecord, saved: Mapping[str, ClaimState]) -> RowKey:
     """Return where a job's row goes in a slab, with its values as of a freeze (those in
     ``saved`` for the records changed since): held rows by insertion, then claimable ones in
     claim order."""
-    state = saved.get(record.id)
-    if state is None:
-        status, not_before = record.status, record.not_before
-    else:
+    status, not_before = record.status, record.not_before
+    state = saved.get(record.id)  # after reading: a change made meanwhile saved its old values
+    if state is not None:
         status, not_before = state[_STATUS], state[_NOT_BEFORE]
     if claimable(status, not_before, record.dedup_key):
         return (1, record.entrypoint, record.priority, record.created, record.order)

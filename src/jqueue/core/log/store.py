@@ -89,7 +89,7 @@ class LogStore(CommitStore):
     """
 
     conflict_delay = 0.04
-    stages_during_commit = True
+    applies_ahead = True
 
     def __init__(
         self,
@@ -327,7 +327,7 @@ class LogStore(CommitStore):
 
     def wants_quiet_landing(self) -> bool:
         """Whether a checkpoint would start: it freezes the state as committed, so the commit
-        that starts it lands with nothing staged on it."""
+        that starts it lands with nothing applied ahead on it."""
         due = self.settings.checkpoint_due(
             self._changes_since_checkpoint, self._entries_since_checkpoint, len(self.index)
         )

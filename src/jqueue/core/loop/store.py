@@ -8,7 +8,7 @@ nothing on a state this call has not verified (an unknown job, an empty dequeue)
 since a stale state could make that answer wrong. A layout supplies ``refresh``,
 ``_commit`` and ``payloads``; nothing above this module knows which layout is used.
 
-While a commit is in flight, the next one's calls may be staged on top of it (a ``Follower``,
+While a commit is in flight, the next one's calls may be applied ahead, on top of it (a ``Follower``,
 ADR 0017): applied in the same transaction after a mark, committed once it has landed, and
 undone with it if it does not. Writes stay one at a time, each on a state known to be durable.
 """
@@ -117,18 +117,18 @@ class Turn:
 
 
 class Follower(Protocol):
-    """The next commit's calls, staged while the commit before them is in flight."""
+    """The next commit's calls, applied ahead while the commit before them is in flight."""
 
     @property
     def waiting(self) -> bool:
-        """Whether calls wait to be staged."""
+        """Whether calls wait to be applied ahead."""
         ...
 
     async def arrival(self) -> None:
-        """Return when more calls may wait to be staged."""
+        """Return when more calls may wait to be applied ahead."""
         ...
 
-    def stage(self, index: QueueIndex) -> None:
+    def apply_ahead(self, index: QueueIndex) -> None:
         """Apply the waiting calls to ``index`` (in its open transaction); it must not raise."""
         ...
 
@@ -141,8 +141,8 @@ class CommitStore(ABC):
     conflict_delay : float or None
         The cap of the wait after a lost race, if shorter than the retry policy's (see
         ``LogStore``).
-    stages_during_commit : bool
-        Whether a follower may be staged while a commit is in flight: the layout's ``_commit``
+    applies_ahead : bool
+        Whether a follower may be applied ahead while a commit is in flight: the layout's ``_commit``
         encodes the effects it is given, not the index (which the follower changes).
 
     Parameters
@@ -154,7 +154,7 @@ class CommitStore(ABC):
     """
 
     conflict_delay: float | None = None
-    stages_during_commit = False
+    applies_ahead = False
 
     def __init__(self, storage: ObjectStoragePort, retry: RetryPolicy) -> None:
         self.storage = storage
@@ -187,7 +187,7 @@ class CommitStore(ABC):
         return not self._loaded
 
     def wants_quiet_landing(self) -> bool:
-        """Whether the next commit should land with nothing staged on it (the default: never)."""
+        """Whether the next commit should land with nothing applied ahead on it (the default: never)."""
         return False
 
     @abstractmethod
@@ -243,21 +243,21 @@ class CommitStore(ABC):
             return await self._apply(transition, None)
 
     async def apply_in_turn(self, transition: Callable[[QueueIndex], T], follower: Follower | None) -> T:
-        """``apply``, for a caller that holds ``turn``, staging ``follower`` while the commit is in
-        flight (if the layout can). What it staged is left open when the commit lands: the
-        caller's next ``apply_in_turn`` continues it, or ``drop_staged`` undoes it."""
+        """``apply``, for a caller that holds ``turn``, applying ``follower`` ahead while the commit is
+        in flight (if the layout can). What it applied ahead is left open when the commit lands: the
+        caller's next ``apply_in_turn`` continues it, or ``drop_ahead`` undoes it."""
         if not self.turn.locked():
             raise RuntimeError("apply_in_turn needs the store's turn")
         return await self._apply(transition, follower)
 
-    def drop_staged(self) -> None:
-        """Undo what a follower staged, if it was left open."""
+    def drop_ahead(self) -> None:
+        """Undo what a follower applied ahead, if it was left open."""
         if self.index.in_transaction:
             self.index.rollback()
 
     async def _apply(self, transition: Callable[[QueueIndex], T], follower: Follower | None) -> T:
         started = time.monotonic()
-        # Calls staged on a commit that landed ran on a durable state: as good as a refresh.
+        # Calls applied ahead on a commit that landed ran on a durable state: as good as a refresh.
         verified = self.index.in_transaction
         if not verified and self.needs_refresh():
             await self.refresh()
@@ -288,7 +288,7 @@ class CommitStore(ABC):
                 verified = True
                 continue
             try:
-                kept = await self._commit_staging(index, follower)
+                kept = await self._commit_following(index, follower)
             except CASConflictError:
                 index.rollback()
                 retries += 1
@@ -312,18 +312,18 @@ class CommitStore(ABC):
             self.on_commit()
             return answer
 
-    async def _commit_staging(self, index: QueueIndex, follower: Follower | None) -> tuple[int, int]:
-        """Commit the open transaction's effects, staging ``follower`` on top of them meanwhile;
+    async def _commit_following(self, index: QueueIndex, follower: Follower | None) -> tuple[int, int]:
+        """Commit the open transaction's effects, applying ``follower`` ahead on top of them meanwhile;
         return the mark that ends them."""
         kept = index.savepoint()
-        if follower is None or not self.stages_during_commit:
+        if follower is None or not self.applies_ahead:
             await self._commit(index.pending_effects)
             return kept
         writing = asyncio.ensure_future(self._commit(index.pending_effects[:]))
         try:
             while not writing.done():
                 if follower.waiting and not self.turn.waiting and not self.wants_quiet_landing():
-                    follower.stage(index)
+                    follower.apply_ahead(index)
                 arrival = asyncio.ensure_future(follower.arrival())
                 try:
                     await asyncio.wait((writing, arrival), return_when=asyncio.FIRST_COMPLETED)
