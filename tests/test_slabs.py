@@ -22,6 +22,7 @@ from jqueue.core.formats.checkpoint import Manifest, decode_manifest
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX
 from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.formats.slab import SLAB_PREFIX, id_hash, open_slab, row_key, slab_name
+from jqueue.core.formats.slab_block import BLOCK_ROWS
 from jqueue.core.formats.slab_whole import decode_slab, slab_tree
 from jqueue.core.log import checkpoints
 from jqueue.core.log.slab_load import loaded
@@ -82,6 +83,22 @@ async def test_a_slab_holds_its_rows_in_claim_order_and_finds_each_by_its_filter
     found = open_slab(content, entry.name).filter
     assert all(found.blocks(id_hash(job_id)) == [0] for job_id in slab.ids)  # one block of 41 rows
     assert found.blocks(id_hash("no such job")) == []
+
+
+async def test_a_slab_whose_held_rows_fill_more_than_a_block_reads_back() -> None:
+    storage = InMemoryStorage(name="held")
+    async with DirectQueue(storage, log=NEVER) as queue:
+        await queue.enqueue_many("work", [b"%d" % n for n in range(BLOCK_ROWS + 600)])
+        claimed = await queue.dequeue("work", batch_size=BLOCK_ROWS + 100)  # held: ahead of the rest
+        await queue.checkpoint()
+    [entry] = (await newest_manifest(storage)).slabs
+    opened = open_slab(await storage.get(entry.name) or b"", entry.name)
+    assert opened.header.held == BLOCK_ROWS + 100
+    assert [len(opened.block(n)["id"]) for n in range(2)] == [BLOCK_ROWS, 600]
+    async with DirectQueue(storage) as fresh:
+        running = await fresh.jobs(status=JobStatus.IN_PROGRESS, limit=None)
+        assert {job.id for job in running} == {job.id for job in claimed}
+        assert len(await fresh.dequeue("work", batch_size=1000)) == 500
 
 
 async def test_slabs_stay_few_and_a_fresh_reader_sees_the_newest_state() -> None:

@@ -156,10 +156,10 @@ class _Round:
         """Whether calls wait to be applied ahead."""
         return self.grows and not self._failed and bool(self.commits._pending)
 
-    async def arrival(self) -> None:
-        """Return when a call was submitted."""
-        await self.commits._wakeup.wait()
-        self.commits._wakeup.clear()
+    @property
+    def arrived(self) -> asyncio.Event:
+        """Set when a call is submitted."""
+        return self.commits._wakeup
 
     def apply_ahead(self, index: QueueIndex) -> None:
         """Apply the waiting calls on top of the commit in flight; should that fail (the

@@ -281,7 +281,7 @@ class OpenedSlab:
         claimable rows not of claimable jobs (``CLAIMABLE``), or not of the entrypoint the
         header gives them, or rows out of claim order; empty if they fit."""
         header, rows = self.header, len(columns["id"])
-        lowest = max(0, header.held - first)
+        lowest = min(rows, max(0, header.held - first))  # held rows may fill this block and more
         nones = [None] * rows
         for name, value in CLAIMABLE.items():
             if (columns.get(name) or nones)[lowest:].count(value) != rows - lowest:

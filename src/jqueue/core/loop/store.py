@@ -124,8 +124,9 @@ class Follower(Protocol):
         """Whether calls wait to be applied ahead."""
         ...
 
-    async def arrival(self) -> None:
-        """Return when more calls may wait to be applied ahead."""
+    @property
+    def arrived(self) -> asyncio.Event:
+        """Set when calls may wait to be applied ahead (and by the store when its write ends)."""
         ...
 
     def apply_ahead(self, index: QueueIndex) -> None:
@@ -319,16 +320,17 @@ class CommitStore(ABC):
         if follower is None or not self.applies_ahead:
             await self._commit(index.pending_effects)
             return kept
+        arrived = follower.arrived
         writing = asyncio.ensure_future(self._commit(index.pending_effects[:]))
+        writing.add_done_callback(lambda _: arrived.set())
         try:
-            while not writing.done():
+            while True:
                 if follower.waiting and not self.turn.waiting and not self.wants_quiet_landing():
                     follower.apply_ahead(index)
-                arrival = asyncio.ensure_future(follower.arrival())
-                try:
-                    await asyncio.wait((writing, arrival), return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    arrival.cancel()
+                if writing.done():
+                    break
+                await arrived.wait()
+                arrived.clear()
         except BaseException:
             writing.cancel()
             raise
