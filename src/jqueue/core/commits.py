@@ -284,9 +284,12 @@ class GroupedCommits:
             _fail(unsent, exc)
             return
         following: _Round | None = _Round(self, [], store.location, grows=True)
+        current: _Round | None = None
         async with store.turn:
             try:
                 while following is not None:
+                    if self._gather and current is not None and not self._stopping:
+                        await asyncio.sleep(self._gather)  # the callers just answered ride in it too
                     current, following = following, _Round(self, [], store.location, grows=True)
                     started = time.monotonic()
                     await self._commit_round(store, current, following)
