@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
-from jqueue import CorruptStateError, LocalFileSystemStorage
+from conftest import BUCKET, s3_env
+from jqueue import CorruptStateError, LocalFileSystemStorage, S3Storage
 from jqueue.adapters.service import finder as finder_module
+from jqueue.adapters.service.host import record_storage
 from jqueue.adapters.service.tenure import BrokerRecord, BrokerTenure, Role
 from jqueue.testing import instrumented
 from jqueue.testing.faults import InstrumentedStorage
+from servers import S3Endpoint
 
 QUICK = {"renew_every": timedelta(milliseconds=10), "stale_after": timedelta(milliseconds=100)}
 
@@ -200,3 +205,32 @@ async def test_a_standby_watches_a_broker_at_its_first_look(tmp_path: Path) -> N
     await active.step()
     assert active.record is not None
     assert (active.record.beat, active.record.renewed_at != renewed_at) == (3, True)
+
+
+async def test_a_client_of_an_s3_root_reads_its_record_with_one_storage_client(
+    moto: S3Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in s3_env(moto).items():
+        if name.startswith("AWS_"):
+            monkeypatch.setenv(name, value)
+    root = f"s3://{BUCKET}/finder-{uuid.uuid4().hex[:8]}?endpoint_url={moto.url}&region={moto.region}"
+    await record_storage(root).write(msgspec.json.encode(BrokerRecord("http://127.0.0.1:1", 1, 1, "o", "t")))
+    opened = 0
+    new_client = S3Storage._new_client
+
+    def counted(storage: S3Storage) -> Any:
+        nonlocal opened
+        opened += 1
+        return new_client(storage)
+
+    monkeypatch.setattr(S3Storage, "_new_client", counted)
+    monkeypatch.setattr(finder_module, "RECHECK_EVERY", 0.0)  # every look reads the record
+    finder = finder_module.BrokerFinder(root)
+    await finder.open()
+    try:
+        assert await finder.find() == "http://127.0.0.1:1"
+        for _ in range(5):
+            assert await finder.moved_from("http://127.0.0.1:2") == "http://127.0.0.1:1"
+    finally:
+        await finder.close()
+    assert opened == 1, "each read of the record opened a client (tens of ms of CPU on S3)"

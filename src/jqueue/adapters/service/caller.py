@@ -89,6 +89,7 @@ class ServiceCaller:
         """Open the connection pools."""
         aiohttp = self._aiohttp = require("aiohttp", extra="client")
         if self._session is None:
+            await self.finder.open()
             self._session = aiohttp.ClientSession(headers=self._headers)
             waits = aiohttp.TCPConnector(limit=LONG_POLLS_IN_FLIGHT)
             self._waits = aiohttp.ClientSession(headers=self._headers, connector=waits)
@@ -97,8 +98,11 @@ class ServiceCaller:
         """Close the connection pools."""
         if self._session is not None:
             sessions, self._session, self._waits = (self._session, self._waits), None, None
-            for session in sessions:
-                await session.close()
+            try:
+                for session in sessions:
+                    await session.close()
+            finally:
+                await self.finder.close()
 
     async def call(self, verb: str, body: Any, answer: type[Any], wait: float = 0.0) -> tuple[Any, bool]:
         """POST ``body`` to the queue's route ``verb`` (or GET the service's path ``verb``, one that

@@ -9,6 +9,7 @@ import msgspec
 
 from jqueue.adapters.service.host import record_storage
 from jqueue.adapters.service.tenure import BrokerRecord
+from jqueue.core.loop.store import StorageUse
 from jqueue.domain.errors import CorruptStateError
 from jqueue.ports.storage import ObjectStoragePort
 
@@ -38,9 +39,23 @@ class BrokerFinder:
         self.owner: str | None = None
         """The broker the root's record names for ``address`` (its ``owner``); None for a service URL."""
         self._record: ObjectStoragePort | None = None
+        self._held: StorageUse | None = None
         self._lock = asyncio.Lock()
         self._checked_at = -RECHECK_EVERY
         self._recorded: str | None = None
+
+    async def open(self) -> None:
+        """Hold the root's record storage open (its client, its connections) until ``close``:
+        each read would otherwise open a client of its own, tens of milliseconds on S3."""
+        if self.root is not None and self._held is None:
+            self._held = StorageUse(self._storage())
+            await self._held.__aenter__()
+
+    async def close(self) -> None:
+        """Let go of what ``open`` held."""
+        held, self._held = self._held, None
+        if held is not None:
+            await held.__aexit__(None, None, None)
 
     async def find(self) -> str | None:
         """The broker's URL: the one in use, else the record's (None if there is no record).
@@ -70,10 +85,7 @@ class BrokerFinder:
 
     async def _read(self) -> BrokerRecord | None:
         """The root's record, or None if it has none or its broker stopped (released it)."""
-        assert self.root is not None
-        if self._record is None:
-            self._record = record_storage(self.root)
-        content, etag = await self._record.read()
+        content, etag = await self._storage().read()
         if etag is None:
             return None
         try:
@@ -81,6 +93,12 @@ class BrokerFinder:
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise CorruptStateError(f"{self.root}/_broker.json", f"not a broker record: {exc}") from exc
         return None if record.released else record
+
+    def _storage(self) -> ObjectStoragePort:
+        assert self.root is not None
+        if self._record is None:
+            self._record = record_storage(self.root)
+        return self._record
 
     def owner_at(self, address: str) -> str | None:
         """The broker a call to ``address`` is meant for (``BROKER_HEADER``), if the record named it."""
