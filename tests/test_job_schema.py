@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jqueue import DirectQueue, InMemoryStorage, Job, JobSpec, JobStatus
-from jqueue.adapters.service.wire import WIRE_FORM, api_job
+from jqueue.adapters.service.wire import WIRE_FORM, api_job, job_of
 from jqueue.adapters.spark.reader import JOB_COLUMNS, JOBS_SCHEMA, job_row
 from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import single as single_format
@@ -105,6 +105,11 @@ def test_the_services_wire_form_of_a_record_is_its_public_jobs_wire_form() -> No
     payload: bytes = added.payload  # type: ignore[assignment]
     assert WIRE_FORM.of_record(added, payload) == api_job(job_from(added, payload))
     assert PUBLIC_FORM.of_record(added, payload) == job_from(added, payload)
+    job = job_from(added, payload)
+    back = job_of(api_job(job))  # what a client makes of the answer
+    assert back == job
+    assert back.__dict__ == job.__dict__
+    assert back.model_fields_set == job.model_fields_set
 
 
 async def _found(queue: DirectQueue, job_id: str) -> Job:

@@ -278,7 +278,7 @@ class GroupedCommits:
         that arrive while a round is in flight."""
         try:
             store = await self.opener.store()
-        except JQueueError as exc:
+        except Exception as exc:  # the store did not open: every call waiting shares the answer
             unsent, self._pending = self._pending, []
             logger.warning("group commit of %d operations failed: %r", len(unsent), exc)
             _fail(unsent, exc)
