@@ -10,6 +10,7 @@ from typing import Any
 from jqueue import BrokerQueue, DirectQueue, ObjectStoragePort
 from jqueue.core.formats.marker import ENTRY_PREFIX
 from jqueue.ports.storage import KeyedStoragePort
+from jqueue.testing import CallKind
 
 
 @contextlib.asynccontextmanager
@@ -30,3 +31,8 @@ async def log_entries(storage: ObjectStoragePort) -> list[str]:
     if not isinstance(storage, KeyedStoragePort):
         return []
     return await storage.list_names(ENTRY_PREFIX)
+
+
+def entry_creates(kind: CallKind, name: str) -> bool:
+    """Whether a storage call is the create of a log entry (a commit), for ``Faults.affects``."""
+    return kind == "create" and name.startswith(ENTRY_PREFIX)

@@ -14,15 +14,12 @@ from conftest import Backend
 from jqueue import CommitUnknownError, DirectQueue, JobSpec, KeyedStoragePort, LogSettings
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX, ENTRY_PREFIX, entry_name
 from jqueue.testing import CallKind, Faults, InstrumentedKeyedStorage, InstrumentedStorage, instrumented
+from queues import entry_creates
 
 RETENTION = timedelta(seconds=1)
 BOUND = RETENTION.total_seconds() / 2
 WRITER = LogSettings(checkpoint_every=1000, retention=RETENTION)  # never checkpoints itself
 COMPACTING = LogSettings(checkpoint_every=1, retention=RETENTION)
-
-
-def entry_creates(kind: CallKind, name: str) -> bool:
-    return kind == "create" and name.startswith(ENTRY_PREFIX)
 
 
 class AnswerHeld(InstrumentedKeyedStorage):

@@ -25,14 +25,11 @@ from jqueue.core.formats.marker import (
 from jqueue.core.log.store import LogStore
 from jqueue.domain.effects import PauseSet
 from jqueue.domain.index import QueueIndex
-from jqueue.testing import CallKind, Faults, InstrumentedKeyedStorage, instrumented
+from jqueue.testing import Faults, InstrumentedKeyedStorage, instrumented
+from queues import entry_creates
 
 BOUND = 30.0
 """Seconds a condition may take on a busy machine."""
-
-
-def entry_creates(kind: CallKind, name: str) -> bool:
-    return kind == "create" and name.startswith(ENTRY_PREFIX)
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
