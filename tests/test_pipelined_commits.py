@@ -13,7 +13,15 @@ from datetime import timedelta
 
 import pytest
 
-from jqueue import BrokerQueue, DirectQueue, InMemoryStorage, Job, LogSettings, StorageError
+from jqueue import (
+    BrokerQueue,
+    CorruptStateError,
+    DirectQueue,
+    InMemoryStorage,
+    Job,
+    LogSettings,
+    StorageError,
+)
 from jqueue.core.formats.entry import decode_entry
 from jqueue.core.formats.marker import (
     CHECKPOINT_PREFIX,
@@ -94,6 +102,7 @@ class OneAtATime(InstrumentedKeyedStorage):
         self.holding = False
         self.waiting = 0
         self.fail_next = False
+        self.cancel_after_create: asyncio.Task[None] | None = None
         self._passes = asyncio.Semaphore(0)
 
     def let_through(self, creates: int = 1) -> None:
@@ -121,6 +130,9 @@ class OneAtATime(InstrumentedKeyedStorage):
             self.fail_next = False
             raise StorageError(f"injected failure of create {name}", OSError("injected"))
         await super().create(name, content)
+        if name.startswith(ENTRY_PREFIX) and self.cancel_after_create is not None:
+            self.cancel_after_create.cancel()
+            self.cancel_after_create = None
 
 
 async def claimed_in_storage(storage: InstrumentedKeyedStorage) -> dict[str, str | None]:
@@ -262,3 +274,100 @@ async def test_a_reader_waiting_for_the_store_is_let_in_between_commits_applied_
         await producer
         await asyncio.gather(*calls)
     assert len(state.jobs) >= 5
+
+
+async def test_a_store_that_fails_before_a_round_takes_its_calls_answers_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    storage = OneAtATime()
+    async with asyncio.timeout(BOUND * 2), BrokerQueue(storage) as queue:  # a close that hangs fails
+        await queue.enqueue("warm", b"")
+        store = await log_store(queue)
+        damage = CorruptStateError(store.location, "injected before the round")
+
+        async def refresh() -> None:
+            raise damage
+
+        monkeypatch.setattr(store, "needs_refresh", lambda: True)
+        monkeypatch.setattr(store, "refresh", refresh)
+        calls = [asyncio.create_task(queue.enqueue("work", b"%d" % n)) for n in range(3)]
+        done, waiting = await asyncio.wait(calls, timeout=BOUND)
+        assert not waiting, "callers left waiting"
+        assert {type(task.exception()) for task in done} == {CorruptStateError}
+        monkeypatch.undo()
+        assert (await queue.enqueue("work", b"after")).payload == b"after"  # the writer goes on
+
+
+async def test_a_housekeeping_that_fails_fails_its_round_and_loses_no_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    storage = OneAtATime()
+    async with BrokerQueue(storage) as queue:
+        await queue.enqueue("warm", b"")
+        housekeeping = queue._commits.housekeeping  # type: ignore[attr-defined]
+        sweep = housekeeping.before
+        failures = iter([CorruptStateError("here", "injected")])
+
+        def before(index: QueueIndex) -> int:
+            for failure in failures:
+                raise failure
+            return sweep(index)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(housekeeping, "before", before)
+        with storage.held():
+            lead = asyncio.create_task(queue.enqueue("work", b"lead"))
+            await until(lambda: storage.waiting == 1, "the lead's create")
+            ahead = asyncio.create_task(queue.enqueue("work", b"ahead"))  # its housekeeping fails
+            await asyncio.sleep(0.05)
+        await lead
+        _, waiting = await asyncio.wait([ahead], timeout=BOUND)
+        assert not waiting, "a call applied ahead was lost"
+        assert (await ahead).payload == b"ahead"  # run again with its round, once it landed
+
+
+async def test_a_cancel_that_comes_as_a_create_lands_keeps_what_landed() -> None:
+    storage = OneAtATime()
+    queue = BrokerQueue(storage)
+    await queue.start()
+    try:
+        await queue.enqueue("warm", b"")
+        writer = queue._commits._task  # type: ignore[attr-defined]
+        with storage.held():
+            lead = asyncio.create_task(queue.enqueue("work", b"lead"))
+            await until(lambda: storage.waiting == 1, "the lead's create")
+            ahead = asyncio.create_task(queue.enqueue("work", b"ahead"))
+            await asyncio.sleep(0.05)
+            storage.cancel_after_create = writer  # the close's deadline, as the create answers
+            storage.let_through()
+            await asyncio.wait([lead, ahead], timeout=BOUND)
+        assert writer.done()
+        state = await queue.read_state()  # this process's view, caught up with the log
+    finally:
+        with contextlib.suppress(asyncio.CancelledError):  # the writer's end, as it was cancelled
+            await queue.stop()
+    async with DirectQueue(storage.inner) as fresh:
+        stored = sorted(job.payload for job in (await fresh.read_state()).jobs)
+    assert sorted(job.payload for job in state.jobs) == stored
+    assert b"lead" in stored  # it landed; the call applied ahead on it was never written
+    assert b"ahead" not in stored
+
+
+async def test_a_close_during_a_split_round_answers_every_call() -> None:
+    storage = instrumented(
+        InMemoryStorage(name="split"), Faults(write_latency=timedelta(milliseconds=50), affects=entry_creates)
+    )
+    queue = BrokerQueue(storage)
+    await queue.start()
+    await queue.enqueue("warm", b"")
+
+    def poison(index: QueueIndex) -> None:  # an effect the encoder refuses: the round splits
+        index.apply(PauseSet("\udc80", True, False))
+
+    calls = [asyncio.create_task(queue.enqueue("work", b"%d" % n)) for n in range(20)]
+    calls.append(asyncio.create_task(queue._commits.run(poison)))  # type: ignore[arg-type]
+    await until(lambda: storage.commits >= 3, "the calls committed one by one")
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.02):
+            await queue.stop()
+    _, waiting = await asyncio.wait(calls, timeout=BOUND)
+    assert not waiting, f"{len(waiting)} callers still wait"

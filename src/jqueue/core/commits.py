@@ -181,13 +181,13 @@ class _Round:
         calls: list[_Pending] = []
         if self.grows:
             calls, self.commits._pending = self.commits._pending, []
+        self.batch += calls  # first: whatever fails next, these calls are answered with the round
         if self._applied_in != (index, index.transaction):  # first, or undone since
-            self._applied_in, self.outcomes = (index, index.transaction), []
+            self._applied_in, self.outcomes = None, []
             self._swept = self.commits.housekeeping.before(index)
-            self.batch += calls
-            calls = self.batch
-        else:
-            self.batch += calls
+            self._applied_in, calls = (index, index.transaction), self.batch
+        elif any(pending.operation is None for pending in calls):  # a sweep sees the leases of now
+            self._swept += self.commits.housekeeping.before(index)
         for pending in calls:
             self.outcomes.append(self._outcome(pending, index))
 
@@ -283,7 +283,8 @@ class GroupedCommits:
             logger.warning("group commit of %d operations failed: %r", len(unsent), exc)
             _fail(unsent, exc)
             return
-        following: _Round | None = _Round(self, [], store.location, grows=True)
+        first, self._pending = self._pending, []  # answered with the round, whatever fails
+        following: _Round | None = _Round(self, first, store.location, grows=True)
         current: _Round | None = None
         async with store.turn:
             try:
@@ -318,11 +319,14 @@ class GroupedCommits:
             batch = current.batch
             if len(batch) > 1:  # one call's effects broke the commit (say, a value the encoder refuses)
                 logger.warning("a group commit failed, committing its %d calls alone: %r", len(batch), exc)
-                for pending in batch:
-                    alone = _Round(self, [pending], store.location, grows=False)
-                    await self._commit_round(store, alone, None)
+                for number, pending in enumerate(batch):
+                    try:
+                        await self._commit_round(store, _Round(self, [pending], store.location, False), None)
+                    except BaseException:
+                        _fail(batch[number + 1 :], QueueClosedError(_NOT_SENT))
+                        raise
                 return
-            outcomes = [(False, exc)]
+            outcomes = [(False, exc)] * len(batch)
         for pending, (ok, value) in zip(current.batch, outcomes, strict=True):
             if pending.future.done():
                 continue

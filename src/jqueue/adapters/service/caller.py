@@ -90,9 +90,13 @@ class ServiceCaller:
         aiohttp = self._aiohttp = require("aiohttp", extra="client")
         if self._session is None:
             await self.finder.open()
-            self._session = aiohttp.ClientSession(headers=self._headers)
-            waits = aiohttp.TCPConnector(limit=LONG_POLLS_IN_FLIGHT)
-            self._waits = aiohttp.ClientSession(headers=self._headers, connector=waits)
+            try:
+                self._session = aiohttp.ClientSession(headers=self._headers)
+                waits = aiohttp.TCPConnector(limit=LONG_POLLS_IN_FLIGHT)
+                self._waits = aiohttp.ClientSession(headers=self._headers, connector=waits)
+            except BaseException:
+                await self.finder.close()
+                raise
 
     async def stop(self) -> None:
         """Close the connection pools."""

@@ -48,8 +48,9 @@ class BrokerFinder:
         """Hold the root's record storage open (its client, its connections) until ``close``:
         each read would otherwise open a client of its own, tens of milliseconds on S3."""
         if self.root is not None and self._held is None:
-            self._held = StorageUse(self._storage())
-            await self._held.__aenter__()
+            held = StorageUse(self._storage())
+            await held.__aenter__()
+            self._held = held
 
     async def close(self) -> None:
         """Let go of what ``open`` held."""

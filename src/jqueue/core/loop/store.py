@@ -289,7 +289,7 @@ class CommitStore(ABC):
                 verified = True
                 continue
             try:
-                kept = await self._commit_following(index, follower)
+                await self._commit_following(index, follower, started, retries)
             except CASConflictError:
                 index.rollback()
                 retries += 1
@@ -301,41 +301,54 @@ class CommitStore(ABC):
                 verified = True
                 continue
             except BaseException:
-                index.rollback()
+                index.rollback()  # what it wrote is kept by then: this undoes what came after
                 raise
-            effects = index.pending_effects[: kept[1]]
-            index.commit_through(kept)
-            self.stats.landed(time.monotonic() - started, retries, effects)
-            try:
-                self._landed(effects)
-            except Exception:  # a landed commit is never undone; bookkeeping may be retried later
-                logger.exception("after a commit to %s", self.location)
-            self.on_commit()
             return answer
 
-    async def _commit_following(self, index: QueueIndex, follower: Follower | None) -> tuple[int, int]:
-        """Commit the open transaction's effects, applying ``follower`` ahead on top of them meanwhile;
-        return the mark that ends them."""
+    async def _commit_following(
+        self, index: QueueIndex, follower: Follower | None, started: float, retries: int
+    ) -> None:
+        """Commit the open transaction's effects and keep them, applying ``follower`` ahead on
+        top of them meanwhile (its changes stay open)."""
         kept = index.savepoint()
         if follower is None or not self.applies_ahead:
             await self._commit(index.pending_effects)
-            return kept
+            self._keep(index, kept, started, retries)
+            return
         arrived = follower.arrived
-        writing = asyncio.ensure_future(self._commit(index.pending_effects[:]))
-        writing.add_done_callback(lambda _: arrived.set())
+
+        async def write(effects: list[Effect]) -> None:
+            await self._commit(effects)
+            self._keep(index, kept, started, retries)  # at once: a cancel cannot come between
+
+        def written(task: asyncio.Task[None]) -> None:
+            arrived.set()
+            if not task.cancelled():
+                task.exception()  # retrieved here: the caller may be gone (cancelled) by now
+
+        writing = asyncio.ensure_future(write(index.pending_effects[:]))
+        writing.add_done_callback(written)
         try:
-            while True:
+            while not writing.done():  # once it is, the transaction may have ended with it
                 if follower.waiting and not self.turn.waiting and not self.wants_quiet_landing():
                     follower.apply_ahead(index)
-                if writing.done():
-                    break
                 await arrived.wait()
                 arrived.clear()
         except BaseException:
             writing.cancel()
             raise
         writing.result()
-        return kept
+
+    def _keep(self, index: QueueIndex, kept: tuple[int, int], started: float, retries: int) -> None:
+        """A commit of the changes before ``kept`` landed: keep them and do the bookkeeping."""
+        effects = index.pending_effects[: kept[1]]
+        index.commit_through(kept)
+        self.stats.landed(time.monotonic() - started, retries, effects)
+        try:
+            self._landed(effects)
+        except Exception:  # a landed commit is never undone; bookkeeping may be retried later
+            logger.exception("after a commit to %s", self.location)
+        self.on_commit()
 
 
 class SingleObjectStore(CommitStore):
