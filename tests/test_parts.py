@@ -15,6 +15,7 @@ from conftest import Backend, Clock
 from jqueue import DirectQueue, JobSpec, JobStatus, LogSettings, QueuePausedError, QueuePolicy
 from jqueue.core.formats.entry import decode_entry
 from jqueue.core.formats.marker import ENTRY_PREFIX
+from jqueue.core.formats.part_runs import ID_HEAD, PART_ROWS, AddPart
 from jqueue.core.log.parts import PART_PREFIX, StoredPart, part_name, write_part
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.ports.storage import KeyedStoragePort
@@ -144,3 +145,12 @@ async def test_parts_older_than_their_lifetime_or_on_a_single_object_queue_are_r
     async with DirectQueue(single, layout="single") as q:
         with pytest.raises(ValueError, match="need the log layout"):
             await q.bulk.add_parts([await part(storage, rows("s", 1))])
+
+
+@pytest.mark.parametrize("rows", [[(0, PART_ROWS + 1)], [(0, PART_ROWS), (PART_ROWS, PART_ROWS + 2)]])
+def test_an_entry_that_links_more_rows_than_a_part_holds_is_refused(rows: list[tuple[int, int]]) -> None:
+    """A damaged count would otherwise make a reader build millions of jobs from a few bytes."""
+    run = AddPart(1 << 62 | 5, "0" * ID_HEAD, "bulk", 1, JobStatus.QUEUED, rows)
+    with pytest.raises(ValueError, match="more than a part's"):
+        run.effects()
+    assert len(AddPart(1 << 62 | 5, "0" * ID_HEAD, "bulk", 1, JobStatus.QUEUED, [(0, 3)]).effects()) == 3

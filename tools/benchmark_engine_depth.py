@@ -62,7 +62,8 @@ from typing import Any
 from jqueue import DirectQueue, LogSettings
 from jqueue.adapters.storage.url import storage_at
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX
-from jqueue.core.log.parts import PART_ROWS, write_part
+from jqueue.core.formats.part_runs import PART_ROWS
+from jqueue.core.log.parts import write_part
 from jqueue.domain.figures import percentiles
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.ports.storage import KeyedStoragePort

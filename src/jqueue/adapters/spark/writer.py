@@ -26,7 +26,8 @@ from pyspark.sql.types import StructType
 
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.direct import DirectQueue
-from jqueue.core.log.parts import PART_BYTES, PART_ROWS, StoredPart, write_part
+from jqueue.core.formats.part_runs import PART_ROWS
+from jqueue.core.log.parts import PART_BYTES, StoredPart, write_part
 from jqueue.core.queue import DEFAULT_MAX_PAYLOAD_BYTES
 from jqueue.domain.errors import PayloadTooLargeError
 from jqueue.domain.spec import LONGEST_SPAN

@@ -20,6 +20,8 @@ from jqueue.domain.effects import Added
 from jqueue.domain.models import JobStatus
 from jqueue.domain.schema import STORED_FIELDS
 
+PART_ROWS = 100_000
+"""The most jobs in one part (so in one ``add_part`` run)."""
 ID_HEAD = 28
 """A part job's id is the first 28 characters of its part's seed (a UUID), then its row in 8 hex digits."""
 _VARYING = ("id", "priority", "payload", "not_before", "dedup_key")
@@ -62,6 +64,8 @@ class AddPart(msgspec.Struct, tag="add_part", array_like=True, omit_defaults=Tru
             if not previous <= start < end <= POSITIONS_PER_SEGMENT:
                 raise ValueError(f"an add_part's rows {start} to {end} are out of order or range")
             previous = end
+        if sum(end - start for start, end in self.rows) > PART_ROWS:
+            raise ValueError(f"an add_part holds more than a part's {PART_ROWS} rows")
         rows = [row for start, end in self.rows for row in range(start, end)]
         count = len(rows)
         priorities = self.priorities or [0] * count

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 
 from jqueue.core.formats.entry import encode_entry
-from jqueue.core.formats.part_runs import ID_HEAD, AddPart, part_job_id
+from jqueue.core.formats.part_runs import ID_HEAD, PART_ROWS, AddPart, part_job_id
 from jqueue.core.formats.payload_refs import POSITIONS_PER_SEGMENT
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import CASConflictError
@@ -25,8 +25,6 @@ from jqueue.domain.models import JobStatus
 from jqueue.ports.storage import KeyedStoragePort
 
 PART_PREFIX = "part/"
-PART_ROWS = 100_000
-"""The most jobs in one part."""
 PART_BYTES = 8 * 1024 * 1024
 """A part is closed once its payloads reach this size, so that a dequeue that has to fetch
 one (the payload cache holds 64 MiB by default) fetches little."""
