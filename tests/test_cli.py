@@ -76,6 +76,7 @@ def test_enqueue_ls_show_and_stats(cli: Cli, tmp_path: Path) -> None:
         "in_progress": 0,
         "dead": 0,
         "staged": 0,
+        "waiting": 0,
         "oldest_queued_at": None,
     }
     assert stats["entrypoints"]["sms"]["queued"] == 4

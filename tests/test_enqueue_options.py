@@ -8,6 +8,7 @@ field added to ``JobSpec`` and missed in one of them fails here.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, get_type_hints
@@ -20,16 +21,20 @@ from jqueue import BrokerQueue, InMemoryStorage
 from jqueue.adapters.cli.app import build_app
 from jqueue.adapters.service.wire import NewJob, decode, encode, new_job, spec_of
 from jqueue.core.enqueue_calls import EnqueueCalls
+from jqueue.domain.models import ParentFailure
 from jqueue.domain.spec import SPEC_FIELDS, EnqueueOptions, JobSpec, SpecField
 from jqueue.sync import SyncQueue
 
 OPTIONS = [f for f in SPEC_FIELDS if f.name not in ("entrypoint", "payload", "priority")]
 
-SAMPLES: dict[type, Any] = {
+PARENT = "parent-1"
+SAMPLES: dict[Any, Any] = {
     str: "sample",
     int: 7,
     timedelta: timedelta(hours=2),
     datetime: datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC),
+    Sequence[str]: (PARENT,),
+    ParentFailure: ParentFailure.RUN,
 }
 EVERY_OPTION = JobSpec(
     "email",
@@ -58,13 +63,23 @@ def test_every_option_a_spec_sets_differs_from_its_default() -> None:
 
 async def test_enqueue_takes_every_option_by_keyword() -> None:
     async with BrokerQueue(InMemoryStorage()) as queue:
+        await queue.enqueue("parent", b"", id=PARENT)
         options: dict[str, Any] = {f.name: getattr(EVERY_OPTION, f.name) for f in OPTIONS}
         job = await queue.enqueue("email", b"x", 4, **options)
-        assert (job.id, job.dedup_key, job.max_attempts, job.not_before) == (
+        assert (
+            job.id,
+            job.dedup_key,
+            job.max_attempts,
+            job.not_before,
+            job.after,
+            job.on_parent_failure,
+        ) == (
             "sample",
             "sample",
             7,
             EVERY_OPTION.not_before,
+            (PARENT,),
+            "run",
         )
         with pytest.raises(TypeError, match=r"enqueue\(\) got an unexpected keyword argument 'colour'"):
             await queue.enqueue("email", b"x", colour="red")  # type: ignore[call-arg]

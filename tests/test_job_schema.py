@@ -29,7 +29,7 @@ from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.log.slab_load import loaded
 from jqueue.core.log.slab_plan import plan
 from jqueue.core.log.slabs import SlabSet
-from jqueue.domain.effects import Added, Beat, Claimed, Died, Effect, Published, Requeued
+from jqueue.domain.effects import Added, Beat, Claimed, Died, Effect, ParentSettled, Published, Requeued
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import fencing_job, new_job_id
 from jqueue.domain.records import JobRecord
@@ -61,6 +61,8 @@ def sample(field: JobField, n: int) -> Any:
         Kind.STATUS: JobStatus.IN_PROGRESS,
         Kind.PAYLOAD: b"payload-%d" % n,
         Kind.FRACTION: 1 / (n + 2),
+        Kind.IDS: (f"{field.name}-{n}", f"{field.name}-{n + 1}"),
+        Kind.RESULTS: (b"result-%d" % n, None),
     }
     return values[field.kind]
 
@@ -226,6 +228,7 @@ TRANSITIONS: list[tuple[JobStatus, Effect]] = [
     (JobStatus.DEAD, Requeued("job-1", None, None, reset=True)),
     (JobStatus.IN_PROGRESS, Died("job-1", T0 + 80, "max_attempts", "boom")),
     (JobStatus.STAGED, Published("batch-18")),
+    (JobStatus.WAITING, ParentSettled("job-1", "parent-1", b"result")),
 ]
 
 
@@ -235,6 +238,7 @@ def test_transitions_change_only_the_changing_fields(status: JobStatus, effect: 
     added = full_job()
     added.status = status
     added.batch = "batch-18"
+    added.after = added.awaiting = ("parent-0", "parent-1")
     index.apply(added)
     before = dataclasses.astuple(index.records["job-1"])
     index.apply(effect)

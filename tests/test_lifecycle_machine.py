@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -20,16 +21,17 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from jqueue.core.adding import adding
 from jqueue.core.formats.checkpoint import HistoryEncoder, decode_manifest
 from jqueue.core.formats.entry import decode_entry, encode_entry
 from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.log.slab_load import loaded
 from jqueue.core.log.slab_plan import plan
 from jqueue.core.log.slabs import SlabSet
-from jqueue.domain.effects import Added, Cancelled, PauseSet, ThrottleSet
+from jqueue.domain.effects import Added, Cancelled, Died, ParentSettled, PauseSet, ThrottleSet
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import JobStatus
+from jqueue.domain.models import JobStatus, ParentFailure
 from jqueue.domain.records import RECORD_COLUMNS, JobRecord
 from jqueue.domain.schema import FIELD_NAMES
 from jqueue.domain.stats import stats_of
@@ -70,6 +72,9 @@ class Lifecycle(RuleBasedStateMachine):
         self.slabs = SlabSet()
         self.history = HistoryEncoder()  # kept across checkpoints, as a store keeps it
         self.stored: dict[str, bytes] = {}  # the slabs written, by name
+        self.failed: set[str] = set()  # jobs that died at least once
+        self.settled: set[tuple[str, str]] = set()  # (child, parent) of every ParentSettled
+        self.started_with_parents: set[str] = set()  # children claimed at least once
 
     def live(self) -> dict[str, JobRecord]:
         """Every live job of the index by id, records and cold rows alike (in insertion order)."""
@@ -151,6 +156,12 @@ class Lifecycle(RuleBasedStateMachine):
             for e in effects
         )
         self.cancelled |= {e.job_id for e in effects if isinstance(e, Cancelled)}
+        self.failed |= {e.job_id for e in effects if isinstance(e, Died)}
+        for effect in effects:
+            if isinstance(effect, ParentSettled):
+                pair = (effect.job_id, effect.parent)
+                assert pair not in self.settled, f"{pair} settled twice"
+                self.settled.add(pair)
         self.forgotten += sum(getattr(e, "count", 0) for e in effects if type(e).__name__ == "Forgotten")
         return answer
 
@@ -186,6 +197,64 @@ class Lifecycle(RuleBasedStateMachine):
         if self.commit(decide):
             self.enqueued.add(job_id)
             self.attempts[job_id] = 0
+
+    @rule(
+        data=st.data(),
+        parents=st.integers(1, 3),
+        runs_anyway=st.booleans(),
+        with_parent_in_call=st.booleans(),
+    )
+    def enqueue_with_parents(
+        self, data: st.DataObject, parents: int, runs_anyway: bool, with_parent_in_call: bool
+    ) -> None:
+        """Enqueue a job that waits for parents drawn from the live jobs, the history and an
+        unknown id, and maybe for a new one added first in the same call."""
+        finished = [record.job_id for record in self.index.history]
+        known = list(dict.fromkeys([*(r.id for r in self.index.in_order()), *finished, "no-such-job"]))
+        chosen = data.draw(st.lists(st.sampled_from(known), max_size=parents, unique=True))
+        now = self.clock
+        policy = ParentFailure.RUN.value if runs_anyway else None
+        new: list[Added] = []
+        refusal: type[Exception] | None = None  # the first parent that cannot be one decides
+        for parent in chosen:
+            if parent in self.live() and self.live()[parent].status is JobStatus.STAGED:
+                refusal = ValueError
+            elif parent not in self.live() and self.index.history.finished(parent) is None:
+                refusal = JobNotFoundError
+            if refusal is not None:
+                break
+        if with_parent_in_call or not chosen:
+            first = str(uuid.uuid4())
+            new.append(Added(first, "a", 0, now, JobStatus.QUEUED, None, b"p"))
+            chosen.append(first)
+        child = str(uuid.uuid4())
+        fields = (child, data.draw(st.sampled_from(ENTRYPOINTS)), 0, now, JobStatus.WAITING, None, b"p")
+        new.append(Added(*fields, after=tuple(chosen), on_parent_failure=policy, awaiting=tuple(chosen)))
+        if refusal is not None:
+            with pytest.raises(refusal):
+                self.commit(lambda index: adding(new, timedelta(seconds=60))(index))
+            return
+        self.commit(lambda index: adding(new, timedelta(seconds=60))(index))
+        for added in new:
+            self.enqueued.add(added.id)
+            self.attempts[added.id] = 0
+        record = self.live().get(child)
+        if record is None:  # a parent had failed already: cancelled at once
+            assert child in self.cancelled
+            assert not runs_anyway
+            return
+        for position, parent in enumerate(record.after):
+            if parent in self.acked:
+                assert record.parent_results[position] == parent.encode()
+        waits = [p for p in chosen if p in self.live() and self.live()[p].status is not JobStatus.DEAD]
+        assert record.awaiting == tuple(waits)
+
+    def a_child_runs_only_once_its_parents_settled(self, record: JobRecord) -> None:
+        for parent in record.after:
+            if parent in self.acked:
+                continue
+            assert record.on_parent_failure == ParentFailure.RUN, f"{record.id} ran before {parent} settled"
+            assert parent in self.failed | self.cancelled | self.purged
 
     @rule(
         worker=WORKERS,
@@ -229,6 +298,9 @@ class Lifecycle(RuleBasedStateMachine):
             assert left is None or left > 0
             self.count_claim(record.entrypoint, now)
             self.held.append((worker, job_id, lease))
+            if record.after:
+                self.started_with_parents.add(job_id)
+                self.a_child_runs_only_once_its_parents_settled(record)
         if not self.throttles and not self.paused:
             assert [job_id for job_id, _ in claimed] == [row[3] for row in best[:batch]]
         if len(claimed) < batch:  # nothing else was claimable
@@ -255,7 +327,7 @@ class Lifecycle(RuleBasedStateMachine):
         holder = self.live().get(job_id)
         holds = holder is not None and holder.status is JobStatus.IN_PROGRESS and holder.lease == lease
         decisions: dict[str, Callable[[QueueIndex], object]] = {
-            "ack": lambda index: index.remove(job_id, lease, now),
+            "ack": lambda index: index.remove(job_id, lease, now, job_id.encode()),
             "nack": lambda index: index.nack(
                 job_id, lease, now, None if delay is None else now + delay * SECOND, "err", MAX_ATTEMPTS
             ),
@@ -358,7 +430,7 @@ class Lifecycle(RuleBasedStateMachine):
     @rule()
     def purge_dead(self) -> None:
         dead = [r.id for r in self.live().values() if r.status is JobStatus.DEAD]
-        self.commit(lambda index: [index.remove(job_id) for job_id in dead])
+        self.commit(lambda index: [index.remove(job_id, now=self.clock) for job_id in dead])
         self.purged.update(dead)
 
     @rule(
@@ -400,7 +472,8 @@ class Lifecycle(RuleBasedStateMachine):
         for record in records[:2]:
             self.index.remove(record.id, None, now)
         for record in records[2:5]:
-            self.index.nack(record.id, None, now, now + SECOND, "lost", 1)
+            if record.status is not JobStatus.WAITING:  # refused: it waits for its parents
+                self.index.nack(record.id, None, now, now + SECOND, "lost", 1)
         self.index.requeue_dead()
         self.index.forget(now, 0)
         self.index.apply(ThrottleSet(None, 1, WINDOW))
@@ -429,6 +502,7 @@ class Lifecycle(RuleBasedStateMachine):
                 JobStatus.IN_PROGRESS,
                 JobStatus.DEAD,
                 JobStatus.STAGED,
+                JobStatus.WAITING,
             )
             assert (record.status is JobStatus.STAGED) == (record.id in self.staged_ids())
             leased = record.status is JobStatus.IN_PROGRESS
@@ -443,6 +517,21 @@ class Lifecycle(RuleBasedStateMachine):
                 assert (record.cancel_requested, record.progress, record.progress_note) == (None, None, None)
             if record.status is not JobStatus.IN_PROGRESS:
                 assert record.cancel_requested is None
+
+    @invariant()
+    def a_job_waits_exactly_for_its_unsettled_parents(self) -> None:
+        live = self.live()
+        for record in live.values():
+            if record.status is not JobStatus.STAGED:
+                assert (record.status is JobStatus.WAITING) == bool(record.awaiting)
+            assert set(record.awaiting) <= set(record.after)
+            for parent in record.awaiting:  # a parent that ended settled its children then
+                assert parent in live
+                assert live[parent].status is not JobStatus.DEAD
+                assert (record.id, parent) not in self.settled
+        assert {r.id for r in live.values() if r.awaiting} == {
+            child.id for parent in live for child in self.index.children_of(parent)
+        }
 
     def staged_ids(self) -> set[str]:
         staged = self.index.staged_batches()
@@ -491,16 +580,19 @@ class Lifecycle(RuleBasedStateMachine):
         for index in (self.index, self.replica, QueueIndex.from_columns(1, columns)):
             expected: dict[str, list[int]] = {}
             for record in index.in_order():
-                counts = expected.setdefault(record.entrypoint, [0] * 5)
+                counts = expected.setdefault(record.entrypoint, [0] * 6)
                 if record.status is JobStatus.QUEUED:
                     counts[int(record.not_before is not None and record.not_before > self.clock)] += 1
                 else:
                     counts[
-                        [JobStatus.IN_PROGRESS, JobStatus.DEAD, JobStatus.STAGED].index(record.status) + 2
+                        [JobStatus.IN_PROGRESS, JobStatus.DEAD, JobStatus.STAGED, JobStatus.WAITING].index(
+                            record.status
+                        )
+                        + 2
                     ] += 1
             stats = stats_of(index, self.clock)
             found = {
-                name: [s.queued, s.scheduled, s.in_progress, s.dead, s.staged]
+                name: [s.queued, s.scheduled, s.in_progress, s.dead, s.staged, s.waiting]
                 for name, s in stats.entrypoints.items()
             }
             assert found == expected

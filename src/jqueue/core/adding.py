@@ -1,15 +1,17 @@
 """``adding``: the operation every enqueue commits, answering each job with itself or the job
-that holds its id or dedup key already."""
+that holds its id or dedup key already, and settling what a new job's parents already decided."""
 
 from __future__ import annotations
 
-from collections.abc import Container
+import dataclasses
+from collections.abc import Container, Mapping
 from datetime import timedelta
 
 from jqueue.core.commits import Operation
 from jqueue.domain.effects import Added
-from jqueue.domain.errors import QueuePausedError
+from jqueue.domain.errors import JobNotFoundError, QueuePausedError
 from jqueue.domain.index import QueueIndex
+from jqueue.domain.models import JobStatus, ParentFailure
 from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.times import to_micros, utc_now
 
@@ -22,14 +24,22 @@ def adding(
 ) -> Operation[list[Found]]:
     """Return the operation that adds ``new`` jobs: each is answered with the job it adds, or
     with the job that holds its id or its dedup key already (live, or acked within ``retention``).
-    The ids in ``fresh`` were made for this call (``new_job_id``): no job holds them."""
+    The ids in ``fresh`` were made for this call (``new_job_id``): no job holds them.
+
+    A job with parents (``after``) waits for those not settled yet; those settled already give
+    their results, and one that failed cancels the job in the same commit (unless its policy
+    is to run anyway). A parent may be a job earlier in the same call.
+    """
 
     def operation(index: QueueIndex) -> list[Found]:
-        acked_since = to_micros(utc_now() - retention)
+        clock = utc_now()
+        now, acked_since = to_micros(clock), to_micros(clock - retention)
         found: list[Found] = []
         keyed: dict[str, Added] = {}
         ids: dict[str, Added] = {}
+        answered: dict[str, str] = {}
         accepted: list[Added] = []
+        doomed: list[tuple[int, str]] = []
         for job in new:
             if index.controls.enqueues_paused(job.entrypoint):
                 raise QueuePausedError(job.entrypoint)
@@ -39,14 +49,77 @@ def adding(
                 match = keyed.get(key) or index.dedup_match(key, acked_since)
             if isinstance(match, JobRecord):
                 found.append(match.as_added())
+                answered[job.id] = match.id
             elif match is not None:
                 found.append(match)
+                answered[job.id] = match.job_id if isinstance(match, HistoryRecord) else match.id
             else:
+                if job.after:
+                    job, failure = _with_parents(index, job, ids, answered)
+                    if failure is not None:
+                        doomed.append((len(found), failure))
                 accepted.append(job)
                 keyed.update({} if key is None else {key: job})
                 ids[job.id] = job
                 found.append(job)
         index.apply_all(accepted, ids_looked_up=True)
+        for position, failure in doomed:
+            job_id = found[position].job_id
+            index.cancel_added(job_id, now, failure)
+            found[position] = index.history.finished(job_id) or found[position]
         return found
 
     return operation
+
+
+def _with_parents(
+    index: QueueIndex, job: Added, earlier: Mapping[str, Added], answered: Mapping[str, str]
+) -> tuple[Added, str | None]:
+    """Return ``job`` with the parents it still awaits and the results of those acked, and the
+    failure that cancels it (None if none does).
+
+    Raises
+    ------
+    JobNotFoundError
+        If a parent is neither in the queue, nor in its history, nor earlier in the call.
+    ValueError
+        If a parent is staged by a bulk write not yet published (its discard would leave the
+        job waiting for nothing).
+    """
+    after = tuple(dict.fromkeys(answered.get(parent, parent) for parent in job.after))
+    results: list[bytes | None] = [None] * len(after)
+    awaiting: list[str] = []
+    failure = None
+    runs_anyway = job.on_parent_failure == ParentFailure.RUN
+    for position, parent in enumerate(after):
+        if parent in earlier:
+            awaiting.append(parent)
+            continue
+        live = index.job(parent)
+        if live is not None and live.status is JobStatus.STAGED:
+            raise ValueError(
+                f"job {parent!r} is staged by a bulk write not yet published; it cannot be a parent"
+            )
+        finished = None if live is not None else index.history.finished(parent)
+        if live is not None and live.status is not JobStatus.DEAD:
+            awaiting.append(parent)
+        elif finished is not None and finished.outcome is JobStatus.ACKED:
+            results[position] = finished.result
+        elif live is None and finished is None:
+            raise JobNotFoundError(parent)
+        elif failure is None and not runs_anyway:
+            failure = f"parent {parent} {'died' if live is not None else _ended(finished)}"
+    settled = len(awaiting) < len(after)
+    status = job.status if job.status is JobStatus.STAGED or awaiting else JobStatus.QUEUED
+    changed = dataclasses.replace(
+        job,
+        after=after,
+        awaiting=tuple(awaiting),
+        parent_results=tuple(results) if settled else (),
+        status=status,
+    )
+    return changed, failure
+
+
+def _ended(finished: HistoryRecord | None) -> str:
+    return "died" if finished is not None and finished.outcome is JobStatus.DEAD else "was cancelled"

@@ -131,7 +131,7 @@ class ManagementCalls:
         return await self._jobs([record.as_added() for record in await self._view(look)])
 
     async def stats(self) -> QueueStats:
-        """Return counts per entrypoint and status, the oldest waiting job, pauses and throttles."""
+        """Return counts per entrypoint and status, the oldest queued job, pauses and throttles."""
         return await self._view(lambda index: stats_of(index, to_micros(utc_now())))
 
     async def dead_letters(self, entrypoint: str | None = None, limit: int | None = 100) -> list[Job]:
@@ -270,8 +270,9 @@ class ManagementCalls:
                 before = _micros_before(older_than)
                 found = (index.job(job_id) for job_id in dict.fromkeys(wanted))
                 chosen = [r for r in found if r is not None and matches(r, status, entrypoint, before)]
+            now = to_micros(utc_now())
             for record in chosen:
-                index.remove(record.id)
+                index.remove(record.id, now=now)
             return len(chosen)
 
         return await self._commits.run(operation)

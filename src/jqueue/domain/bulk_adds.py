@@ -39,6 +39,9 @@ class BulkAdds:
     def _stage(self, record: JobRecord) -> None:
         raise NotImplementedError
 
+    def _link(self, record: JobRecord) -> None:
+        raise NotImplementedError
+
     def job(self, job_id: str) -> JobRecord | None:
         raise NotImplementedError
 
@@ -88,6 +91,8 @@ class BulkAdds:
         for record in records:
             if record.status is JobStatus.STAGED:
                 self._stage(record)
+            if record.awaiting:
+                self._link(record)
             self._last_stamp += 1
             record.stamp = self._last_stamp
         self.order.push_many(records)

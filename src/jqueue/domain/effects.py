@@ -156,6 +156,17 @@ class Cancelled(JobEvent):
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ParentSettled:
+    """Parent ``parent`` of waiting job ``job_id`` settled: acked (with its ``result``, if any),
+    or failed while the job's policy is to run anyway (``result`` None). The job keeps the
+    result, and becomes claimable once it awaits no other parent."""
+
+    job_id: str
+    parent: str
+    result: bytes | None = None
+
+
 Effect = (
     Added
     | Claimed
@@ -172,4 +183,5 @@ Effect = (
     | SinkMarked
     | Published
     | Discarded
+    | ParentSettled
 )

@@ -11,8 +11,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 
 from jqueue.domain import effects as fx
 from jqueue.domain.errors import JobCancelledError
-from jqueue.domain.index_state import IndexState
-from jqueue.domain.models import LEASE_EXPIRED, JobStatus
+from jqueue.domain.index_state import E, IndexState
+from jqueue.domain.models import LEASE_EXPIRED, JobStatus, ParentFailure
 from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.tally import DEAD
 
@@ -76,7 +76,7 @@ class QueueIndex(IndexState):
                 self.order.reschedule(record)
                 continue
             if record.deadline is not None and record.deadline <= now:
-                self.apply(fx.Died(record.id, now, "ttl", record.last_error))
+                self._applied(fx.Died(record.id, now, "ttl", record.last_error))
                 continue
             claimed.append(self._applied(fx.Claimed(record.id, now, leases() if leases else None, expires)))
         return claimed
@@ -96,12 +96,19 @@ class QueueIndex(IndexState):
                 self.rollback()
 
     def remove(
-        self, job_id: str, lease: str | None = None, at: int | None = None, result: bytes | None = None
+        self,
+        job_id: str,
+        lease: str | None = None,
+        at: int | None = None,
+        result: bytes | None = None,
+        *,
+        now: int | None = None,
     ) -> fx.Removed:
         """Remove a job: an ack at ``at`` (fenced by ``lease`` if given) that keeps ``result``
-        in its history record, or with ``at`` None a purge that leaves no history."""
+        in its history record, or with ``at`` None a purge at ``now`` that leaves no history
+        (its waiting children fail with it)."""
         self._holding(job_id, lease)
-        return self._applied(fx.Removed(job_id, at, result))
+        return self._applied(fx.Removed(job_id, at, result), now)
 
     def nack(
         self,
@@ -120,6 +127,8 @@ class QueueIndex(IndexState):
         ``max_attempts`` is the queue's default for jobs that have none of their own.
         """
         record = self._holding(job_id, lease)
+        if record.status is JobStatus.WAITING:
+            raise ValueError(f"job {job_id!r} waits for its parents; cancel it instead")
         if record.status is JobStatus.IN_PROGRESS and record.cancel_requested is not None:
             return self._applied(fx.Cancelled(job_id, now, error))
         if record.status is JobStatus.IN_PROGRESS and dead:
@@ -161,9 +170,15 @@ class QueueIndex(IndexState):
             return [] if record.cancel_requested is not None else [self._applied(fx.CancelAsked(job_id, now))]
         return [self._applied(fx.Cancelled(job_id, now))]
 
+    def cancel_added(self, job_id: str, now: int, failure: str) -> fx.Cancelled:
+        """Cancel a job added in this commit whose parent had failed already (``failure`` says
+        which, and how), with its own waiting children."""
+        return self._applied(fx.Cancelled(job_id, now, failure))
+
     def requeue(self, job_ids: Iterable[str]) -> list[fx.Requeued]:
         """Make jobs claimable at once whatever their state: a dead one with its attempts reset,
-        a claimed one released, a waiting one due now; a job already claimable is left alone.
+        a claimed one released, a delayed one due now; a job already claimable, or waiting for
+        its parents, is left alone.
 
         Raises
         ------
@@ -173,7 +188,9 @@ class QueueIndex(IndexState):
         done: list[fx.Requeued] = []
         for job_id in dict.fromkeys(job_ids):
             record = self._require(job_id)
-            if record.status is JobStatus.QUEUED and record.not_before is None:
+            if record.status is JobStatus.WAITING or (
+                record.status is JobStatus.QUEUED and record.not_before is None
+            ):
                 continue
             done.append(self._applied(fx.Requeued(job_id, reset=record.status is JobStatus.DEAD)))
         return done
@@ -263,3 +280,41 @@ class QueueIndex(IndexState):
         beyond the newest ``keep``."""
         count = self.history.expired(finished_before, keep)
         return [self._applied(fx.Forgotten(count))] if count else []
+
+    def _applied(self, effect: E, now: int | None = None) -> E:
+        """Apply a decision's effect; one that ends a job settles its waiting children in the
+        same commit (a purge's at ``now``)."""
+        self.apply(effect)
+        if self._children and isinstance(effect, fx.Removed | fx.Died | fx.Cancelled):
+            self._settle_children(effect, now)
+        return effect
+
+    def _settle_children(self, ended: fx.Removed | fx.Died | fx.Cancelled, now: int | None) -> None:
+        """Settle the children of ``ended``'s job, and theirs in turn when a failure cancels them:
+        an ack passes on its result; a failure cancels each child, or settles it without a
+        result when its policy is to run anyway."""
+        todo: list[fx.Removed | fx.Died | fx.Cancelled] = [ended]
+        while todo:
+            effect = todo.pop(0)
+            children = self.children_of(effect.job_id)
+            if not children:
+                continue
+            result, failure, at = _outcome(effect, now)
+            for child in children:
+                if failure is None or child.on_parent_failure == ParentFailure.RUN:
+                    self.apply(fx.ParentSettled(child.id, effect.job_id, result))
+                    continue
+                if at is None:
+                    raise ValueError(f"purging job {effect.job_id!r}, which jobs wait for, needs a time")
+                cancelled = fx.Cancelled(child.id, at, f"parent {effect.job_id} {failure}")
+                self.apply(cancelled)
+                todo.append(cancelled)
+
+
+def _outcome(
+    effect: fx.Removed | fx.Died | fx.Cancelled, now: int | None
+) -> tuple[bytes | None, str | None, int | None]:
+    """The result, the failure (None for an ack) and the time of a job's end."""
+    if isinstance(effect, fx.Removed):
+        return (effect.result, None, effect.at) if effect.at is not None else (None, "was purged", now)
+    return None, "died" if isinstance(effect, fx.Died) else "was cancelled", effect.at

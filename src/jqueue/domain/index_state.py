@@ -22,6 +22,7 @@ from jqueue.domain.claim_order import ClaimOrder
 from jqueue.domain.cold import ColdRows
 from jqueue.domain.cold_jobs import ColdJobs
 from jqueue.domain.controls import Controls
+from jqueue.domain.dependencies import Dependencies
 from jqueue.domain.effects import (
     Added,
     Beat,
@@ -33,6 +34,7 @@ from jqueue.domain.effects import (
     Effect,
     Forgotten,
     LimitSet,
+    ParentSettled,
     PauseSet,
     Published,
     Removed,
@@ -76,10 +78,11 @@ E = TypeVar(
     Forgotten,
     Published,
     Discarded,
+    ParentSettled,
 )
 
 
-class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
+class IndexState(Journal, ColdJobs, Dependencies, BulkAdds, Freezing):
     """The live queue: jobs by id, claimable jobs by priority, claimed jobs by time.
 
     Attributes
@@ -102,6 +105,7 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
         self.tally = Tally()
         self._dedup: dict[str, str] = {}
         self._staged: dict[str, set[str]] = {}
+        self._children: dict[str, dict[str, None]] = {}
         self._next_order = 0
         self._last_stamp = 0
         self.order = ClaimOrder(self.records)
@@ -156,6 +160,8 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
                 index._dedup[record.dedup_key] = record.id
             if record.status is JobStatus.STAGED:
                 index._stage(record)
+            if record.awaiting:
+                index._link(record)
         index.order = ClaimOrder(index.records)
         index.order.rebuild()
         index.tally.rebuild(records)
@@ -246,7 +252,8 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
             case Published(batch):
                 for job_id in sorted(self._staged_ids(batch, effect), key=lambda i: self.records[i].order):
                     record = self.records[job_id]
-                    self._update(record, record.changed(status=JobStatus.QUEUED))
+                    status = JobStatus.WAITING if record.awaiting else JobStatus.QUEUED
+                    self._update(record, record.changed(status=status))
             case Discarded(batch):
                 for job_id in list(self._staged_ids(batch, effect)):
                     self._remove(self.records[job_id])
@@ -258,6 +265,8 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
                 self._record_undo(self.controls.set_limit(effect))
             case SinkMarked():
                 self._record_undo(self.controls.set_mark(effect))
+            case ParentSettled():
+                self._settle(effect)
 
     def running(self, scope: str | None) -> int:
         """How many jobs of ``scope`` (an entrypoint, or None for all) are in progress."""
@@ -355,11 +364,15 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
             self.changed.setdefault(record.id, record)
         if record.status is JobStatus.STAGED:
             self._unstage(record)
+        if record.awaiting:
+            self._unlink(record)
         self.tally.discard(record)
         record.set_claim_state(state)
         self.tally.add(record)
         if record.status is JobStatus.STAGED:
             self._stage(record)
+        if record.awaiting:
+            self._link(record)
         self._push(record)
 
     def _insert(self, record: JobRecord) -> None:
@@ -371,6 +384,8 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
             self._dedup[record.dedup_key] = record.id
         if record.status is JobStatus.STAGED:
             self._stage(record)
+        if record.awaiting:
+            self._link(record)
         self._push(record)
 
     def _delete(self, record: JobRecord) -> None:
@@ -383,6 +398,8 @@ class IndexState(Journal, ColdJobs, BulkAdds, Freezing):
             del self._dedup[record.dedup_key]
         if record.status is JobStatus.STAGED:
             self._unstage(record)
+        if record.awaiting:
+            self._unlink(record)
         self.tally.discard(record)
 
     def _push(self, record: JobRecord) -> None:

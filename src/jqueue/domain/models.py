@@ -39,8 +39,8 @@ def new_job_id() -> str:
 
 
 class JobStatus(StrEnum):
-    """Where a job is in its life: ``STAGED``, ``QUEUED``, ``IN_PROGRESS``, ``DEAD`` (a dead
-    letter), or finished: ``ACKED`` or ``CANCELLED``."""
+    """Where a job is in its life: ``STAGED``, ``WAITING``, ``QUEUED``, ``IN_PROGRESS``, ``DEAD``
+    (a dead letter), or finished: ``ACKED`` or ``CANCELLED``."""
 
     QUEUED = "queued"
     IN_PROGRESS = "in_progress"
@@ -51,6 +51,26 @@ class JobStatus(StrEnum):
     """Written by a bulk write that is not published yet: invisible to claims."""
     CANCELLED = "cancelled"
     """Finished by ``cancel``: seen in history records only."""
+    WAITING = "waiting"
+    """Waiting for its parents (``after``) to settle: invisible to claims."""
+
+
+class ParentFailure(StrEnum):
+    """What a job that waits for parents (``after``) does when one of them fails (dies, is
+    cancelled or is purged): ``CANCEL`` it (the default), or ``RUN`` it once the others settle."""
+
+    CANCEL = "cancel"
+    RUN = "run"
+
+
+def _from_base64(value: object) -> object:
+    """A payload or result given as text is base64, as in the documented jqueue."""
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"not valid base64: {exc}") from exc
+    return value
 
 
 class Job(BaseModel):
@@ -111,6 +131,16 @@ class Job(BaseModel):
         ``current_job().progress`` (stored with a heartbeat); None before the first report.
     progress_note : str or None
         The note that came with ``progress``.
+    after : tuple of str
+        The parents: the job waits (``WAITING``) until each is acked, or has failed (died, was
+        cancelled or purged) when ``on_parent_failure`` is ``run``.
+    on_parent_failure : str or None
+        ``run``, or None for the default, ``cancel`` (see ``ParentFailure``).
+    awaiting : tuple of str
+        The parents not settled yet.
+    parent_results : tuple of (bytes or None)
+        The parents' results, in the order of ``after`` (None for a parent with none, or not
+        settled yet); empty until the first parent settles.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -137,20 +167,28 @@ class Job(BaseModel):
     cancel_requested_at: AwareDatetime | None = None
     progress: float | None = None
     progress_note: str | None = None
+    after: tuple[str, ...] = ()
+    on_parent_failure: str | None = None
+    awaiting: tuple[str, ...] = ()
+    parent_results: tuple[bytes | None, ...] = ()
 
     @field_validator("payload", mode="before")
     @classmethod
     def _payload_from_base64(cls, value: object) -> object:
-        if isinstance(value, str):
-            try:
-                return base64.b64decode(value, validate=True)
-            except binascii.Error as exc:
-                raise ValueError(f"payload is not valid base64: {exc}") from exc
-        return value
+        return _from_base64(value)
+
+    @field_validator("parent_results", mode="before")
+    @classmethod
+    def _results_from_base64(cls, value: object) -> object:
+        return tuple(map(_from_base64, value)) if isinstance(value, list | tuple) else value
 
     @field_serializer("payload", when_used="json")
     def _payload_to_base64(self, value: bytes) -> str:
         return base64.b64encode(value).decode("ascii")
+
+    @field_serializer("parent_results", when_used="json")
+    def _results_to_base64(self, value: tuple[bytes | None, ...]) -> list[str | None]:
+        return [None if item is None else base64.b64encode(item).decode("ascii") for item in value]
 
 
 _EVERY_JOB_FIELD = frozenset(Job.model_fields)

@@ -41,6 +41,10 @@ class Kind(StrEnum):
     """A number from 0 to 1."""
     WINDOW = "window"
     """A positive span in microseconds."""
+    IDS = "ids"
+    """A tuple of job ids."""
+    RESULTS = "results"
+    """A tuple of results (bytes), each None until it is known or when there is none."""
 
 
 EpochMicros = Annotated[int, Kind.TIME]
@@ -106,6 +110,10 @@ class JobFields:
     )
     progress: float | None = field(default=None, metadata=_meta(Kind.FRACTION, changes=True))
     progress_note: str | None = field(default=None, metadata=_meta(Kind.TEXT, changes=True))
+    after: tuple[str, ...] = field(default=(), metadata=_meta(Kind.IDS))
+    on_parent_failure: str | None = field(default=None, metadata=_meta(Kind.TEXT))
+    awaiting: tuple[str, ...] = field(default=(), metadata=_meta(Kind.IDS, changes=True))
+    parent_results: tuple[bytes | None, ...] = field(default=(), metadata=_meta(Kind.RESULTS, changes=True))
 
 
 @dataclass(frozen=True)

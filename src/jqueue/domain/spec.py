@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TypedDict
+from typing import TypedDict, get_origin
 
 from jqueue.domain.declared import DeclaredField, declared_fields
 from jqueue.domain.effects import Added
-from jqueue.domain.models import JobStatus, new_job_id
+from jqueue.domain.models import JobStatus, ParentFailure, new_job_id
 from jqueue.domain.times import to_micros
 from jqueue.domain.values import INT64_MAX, INT64_MIN, Limit, checked_int64, checked_text
 
@@ -70,6 +70,12 @@ class JobSpec:
         The job's id (else a new random UUID). Enqueueing an id that a job in the queue or
         in the history has returns that job and adds nothing, so that an enqueue repeated
         after an unknown outcome is not doubled.
+    after : sequence of str or None
+        The ids of the job's parents: it waits (``WAITING``) until each is acked. Each must be
+        in the queue, in its history, or earlier in the same ``enqueue_many``.
+    on_parent_failure : ParentFailure, str or None
+        What a parent that dies, is cancelled or is purged does to the job: ``cancel`` it (the
+        default, None), or ``run`` it once the others have settled.
     """
 
     entrypoint: str = field(metadata={"limit": ENTRYPOINT})
@@ -81,6 +87,8 @@ class JobSpec:
     max_attempts: int | None = field(default=None, metadata={"limit": ATTEMPTS})
     ttl: timedelta | None = field(default=None, metadata={"limit": POSITIVE_SPAN})
     id: str | None = field(default=None, metadata={"limit": JOB_ID})
+    after: Sequence[str] | None = None
+    on_parent_failure: ParentFailure | str | None = None
 
     def __post_init__(self) -> None:
         for name, nullable, check_type, limit in _CHECKS:
@@ -91,18 +99,24 @@ class JobSpec:
                     limit.check(name, value)
         if self.delay is not None and self.not_before is not None:
             raise ValueError("give delay or not_before, not both")
+        if self.after is not None:
+            object.__setattr__(self, "after", tuple(dict.fromkeys(self.after)))
+            if self.id is not None and self.id in self.after:
+                raise ValueError(f"job {self.id!r} cannot wait for itself")
 
     def build(self, now: datetime, default_ttl: timedelta | None = None, batch: str | None = None) -> Added:
         """Return the effect that adds the job this spec describes, enqueued at ``now``; staged
         (unclaimable until published) as part of bulk write ``batch``, if given."""
         not_before = self.not_before if self.delay is None else now + self.delay
         ttl = self.ttl if self.ttl is not None else default_ttl
+        after = tuple(self.after or ())
+        status = JobStatus.STAGED if batch is not None else JobStatus.WAITING if after else JobStatus.QUEUED
         return Added(
             new_job_id() if self.id is None else self.id,
             self.entrypoint,
             self.priority,
             to_micros(now),
-            JobStatus.QUEUED if batch is None else JobStatus.STAGED,
+            status,
             None,
             payload_bytes(self.payload),
             max_attempts=self.max_attempts,
@@ -110,6 +124,11 @@ class JobSpec:
             deadline=None if ttl is None else to_micros(now + ttl),
             dedup_key=self.dedup_key,
             batch=batch,
+            after=after,
+            on_parent_failure=None
+            if self.on_parent_failure != ParentFailure.RUN
+            else ParentFailure.RUN.value,
+            awaiting=after,
         )
 
 
@@ -122,6 +141,8 @@ class EnqueueOptions(TypedDict, total=False):
     max_attempts: int | None
     ttl: timedelta | None
     id: str | None
+    after: Sequence[str] | None
+    on_parent_failure: ParentFailure | str | None
 
 
 @dataclass(frozen=True)
@@ -147,6 +168,19 @@ def _span_value(name: str, value: object) -> None:
         raise ValueError(f"{name} must be a timedelta, got {type(value).__name__}")
 
 
+def _job_ids(name: str, value: object) -> None:
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{name} must be a sequence of job ids, got {type(value).__name__}")
+    for item in value:
+        JOB_ID.check(name, item)
+
+
+def _parent_failure(name: str, value: object) -> None:
+    if value not in ParentFailure.__members__.values():
+        choices = ", ".join(map(repr, ParentFailure.__members__.values()))
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
 def _payload(name: str, value: object) -> None:
     if not isinstance(value, bytes | bytearray | str):  # a str is base64, as in jqueue
         raise ValueError(f"{name} must be bytes, got {type(value).__name__}")
@@ -158,11 +192,14 @@ _TYPE_CHECKS: dict[type, Callable[[str, object], object]] = {
     bytes: _payload,
     timedelta: _span_value,
     datetime: _aware,
+    Sequence: _job_ids,
+    ParentFailure: _parent_failure,
 }
 SPEC_FIELDS = _resolved()
 """The fields of ``JobSpec``, in order: ``EnqueueOptions`` are those after ``priority``."""
 _CHECKS = tuple(
-    (f.name, f.nullable, _TYPE_CHECKS[f.base], f.limit if f.limit.bounds else None) for f in SPEC_FIELDS
+    (f.name, f.nullable, _TYPE_CHECKS[get_origin(f.base) or f.base], f.limit if f.limit.bounds else None)
+    for f in SPEC_FIELDS
 )
 
 

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
-from jqueue.domain.tally import DEAD, DELAYED, IN_PROGRESS, QUEUED, STAGED
+from jqueue.domain.tally import DEAD, DELAYED, IN_PROGRESS, QUEUED, STAGED, WAITING
 from jqueue.domain.times import from_micros
 
 
@@ -23,6 +23,8 @@ class EntrypointStats:
     oldest_queued_at : datetime or None
         Enqueue time of the claimable job next in line: the oldest one waiting, unless
         priorities put a younger one first.
+    waiting : int
+        Jobs waiting for their parents (``after``).
     """
 
     queued: int = 0
@@ -31,6 +33,11 @@ class EntrypointStats:
     dead: int = 0
     staged: int = 0
     oldest_queued_at: datetime | None = None
+    waiting: int = 0
+
+
+COUNTS = ("queued", "scheduled", "in_progress", "dead", "staged", "waiting")
+"""The counts of ``EntrypointStats``, by attribute name (metrics and totals read them by name)."""
 
 
 @dataclass
@@ -72,6 +79,8 @@ class QueueStats:
             return sum(s.dead for s in counts)
         if status is JobStatus.STAGED:
             return sum(s.staged for s in counts)
+        if status is JobStatus.WAITING:
+            return sum(s.waiting for s in counts)
         return 0
 
 
@@ -94,6 +103,7 @@ def stats_of(index: QueueIndex, now: int) -> QueueStats:
             dead=counts[DEAD],
             staged=counts[STAGED],
             oldest_queued_at=None if head is None else from_micros(head),
+            waiting=counts[WAITING],
         )
     controls = index.controls
     return QueueStats(

@@ -12,11 +12,17 @@ from collections.abc import Iterable, Iterator
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import JobRecord
 
-QUEUED, DELAYED, IN_PROGRESS, DEAD, STAGED = range(5)
+SLOTS = 6
+QUEUED, DELAYED, IN_PROGRESS, DEAD, STAGED, WAITING = range(SLOTS)
 """The slots of a tally: a queued job with no ``not_before`` (ready), one with a ``not_before``
-(due later, or due now but not claimed yet), claimed, dead, staged."""
+(due later, or due now but not claimed yet), claimed, dead, staged, waiting for its parents."""
 
-_SLOTS = {JobStatus.IN_PROGRESS: IN_PROGRESS, JobStatus.DEAD: DEAD, JobStatus.STAGED: STAGED}
+_SLOTS = {
+    JobStatus.IN_PROGRESS: IN_PROGRESS,
+    JobStatus.DEAD: DEAD,
+    JobStatus.STAGED: STAGED,
+    JobStatus.WAITING: WAITING,
+}
 
 
 def slot_of(record: JobRecord) -> int:
@@ -53,7 +59,7 @@ class Tally:
         slot = slot_of(record)
         counts = self.counts.get(record.entrypoint)
         if counts is None:
-            counts = self.counts[record.entrypoint] = [0, 0, 0, 0, 0]
+            counts = self.counts[record.entrypoint] = [0] * SLOTS
         counts[slot] += 1
         ids = self._ids.get(slot)
         if ids is not None:
@@ -63,7 +69,7 @@ class Tally:
         """Count ``count`` more claimable jobs of ``entrypoint`` that are not records (cold rows)."""
         counts = self.counts.get(entrypoint)
         if counts is None:
-            counts = self.counts[entrypoint] = [0, 0, 0, 0, 0]
+            counts = self.counts[entrypoint] = [0] * SLOTS
         counts[QUEUED] += count
 
     def discard(self, record: JobRecord) -> None:
@@ -85,7 +91,7 @@ class Tally:
     def jobs(self, status: JobStatus | None, entrypoints: Iterable[str] | None) -> int:
         """Return how many jobs have ``status`` (any, if None), of ``entrypoints`` (all, if None)."""
         if status is None:
-            slots: Iterable[int] = range(5)
+            slots: Iterable[int] = range(SLOTS)
         elif status is JobStatus.QUEUED:
             slots = (QUEUED, DELAYED)
         elif status in _SLOTS:

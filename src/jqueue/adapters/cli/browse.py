@@ -96,7 +96,7 @@ def _counts(stats: QueueStats) -> dict[str, int]:
 
 
 def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Counts by entrypoint and status, the oldest waiting job, pauses, throttles and limits."""
+    """Counts by entrypoint and status, the oldest queued job, pauses, throttles and limits."""
 
     async def look() -> QueueStats:
         async with existing_queue(ctx) as queue:
@@ -119,10 +119,10 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         print_json(summary | {"history_records": result.history_records})
         return
     table = table_of(
-        "entrypoint", "queued", "scheduled", "in progress", "dead", "oldest waiting", title="jobs"
+        "entrypoint", "queued", "scheduled", "in progress", "dead", "waiting", "oldest queued", title="jobs"
     )
     for name, s in result.entrypoints.items():
-        counts = (s.queued, s.scheduled, s.in_progress, s.dead)
+        counts = (s.queued, s.scheduled, s.in_progress, s.dead, s.waiting)
         table.add_row(name, *map(str, counts), age(s.oldest_queued_at))
     console.print(table if result.entrypoints else "no jobs")
 

@@ -274,7 +274,7 @@ def preview(payload: bytes, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-WHOLE_COLUMNS = frozenset({"id", "status", "due", "age", "died", "oldest waiting"})
+WHOLE_COLUMNS = frozenset({"id", "status", "due", "age", "died", "oldest queued"})
 """Columns a table never wraps: ids, states and durations read wrong broken over two lines."""
 NUMBER_COLUMNS = frozenset({"priority", "attempts", "queued", "scheduled", "in progress", "dead"})
 """Columns of counts, right-aligned."""

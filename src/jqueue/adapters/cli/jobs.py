@@ -32,7 +32,7 @@ from jqueue.adapters.cli.common import (
 )
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JQueueError
-from jqueue.domain.models import Job, JobStatus
+from jqueue.domain.models import Job, JobStatus, ParentFailure
 from jqueue.domain.spec import SPEC_FIELDS, EnqueueOptions, JobSpec
 
 ScopeArgument = Annotated[str | None, typer.Argument(help="The entrypoint (default: the whole queue).")]
@@ -69,6 +69,14 @@ def enqueue(
     job_id: Annotated[
         str | None, typer.Option("--id", help="The job's id: enqueueing an id twice adds it once.")
     ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(help="A parent's id (repeat it for more): the job waits until each is acked."),
+    ] = None,
+    on_parent_failure: Annotated[
+        ParentFailure | None,
+        typer.Option(help="What a failed parent does to the job (default: cancel it)."),
+    ] = None,
     batch: Annotated[int, typer.Option(help="Jobs per commit with --stdin.")] = 1000,
     atomic: Annotated[
         bool, typer.Option("--atomic", help="With --stdin: all lines in one commit, or none.")
@@ -98,6 +106,8 @@ def enqueue(
         max_attempts=max_attempts,
         ttl=seconds(ttl),
         id=job_id,
+        after=tuple(after) if after else None,
+        on_parent_failure=on_parent_failure,
     )
     try:
         JobSpec(entrypoint, b"", priority, **options)

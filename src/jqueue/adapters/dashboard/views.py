@@ -16,7 +16,7 @@ from jqueue.core.broker import BrokerQueue
 from jqueue.domain.figures import Throughput, Timings
 from jqueue.domain.models import Job
 from jqueue.domain.records import HistoryRecord
-from jqueue.domain.stats import EntrypointStats, QueueStats
+from jqueue.domain.stats import COUNTS, EntrypointStats, QueueStats
 
 PREVIEW_BYTES = 4_096
 """The most payload bytes a job's page shows."""
@@ -39,11 +39,8 @@ class QueueSummary:
         """The counts of every entrypoint added up (``oldest_queued_at``: the oldest of theirs)."""
         total = EntrypointStats()
         for counts in self.stats.entrypoints.values():
-            total.queued += counts.queued
-            total.scheduled += counts.scheduled
-            total.in_progress += counts.in_progress
-            total.dead += counts.dead
-            total.staged += counts.staged
+            for name in COUNTS:
+                setattr(total, name, getattr(total, name) + getattr(counts, name))
             oldest = counts.oldest_queued_at
             if oldest is not None and (total.oldest_queued_at is None or oldest < total.oldest_queued_at):
                 total.oldest_queued_at = oldest

@@ -15,8 +15,8 @@ from prometheus_client.registry import Collector
 from jqueue.adapters.service.tenure import BrokerTenure, Role
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.loop.commit_stats import LATENCY_BUCKETS, CommitStats
+from jqueue.domain.stats import COUNTS
 
-STATUSES = ("queued", "scheduled", "in_progress", "dead", "staged")
 CONFLICT_BUCKETS = (0, 1, 2, 4, 8, 16)
 
 
@@ -103,7 +103,7 @@ class ServiceMetrics:
         for name, queue in queues.items():
             stats = await queue.stats()
             for entrypoint, counts in stats.entrypoints.items():
-                for status in STATUSES:
+                for status in COUNTS:
                     self.backlog.labels(name, entrypoint, status).set(getattr(counts, status))
         return generate_latest(self.registry)
 

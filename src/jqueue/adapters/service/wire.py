@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
 from jqueue.core.formats.wire import AwareDatetime, Fraction, Int64, wire_type
-from jqueue.domain.models import Job, trusted_job
+from jqueue.domain.models import Job, ParentFailure, trusted_job
 from jqueue.domain.schema import FIELDS, JobForm, public_constructor
 from jqueue.domain.spec import (
     ATTEMPTS,
@@ -97,7 +98,15 @@ else:
 
 
 _ANNOTATED: Any = Annotated  # subscripted with values, not written-out types
-_WIRE_BASES: dict[type, Any] = {str: str, bytes: bytes, int: int, timedelta: float, datetime: AwareDatetime}
+_WIRE_BASES: dict[Any, Any] = {
+    str: str,
+    bytes: bytes,
+    int: int,
+    timedelta: float,
+    datetime: AwareDatetime,
+    Sequence[str]: tuple[str, ...],
+    ParentFailure: ParentFailure,
+}
 
 
 def _wire_name(spec_field: SpecField) -> str:

@@ -49,6 +49,8 @@ SPARK_TYPES = {
     Kind.PAYLOAD: "binary",
     Kind.FRACTION: "double",
     Kind.WINDOW: "bigint",
+    Kind.IDS: "array<string>",
+    Kind.RESULTS: "array<binary>",
 }
 _KINDS = {f.public: f.kind for f in FIELDS}
 JOBS_SCHEMA = ", ".join(f"{name} {SPARK_TYPES[_KINDS[name]]}" for name in JOB_COLUMNS)

@@ -53,6 +53,7 @@ TAGS: dict[type[fx.Effect], str] = {
     fx.SinkMarked: "sink_mark",
     fx.Published: "publish",
     fx.Discarded: "discard",
+    fx.ParentSettled: "parent_settled",
 }
 """Each effect's tag in an entry (``Added`` is ``add``, or ``add_part`` runs): the one thing the
 format says of an effect; its array is the effect's fields in order, typed by their kinds."""

@@ -46,6 +46,8 @@ def kind_type(kind: Kind, time: Any = Micros) -> Any:
         Kind.PAYLOAD: bytes,
         Kind.FRACTION: Fraction,
         Kind.WINDOW: Window,
+        Kind.IDS: tuple[str, ...],
+        Kind.RESULTS: tuple[bytes | None, ...],
     }
     return kinds[kind]
 

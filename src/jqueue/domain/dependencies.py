@@ -1,0 +1,52 @@
+"""``Dependencies``: the jobs that wait for parents (``after``), kept by parent, so that the
+commit that settles a parent settles its children in the same commit (ADR 0019)."""
+
+from __future__ import annotations
+
+from jqueue.domain.effects import ParentSettled
+from jqueue.domain.models import JobStatus
+from jqueue.domain.records import ClaimState, JobRecord
+
+
+class Dependencies:
+    """The children of each parent that is not settled yet, for an ``IndexState``."""
+
+    records: dict[str, JobRecord]
+    _children: dict[str, dict[str, None]]
+
+    def job(self, job_id: str) -> JobRecord | None:
+        raise NotImplementedError
+
+    def _update(self, record: JobRecord, state: ClaimState) -> None:
+        raise NotImplementedError
+
+    def children_of(self, parent_id: str) -> list[JobRecord]:
+        """Return the jobs that await ``parent_id``, in insertion order (they are never cold)."""
+        children = self._children.get(parent_id)
+        if not children:
+            return []
+        return sorted((self.records[child] for child in children), key=lambda record: record.order)
+
+    def _link(self, record: JobRecord) -> None:
+        for parent in record.awaiting:
+            self._children.setdefault(parent, {})[record.id] = None
+
+    def _unlink(self, record: JobRecord) -> None:
+        for parent in record.awaiting:
+            children = self._children.get(parent)
+            if children is not None:
+                children.pop(record.id, None)
+                if not children:
+                    del self._children[parent]
+
+    def _settle(self, settled: ParentSettled) -> None:
+        """Apply ``settled``: the child keeps the parent's result, and a waiting child that
+        awaits no other parent becomes claimable."""
+        record = self.job(settled.job_id)
+        if record is None or settled.parent not in record.awaiting:
+            raise ValueError(f"{settled} settles a parent that the job does not await")
+        awaiting = tuple(parent for parent in record.awaiting if parent != settled.parent)
+        results = list(record.parent_results or (None,) * len(record.after))
+        results[record.after.index(settled.parent)] = settled.result
+        status = JobStatus.QUEUED if not awaiting and record.status is JobStatus.WAITING else record.status
+        self._update(record, record.changed(awaiting=awaiting, parent_results=tuple(results), status=status))

@@ -1,0 +1,257 @@
+"""Jobs that wait for parents (``after``, ADR 0019): a child is claimable only once every parent
+is acked, gets their results in the order of ``after``, and a failed parent cancels it (or
+lets it run, by its policy), in the commit that settles the parent. File and S3, both
+layouts, direct and brokered, across checkpoints and reopening."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from conftest import Backend
+from jqueue import (
+    BrokerQueue,
+    DirectQueue,
+    InMemoryStorage,
+    Job,
+    JobNotFoundError,
+    JobSpec,
+    JobStatus,
+    Layout,
+    LocalFileSystemStorage,
+    ObjectStoragePort,
+    Worker,
+    connect,
+)
+from queues import open_queue
+from servers import jqueue_serve
+
+
+async def claim_all(queue: DirectQueue | BrokerQueue) -> dict[str, Job]:
+    return {job.id: job for job in await queue.dequeue(batch_size=100)}
+
+
+async def test_a_child_runs_once_its_parents_are_acked_with_their_results(
+    file_or_s3: Backend, layout: Layout, queue_kind: str
+) -> None:
+    storage, name = file_or_s3.new()
+    async with open_queue(queue_kind, storage, layout=layout) as queue:
+        first = await queue.enqueue("step", b"1", id="first")
+        second = await queue.enqueue("step", b"2", id="second")
+        child = await queue.enqueue("join", b"", after=[second.id, first.id, first.id])
+        assert child.status is JobStatus.WAITING
+        assert child.after == (second.id, first.id)  # the caller's order, each parent once
+        assert child.awaiting == child.after
+        assert child.parent_results == ()
+
+        claimed = await claim_all(queue)
+        assert set(claimed) == {first.id, second.id}
+        await queue.ack(claimed[first.id], result=b"one")
+        assert await claim_all(queue) == {}  # still waiting for the second
+        waiting = await queue.find(child.id)
+        assert waiting is not None
+        assert (waiting.status, waiting.awaiting) == (JobStatus.WAITING, (second.id,))
+        assert waiting.parent_results == (None, b"one")
+
+        await queue.ack(claimed[second.id], result=b"two")
+        [released] = (await claim_all(queue)).values()
+        assert released.id == child.id
+        assert released.parent_results == (b"two", b"one")
+        assert released.awaiting == ()
+
+    async with DirectQueue(file_or_s3.handle(name), layout=layout) as reopened:
+        job = await reopened.find(child.id)
+        assert job is not None
+        assert job.parent_results == (
+            b"two",
+            b"one",
+        )
+
+
+async def test_a_failed_parent_cancels_its_children_and_theirs_or_lets_them_run(
+    new_storage: Callable[[], ObjectStoragePort], kind: str
+) -> None:
+    async with open_queue(kind, new_storage()) as queue:
+        parent = await queue.enqueue("p", b"", id="parent")
+        child = await queue.enqueue("c", b"", id="child", after=[parent.id])
+        grandchild = await queue.enqueue("g", b"", id="grandchild", after=[child.id])
+        anyway = await queue.enqueue("r", b"", id="anyway", after=[parent.id], on_parent_failure="run")
+        [claimed] = await queue.dequeue()
+        await queue.nack(claimed, error="boom", dead=True)
+
+        [runs] = await queue.dequeue(batch_size=10)
+        assert runs.id == anyway.id
+        assert runs.parent_results == (None,)
+        history = {record.job_id: record for record in await queue.history()}
+        for job_id in (child.id, grandchild.id):
+            assert history[job_id].outcome is JobStatus.CANCELLED
+        assert history[child.id].error == f"parent {parent.id} died"
+        assert history[grandchild.id].error == f"parent {child.id} was cancelled"
+
+        # A dead letter revived later runs again; the children it failed stay decided.
+        await queue.requeue_dead([parent.id])
+        [again] = await queue.dequeue()
+        await queue.ack(again)
+        assert await queue.dequeue(batch_size=10) == []
+
+
+@pytest.mark.parametrize("how", ["cancel", "purge"])
+async def test_a_cancelled_or_purged_parent_settles_its_children(
+    new_storage: Callable[[], ObjectStoragePort], kind: str, how: str
+) -> None:
+    async with open_queue(kind, new_storage()) as queue:
+        parent = await queue.enqueue("p", b"", id="parent")
+        child = await queue.enqueue("c", b"", after=[parent.id])
+        anyway = await queue.enqueue("r", b"", after=[parent.id], on_parent_failure="run")
+        if how == "cancel":
+            await queue.cancel(parent.id)
+        else:
+            assert await queue.purge(status=None, ids=[parent.id]) == 1
+        [runs] = await queue.dequeue(batch_size=10)
+        assert runs.id == anyway.id
+        [record] = [r for r in await queue.history() if r.job_id == child.id]
+        verb = "was cancelled" if how == "cancel" else "was purged"
+        assert (record.outcome, record.error) == (JobStatus.CANCELLED, f"parent {parent.id} {verb}")
+
+
+async def test_parents_settled_before_the_child_arrives(
+    new_storage: Callable[[], ObjectStoragePort], kind: str
+) -> None:
+    async with open_queue(kind, new_storage()) as queue:
+        for job_id in ("done", "dead", "gone"):
+            await queue.enqueue("p", b"", id=job_id)
+        claimed = await claim_all(queue)
+        await queue.ack(claimed["done"], result=b"r")
+        await queue.nack(claimed["dead"], error="x", dead=True)
+        await queue.cancel(claimed["gone"])  # its worker's cancel: it ends at once
+
+        ready = await queue.enqueue("c", b"", after=["done"])
+        assert (ready.status, ready.parent_results) == (JobStatus.QUEUED, (b"r",))
+        cancelled = await queue.enqueue("c", b"", after=["done", "dead"])
+        assert cancelled.status is JobStatus.CANCELLED  # answered with its history record
+        anyway = await queue.enqueue("c", b"", after=["gone", "done"], on_parent_failure="run")
+        assert (anyway.status, anyway.parent_results) == (JobStatus.QUEUED, (None, b"r"))
+        assert {job.id for job in await queue.dequeue(batch_size=10)} == {ready.id, anyway.id}
+
+
+async def test_an_unknown_parent_is_refused_and_nothing_is_added(
+    new_storage: Callable[[], ObjectStoragePort], kind: str
+) -> None:
+    async with open_queue(kind, new_storage()) as queue:
+        with pytest.raises(JobNotFoundError, match="nowhere"):
+            await queue.enqueue_many([JobSpec("p", b"", id="p1"), JobSpec("c", b"", after=["p1", "nowhere"])])
+        with pytest.raises(JobNotFoundError, match="later"):  # a parent comes before its child
+            await queue.enqueue_many([JobSpec("c", b"", after=["later"]), JobSpec("p", b"", id="later")])
+        assert await queue.count() == 0
+        with pytest.raises(ValueError, match="itself"):
+            JobSpec("c", b"", id="same", after=["same"])
+        with pytest.raises(ValueError, match="on_parent_failure"):
+            JobSpec("c", b"", after=["x"], on_parent_failure="sometimes")
+        with pytest.raises(ValueError, match="after"):
+            JobSpec("c", b"", after="p1")  # a str is one id per letter: refused
+
+
+async def test_a_workflow_is_one_commit_and_a_waiting_job_is_left_waiting(
+    new_storage: Callable[[], ObjectStoragePort],
+) -> None:
+    async with DirectQueue(new_storage()) as queue:
+        version = (await queue.stats()).version
+        jobs = await queue.enqueue_many(
+            [
+                JobSpec("fan", b"1", id="a"),
+                JobSpec("fan", b"2", id="b"),
+                JobSpec("sum", b"", id="total", after=["a", "b"]),
+            ]
+        )
+        assert [job.status for job in jobs] == [JobStatus.QUEUED, JobStatus.QUEUED, JobStatus.WAITING]
+        stats = await queue.stats()
+        assert stats.version == version + 1
+        assert stats.entrypoints["sum"].waiting == 1
+        assert stats.total(JobStatus.WAITING) == 1
+        await queue.requeue(["total"])  # an operator's requeue does not skip the parents
+        with pytest.raises(ValueError, match="waits for its parents"):
+            await queue.nack("total")
+        assert {job.id for job in await queue.dequeue(batch_size=10)} == {"a", "b"}
+
+
+async def test_children_wait_across_checkpoints_and_a_reopen(tmp_path: object) -> None:
+    storage = LocalFileSystemStorage(f"{tmp_path}/q.json")
+    async with DirectQueue(storage) as queue:
+        parents = await queue.enqueue_many("p", [b""] * 5000)  # more than a slab block's rows
+        children = await queue.enqueue_many(
+            [JobSpec("c", b"", after=[parent.id]) for parent in parents[:4200]]
+        )
+        assert await queue.checkpoint()
+    async with DirectQueue(LocalFileSystemStorage(f"{tmp_path}/q.json")) as queue:
+        assert (await queue.stats()).entrypoints["c"].waiting == len(children)
+        claimed = await queue.dequeue("p", batch_size=10)
+        await queue.ack_many(claimed)
+        released = await queue.dequeue("c", batch_size=100)
+        child_of = {parent.id: child.id for parent, child in zip(parents, children, strict=False)}
+        assert {job.id for job in released} == {child_of[job.id] for job in claimed}
+
+
+async def test_a_worker_passes_results_down_a_chain() -> None:
+    async with DirectQueue(InMemoryStorage()) as queue:
+        await queue.enqueue_many(
+            [
+                JobSpec("add", b"1", id="one"),
+                JobSpec("add", b"2", id="two", after=["one"]),
+                JobSpec("add", b"3", id="three", after=["two"]),
+            ]
+        )
+        worker = Worker(queue)
+        seen: list[str] = []
+
+        @worker.handler("add")
+        async def add(job: Job) -> bytes:
+            before = int(job.parent_results[0] or b"0") if job.parent_results else 0
+            seen.append(job.id)
+            return str(before + int(job.payload)).encode()
+
+        for _ in range(3):
+            await worker.burst()
+        assert seen == ["one", "two", "three"]
+        assert await queue.result("three", timeout=timedelta(seconds=5)) == b"6"
+
+
+async def test_parents_through_jqueue_serve_and_the_command_line(tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()
+    with jqueue_serve(str(tmp_path / "root"), tmp_path / "serve.log") as url:
+        async with connect(url, "jobs") as queue:
+            parent = await queue.enqueue("p", b"", id="parent")
+            child = await queue.enqueue("c", b"", after=[parent.id], on_parent_failure="run")
+            assert (child.status, child.after, child.on_parent_failure) == (
+                JobStatus.WAITING,
+                (parent.id,),
+                "run",
+            )
+            with pytest.raises(JobNotFoundError):  # the error crosses the wire typed
+                await queue.enqueue("c", b"", after=["nowhere"])
+            [claimed] = await queue.dequeue("p")
+            await queue.ack(claimed, result=b"\x00\xff")
+            [released] = await queue.dequeue("c")
+            assert released.parent_results == (b"\x00\xff",)
+
+    path = tmp_path / "root" / "jobs.json"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "jqueue", "--storage", str(path), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    added = await asyncio.to_thread(cli, "enqueue", "c", "--after", "parent", "--json")
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout)[0]["status"] == "queued"  # its parent was acked: settled at once
+    refused = await asyncio.to_thread(cli, "enqueue", "c", "--after", "nowhere")
+    assert refused.returncode != 0
+    assert "nowhere" in refused.stderr
+    wrong = await asyncio.to_thread(cli, "enqueue", "c", "--after", "parent", "--on-parent-failure", "x")
+    assert wrong.returncode != 0
+    assert "cancel" in wrong.stderr
