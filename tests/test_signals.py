@@ -197,7 +197,8 @@ def test_a_stopping_worker_kills_the_handler_processes_it_gave_up_on(
 
 def test_a_process_handler_past_its_time_limit_is_killed_before_its_retry(children: Children) -> None:
     children.enqueue("nap", nap(children.cwd, 30), max_attempts=2)
-    process = children.worker("--burst", JQUEUE_TEST_TIMEOUT="1")
+    # 4 s: a busy machine takes over a second to spawn the pool process a retry runs in
+    process = children.worker("--burst", JQUEUE_TEST_TIMEOUT="4")
     first = children.pid_in("started-1", process)
     children.pid_in("started-2", process)
     assert state(first) in (None, "Z"), "the first attempt still runs beside the second"
