@@ -38,4 +38,6 @@ def test_a_paced_run_counts_its_requests_and_prices_them(tmp_path: Path) -> None
         assert any(name.startswith("PUT q.json.d/log/") for name in row["request_detail"])
         assert row["dollars_per_million_jobs"]["SQS"] == 1.2
         assert row["dollars_per_million_jobs"][PRICE_LISTS[0].name] > 0
+        assert 5 <= row["enqueue_p50_ms"] <= row["enqueue_p99_ms"]  # at least one 5 ms PUT each
     assert "per million jobs" in done.stdout
+    assert "an enqueue p50" in done.stdout

@@ -15,8 +15,9 @@ Modes, each with a fresh queue:
   together (the single-process figure).
 
 Each process runs ``--callers`` tasks that loop enqueue, dequeue, ack; every one of the three
-is a call. After ``--warmup`` seconds the calls of the next ``--seconds`` are counted. At the
-end the queue must balance: every job enqueued was acked or is still in the queue.
+is a call. After ``--warmup`` seconds the calls of the next ``--seconds`` are counted, and the
+time each enqueue took (its p50 and p99 over every process, to the millisecond). At the end the
+queue must balance: every job enqueued was acked or is still in the queue.
 
 Example::
 
@@ -47,13 +48,14 @@ from s3_stack import BUCKET, CREDENTIALS, REGION, request_counts, start_servers,
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-async def worker(root: str, broker: str, callers: int, window: Window, in_flight: int) -> dict[str, int]:
+async def worker(root: str, broker: str, callers: int, window: Window, in_flight: int) -> dict[str, Any]:
     """``callers`` tasks looping enqueue, dequeue, ack on queue ``q`` (each cycle started on
     schedule when ``window.period`` is set); the calls they counted within the window. With
     ``window.idle``, a ``Worker`` with one handler waits for jobs instead, until the window ends."""
     from jqueue import Job, JQueueError, Worker, connect
 
     counts = {"calls": 0, "enqueued": 0, "acked": 0, "failed": 0}
+    enqueue_ms: collections.Counter[int] = collections.Counter()  # whole milliseconds: enqueues
     options: dict[str, Any] = {} if broker == "off" else {"requests_in_flight": in_flight}
     async with connect(root, "q", broker=broker, **options) as queue:  # type: ignore[arg-type]
         if window.idle:
@@ -67,7 +69,7 @@ async def worker(root: str, broker: str, callers: int, window: Window, in_flight
             await asyncio.sleep(max(0.0, window.stop_at - time.time()))
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
-            return counts
+            return {**counts, "enqueue_ms": {}}
 
         async def loop(phase: float) -> None:
             cycle = 0
@@ -78,7 +80,9 @@ async def worker(root: str, broker: str, callers: int, window: Window, in_flight
                     if due > now:
                         await asyncio.sleep(due - now)
                 try:
+                    started = time.perf_counter()
                     await queue.enqueue("work", b"x" * 100)
+                    took = time.perf_counter() - started
                     claimed = await queue.dequeue()
                     for job in claimed:
                         await queue.ack(job)
@@ -90,10 +94,21 @@ async def worker(root: str, broker: str, callers: int, window: Window, in_flight
                     counts["calls"] += 2 + len(claimed)
                     counts["enqueued"] += 1
                     counts["acked"] += len(claimed)
+                    enqueue_ms[int(took * 1000)] += 1
 
         phases = [n * window.period / callers for n in range(callers)]
         await asyncio.gather(*(loop(phase) for phase in phases))
-    return counts
+    return {**counts, "enqueue_ms": dict(enqueue_ms)}
+
+
+def percentile(histogram: collections.Counter[int], share: float) -> int | None:
+    """The whole millisecond below which ``share`` of the timed calls ended (None if none was)."""
+    total, seen = sum(histogram.values()), 0
+    for millisecond in sorted(histogram):
+        seen += histogram[millisecond]
+        if seen >= share * total:
+            return millisecond + 1
+    return None
 
 
 async def seed(root: str, broker: str) -> None:
@@ -176,6 +191,9 @@ def run_mode(args: argparse.Namespace, mode: str, processes: int, endpoint: str)
     totals = {
         key: sum(json.loads(out)[key] for out in outputs) for key in ("calls", "enqueued", "acked", "failed")
     }
+    enqueue_ms: collections.Counter[int] = collections.Counter()
+    for out in outputs:
+        enqueue_ms.update({int(ms): n for ms, n in json.loads(out)["enqueue_ms"].items()})
     requests = {kind: counted[kind] - counted_from[kind] for kind in REQUEST_CLASSES}
     detail = collections.Counter(counted["detail"]) - collections.Counter(counted_from["detail"])
     left = asyncio.run(jobs_left(root))
@@ -186,6 +204,8 @@ def run_mode(args: argparse.Namespace, mode: str, processes: int, endpoint: str)
         "calls_per_s": totals["calls"] / args.seconds,
         "jobs_per_s": totals["acked"] / args.seconds,
         "failed_cycles": totals["failed"],
+        "enqueue_p50_ms": percentile(enqueue_ms, 0.5),
+        "enqueue_p99_ms": percentile(enqueue_ms, 0.99),
         "left_in_queue": left,
         "requests": requests,
         "request_detail": dict(detail.most_common()),
@@ -274,7 +294,8 @@ def line(result: dict[str, Any]) -> str:
         f"{result['mode']:>6} x {result['processes']:>2} processes "
         f"({result['callers_per_process']} callers each): "
         f"{result['calls_per_s']:>8,.0f} calls/s, {result['jobs_per_s']:>7,.0f} jobs/s, "
-        f"{result['failed_cycles']} cycles failed\n"
+        f"{result['failed_cycles']} cycles failed; an enqueue p50 {result['enqueue_p50_ms']} ms, "
+        f"p99 {result['enqueue_p99_ms']} ms\n"
         f"    requests: {requests['class_a']} class A, {requests['class_b']} class B, {requests['free']} free"
         f" ({result['requests_per_job']} a job); per million jobs: {costs}; per hour: {hourly}"
     )
