@@ -30,6 +30,7 @@ from jqueue import (
     Worker,
     connect,
 )
+from jqueue.domain.schema import PUBLIC_FORM
 from queues import open_queue
 from servers import jqueue_serve
 
@@ -255,3 +256,36 @@ async def test_parents_through_jqueue_serve_and_the_command_line(tmp_path: Path)
     wrong = await asyncio.to_thread(cli, "enqueue", "c", "--after", "parent", "--on-parent-failure", "x")
     assert wrong.returncode != 0
     assert "cancel" in wrong.stderr
+
+
+async def test_a_call_whose_jobs_wait_for_each_other_behind_a_failed_parent() -> None:
+    async with DirectQueue(InMemoryStorage()) as queue:
+        await queue.enqueue("p", b"", id="gone")
+        await queue.cancel("gone")
+        answers = await queue.enqueue_many(
+            [
+                JobSpec("c", b"", id="child", after=["gone"]),
+                JobSpec("g", b"", id="grandchild", after=["child", "gone"]),
+                JobSpec("r", b"", id="anyway", after=["child"], on_parent_failure="run"),
+            ]
+        )
+        # each answer is the job as the commit left it: two cancelled, one released by the cancel
+        assert [job.status for job in answers] == [JobStatus.CANCELLED, JobStatus.CANCELLED, JobStatus.QUEUED]
+        [runs] = await queue.dequeue(batch_size=10)
+        assert runs.id == "anyway"
+        assert runs.parent_results == (None,)
+
+
+async def test_staged_and_numbered_jobs_with_parents() -> None:
+    async with DirectQueue(InMemoryStorage()) as queue:
+        await queue.enqueue("p", b"", id="parent")
+        with pytest.raises(ValueError, match="staged"):  # a write is to become visible whole
+            await queue.bulk.stage_many([JobSpec("c", b"", after=["parent"])], "write-1")
+        await queue.bulk.stage_many([JobSpec("s", b"", id="staged")], "write-2")
+        with pytest.raises(ValueError, match="staged"):
+            await queue.enqueue("c", b"", after=["staged"])
+        numbers = iter(range(100, 200))
+        [numbered] = await queue.bulk.enqueue_numbered(
+            PUBLIC_FORM, [JobSpec("c", b"", after=["parent"])], lambda: next(numbers)
+        )
+        assert (numbered.id, numbered.status) == ("100", JobStatus.WAITING)

@@ -39,7 +39,8 @@ def adding(
         ids: dict[str, Added] = {}
         answered: dict[str, str] = {}
         accepted: list[Added] = []
-        doomed: list[tuple[int, str]] = []
+        doomed: list[tuple[str, str]] = []
+        waiting: list[int] = []  # the answers of jobs with parents, made again once all is applied
         for job in new:
             if index.controls.enqueues_paused(job.entrypoint):
                 raise QueuePausedError(job.entrypoint)
@@ -56,17 +57,22 @@ def adding(
             else:
                 if job.after:
                     job, failure = _with_parents(index, job, ids, answered)
-                    if failure is not None:
-                        doomed.append((len(found), failure))
+                    doomed += [] if failure is None else [(job.id, failure)]
+                    waiting.append(len(found))
                 accepted.append(job)
                 keyed.update({} if key is None else {key: job})
                 ids[job.id] = job
                 found.append(job)
         index.apply_all(accepted, ids_looked_up=True)
-        for position, failure in doomed:
+        for job_id, failure in doomed:
+            if index.job(job_id) is not None:  # else an earlier cancel here took it with its parent
+                index.cancel_added(job_id, now, failure)
+        for position in waiting:  # a later job of the call may have settled or ended it
             job_id = found[position].job_id
-            index.cancel_added(job_id, now, failure)
-            found[position] = index.history.finished(job_id) or found[position]
+            record = index.job(job_id)
+            found[position] = (
+                record.as_added() if record is not None else index.history.finished(job_id) or found[position]
+            )
         return found
 
     return operation
@@ -84,8 +90,11 @@ def _with_parents(
         If a parent is neither in the queue, nor in its history, nor earlier in the call.
     ValueError
         If a parent is staged by a bulk write not yet published (its discard would leave the
-        job waiting for nothing).
+        job waiting for nothing), or the job itself is staged (a failed parent would cancel one
+        job of a write that is to become visible whole).
     """
+    if job.status is JobStatus.STAGED:
+        raise ValueError(f"job {job.id!r} is staged by a bulk write: a staged job cannot have parents yet")
     after = tuple(dict.fromkeys(answered.get(parent, parent) for parent in job.after))
     results: list[bytes | None] = [None] * len(after)
     awaiting: list[str] = []
@@ -110,7 +119,7 @@ def _with_parents(
         elif failure is None and not runs_anyway:
             failure = f"parent {parent} {'died' if live is not None else _ended(finished)}"
     settled = len(awaiting) < len(after)
-    status = job.status if job.status is JobStatus.STAGED or awaiting else JobStatus.QUEUED
+    status = JobStatus.WAITING if awaiting else JobStatus.QUEUED
     changed = dataclasses.replace(
         job,
         after=after,

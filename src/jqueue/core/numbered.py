@@ -74,7 +74,8 @@ def numbering(new: list[Added], retention: timedelta, ids: IdSource) -> Operatio
             taken.add(candidate)
             numbered.append(replace(job, id=candidate))
         found = adding(numbered, retention)(index)
-        if any(answer is not job for job, answer in zip(numbered, found, strict=True)):
+        # its id is free, so a job answered under another id was matched by its dedup key
+        if any(answer.job_id != job.id for job, answer in zip(numbered, found, strict=True)):
             raise RuntimeError("a job under a free id was not added (its dedup key is held)")
         return numbered
 

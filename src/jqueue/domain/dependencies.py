@@ -3,6 +3,8 @@ commit that settles a parent settles its children in the same commit (ADR 0019).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from jqueue.domain.effects import ParentSettled
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import ClaimState, JobRecord
@@ -27,17 +29,24 @@ class Dependencies:
             return []
         return sorted((self.records[child] for child in children), key=lambda record: record.order)
 
-    def _link(self, record: JobRecord) -> None:
-        for parent in record.awaiting:
+    def _link(self, record: JobRecord, parents: Iterable[str] | None = None) -> None:
+        for parent in record.awaiting if parents is None else parents:
             self._children.setdefault(parent, {})[record.id] = None
 
-    def _unlink(self, record: JobRecord) -> None:
-        for parent in record.awaiting:
+    def _unlink(self, record: JobRecord, parents: Iterable[str] | None = None) -> None:
+        for parent in record.awaiting if parents is None else parents:
             children = self._children.get(parent)
             if children is not None:
                 children.pop(record.id, None)
                 if not children:
                     del self._children[parent]
+
+    def _relink(self, record: JobRecord, before: tuple[str, ...]) -> None:
+        """Follow a change of ``record.awaiting`` from ``before``: only the parents that differ,
+        so that settling one parent of a fan-in costs no walk of the others in Python."""
+        now, then = set(record.awaiting), set(before)
+        self._unlink(record, then - now)
+        self._link(record, now - then)
 
     def _settle(self, settled: ParentSettled) -> None:
         """Apply ``settled``: the child keeps the parent's result, and a waiting child that
@@ -45,8 +54,10 @@ class Dependencies:
         record = self.job(settled.job_id)
         if record is None or settled.parent not in record.awaiting:
             raise ValueError(f"{settled} settles a parent that the job does not await")
-        awaiting = tuple(parent for parent in record.awaiting if parent != settled.parent)
+        awaiting = list(record.awaiting)
+        awaiting.remove(settled.parent)
         results = list(record.parent_results or (None,) * len(record.after))
         results[record.after.index(settled.parent)] = settled.result
         status = JobStatus.QUEUED if not awaiting and record.status is JobStatus.WAITING else record.status
-        self._update(record, record.changed(awaiting=awaiting, parent_results=tuple(results), status=status))
+        changed = record.changed(awaiting=tuple(awaiting), parent_results=tuple(results), status=status)
+        self._update(record, changed)

@@ -7,6 +7,7 @@ commit records exactly what was decided and any reader replays it (``IndexState.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 
 from jqueue.domain import effects as fx
@@ -293,9 +294,9 @@ class QueueIndex(IndexState):
         """Settle the children of ``ended``'s job, and theirs in turn when a failure cancels them:
         an ack passes on its result; a failure cancels each child, or settles it without a
         result when its policy is to run anyway."""
-        todo: list[fx.Removed | fx.Died | fx.Cancelled] = [ended]
+        todo: deque[fx.Removed | fx.Died | fx.Cancelled] = deque([ended])
         while todo:
-            effect = todo.pop(0)
+            effect = todo.popleft()
             children = self.children_of(effect.job_id)
             if not children:
                 continue

@@ -252,8 +252,7 @@ class IndexState(Journal, ColdJobs, Dependencies, BulkAdds, Freezing):
             case Published(batch):
                 for job_id in sorted(self._staged_ids(batch, effect), key=lambda i: self.records[i].order):
                     record = self.records[job_id]
-                    status = JobStatus.WAITING if record.awaiting else JobStatus.QUEUED
-                    self._update(record, record.changed(status=status))
+                    self._update(record, record.changed(status=JobStatus.QUEUED))
             case Discarded(batch):
                 for job_id in list(self._staged_ids(batch, effect)):
                     self._remove(self.records[job_id])
@@ -364,15 +363,14 @@ class IndexState(Journal, ColdJobs, Dependencies, BulkAdds, Freezing):
             self.changed.setdefault(record.id, record)
         if record.status is JobStatus.STAGED:
             self._unstage(record)
-        if record.awaiting:
-            self._unlink(record)
+        awaited = record.awaiting
         self.tally.discard(record)
         record.set_claim_state(state)
         self.tally.add(record)
         if record.status is JobStatus.STAGED:
             self._stage(record)
-        if record.awaiting:
-            self._link(record)
+        if record.awaiting is not awaited:
+            self._relink(record, awaited)
         self._push(record)
 
     def _insert(self, record: JobRecord) -> None:

@@ -86,7 +86,8 @@ class Job(BaseModel):
         Opaque bytes (base64 in JSON).
     status : JobStatus
         ``QUEUED``, ``IN_PROGRESS`` or ``DEAD`` in the queue; ``STAGED`` before a bulk write
-        is published; ``ACKED`` for a finished job a deduplicated enqueue returns.
+        is published; ``WAITING`` until its parents (``after``) settle; ``ACKED`` for a
+        finished job a deduplicated enqueue returns.
     priority : int
         Lower runs first.
     created_at : datetime
