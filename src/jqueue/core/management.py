@@ -152,7 +152,8 @@ class ManagementCalls:
 
     async def requeue(self, ids: Iterable[str]) -> int:
         """Make jobs claimable at once whatever their state (dead ones with attempts reset,
-        claimed ones released, waiting ones due now); returns how many changed.
+        claimed ones released, delayed ones due now; one waiting for its parents stays
+        waiting); returns how many changed.
 
         Raises
         ------
