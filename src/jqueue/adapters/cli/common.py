@@ -276,7 +276,7 @@ def preview(payload: bytes, width: int = 40) -> str:
 
 WHOLE_COLUMNS = frozenset({"id", "status", "due", "age", "died", "oldest queued"})
 """Columns a table never wraps: ids, states and durations read wrong broken over two lines."""
-NUMBER_COLUMNS = frozenset({"priority", "attempts", "queued", "scheduled", "in progress", "dead"})
+NUMBER_COLUMNS = frozenset({"priority", "attempts", "queued", "scheduled", "in progress", "dead", "waiting"})
 """Columns of counts, right-aligned."""
 
 
