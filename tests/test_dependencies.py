@@ -289,3 +289,17 @@ async def test_staged_and_numbered_jobs_with_parents() -> None:
             PUBLIC_FORM, [JobSpec("c", b"", after=["parent"])], lambda: next(numbers)
         )
         assert (numbered.id, numbered.status) == ("100", JobStatus.WAITING)
+
+
+async def test_a_parent_answered_by_an_existing_job_is_waited_for_under_that_jobs_id() -> None:
+    async with DirectQueue(InMemoryStorage()) as queue:
+        await queue.enqueue("p", b"", id="first", dedup_key="nightly")
+        parent, child = await queue.enqueue_many(
+            [JobSpec("p", b"", id="again", dedup_key="nightly"), JobSpec("c", b"", after=["again"])]
+        )
+        assert parent.id == "first"  # deduplicated: the job that holds the key
+        assert (child.status, child.after) == (JobStatus.WAITING, ("first",))
+        [claimed] = await queue.dequeue("p")
+        await queue.ack(claimed, result=b"done")
+        [released] = await queue.dequeue("c")
+        assert released.parent_results == (b"done",)

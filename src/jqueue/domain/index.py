@@ -15,11 +15,22 @@ from jqueue.domain.errors import JobCancelledError
 from jqueue.domain.index_state import E, IndexState
 from jqueue.domain.models import LEASE_EXPIRED, JobStatus, ParentFailure
 from jqueue.domain.records import HistoryRecord, JobRecord
-from jqueue.domain.tally import DEAD
+from jqueue.domain.tally import DEAD, IN_PROGRESS
 
 
 class QueueIndex(IndexState):
     """The live queue and the decisions of the operations on it (see ``IndexState``)."""
+
+    def running(self, scope: str | None) -> int:
+        """How many jobs of ``scope`` (an entrypoint, or None for all) are in progress."""
+        if scope is None:
+            return self.tally.total(IN_PROGRESS)
+        counts = self.tally.counts.get(scope)
+        return 0 if counts is None else counts[IN_PROGRESS]
+
+    def heap_entries(self) -> int:
+        """How many entries the heaps hold, live or outdated (outdated ones are skipped lazily)."""
+        return self.order.entries()
 
     def select(
         self,

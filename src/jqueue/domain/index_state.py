@@ -54,7 +54,7 @@ from jqueue.domain.records import (
     JobRecord,
 )
 from jqueue.domain.schema import FIELDS
-from jqueue.domain.tally import IN_PROGRESS, Tally
+from jqueue.domain.tally import Tally
 from jqueue.domain.times import checked_time
 
 REQUIRED_COLUMNS = (*(f.name for f in FIELDS if f.required), "order")
@@ -267,22 +267,7 @@ class IndexState(Journal, ColdJobs, Dependencies, BulkAdds, Freezing):
             case ParentSettled():
                 self._settle(effect)
 
-    def running(self, scope: str | None) -> int:
-        """How many jobs of ``scope`` (an entrypoint, or None for all) are in progress."""
-        if scope is None:
-            return self.tally.total(IN_PROGRESS)
-        counts = self.tally.counts.get(scope)
-        return 0 if counts is None else counts[IN_PROGRESS]
-
-    def heap_entries(self) -> int:
-        """How many entries the heaps hold, live or outdated (outdated ones are skipped lazily)."""
-        return self.order.entries()
-
     # --- internals ------------------------------------------------------------------
-
-    def _applied(self, effect: E) -> E:
-        self.apply(effect)
-        return effect
 
     def _holding(self, job_id: str, lease: str | None) -> JobRecord:
         if lease is None:
