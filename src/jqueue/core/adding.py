@@ -8,6 +8,7 @@ from collections.abc import Container, Mapping
 from datetime import timedelta
 
 from jqueue.core.commits import Operation
+from jqueue.domain.dependencies import ENDINGS, parent_failure
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import JobNotFoundError, QueuePausedError
 from jqueue.domain.index import QueueIndex
@@ -57,7 +58,8 @@ def adding(
             else:
                 if job.after:
                     job, failure = _with_parents(index, job, ids, answered)
-                    doomed += [] if failure is None else [(job.id, failure)]
+                    if failure is not None:
+                        doomed.append((job.id, failure))
                     waiting.append(len(found))
                 accepted.append(job)
                 keyed.update({} if key is None else {key: job})
@@ -105,19 +107,25 @@ def _with_parents(
             awaiting.append(parent)
             continue
         live = index.job(parent)
-        if live is not None and live.status is JobStatus.STAGED:
-            raise ValueError(
-                f"job {parent!r} is staged by a bulk write not yet published; it cannot be a parent"
-            )
-        finished = None if live is not None else index.history.finished(parent)
-        if live is not None and live.status is not JobStatus.DEAD:
-            awaiting.append(parent)
-        elif finished is not None and finished.outcome is JobStatus.ACKED:
-            results[position] = finished.result
-        elif live is None and finished is None:
-            raise JobNotFoundError(parent)
+        if live is not None:
+            if live.status is JobStatus.STAGED:
+                raise ValueError(
+                    f"job {parent!r} is staged by a bulk write not yet published; it cannot be a parent"
+                )
+            if live.status is not JobStatus.DEAD:
+                awaiting.append(parent)
+                continue
+            outcome: JobStatus = JobStatus.DEAD
+            result = None
+        else:
+            finished = index.history.finished(parent)
+            if finished is None:
+                raise JobNotFoundError(parent)
+            outcome, result = finished.outcome, finished.result
+        if outcome is JobStatus.ACKED:
+            results[position] = result
         elif failure is None and not runs_anyway:
-            failure = f"parent {parent} {'died' if live is not None else _ended(finished)}"
+            failure = parent_failure(parent, ENDINGS[outcome])
     settled = len(awaiting) < len(after)
     status = JobStatus.WAITING if awaiting else JobStatus.QUEUED
     changed = dataclasses.replace(
@@ -128,7 +136,3 @@ def _with_parents(
         status=status,
     )
     return changed, failure
-
-
-def _ended(finished: HistoryRecord | None) -> str:
-    return "died" if finished is not None and finished.outcome is JobStatus.DEAD else "was cancelled"

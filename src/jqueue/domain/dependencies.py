@@ -9,6 +9,16 @@ from jqueue.domain.effects import ParentSettled
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import ClaimState, JobRecord
 
+ENDINGS = {JobStatus.DEAD: "died", JobStatus.CANCELLED: "was cancelled"}
+"""How a parent failed, by the status it failed with, as a cancelled child's error says it."""
+PURGED = "was purged"
+"""How a purged parent failed (a purge leaves no status behind)."""
+
+
+def parent_failure(parent: str, how: str) -> str:
+    """The error of a job cancelled because its ``parent`` failed ``how`` (``ENDINGS``, ``PURGED``)."""
+    return f"parent {parent} {how}"
+
 
 class Dependencies:
     """The children of each parent that is not settled yet, for an ``IndexState``."""

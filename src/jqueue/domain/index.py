@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 
 from jqueue.domain import effects as fx
+from jqueue.domain.dependencies import ENDINGS, PURGED, parent_failure
 from jqueue.domain.errors import JobCancelledError
 from jqueue.domain.index_state import E, IndexState
 from jqueue.domain.models import LEASE_EXPIRED, JobStatus, ParentFailure
@@ -318,7 +319,7 @@ class QueueIndex(IndexState):
                     continue
                 if at is None:
                     raise ValueError(f"purging job {effect.job_id!r}, which jobs wait for, needs a time")
-                cancelled = fx.Cancelled(child.id, at, f"parent {effect.job_id} {failure}")
+                cancelled = fx.Cancelled(child.id, at, parent_failure(effect.job_id, failure))
                 self.apply(cancelled)
                 todo.append(cancelled)
 
@@ -328,5 +329,5 @@ def _outcome(
 ) -> tuple[bytes | None, str | None, int | None]:
     """The result, the failure (None for an ack) and the time of a job's end."""
     if isinstance(effect, fx.Removed):
-        return (effect.result, None, effect.at) if effect.at is not None else (None, "was purged", now)
-    return None, "died" if isinstance(effect, fx.Died) else "was cancelled", effect.at
+        return (effect.result, None, effect.at) if effect.at is not None else (None, PURGED, now)
+    return None, ENDINGS[JobStatus.DEAD if isinstance(effect, fx.Died) else JobStatus.CANCELLED], effect.at
