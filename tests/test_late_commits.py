@@ -116,7 +116,8 @@ async def test_a_commit_that_counted_but_answered_late_is_not_doubled_by_its_ret
     assert await work(file_or_s3, name) == [b"first", b"once"]
 
 
-@pytest.mark.parametrize("pause", [BOUND * 0.6, BOUND * 1.4], ids=["under-the-bound", "over-it"])
+# under it by 0.8 of the bound: on a loaded machine a create takes its injected pause and more
+@pytest.mark.parametrize("pause", [BOUND * 0.2, BOUND * 1.4], ids=["under-the-bound", "over-it"])
 async def test_a_create_answered_late_counts_when_no_checkpoint_covers_it(
     file_or_s3: Backend, pause: float
 ) -> None:
