@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from conftest import Backend
@@ -27,9 +28,13 @@ from jqueue import (
     Layout,
     LocalFileSystemStorage,
     ObjectStoragePort,
+    Outcome,
+    PayloadTooLargeError,
     Worker,
     connect,
 )
+from jqueue.adapters.service.error_codes import body_of, code_of, raised
+from jqueue.adapters.service.wire import ErrorBody
 from jqueue.domain.schema import PUBLIC_FORM
 from queues import open_queue
 from servers import jqueue_serve
@@ -303,3 +308,67 @@ async def test_a_parent_answered_by_an_existing_job_is_waited_for_under_that_job
         await queue.ack(claimed, result=b"done")
         [released] = await queue.dequeue("c")
         assert released.parent_results == (b"done",)
+
+
+async def test_a_result_that_would_take_a_child_past_the_payload_limit_is_refused(
+    file_or_s3: Backend, queue_kind: str
+) -> None:
+    storage, _ = file_or_s3.new()
+    async with open_queue(queue_kind, storage, max_payload_bytes=100) as queue:
+        await queue.enqueue_many([JobSpec("p", b"", id=f"p{n}") for n in range(2)])
+        await queue.enqueue("join", b"", id="join", after=["p0", "p1"])
+        claimed = await claim_all(queue)
+        await queue.ack(claimed["p0"], result=b"x" * 60)
+        with pytest.raises(PayloadTooLargeError) as raised:  # 60 + 41 summed, each under the limit
+            await queue.ack(claimed["p1"], result=b"y" * 41)
+        assert (raised.value.size, raised.value.limit, raised.value.job_id) == (101, 100, "join")
+        assert "join" in str(raised.value)
+        child, parent = await queue.find("join"), await queue.find("p1")
+        assert child is not None  # the failed ack committed nothing
+        assert parent is not None
+        assert (child.awaiting, child.parent_results) == (("p1",), (b"x" * 60, None))
+        assert parent.status is JobStatus.IN_PROGRESS
+        await queue.ack(claimed["p1"], result=b"y" * 40)  # at the limit: kept
+        released = await queue.find("join")
+        assert released is not None
+        assert (released.status, released.parent_results) == (JobStatus.QUEUED, (b"x" * 60, b"y" * 40))
+
+
+async def test_a_worker_whose_result_cannot_be_kept_ends_the_job_dead_and_goes_on() -> None:
+    async with DirectQueue(InMemoryStorage(), max_payload_bytes=100) as queue:
+        await queue.enqueue_many(
+            [
+                JobSpec("big", b"", id="too-big"),
+                JobSpec("half", b"", id="left"),
+                JobSpec("half", b"", id="right"),
+                JobSpec("join", b"", id="join", after=["left", "right"]),
+            ]
+        )
+        worker = Worker(queue)
+
+        @worker.handler("big")
+        async def big(job: Job) -> bytes:
+            return b"x" * 101  # over the limit on its own
+
+        @worker.handler("half")
+        async def half(job: Job) -> bytes:
+            return b"h" * 60  # under the limit, but not with the other half's beside it in join
+
+        stats = await worker.run(until_empty=True, install_signals=False)
+        assert (stats.outcomes[Outcome.ACKED], stats.outcomes[Outcome.DEAD]) == (1, 2)
+        dead = {job.id: job for job in await queue.dead_letters()}
+        assert "payload of 101 bytes" in (dead.pop("too-big").last_error or "")
+        [(half_id, half_job)] = dead.items()  # whichever half settled second
+        assert "join's parents would be 120 bytes" in (half_job.last_error or "")
+        cancelled = await queue.finished("join")
+        assert cancelled is not None
+        assert (cancelled.outcome, cancelled.error) == (JobStatus.CANCELLED, f"parent {half_id} died")
+
+
+def test_the_child_named_by_a_refused_ack_crosses_the_wire() -> None:
+    refused = PayloadTooLargeError(120, 100, "join")
+    entry = code_of(refused)
+    assert entry is not None
+    again = raised(msgspec.json.decode(msgspec.json.encode(body_of(refused, entry)), type=ErrorBody))
+    assert isinstance(again, PayloadTooLargeError)
+    assert (again.size, again.limit, again.job_id, str(again)) == (120, 100, "join", str(refused))

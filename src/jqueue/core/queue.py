@@ -283,7 +283,7 @@ class JobQueue(SettleCalls, EnqueueCalls):
     ) -> tuple[list[JQueueError | None], list[T]]:
         """``ack_and_dequeue``, answered in ``form`` (see ``enqueue_as``)."""
         acks_checked = self._checked_acks(acks)
-        acks_operation = acking(acks_checked)
+        acks_operation = acking(acks_checked, self.max_payload_bytes)
         claims_operation = claiming(self, batch_size, visibility_timeout, entrypoint)
 
         def operation(index: QueueIndex) -> tuple[list[JQueueError | None], list[Added]]:

@@ -20,9 +20,12 @@ CheckedAck = tuple[str, str | None, bytes | None] | JQueueError
 that kept it out."""
 
 
-def acking(checked: list[CheckedAck]) -> Callable[[QueueIndex], list[JQueueError | None]]:
+def acking(
+    checked: list[CheckedAck], limit: int | None = None
+) -> Callable[[QueueIndex], list[JQueueError | None]]:
     """The operation that acks each of ``checked``, each under a savepoint of its own, and answers
-    None or the error, per ack."""
+    None or the error, per ack. An ack whose result would take a waiting child's parent results
+    past ``limit`` bytes, summed, fails with ``PayloadTooLargeError`` naming the child."""
 
     def operation(index: QueueIndex) -> list[JQueueError | None]:
         now = to_micros(utc_now())
@@ -34,7 +37,10 @@ def acking(checked: list[CheckedAck]) -> Callable[[QueueIndex], list[JQueueError
             job_id, lease, result = item
             savepoint = index.savepoint()
             try:
+                children = index.children_of(job_id) if limit is not None and result else ()
                 index.remove(job_id, lease, now, result)
+                for child in children:
+                    _check_inputs(index, child.id, limit)
                 outcomes.append(None)
             except JQueueError as exc:
                 index.rollback_to(savepoint)  # a failed ack leaves nothing behind
@@ -42,6 +48,17 @@ def acking(checked: list[CheckedAck]) -> Callable[[QueueIndex], list[JQueueError
         return outcomes
 
     return operation
+
+
+def _check_inputs(index: QueueIndex, child_id: str, limit: int | None) -> None:
+    """Raise ``PayloadTooLargeError`` if the parent results ``child_id`` keeps, summed, are over
+    ``limit`` bytes."""
+    child = index.job(child_id)  # None: the ack's cascade ended it
+    if child is None or limit is None:
+        return
+    size = sum(len(result) for result in child.parent_results if result is not None)
+    if size > limit:
+        raise PayloadTooLargeError(size, limit, child_id)
 
 
 class SettleCalls(ManagementCalls):
@@ -99,7 +116,7 @@ class SettleCalls(ManagementCalls):
         checked = self._checked_acks(acks)
         if all(isinstance(item, JQueueError) for item in checked):  # nothing to commit
             return [item for item in checked if isinstance(item, JQueueError)]
-        return await self._commits.run(acking(checked))
+        return await self._commits.run(acking(checked, self.max_payload_bytes))
 
     def _checked_acks(self, acks: Sequence[tuple[Job | str, bytes | None]]) -> list[CheckedAck]:
         """Each ack's fence and result, or the error that keeps it from the commit."""

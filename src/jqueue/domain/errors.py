@@ -9,7 +9,7 @@
     ├── StorageError          the backend failed (``.cause``)
     │   └── CommitUnknownError  a commit that may or may not count (``.location``)
     ├── CorruptStateError     the stored object is not a jqueue state (``.location``)
-    ├── PayloadTooLargeError  a payload over the queue's limit (``.size``, ``.limit``)
+    ├── PayloadTooLargeError  a payload over the queue's limit (``.size``, ``.limit``, ``.job_id``)
     ├── InvalidURLError       a storage URL jqueue cannot use (``.url``)
     ├── QueuePausedError      an enqueue while enqueues of its entrypoint are paused
     └── QueueClosedError      an operation on a stopped queue
@@ -163,12 +163,22 @@ class PayloadTooLargeError(JQueueError, ValueError):
         The payload's size in bytes.
     limit : int
         The queue's limit in bytes.
+    job_id : str or None
+        The waiting job whose parents' results, summed, would be ``size`` bytes (None: the
+        payload or result of the call itself).
     """
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(self, size: int, limit: int, job_id: str | None = None) -> None:
         self.size = size
         self.limit = limit
-        super().__init__(f"payload of {size} bytes exceeds the limit of {limit} bytes")
+        self.job_id = job_id
+        if job_id is None:
+            super().__init__(f"payload of {size} bytes exceeds the limit of {limit} bytes")
+        else:
+            super().__init__(
+                f"the results of job {job_id}'s parents would be {size} bytes, "
+                f"over the limit of {limit} bytes"
+            )
 
 
 class InvalidURLError(JQueueError, ValueError):

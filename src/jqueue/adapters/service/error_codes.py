@@ -35,7 +35,7 @@ ERROR_CODES = (
     ErrorCode(errors.LeaseLostError, 409, "lease_lost", ("job_id",)),
     ErrorCode(errors.JobCancelledError, 409, "cancelled", ("job_id",)),
     ErrorCode(errors.QueuePausedError, 409, "paused", ("entrypoint",)),
-    ErrorCode(errors.PayloadTooLargeError, 413, "payload_too_large", ("size", "limit")),
+    ErrorCode(errors.PayloadTooLargeError, 413, "payload_too_large", ("size", "limit", "job_id")),
     ErrorCode(errors.CASConflictError, 503, "conflict"),
     ErrorCode(errors.QueueClosedError, 503, "closing", raised=False),  # the service is stopping
     ErrorCode(errors.StorageError, 503, "storage_unavailable"),

@@ -25,6 +25,7 @@ from jqueue.domain.errors import (
     JobNotFoundError,
     JQueueError,
     LeaseLostError,
+    PayloadTooLargeError,
     is_transient,
 )
 from jqueue.domain.models import Job
@@ -378,7 +379,11 @@ class Worker(WorkerSetup):
         returned: bytes | None = None,
     ) -> None:
         try:
-            await asyncio.shield(self._settle(queue, job, outcome, error, delay, give_up, returned))
+            try:
+                await asyncio.shield(self._settle(queue, job, outcome, error, delay, give_up, returned))
+            except PayloadTooLargeError as exc:  # the result can never be kept: no retry would help
+                outcome, error = Outcome.DEAD, f"its result was not kept: {exc}"
+                await asyncio.shield(self._settle(queue, job, outcome, error, None, True))
         except (LeaseLostError, JobNotFoundError):
             if outcome is not Outcome.CANCELLED:  # else it ended cancelled already
                 outcome = Outcome.LOST
