@@ -27,6 +27,7 @@ from jqueue.core.runtime.queue_set import QueueSet
 from jqueue.core.runtime.steering import Fail, HandlerFailure, Retry
 from jqueue.core.runtime.tasks import Task
 from jqueue.core.runtime.worker import Worker
+from jqueue.core.runtime.workflows import Signature, Workflow, chain, group
 from jqueue.domain.errors import (
     CASConflictError,
     CommitUnknownError,
@@ -124,12 +125,16 @@ __all__ = [
     "QueueStats",
     "Retry",
     "ServiceError",
+    "Signature",
     "StorageError",
     "Task",
     "Worker",
     "WorkerStats",
+    "Workflow",
     "__version__",
+    "chain",
     "current_job",
+    "group",
     "is_transient",
     "storage_from_url",
 ]

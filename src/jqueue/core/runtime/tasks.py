@@ -12,13 +12,15 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections import abc
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints
+from typing import Any, Generic, ParamSpec, TypeVar, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from jqueue.core.runtime.steering import Fail
+from jqueue.core.runtime.workflows import PARENTS_KEY, Signature
 from jqueue.domain.models import Job
 from jqueue.domain.spec import JobSpec
 
@@ -30,8 +32,9 @@ class _Arguments(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
 
 
-def _model(function: Callable[..., Any]) -> type[BaseModel]:
-    """A pydantic model of ``function``'s parameters (keyword-compatible ones only)."""
+def _model(function: Callable[..., Any], without: str | None = None) -> type[BaseModel]:
+    """A pydantic model of ``function``'s parameters (keyword-compatible ones only), all but
+    ``without``."""
     hints = get_type_hints(function)
     fields: dict[str, Any] = {}
     for name, parameter in inspect.signature(function).parameters.items():
@@ -40,9 +43,30 @@ def _model(function: Callable[..., Any]) -> type[BaseModel]:
         if name not in hints:
             raise TypeError(f"task {function.__name__}: parameter {name} needs a type annotation")
         default = ... if parameter.default is parameter.empty else parameter.default
-        fields[name] = (hints[name], default)
+        if name != without:
+            fields[name] = (hints[name], default)
     model: type[BaseModel] = create_model(f"{function.__name__}_arguments", __base__=_Arguments, **fields)
     return model
+
+
+def _loaded(stored: bytes | None, annotation: Any) -> Any:
+    """A parent's stored result (bytes as they are, text as UTF-8, anything else as JSON) as the
+    value for a parameter annotated ``annotation``, for its model to validate."""
+    if stored is None or annotation is bytes:
+        return stored
+    if annotation is not str:
+        try:
+            return json.loads(stored)
+        except ValueError:
+            pass
+    return stored.decode(errors="replace")
+
+
+def _item_type(annotation: Any) -> Any:
+    """The type of one item of a sequence annotation (``list[int]``: int; else Any)."""
+    if get_origin(annotation) in (list, tuple, Sequence, abc.Sequence) and get_args(annotation):
+        return get_args(annotation)[0]
+    return Any
 
 
 class Task(Generic[P, R]):
@@ -66,6 +90,7 @@ class Task(Generic[P, R]):
         self.signature = inspect.signature(function)
         self.returns: Any = get_type_hints(function).get("return", Any)
         """The return annotation (of an async function, what it returns when awaited)."""
+        self._partial_models: dict[str | None, type[BaseModel]] = {None: self.arguments}
 
     def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         """Return the job of a call with these arguments (``dataclasses.replace`` it to add a
@@ -81,6 +106,34 @@ class Task(Generic[P, R]):
         bound = self.signature.bind(*args, **kwargs)
         payload = self.arguments.model_validate(dict(bound.arguments)).model_dump_json().encode()
         return JobSpec(self.entrypoint, payload, self.priority)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """Return a signature of a call with these arguments, for a workflow (``chain``,
+        ``group``): the first parameter without a default that they leave unbound gets the
+        parents' results (the one result, or the list of a group's); if there is none, the
+        step runs without them (``Job.parent_results`` still has them).
+
+        Raises
+        ------
+        TypeError
+            If the arguments do not fit the signature.
+        pydantic.ValidationError
+            If a value does not fit its annotation.
+        """
+        bound = self.signature.bind_partial(*args, **kwargs)
+        unbound = (
+            name for name, parameter in self.signature.parameters.items() if name not in bound.arguments
+        )
+        receiver = next((name for name in unbound if not self.has_default(name)), None)
+        model = self._partial_models.get(receiver)
+        if model is None:
+            model = self._partial_models[receiver] = _model(self.function, without=receiver)
+        arguments = model.model_validate(dict(bound.arguments)).model_dump(mode="json")
+        return Signature(self, arguments, receiver)
+
+    def has_default(self, name: str) -> bool:
+        """Whether parameter ``name`` has a default."""
+        return self.signature.parameters[name].default is not inspect.Parameter.empty
 
     async def defer(self, queue: Any, /, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue a call with these arguments into ``queue``; returns the job once durable."""
@@ -132,9 +185,29 @@ class Task(Generic[P, R]):
 
     def _arguments_of(self, job: Job) -> dict[str, Any]:
         try:  # an empty payload (a cron tick's, a CLI enqueue without one) is a call without arguments
+            if job.after:
+                return dict(self.arguments.model_validate(self._with_parents(job)))
             return dict(self.arguments.model_validate_json(job.payload or b"{}"))
-        except ValidationError as exc:  # this payload will never fit: no retry helps
+        except (ValidationError, ValueError) as exc:  # this payload will never fit: no retry helps
             raise Fail(f"the payload does not fit {self.entrypoint}'s arguments: {exc}") from None
+
+    def _with_parents(self, job: Job) -> dict[str, Any]:
+        """The arguments of a workflow's step: its payload, and its parents' results in the
+        parameter its signature left unbound (``PARENTS_KEY``)."""
+        arguments = json.loads(job.payload or b"{}")
+        if not isinstance(arguments, dict):
+            raise ValueError("the payload is not a JSON object")
+        receiving = arguments.pop(PARENTS_KEY, None)
+        if receiving is None:
+            return arguments
+        name, gathered = receiving["into"], receiving["gathered"]
+        annotation = self.arguments.model_fields[name].annotation
+        if gathered:
+            item = _item_type(annotation)
+            arguments[name] = [_loaded(result, item) for result in job.parent_results]
+        else:
+            arguments[name] = _loaded(job.parent_results[0], annotation)
+        return arguments
 
     def handler(self) -> Callable[[Job], Awaitable[object]] | Callable[[Job], object]:
         """The worker's handler: the payload validated, then the function called with it."""
