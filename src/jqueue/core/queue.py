@@ -31,6 +31,7 @@ from jqueue.core.loop.timed import DEFAULT_STORAGE_TIMEOUT, timed
 from jqueue.core.management import entrypoint_set, fence
 from jqueue.core.settle_calls import SettleCalls, acking
 from jqueue.core.spawn_guard import refuse_while_spawning
+from jqueue.core.workflow_calls import WorkflowCalls
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import JQueueError, LeaseLostError
 from jqueue.domain.index import QueueIndex
@@ -98,7 +99,7 @@ class QueueOptions(TypedDict, total=False):
     storage_timeout: timedelta | None
 
 
-class JobQueue(SettleCalls, EnqueueCalls):
+class JobQueue(SettleCalls, EnqueueCalls, WorkflowCalls):
     """The queue API over a commit strategy: the documented calls, management and the lifecycle.
 
     ``DirectQueue``, ``GroupCommitLoop`` and ``BrokerQueue`` are this class with a strategy

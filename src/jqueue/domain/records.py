@@ -117,6 +117,8 @@ class HistoryRecord:
         The key it was enqueued with.
     result : bytes or None
         What its handler returned (an acked job's, when it was acked with one).
+    after : tuple of str
+        Its parents' ids (``Job.after``), so that a workflow can be shown once it is done.
     """
 
     job_id: str = field(metadata=_kept(Kind.TEXT, job="id"))
@@ -130,6 +132,7 @@ class HistoryRecord:
     reason: str | None = field(default=None, metadata=_kept(Kind.TEXT, job="dead_reason"))
     dedup_key: str | None = field(default=None, metadata=_kept(Kind.TEXT, job="dedup_key"))
     result: bytes | None = field(default=None, metadata=_kept(Kind.PAYLOAD))
+    after: tuple[str, ...] = field(default=(), metadata=_kept(Kind.IDS, job="after"))
 
     @property
     def created_at(self) -> datetime:
@@ -184,7 +187,8 @@ class HistoryRecord:
         cancelled), with its handler's ``result``, and ``error`` as its last error if given."""
         r = record
         fields = (r.id, r.entrypoint, r.created, r.claims, finished, r.attempts, outcome)
-        return cls(*fields, r.last_error if error is None else error, r.dead_reason, r.dedup_key, result)
+        error = r.last_error if error is None else error
+        return cls(*fields, error, r.dead_reason, r.dedup_key, result, r.after)
 
     def public(self) -> dict[str, Any]:
         """Return the record's fields by their public names (times as datetimes)."""

@@ -30,10 +30,12 @@ from jqueue.adapters.cli.common import (
     run,
     seconds,
 )
+from jqueue.adapters.cli.workflows import workflow
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import Job, JobStatus, ParentFailure
 from jqueue.domain.spec import SPEC_FIELDS, EnqueueOptions, JobSpec
+from jqueue.domain.workflows import LEFT
 
 ScopeArgument = Annotated[str | None, typer.Argument(help="The entrypoint (default: the whole queue).")]
 
@@ -201,13 +203,27 @@ def requeue(
 def cancel(
     ctx: typer.Context,
     job_ids: Annotated[list[str], typer.Argument(help="Jobs to cancel (ids, or unique starts of ids).")],
+    workflow: Annotated[
+        bool,
+        typer.Option(
+            "--workflow", help="Cancel each job's whole workflow (jqueue workflow ID), in one commit each."
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Cancel jobs: a waiting or dead one leaves the queue at once; a running one's worker is
     asked to stop it, which it does at its next heartbeat."""
 
     async def act(queue: AnyQueue) -> list[bool]:
-        return [await queue.cancel(job_id) for job_id in await full_ids(queue, job_ids)]
+        found = await full_ids(queue, job_ids, finished=workflow)
+        if not workflow:
+            return [await queue.cancel(job_id) for job_id in found]
+        done: list[bool] = []
+        for job_id in found:
+            live = {job.id for job in await queue.workflow(job_id) if job.status not in LEFT}
+            now = [job for job in await queue.cancel_workflow(job_id) if job.id in live]
+            done += [job.status is JobStatus.CANCELLED for job in now if job.status is not JobStatus.ACKED]
+        return done
 
     done = on_queue(ctx, act)
     cancelled, asked = done.count(True), done.count(False)
@@ -359,6 +375,7 @@ def register(app: typer.Typer) -> None:
         show,
         result,
         cancel,
+        workflow,
         requeue,
         purge,
         pause,

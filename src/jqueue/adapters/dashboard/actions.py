@@ -7,6 +7,7 @@ jobs they touch and asks to confirm; the confirmed form repeats the request with
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -18,11 +19,12 @@ from jqueue.adapters.dashboard.guard import FormTooLargeError, read_form
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import JobStatus
+from jqueue.domain.workflows import LEFT
 
 if TYPE_CHECKING:
     from jqueue.adapters.dashboard.pages import Dashboard
 
-CONFIRMED = ("purge", "requeue_dead", "purge_dead", "cancel")
+CONFIRMED = ("purge", "requeue_dead", "purge_dead", "cancel", "cancel_workflow")
 
 
 def _plural(n: int, what: str = "job") -> str:
@@ -83,6 +85,10 @@ class Actions:
         what = "dead " if action.endswith("_dead") else ""
         question = f"{verb} {_plural(count, what + 'job')} of queue {name}"
         question += f" that failed with “{group}”?" if group else "?"
+        if action == "cancel_workflow":
+            verb, [job_id] = "Cancel", chosen or [""]
+            count = sum(job.status not in LEFT for job in await queue.workflow(job_id))
+            question = f"Cancel the {_plural(count, 'unfinished job')} of job {job_id}'s workflow?"
         fields = [(key, str(value)) for key, value in form.multi_items() if key not in ("csrf", "confirmed")]
         return self.dashboard.render(
             request,
@@ -110,6 +116,13 @@ class Actions:
             asked = outcomes.count(False)
             stops = f"; asked the workers of {_plural(asked)} to stop them" if asked else ""
             return f"Cancelled {_plural(outcomes.count(True))}{stops}."
+        if action == "cancel_workflow":
+            [job_id] = [str(v) for v in form.getlist("ids")]
+            now = Counter(job.status for job in await queue.cancel_workflow(job_id))
+            stopping = now[JobStatus.IN_PROGRESS]
+            stops = f"; {_plural(stopping)} still running, asked to stop" if stopping else ""
+            cancelled = _plural(now[JobStatus.CANCELLED])
+            return f"Cancelled the workflow of job {job_id}: {cancelled} cancelled{stops}."
         if action == "requeue_dead":
             done = await queue.requeue_dead(await self._chosen(queue, form))
             return f"Requeued {_plural(done, 'dead job')}."

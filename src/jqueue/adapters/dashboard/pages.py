@@ -33,9 +33,10 @@ from jqueue.adapters.dashboard.views import (
     result_line,
 )
 from jqueue.adapters.web.queue_names import BadQueueNameError, UnknownQueueError
-from jqueue.domain.errors import JQueueError
+from jqueue.domain.errors import JobNotFoundError, JQueueError
 from jqueue.domain.models import JobStatus
 from jqueue.domain.times import utc_now
+from jqueue.domain.workflows import LEFT
 
 REFRESH_SECONDS = 2
 PAGE_SIZE = 50
@@ -105,6 +106,7 @@ class Dashboard:
             "/q/{queue}": self._queue,
             "/q/{queue}/jobs": self._jobs,
             "/q/{queue}/jobs/{job_id}": self._job,
+            "/q/{queue}/jobs/{job_id}/workflow": self._workflow,
             "/q/{queue}/finished": self._finished,
             "/q/{queue}/dead": self._dead,
         }
@@ -250,6 +252,18 @@ class Dashboard:
         detail = await job_detail(await self.source.get(name), job_id)
         status = 200 if detail.job is not None or detail.finished is not None else 404
         return self.render(request, "job.html", status, queue=name, detail=detail)
+
+    async def _workflow(self, request: Request) -> Response:
+        name, job_id = request.path_params["queue"], request.path_params["job_id"]
+        try:
+            jobs = await (await self.source.get(name)).workflow(job_id)
+        except JobNotFoundError:
+            return self.render(request, "workflow.html", 404, queue=name, job_id=job_id, jobs=None)
+        ends = {job.id for job in jobs} - {parent for job in jobs for parent in job.after}
+        unfinished = any(job.status not in LEFT for job in jobs)
+        return self.render(
+            request, "workflow.html", queue=name, job_id=job_id, jobs=jobs, ends=ends, unfinished=unfinished
+        )
 
     async def _dead(self, request: Request) -> Response:
         name = request.path_params["queue"]

@@ -101,7 +101,7 @@ class CountResponse(msgspec.Struct):
 
 
 class JobRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """``find`` and ``finished``: one job, by id."""
+    """``find``, ``finished``, ``workflow`` and ``cancel_workflow``: one job, by id."""
 
     job_id: JobId = msgspec.field(name="id")
 
@@ -297,6 +297,15 @@ OPERATOR_CALLS = (
     OperatorCall("resume", "Undo a pause.", PauseRequest, DoneResponse, creates=True),
     OperatorCall("throttle", "Claims allowed per window.", ThrottleRequest, DoneResponse, creates=True),
     OperatorCall("limit", "Jobs allowed in progress at once.", LimitRequest, DoneResponse, creates=True),
+    OperatorCall(
+        "workflow", "The jobs linked to a job by their parents, either way.", JobRequest, JobsResponse
+    ),
+    OperatorCall(
+        "cancel_workflow",
+        "Cancel the unfinished jobs of a job's workflow, in one commit.",
+        JobRequest,
+        JobsResponse,
+    ),
 )
 """Every operator call."""
 OPERATOR_CALL = {call.verb: call for call in OPERATOR_CALLS}

@@ -116,3 +116,5 @@ class RemoteOperator:
     resume = remote(JobQueue.resume)
     throttle = remote(JobQueue.throttle)
     limit = remote(JobQueue.limit)
+    workflow = remote(JobQueue.workflow)
+    cancel_workflow = remote(JobQueue.cancel_workflow)
