@@ -372,3 +372,17 @@ def test_the_child_named_by_a_refused_ack_crosses_the_wire() -> None:
     again = raised(msgspec.json.decode(msgspec.json.encode(body_of(refused, entry)), type=ErrorBody))
     assert isinstance(again, PayloadTooLargeError)
     assert (again.size, again.limit, again.job_id, str(again)) == (120, 100, "join", str(refused))
+
+
+async def test_a_child_whose_finished_parents_results_are_over_the_limit_is_refused() -> None:
+    async with DirectQueue(InMemoryStorage(), max_payload_bytes=100) as queue:
+        await queue.enqueue_many([JobSpec("p", b"", id=f"p{n}") for n in range(2)])
+        for job in (await claim_all(queue)).values():
+            await queue.ack(job, result=b"x" * 60)  # each under the limit; 120 summed
+        with pytest.raises(PayloadTooLargeError) as raised:
+            await queue.enqueue_many(
+                [JobSpec("ok", b""), JobSpec("join", b"", id="join", after=["p0", "p1"])]
+            )
+        assert (raised.value.size, raised.value.limit, raised.value.job_id) == (120, 100, "join")
+        assert await queue.count() == 0  # nothing of the call was added
+        assert (await queue.enqueue("join", b"", after=["p0"])).parent_results == (b"x" * 60,)

@@ -3,17 +3,20 @@ enqueued in one commit, each step given its parents' results as its own annotati
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
+import enum
+import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from conftest import Backend
 from jqueue import (
     DirectQueue,
     InMemoryStorage,
+    JobFailedError,
     JobStatus,
     Layout,
     Outcome,
@@ -23,6 +26,7 @@ from jqueue import (
     connect,
     group,
 )
+from jqueue.adapters.service.host import root_storage
 from queues import log_entries, open_queue
 from servers import jqueue_serve
 
@@ -46,7 +50,7 @@ def tasks(worker: Worker) -> dict[str, Task[..., Any]]:
         return sum(values) + bonus
 
     @worker.task
-    def order(item: str, count: int) -> Order:
+    def order(count: int, item: str) -> Order:
         return Order(item=item, count=count)
 
     @worker.task
@@ -88,7 +92,7 @@ async def test_a_chain_with_a_group_and_a_chord_passes_results_along(
             t["add"].s(10),  # 13, given as x
             group(t["add"].s(y=100), t["add"].s(y=1000)),  # 113 and 1013, each given 13
             t["total"].s(bonus=5),  # the chord's callback: [113, 1013] -> 1131
-            t["order"].s(count=2),  # item is a str: the int's JSON text "1131"
+            t["order"].s(item="widget"),  # count: 1131
             t["describe"].s(prefix="> "),  # a pydantic model passed along
             t["shout"].s(),
         )
@@ -100,7 +104,7 @@ async def test_a_chain_with_a_group_and_a_chord_passes_results_along(
         assert jobs[4].after == (jobs[2].id, jobs[3].id)  # the callback waits for the group
         assert jobs[2].after == jobs[3].after == (jobs[1].id,)
         await drain(worker)
-        assert await flow.result(queue, timeout=WAIT) == "> 2 X 1131"
+        assert await flow.result(queue, timeout=WAIT) == "> 1131 X WIDGET"
         assert await t["total"].result(queue, jobs[4].id, timeout=WAIT) == 1131
 
 
@@ -200,7 +204,140 @@ async def test_a_workflow_through_jqueue_serve_is_one_request(tmp_path: Path) ->
             worker = Worker(queue)
             t = tasks(worker)
             flow = group(t["add"].s(n, 1) for n in range(20)) | t["total"].s()
+            await queue.enqueue("start", b"")  # the queue exists, as a log
+            stored = root_storage(str(tmp_path / "root"), "jobs")
+            entries = len(await log_entries(stored))
             jobs = await flow.defer(queue)
             assert len(jobs) == 21
+            assert len(await log_entries(stored)) == entries + 1  # one request, one commit
             await drain(worker)
             assert await flow.result(queue, timeout=WAIT) == sum(range(20)) + 20
+
+
+async def test_a_step_types_each_parent_result_as_that_parents_task_kept_it() -> None:
+    async with DirectQueue(InMemoryStorage()) as queue:
+        worker = Worker(queue, max_attempts=1)
+
+        @worker.task
+        def text(value: str) -> str:
+            return value
+
+        @worker.task
+        def maybe_text(value: str) -> str | None:
+            return value
+
+        @worker.task
+        def data(value: str) -> bytes:
+            return value.encode("latin-1")
+
+        @worker.task
+        def echo(value: str | None) -> str:
+            return repr(value)
+
+        @worker.task
+        def echo_data(value: bytes | None) -> str:
+            return repr(value)
+
+        @worker.task
+        def join(values: list[str] | None) -> str:
+            return repr(values)
+
+        @worker.task
+        def join_some(values: list[str | None]) -> str:
+            return repr(values)
+
+        @worker.task
+        def fail() -> str:
+            raise ValueError("no")
+
+        cases = {
+            "text 42": (text.s("42") | echo.s(), "'42'"),
+            "text null": (text.s("null") | echo.s(), "'null'"),
+            "json text": (maybe_text.s("hello") | echo.s(), "'hello'"),
+            "bytes": (data.s("\xff\x00") | echo_data.s(), repr(b"\xff\x00")),
+            "group of text": (group(text.s("a"), text.s("7")) | join.s(), "['a', '7']"),
+            "mixed group, a failed member run anyway": (
+                group(text.s("a"), maybe_text.s("b"), fail.s()) | echo.s().set(on_parent_failure="run"),
+                None,  # a list does not fit str | None: the step fails, with the reason
+            ),
+        }
+        flows = {name: flow for name, (flow, _) in cases.items()}
+        for flow in flows.values():
+            await flow.defer(queue)
+        await drain(worker)
+        for name, (flow, expected) in cases.items():
+            if expected is None:
+                with pytest.raises(JobFailedError, match="does not fit echo's arguments"):
+                    await flow.result(queue, timeout=WAIT)
+            else:
+                assert await flow.result(queue, timeout=WAIT) == expected, name
+        tolerant = group(text.s("a"), fail.s()) | join_some.s().set(on_parent_failure="run")
+        await tolerant.defer(queue)
+        await drain(worker)
+        assert await tolerant.result(queue, timeout=WAIT) == "['a', None]"
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(strict=True)
+    id: uuid.UUID
+    at: datetime
+    colour: Colour
+
+
+async def test_a_steps_own_arguments_are_validated_as_a_calls_are() -> None:
+    async with DirectQueue(InMemoryStorage()) as queue:
+        worker = Worker(queue, max_attempts=1)
+
+        @worker.task
+        def first() -> int:
+            return 1
+
+        @worker.task
+        def step(count: int, strict: Strict) -> str:
+            return f"{count} {strict.colour.value}"
+
+        value = Strict(id=uuid.uuid4(), at=datetime.now(UTC), colour=Colour.RED)
+        flow = first.s() | step.s(strict=value)
+        await flow.defer(queue)
+        await drain(worker)
+        assert await flow.result(queue, timeout=WAIT) == "1 red"
+
+
+async def test_a_receiver_the_task_no_longer_has_fails_the_step_at_once() -> None:
+    async with DirectQueue(InMemoryStorage()) as queue:
+        producer = Worker(queue)
+
+        @producer.task
+        def first() -> int:
+            return 1
+
+        @producer.task(entrypoint="step")
+        def old_step(old: int) -> int:
+            return old
+
+        flow = first.s() | old_step.s()
+        [_, step] = await flow.defer(queue)
+        worker = Worker(queue, max_attempts=5)  # deployed since: the parameter was renamed
+        worker.task(first.function)
+
+        @worker.task(entrypoint="step")
+        def new_step(new_name: int) -> int:
+            return new_name
+
+        await drain(worker)
+        [dead] = await queue.dead_letters()
+        assert (dead.id, dead.attempts) == (step.id, 1)  # no retry: it would never fit
+        assert "no parameter 'old'" in (dead.last_error or "")
+
+
+def test_a_signature_takes_no_dedup_key() -> None:
+    worker = Worker(DirectQueue(InMemoryStorage()))
+    signature = tasks(worker)["add"].s(1, 2)
+    with pytest.raises(TypeError):
+        signature.set(dedup_key="x")  # type: ignore[call-arg]
+    moved = signature.set(priority=3)
+    assert (moved.id, moved.options) == (signature.id, {"priority": 3})

@@ -6,8 +6,9 @@ defers ``group(part.s(n) for n in range(parts)) | total.s()`` through ``RemoteQu
 request, one commit) and starts the worker processes, each a ``Worker`` on the same root. While
 fewer than ``--kill-until`` of the parts have run, it SIGKILLs a worker every ``--every``
 seconds and starts another in its place; once, after the first of those kills, it SIGKILLs the
-serving broker instead and starts a new standby. The killed workers' jobs come back when their
-leases run out. When the callback has run, the harness stops the workers and checks, from the
+serving broker instead and starts a new standby, and it does so again when every part has run,
+while the last acks commit and the callback is released. The killed workers' jobs come back
+when their leases run out. When the callback has run, the harness stops the workers and checks, from the
 files the workers wrote and the queue's history:
 
 - the callback ran once (one run in all the workers' files), with the parts' results in order;
@@ -39,8 +40,9 @@ from jqueue import DirectQueue, JobStatus, RemoteQueue, Task, Worker, current_jo
 from jqueue.adapters.service.host import root_storage
 from soak_failover import Brokers
 
-LEASE = timedelta(seconds=3)
-"""Short, so that the jobs of a killed worker come back soon."""
+LEASE = timedelta(seconds=8)
+"""Short, so that the jobs of a killed worker come back soon; long enough that a failover (a few
+seconds) does not outlast the lease of the callback's run, whose ack waits for it."""
 QUEUE = "workflow"
 
 
@@ -113,6 +115,14 @@ def crash(root: str, scratch: Path, options: argparse.Namespace) -> list[str]:
     me = str(Path(__file__).resolve())
     events: list[str] = []
 
+    def kill_broker(when: str) -> None:
+        serving = brokers.serving()
+        serving.process.kill()
+        serving.process.wait()
+        brokers.alive.remove(serving)
+        brokers.start()
+        events.append(f"killed broker {serving.url} {when}")
+
     def start_worker() -> None:
         log = scratch / f"worker-{len(workers)}.log"
         command = [sys.executable, me, "work", root, str(log), str(options.parts), str(options.part_seconds)]
@@ -134,12 +144,7 @@ def crash(root: str, scratch: Path, options: argparse.Namespace) -> list[str]:
             if len(lines_of(scratch, "part")) >= options.kill_until * options.parts:
                 break  # the callback may be about to run: a kill now would run it twice
             if kills == 1 and not any(event.startswith("killed broker") for event in events):
-                serving = brokers.serving()
-                serving.process.kill()
-                serving.process.wait()
-                brokers.alive.remove(serving)
-                brokers.start()
-                events.append(f"killed broker {serving.url}")
+                kill_broker(f"after {len(lines_of(scratch, 'part'))} part runs")
                 continue
             victim = next(worker for worker in workers if worker.poll() is None)
             victim.kill()
@@ -147,6 +152,9 @@ def crash(root: str, scratch: Path, options: argparse.Namespace) -> list[str]:
             start_worker()
             kills += 1
             events.append(f"killed worker {victim.pid} after {len(lines_of(scratch, 'part'))} part runs")
+        while len(lines_of(scratch, "part")) < options.parts and time.monotonic() - started < options.within:
+            time.sleep(0.05)
+        kill_broker(f"after {len(lines_of(scratch, 'part'))} part runs")  # the last acks and the release
         deadline = time.monotonic() + options.within
         recorded = asyncio.run(history(root))
         while callback not in recorded and time.monotonic() < deadline:  # acked, or dead

@@ -27,7 +27,7 @@ from jqueue.core.runtime.queue_set import QueueSet
 from jqueue.core.runtime.steering import Fail, HandlerFailure, Retry
 from jqueue.core.runtime.tasks import Task
 from jqueue.core.runtime.worker import Worker
-from jqueue.core.runtime.workflows import Signature, Workflow, chain, group
+from jqueue.core.runtime.workflows import Chain, Group, Signature, Workflow, chain, group
 from jqueue.domain.errors import (
     CASConflictError,
     CommitUnknownError,
@@ -88,11 +88,13 @@ __all__ = [
     "Backoff",
     "BrokerQueue",
     "CASConflictError",
+    "Chain",
     "CommitUnknownError",
     "CorruptStateError",
     "DirectQueue",
     "EntrypointStats",
     "Fail",
+    "Group",
     "GroupCommitLoop",
     "HandlerFailure",
     "HeartbeatManager",

@@ -10,7 +10,7 @@ from datetime import timedelta
 from jqueue.core.commits import Operation
 from jqueue.domain.dependencies import ENDINGS, parent_failure
 from jqueue.domain.effects import Added
-from jqueue.domain.errors import JobNotFoundError, QueuePausedError
+from jqueue.domain.errors import JobNotFoundError, PayloadTooLargeError, QueuePausedError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus, ParentFailure
 from jqueue.domain.records import HistoryRecord, JobRecord
@@ -21,15 +21,16 @@ Found = Added | HistoryRecord
 
 
 def adding(
-    new: list[Added], retention: timedelta, fresh: Container[str] = frozenset()
+    new: list[Added], retention: timedelta, fresh: Container[str] = frozenset(), limit: int | None = None
 ) -> Operation[list[Found]]:
     """Return the operation that adds ``new`` jobs: each is answered with the job it adds, or
     with the job that holds its id or its dedup key already (live, or acked within ``retention``).
     The ids in ``fresh`` were made for this call (``new_job_id``): no job holds them.
 
     A job with parents (``after``) waits for those not settled yet; those settled already give
-    their results, and one that failed cancels the job in the same commit (unless its policy
-    is to run anyway). A parent may be a job earlier in the same call.
+    their results (at most ``limit`` bytes, summed, else ``PayloadTooLargeError``), and one that
+    failed cancels the job in the same commit (unless its policy is to run anyway). A parent
+    may be a job earlier in the same call.
     """
 
     def operation(index: QueueIndex) -> list[Found]:
@@ -57,7 +58,7 @@ def adding(
                 answered[job.id] = match.job_id if isinstance(match, HistoryRecord) else match.id
             else:
                 if job.after:
-                    job, failure = _with_parents(index, job, ids, answered)
+                    job, failure = _with_parents(index, job, ids, answered, limit)
                     if failure is not None:
                         doomed.append((job.id, failure))
                     waiting.append(len(found))
@@ -81,7 +82,11 @@ def adding(
 
 
 def _with_parents(
-    index: QueueIndex, job: Added, earlier: Mapping[str, Added], answered: Mapping[str, str]
+    index: QueueIndex,
+    job: Added,
+    earlier: Mapping[str, Added],
+    answered: Mapping[str, str],
+    limit: int | None,
 ) -> tuple[Added, str | None]:
     """Return ``job`` with the parents it still awaits and the results of those acked, and the
     failure that cancels it (None if none does).
@@ -90,6 +95,8 @@ def _with_parents(
     ------
     JobNotFoundError
         If a parent is neither in the queue, nor in its history, nor earlier in the call.
+    PayloadTooLargeError
+        If the results of the parents acked already are over ``limit`` bytes, summed.
     ValueError
         If a parent is staged by a bulk write not yet published (its discard would leave the
         job waiting for nothing), or the job itself is staged (a failed parent would cancel one
@@ -126,6 +133,9 @@ def _with_parents(
             results[position] = result
         elif failure is None and not runs_anyway:
             failure = parent_failure(parent, ENDINGS[outcome])
+    size = sum(len(result) for result in results if result is not None)
+    if limit is not None and size > limit:
+        raise PayloadTooLargeError(size, limit, job.id)
     settled = len(awaiting) < len(after)
     status = JobStatus.WAITING if awaiting else JobStatus.QUEUED
     changed = dataclasses.replace(

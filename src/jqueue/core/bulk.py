@@ -77,7 +77,9 @@ class BulkWrites:
         new = self._queue._built(specs, None)
         if not new:
             return []
-        found = await self._commits.run(numbering(new, self.policy.history_retention, ids))
+        found = await self._commits.run(
+            numbering(new, self.policy.history_retention, ids, self._queue.max_payload_bytes)
+        )
         return await self._queue._resolved(list(found), form)
 
     async def add_parts(self, parts: Sequence[StoredPart], mark: tuple[str, int] | None = None) -> int | None:
@@ -110,7 +112,7 @@ class BulkWrites:
         with collections_paused():
             now = to_micros(utc_now())
             new = [job for part in parts for job in part.jobs(now)]
-            add = adding(new, self.policy.history_retention)
+            add = adding(new, self.policy.history_retention, limit=self._queue.max_payload_bytes)
 
             def operation(index: QueueIndex) -> int | None:
                 if mark is not None:

@@ -56,7 +56,9 @@ class TimeOrderedIds:
         return self._last
 
 
-def numbering(new: list[Added], retention: timedelta, ids: IdSource) -> Operation[list[Added]]:
+def numbering(
+    new: list[Added], retention: timedelta, ids: IdSource, limit: int | None = None
+) -> Operation[list[Added]]:
     """Return the operation that adds ``new`` jobs (their ids are replaced), each under an id
     drawn from ``ids`` that no job of the index has and no earlier job of ``new`` took; it
     returns the jobs added, in order.
@@ -73,7 +75,7 @@ def numbering(new: list[Added], retention: timedelta, ids: IdSource) -> Operatio
             candidate = _free_id(index, taken, ids, tries)
             taken.add(candidate)
             numbered.append(replace(job, id=candidate))
-        found = adding(numbered, retention)(index)
+        found = adding(numbered, retention, limit=limit)(index)
         # its id is free, so a job answered under another id was matched by its dedup key
         if any(answer.job_id != job.id for job, answer in zip(numbered, found, strict=True)):
             raise RuntimeError("a job under a free id was not added (its dedup key is held)")

@@ -205,7 +205,7 @@ class JobQueue(SettleCalls, EnqueueCalls, WorkflowCalls):
         specs = list(jobs)
         new = self._built(specs, batch)
         fresh = {job.id for spec, job in zip(specs, new, strict=True) if spec.id is None}
-        operation = adding(new, self.policy.history_retention, fresh)
+        operation = adding(new, self.policy.history_retention, fresh, self.max_payload_bytes)
         return await self._resolved(await self._commits.run(operation), form) if new else []
 
     @property

@@ -12,15 +12,14 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections import abc
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, Generic, ParamSpec, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from jqueue.core.runtime.steering import Fail
-from jqueue.core.runtime.workflows import PARENTS_KEY, Signature
+from jqueue.core.runtime.workflows import PARENTS_KEY, Receiving, Signature, stored_as
 from jqueue.domain.models import Job
 from jqueue.domain.spec import JobSpec
 
@@ -49,26 +48,6 @@ def _model(function: Callable[..., Any], without: str | None = None) -> type[Bas
     return model
 
 
-def _loaded(stored: bytes | None, annotation: Any) -> Any:
-    """A parent's stored result (bytes as they are, text as UTF-8, anything else as JSON) as the
-    value for a parameter annotated ``annotation``, for its model to validate."""
-    if stored is None or annotation is bytes:
-        return stored
-    if annotation is not str:
-        try:
-            return json.loads(stored)
-        except ValueError:
-            pass
-    return stored.decode(errors="replace")
-
-
-def _item_type(annotation: Any) -> Any:
-    """The type of one item of a sequence annotation (``list[int]``: int; else Any)."""
-    if get_origin(annotation) in (list, tuple, Sequence, abc.Sequence) and get_args(annotation):
-        return get_args(annotation)[0]
-    return Any
-
-
 class Task(Generic[P, R]):
     """A typed task: ``defer`` enqueues a call of it, ``handle`` runs a job of it.
 
@@ -90,7 +69,10 @@ class Task(Generic[P, R]):
         self.signature = inspect.signature(function)
         self.returns: Any = get_type_hints(function).get("return", Any)
         """The return annotation (of an async function, what it returns when awaited)."""
+        self.stored_as = stored_as(self.returns)
+        """How the worker keeps this task's results (``workflows.STORED``)."""
         self._partial_models: dict[str | None, type[BaseModel]] = {None: self.arguments}
+        self._adapters: dict[str, TypeAdapter[Any]] = {}
 
     def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         """Return the job of a call with these arguments (``dataclasses.replace`` it to add a
@@ -125,10 +107,8 @@ class Task(Generic[P, R]):
             name for name, parameter in self.signature.parameters.items() if name not in bound.arguments
         )
         receiver = next((name for name in unbound if not self.has_default(name)), None)
-        model = self._partial_models.get(receiver)
-        if model is None:
-            model = self._partial_models[receiver] = _model(self.function, without=receiver)
-        arguments = model.model_validate(dict(bound.arguments)).model_dump(mode="json")
+        model = self._partial_model(receiver)
+        arguments = json.loads(model.model_validate(dict(bound.arguments)).model_dump_json())
         return Signature(self, arguments, receiver)
 
     def has_default(self, name: str) -> bool:
@@ -186,28 +166,40 @@ class Task(Generic[P, R]):
     def _arguments_of(self, job: Job) -> dict[str, Any]:
         try:  # an empty payload (a cron tick's, a CLI enqueue without one) is a call without arguments
             if job.after:
-                return dict(self.arguments.model_validate(self._with_parents(job)))
+                return self._with_parents(job)
             return dict(self.arguments.model_validate_json(job.payload or b"{}"))
         except (ValidationError, ValueError) as exc:  # this payload will never fit: no retry helps
             raise Fail(f"the payload does not fit {self.entrypoint}'s arguments: {exc}") from None
 
     def _with_parents(self, job: Job) -> dict[str, Any]:
         """The arguments of a workflow's step: its payload, and its parents' results in the
-        parameter its signature left unbound (``PARENTS_KEY``)."""
+        parameter its signature left unbound (``Receiving``)."""
         arguments = json.loads(job.payload or b"{}")
         if not isinstance(arguments, dict):
             raise ValueError("the payload is not a JSON object")
-        receiving = arguments.pop(PARENTS_KEY, None)
-        if receiving is None:
-            return arguments
-        name, gathered = receiving["into"], receiving["gathered"]
-        annotation = self.arguments.model_fields[name].annotation
-        if gathered:
-            item = _item_type(annotation)
-            arguments[name] = [_loaded(result, item) for result in job.parent_results]
-        else:
-            arguments[name] = _loaded(job.parent_results[0], annotation)
-        return arguments
+        if PARENTS_KEY not in arguments:
+            return dict(self.arguments.model_validate_json(job.payload or b"{}"))
+        receiving = Receiving.read(arguments.pop(PARENTS_KEY))
+        name = receiving.into
+        if name not in self.signature.parameters:
+            raise ValueError(f"it has no parameter {name!r} for its parents' results")
+        rest = dict(self._partial_model(name).model_validate_json(json.dumps(arguments)))
+        rest[name] = receiving.value(job.parent_results, self._parameter_adapter(name))
+        return rest
+
+    def _partial_model(self, without: str | None) -> type[BaseModel]:
+        """The model of the arguments but ``without`` (built once each)."""
+        model = self._partial_models.get(without)
+        if model is None:
+            model = self._partial_models[without] = _model(self.function, without=without)
+        return model
+
+    def _parameter_adapter(self, name: str) -> TypeAdapter[Any]:
+        """The validator of parameter ``name``'s annotation (built once each)."""
+        adapter = self._adapters.get(name)
+        if adapter is None:
+            adapter = self._adapters[name] = TypeAdapter(get_type_hints(self.function)[name])
+        return adapter
 
     def handler(self) -> Callable[[Job], Awaitable[object]] | Callable[[Job], object]:
         """The worker's handler: the payload validated, then the function called with it."""
