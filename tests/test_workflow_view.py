@@ -16,7 +16,7 @@ from playwright.async_api import expect
 
 from browser import chromium
 from conftest import Backend
-from jqueue import DirectQueue, JobNotFoundError, JobSpec, JobStatus, connect
+from jqueue import DirectQueue, JobNotFoundError, JobSpec, JobStatus, Layout, connect
 from queues import log_entries, open_queue
 from servers import jqueue_serve
 from test_dashboard import WINDOW
@@ -32,7 +32,7 @@ DIAMOND = [
 
 
 async def test_a_workflow_is_every_job_linked_either_way_live_or_finished(
-    file_or_s3: Backend, layout: str, queue_kind: str
+    file_or_s3: Backend, layout: Layout, queue_kind: str
 ) -> None:
     storage, name = file_or_s3.new()
     async with open_queue(queue_kind, storage, layout=layout) as queue:
