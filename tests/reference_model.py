@@ -55,6 +55,15 @@ def beaten(job: Job, now: datetime) -> Job:
     return job.model_copy(update={"heartbeat_at": now, "lease_expires_at": expires})
 
 
+def settled(job: Job, parent: str, result: bytes | None) -> Job:
+    """Return a copy of a waiting ``job`` whose ``parent`` was acked with ``result``."""
+    awaiting = tuple(waited for waited in job.awaiting if waited != parent)
+    results = list(job.parent_results or (None,) * len(job.after))
+    results[job.after.index(parent)] = result
+    status = JobStatus.QUEUED if not awaiting and job.status is JobStatus.WAITING else job.status
+    return job.model_copy(update={"awaiting": awaiting, "parent_results": tuple(results), "status": status})
+
+
 def is_expired(job: Job, now: datetime) -> bool:
     """Whether this job is in progress under a lease that ran out before ``now``.
 
@@ -129,6 +138,25 @@ class ModelState(QueueState):
         self._holding(job_id, lease)
         return self._with_jobs(j for j in self.jobs if j.id != job_id)
 
+    def with_job_acked(
+        self, job_id: str, lease: str | None = None, result: bytes | None = None
+    ) -> ModelState:
+        """Return a state without the job ``job_id`` (an ack that keeps ``result``), fenced by
+        ``lease`` if given; each job waiting for it keeps the result in its place in
+        ``parent_results``, and one that awaits no other parent becomes queued.
+
+        Raises
+        ------
+        JobNotFoundError
+            Unfenced, if no job has that id.
+        LeaseLostError
+            Fenced, if the lease no longer holds the job.
+        """
+        self._holding(job_id, lease)
+        return self._with_jobs(
+            settled(j, job_id, result) if job_id in j.awaiting else j for j in self.jobs if j.id != job_id
+        )
+
     def with_jobs_claimed(
         self,
         entrypoint: str | None,
@@ -154,8 +182,17 @@ class ModelState(QueueState):
         return self._with_jobs(by_id.get(j.id, j) for j in self.jobs), claimed
 
     def with_job_requeued(self, job_id: str, lease: str | None = None) -> ModelState:
-        """Return a state with ``job_id`` back in the queue (a nack), fenced by ``lease`` if given."""
-        return self.with_job_replaced(requeued(self._holding(job_id, lease)))
+        """Return a state with ``job_id`` back in the queue (a nack), fenced by ``lease`` if given.
+
+        Raises
+        ------
+        ValueError
+            If the job waits for parents (a nack would make it claimable before them).
+        """
+        job = self._holding(job_id, lease)
+        if job.status is JobStatus.WAITING:
+            raise ValueError(f"job {job_id!r} waits for its parents")
+        return self.with_job_replaced(requeued(job))
 
     def with_heartbeat(self, job_id: str, now: datetime, lease: str | None = None) -> ModelState:
         """Return a state with the heartbeat of ``job_id`` at ``now`` and its lease extended.

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jqueue import Job, JobNotFoundError, LeaseLostError, QueueState
+from jqueue import Job, JobNotFoundError, JobStatus, LeaseLostError, QueueState
 from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import Frozen
-from jqueue.domain.schema import CHANGING_FIELDS, job_from
+from jqueue.domain.schema import CHANGING_FIELDS, domain_values, job_from
 from jqueue.domain.times import to_micros
 from reference_model import ModelState, index_of, is_expired
 
@@ -67,6 +67,22 @@ class IndexAgainstStates(RuleBasedStateMachine):
         created = to_micros(job.created_at)
         self.index.apply(Added(job.id, entrypoint, priority, created, job.status, None, job.payload))
 
+    @precondition(lambda self: bool(self.state.jobs))
+    @rule(data=st.data(), entrypoint=ENTRYPOINTS, advance=st.booleans())
+    def enqueue_child(self, data: st.DataObject, entrypoint: str, advance: bool) -> None:
+        live = [j.id for j in self.state.jobs]
+        parents = tuple(data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=3, unique=True)))
+        child = Job(
+            entrypoint=entrypoint,
+            payload=b"c",
+            created_at=self.now(advance),
+            status=JobStatus.WAITING,
+            after=parents,
+            awaiting=parents,
+        )
+        self.state = self.state.with_job_added(child)
+        self.index.apply(Added(*domain_values(child)))
+
     @rule(
         entrypoint=st.one_of(st.none(), ENTRYPOINTS),
         batch=st.integers(1, 3),
@@ -91,13 +107,14 @@ class IndexAgainstStates(RuleBasedStateMachine):
         # The lease of any claim so far: still held, or lost to a sweep, a nack, an ack or a new claim.
         job_id, lease = data.draw(st.sampled_from(self.leases))
         now = self.now(advance)
+        result = f"r-{job_id[:4]}".encode()
         on_state: dict[str, Callable[[], ModelState]] = {
-            "ack": partial(self.state.with_job_removed, job_id, lease),
+            "ack": partial(self.state.with_job_acked, job_id, lease, result),
             "nack": partial(self.state.with_job_requeued, job_id, lease),
             "heartbeat": partial(self.state.with_heartbeat, job_id, now, lease),
         }
         on_index: dict[str, Callable[[], object]] = {
-            "ack": partial(self.index.remove, job_id, lease),
+            "ack": partial(self.index.remove, job_id, lease, to_micros(now), result),
             "nack": partial(self.index.nack, job_id, lease, to_micros(now)),
             "heartbeat": partial(self.index.heartbeat, job_id, to_micros(now), lease),
         }
@@ -122,10 +139,16 @@ class IndexAgainstStates(RuleBasedStateMachine):
     def act_on_existing(self, data: st.DataObject, action: str) -> None:
         job_id = data.draw(st.sampled_from([j.id for j in self.state.jobs]))
         if action == "ack":
-            self.state = self.state.with_job_removed(job_id)
-            self.index.remove(job_id)
+            self.state = self.state.with_job_acked(job_id, None, b"r")
+            self.index.remove(job_id, None, to_micros(self.clock), b"r")
         elif action == "nack":
-            self.state = self.state.with_job_requeued(job_id)
+            try:
+                new_state = self.state.with_job_requeued(job_id)
+            except ValueError:  # a waiting job
+                with pytest.raises(ValueError, match="wait"):
+                    self.index.nack(job_id, None, to_micros(self.clock))
+                return
+            self.state = new_state
             self.index.nack(job_id, None, to_micros(self.clock))
         else:
             now = self.now(True)
