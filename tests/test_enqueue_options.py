@@ -120,7 +120,8 @@ LIMITED = [(f, value) for f in SPEC_FIELDS for value in _out_of_range(f)]
 
 
 def test_every_declared_limit_is_checked() -> None:
-    assert {f.name for f, _ in LIMITED} == {"entrypoint", "priority", "delay", "max_attempts", "ttl", "id"}
+    limited = {"entrypoint", "priority", "delay", "max_attempts", "ttl", "id", "traceparent"}
+    assert {f.name for f, _ in LIMITED} == limited
 
 
 @pytest.mark.parametrize(("spec_field", "value"), LIMITED, ids=lambda v: str(getattr(v, "name", v))[:20])

@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from jqueue.adapters.optional import require
+from jqueue.core.runtime.measures import RUN, RUNNING, WAIT
 from jqueue.core.runtime.outcomes import JobResult
 from jqueue.core.runtime.worker import Worker
 from jqueue.domain.models import Job
@@ -37,21 +38,10 @@ class WorkerMetrics:
     def __init__(self, worker: Worker) -> None:
         self.registry = prometheus.CollectorRegistry(auto_describe=True)
         histogram = functools.partial(prometheus.Histogram, registry=self.registry, buckets=RUN_BUCKETS)
-        self.run_seconds = histogram(
-            "jqueue_worker_job_run_seconds",
-            "Time a job's handler ran, by entrypoint and outcome (acked, retried, dead, lost, released).",
-            ["entrypoint", "outcome"],
-        )
-        self.wait_seconds = histogram(
-            "jqueue_worker_job_wait_seconds",
-            "Time from a job's enqueue (or due time) to its claim by this worker, by entrypoint.",
-            ["entrypoint"],
-        )
+        self.run_seconds = histogram(RUN.prometheus_name, RUN.description, list(RUN.labels))
+        self.wait_seconds = histogram(WAIT.prometheus_name, WAIT.description, list(WAIT.labels))
         self.running = prometheus.Gauge(
-            "jqueue_worker_jobs_running",
-            "Jobs this worker is running now, by entrypoint.",
-            ["entrypoint"],
-            registry=self.registry,
+            RUNNING.prometheus_name, RUNNING.description, list(RUNNING.labels), registry=self.registry
         )
         self._server: Any = None
         self._thread: threading.Thread | None = None

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Unpack, overload
 
+from jqueue.core import telemetry
 from jqueue.domain.models import Job
 from jqueue.domain.spec import EnqueueOptions, JobSpec
 
@@ -70,7 +72,11 @@ class EnqueueCalls(ABC):
         """
         if isinstance(jobs, str):
             jobs = [JobSpec(jobs, payload, priority) for payload in payloads]
-        return await self._enqueue_specs(list(jobs))
+        specs = list(jobs)
+        with telemetry.enqueuing([spec.entrypoint for spec in specs]) as traceparent:
+            if traceparent is not None:  # the jobs run in this trace (unless one carries its own)
+                specs = [replace(spec, traceparent=spec.traceparent or traceparent) for spec in specs]
+            return await self._enqueue_specs(specs)
 
     @abstractmethod
     async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:

@@ -142,6 +142,9 @@ class Job(BaseModel):
     parent_results : tuple of (bytes or None)
         The parents' results, in the order of ``after`` (None for a parent with none, or not
         settled yet); empty until the first parent settles.
+    traceparent : str or None
+        The W3C trace context of the span that enqueued the job (OpenTelemetry): a worker runs
+        it in that trace.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -172,6 +175,7 @@ class Job(BaseModel):
     on_parent_failure: str | None = None
     awaiting: tuple[str, ...] = ()
     parent_results: tuple[bytes | None, ...] = ()
+    traceparent: str | None = None
 
     @field_validator("payload", mode="before")
     @classmethod

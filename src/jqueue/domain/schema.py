@@ -114,6 +114,7 @@ class JobFields:
     on_parent_failure: str | None = field(default=None, metadata=_meta(Kind.TEXT))
     awaiting: tuple[str, ...] = field(default=(), metadata=_meta(Kind.IDS, changes=True))
     parent_results: tuple[bytes | None, ...] = field(default=(), metadata=_meta(Kind.RESULTS, changes=True))
+    traceparent: str | None = field(default=None, metadata=_meta(Kind.TEXT))
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ ATTEMPTS = Limit(ge=1, le=INT64_MAX)
 """A number of attempts."""
 INT64 = Limit(ge=INT64_MIN, le=INT64_MAX)
 JOB_ID = Limit(min_length=1, max_length=MAX_ID_LENGTH)
+TRACEPARENT = Limit(min_length=1, max_length=512)
+"""A trace context: ``version-traceid-spanid-flags`` is 55 characters; later versions may add."""
 ENTRYPOINT = Limit(min_length=1)
 """An entrypoint is never empty: an empty one would read as "every entrypoint" in a filter."""
 
@@ -76,6 +78,9 @@ class JobSpec:
     on_parent_failure : ParentFailure, str or None
         What a parent that dies, is cancelled or is purged does to the job: ``cancel`` it (the
         default, None), or ``run`` it once the others have settled.
+    traceparent : str or None
+        A W3C trace context for the job's run (else, with OpenTelemetry installed, the
+        enqueue's own span's).
     """
 
     entrypoint: str = field(metadata={"limit": ENTRYPOINT})
@@ -89,6 +94,7 @@ class JobSpec:
     id: str | None = field(default=None, metadata={"limit": JOB_ID})
     after: Sequence[str] | None = None
     on_parent_failure: ParentFailure | str | None = None
+    traceparent: str | None = field(default=None, metadata={"limit": TRACEPARENT})
 
     def __post_init__(self) -> None:
         for name, nullable, check_type, limit in _CHECKS:
@@ -129,6 +135,7 @@ class JobSpec:
             if self.on_parent_failure != ParentFailure.RUN
             else ParentFailure.RUN.value,
             awaiting=after,
+            traceparent=self.traceparent,
         )
 
 
@@ -143,6 +150,7 @@ class EnqueueOptions(TypedDict, total=False):
     id: str | None
     after: Sequence[str] | None
     on_parent_failure: ParentFailure | str | None
+    traceparent: str | None
 
 
 @dataclass(frozen=True)

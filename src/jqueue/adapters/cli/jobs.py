@@ -79,6 +79,7 @@ def enqueue(
         ParentFailure | None,
         typer.Option(help="What a failed parent does to the job (default: cancel it)."),
     ] = None,
+    traceparent: Annotated[str | None, typer.Option(help="A W3C trace context to run the job in.")] = None,
     batch: Annotated[int, typer.Option(help="Jobs per commit with --stdin.")] = 1000,
     atomic: Annotated[
         bool, typer.Option("--atomic", help="With --stdin: all lines in one commit, or none.")
@@ -110,6 +111,7 @@ def enqueue(
         id=job_id,
         after=tuple(after) if after else None,
         on_parent_failure=on_parent_failure,
+        traceparent=traceparent,
     )
     try:
         JobSpec(entrypoint, b"", priority, **options)

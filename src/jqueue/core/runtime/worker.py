@@ -8,6 +8,8 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
+from jqueue.core import telemetry
+from jqueue.core.runtime import measures
 from jqueue.core.runtime.context import JobContext
 from jqueue.core.runtime.cron import Schedule, run_schedule
 from jqueue.core.runtime.handlers import Handler, HandlerPools, HandlerSpec, HandlerTimeoutError
@@ -17,7 +19,8 @@ from jqueue.core.runtime.outage import Outage
 from jqueue.core.runtime.outcomes import JobResult, Outcome, WorkerStats, result_bytes, traceback_text
 from jqueue.core.runtime.queue_set import QueueSet
 from jqueue.core.runtime.report import announce, farewell
-from jqueue.core.runtime.setup import WorkerSetup, handled_signals
+from jqueue.core.runtime.settling import Settling
+from jqueue.core.runtime.setup import handled_signals
 from jqueue.core.runtime.slots import CarriedAcks, Slots
 from jqueue.core.runtime.steering import Fail, HandlerFailure, Retry
 from jqueue.core.runtime.waiting import first_of, unless_stopped
@@ -39,7 +42,7 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BACKOFF = Backoff()
 
 
-class Worker(WorkerSetup):
+class Worker(Settling):
     """Runs handlers for the jobs of one queue or several.
 
     For each claimed job, heartbeats run while its handler does; success acks the job
@@ -223,14 +226,6 @@ class Worker(WorkerSetup):
         finally:
             acks.close()
 
-    def _outage(self, exc: JQueueError, doing: str) -> bool:
-        """Note a failure while ``doing`` (see ``Outage.failed``); stop the worker once the outage
-        lasted longer than ``max_outage``."""
-        if self._outages.failed(exc, doing):
-            return True
-        self.stop()
-        return False
-
     async def _claim(self, count: int) -> list[tuple[Queue, Job]]:
         """Claim up to ``count`` jobs, carrying the acks that wait (``CarriedAcks``)."""
         entrypoints = list(self.handlers)
@@ -262,7 +257,9 @@ class Worker(WorkerSetup):
             return [(queue, job) for job in jobs]
 
         # a stop does not cut short a claim that carries acks (only an abort does)
+        started = time.time_ns()
         claimed = await unless_stopped(claim(), self._abort if carried else self._stopping) or []
+        telemetry.claimed(len(claimed), started)
         if claimed and self._stopping.is_set():  # claimed while stopping: returned, not started
             await asyncio.gather(*(queue.release(job) for queue, job in claimed), return_exceptions=True)
             return []
@@ -273,6 +270,10 @@ class Worker(WorkerSetup):
     # --- one job ----------------------------------------------------------------------
 
     async def _process(self, queue: Queue, job: Job, pools: HandlerPools) -> None:
+        with telemetry.running(job.id, job.entrypoint, job.attempts, job.traceparent):
+            await self._run(queue, job, pools)
+
+    async def _run(self, queue: Queue, job: Job, pools: HandlerPools) -> None:
         spec = self.handlers[job.entrypoint]
         claimed_at = job.claimed_at[-1] if job.claimed_at else utc_now()
         waited = (claimed_at - (job.not_before or job.created_at)).total_seconds()
@@ -280,6 +281,7 @@ class Worker(WorkerSetup):
             job.lease_expires_at - job.heartbeat_at if job.lease_expires_at and job.heartbeat_at else None
         )
         interval = (visibility or queue.visibility_timeout) / 3
+        measures.started(job)
         await call_hooks(self.hooks["before_job"], job)
         started = time.monotonic()
         error: str | None = None
@@ -325,47 +327,6 @@ class Worker(WorkerSetup):
                 outcome = Outcome.DEAD if dies else Outcome.RETRIED
                 await self._finish(queue, job, outcome, error, waited, started, delay, give_up)
 
-    async def _settle(
-        self,
-        queue: Queue,
-        job: Job,
-        outcome: Outcome,
-        error: str | None,
-        delay: timedelta | None,
-        give_up: bool,
-        result: bytes | None = None,
-    ) -> None:
-        """Ack, nack (after ``delay``, else the back-off; with ``give_up`` to the dead letters at
-        once) or release the job, retrying transient storage failures within ``max_outage``."""
-        pause = self.poll_interval.total_seconds()
-        while True:
-            try:
-                if outcome is Outcome.ACKED:
-                    if not await self._acks.carry(job, result):
-                        await queue.ack(job, **({} if result is None else {"result": result}))  # an old Queue
-                elif outcome in (Outcome.RELEASED, Outcome.CANCELLED):
-                    await queue.release(job)  # a job whose cancel was asked for ends cancelled
-                else:
-                    if delay is None:
-                        delay = self._retry_delay(
-                            queue, job.attempts
-                        )  # chosen here, so until_empty knows when
-                    limit = self._attempts_limit(queue, job)
-                    dead: dict[str, bool] = (
-                        {"dead": True} if give_up else {}
-                    )  # a Queue of old may not take it
-                    await queue.nack(job, delay=delay, error=error, max_attempts=limit, **dead)
-                    if outcome is Outcome.RETRIED and delay:
-                        self._retry_due = max(self._retry_due, time.monotonic() + delay.total_seconds())
-            except JQueueError as exc:
-                if not self._outage(exc, f"settling job {job.id}"):
-                    raise
-                await asyncio.sleep(pause)
-                pause = min(self.max_poll_interval.total_seconds(), pause * 2)
-                continue
-            self._outages.ended()
-            return
-
     async def _finish(
         self,
         queue: Queue,
@@ -380,7 +341,8 @@ class Worker(WorkerSetup):
     ) -> None:
         try:
             try:
-                await asyncio.shield(self._settle(queue, job, outcome, error, delay, give_up, returned))
+                with telemetry.settling(outcome):
+                    await asyncio.shield(self._settle(queue, job, outcome, error, delay, give_up, returned))
             except PayloadTooLargeError as exc:  # the result can never be kept: no retry would help
                 outcome, error = Outcome.DEAD, f"its result was not kept: {exc}"
                 await asyncio.shield(self._settle(queue, job, outcome, error, None, True))
@@ -392,6 +354,7 @@ class Worker(WorkerSetup):
                 raise
             outcome = Outcome.LOST  # the storage is gone for good: the lease runs out and the job returns
         result = JobResult(job, outcome, error, waited, time.monotonic() - started)
+        measures.finished(result)
         self.stats.outcomes[outcome] += 1
         if logger.isEnabledFor(level := result.level()):
             logger.log(level, "job %s", result.summary(), extra=result.log_fields())

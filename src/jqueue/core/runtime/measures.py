@@ -1,0 +1,92 @@
+"""A worker's measures (``RUN``, ``WAIT``, ``RUNNING``), declared once: Prometheus
+(``adapters/worker_metrics.py``) and OpenTelemetry (``OpenTelemetryMeasures``, on whenever the
+API is installed) follow them."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from jqueue.core import telemetry
+from jqueue.core.runtime.outcomes import JobResult
+from jqueue.domain.models import Job
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One measure of a worker: ``stem`` names it, in each system's own way (``prometheus_name``,
+    ``otel_name``); ``unit`` is ``s`` for a time."""
+
+    stem: str
+    description: str
+    labels: tuple[str, ...]
+    unit: str
+
+    @property
+    def prometheus_name(self) -> str:
+        """Prometheus' name: ``jqueue_worker_job_run_seconds``."""
+        return f"jqueue_worker_{self.stem}" + ("_seconds" if self.unit == "s" else "")
+
+    @property
+    def otel_name(self) -> str:
+        """OpenTelemetry's name: ``jqueue.worker.job.run.duration``."""
+        return "jqueue.worker." + self.stem.replace("_", ".") + (".duration" if self.unit == "s" else "")
+
+
+RUN = Measure(
+    "job_run",
+    "Time a job's handler ran, by entrypoint and outcome (acked, retried, dead, lost, released).",
+    ("entrypoint", "outcome"),
+    "s",
+)
+WAIT = Measure(
+    "job_wait",
+    "Time from a job's enqueue (or due time) to its claim by this worker, by entrypoint.",
+    ("entrypoint",),
+    "s",
+)
+RUNNING = Measure("jobs_running", "Jobs this worker is running now, by entrypoint.", ("entrypoint",), "{job}")
+
+
+class OpenTelemetryMeasures:
+    """Records a worker's ``MEASURES`` through the OpenTelemetry metrics API (``meter``)."""
+
+    def __init__(self, meter: Any) -> None:
+        self._run = meter.create_histogram(RUN.otel_name, unit=RUN.unit, description=RUN.description)
+        self._wait = meter.create_histogram(WAIT.otel_name, unit=WAIT.unit, description=WAIT.description)
+        self._running = meter.create_up_down_counter(
+            RUNNING.otel_name, unit=RUNNING.unit, description=RUNNING.description
+        )
+
+    def started(self, job: Job) -> None:
+        """Count ``job`` as running (a ``before_job`` hook)."""
+        self._running.add(1, {"entrypoint": job.entrypoint})
+
+    def finished(self, result: JobResult) -> None:
+        """Record a job's run (an ``after_job`` hook)."""
+        entrypoint = result.job.entrypoint
+        self._running.add(-1, {"entrypoint": entrypoint})
+        self._run.record(result.ran, {"entrypoint": entrypoint, "outcome": str(result.outcome)})
+        self._wait.record(result.waited, {"entrypoint": entrypoint})
+
+
+@functools.cache
+def _recorder() -> OpenTelemetryMeasures | None:
+    meter = telemetry.meter()  # a proxy until the application sets a meter provider
+    return None if meter is None else OpenTelemetryMeasures(meter)
+
+
+def started(job: Job) -> None:
+    """Count a job a worker starts (through OpenTelemetry, when installed)."""
+    recorder = _recorder()
+    if recorder is not None:
+        recorder.started(job)
+
+
+def finished(result: JobResult) -> None:
+    """Record a job's run on its span and in the measures (through OpenTelemetry, when installed)."""
+    telemetry.ran(str(result.outcome), result.error)
+    recorder = _recorder()
+    if recorder is not None:
+        recorder.finished(result)

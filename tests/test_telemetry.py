@@ -1,0 +1,62 @@
+"""OpenTelemetry (ADR 0020): one trace from an enqueue in one process to the run and the ack in
+another, the worker's measures through the metrics API, and nothing at all without the API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+SCRIPT = Path(__file__).with_name("otel_process.py")
+
+
+def run(mode: str, path: Path, out: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), mode, str(path), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(out.read_text())
+    return found
+
+
+def test_one_trace_from_an_enqueue_to_its_ack_across_two_processes(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.json"
+    produced = run("produce", path, tmp_path / "produced.json")
+    worked = run("work", path, tmp_path / "worked.json")
+    assert worked["acked"] == 1
+
+    producer = {span["name"]: span for span in produced["spans"]}
+    request, enqueue = producer["request"], producer["jqueue enqueue"]
+    assert enqueue["parent"] == request["span"]
+    assert enqueue["attributes"]["messaging.destination.name"] == "work"
+    assert produced["traceparent"].startswith(f"00-{enqueue['trace']}-{enqueue['span']}-")
+
+    worker = {span["name"]: span for span in worked["spans"]}
+    run_span, settle, inside = (
+        worker["jqueue run work"],
+        worker["jqueue settle"],
+        worker["inside the handler"],
+    )
+    assert run_span["trace"] == request["trace"]  # the producer's trace, in another process
+    assert run_span["parent"] == enqueue["span"]
+    assert run_span["attributes"]["jqueue.job.outcome"] == "acked"
+    assert (inside["parent"], settle["parent"]) == (run_span["span"], run_span["span"])
+    assert settle["trace"] == request["trace"]
+    assert worker["jqueue claim"]["attributes"]["messaging.batch.message_count"] == 1
+
+    measured = worked["metrics"]
+    assert measured["jqueue.worker.job.run.duration"] == [
+        {"attributes": {"entrypoint": "work", "outcome": "acked"}, "count": 1}
+    ]
+    assert measured["jqueue.worker.job.wait.duration"][0]["count"] == 1
+
+
+def test_without_the_api_nothing_is_traced_and_everything_works(tmp_path: Path) -> None:
+    found = run("none", tmp_path / "jobs.json", tmp_path / "plain.json")
+    assert found == {"traceparent": None, "acked": 1}
