@@ -19,7 +19,7 @@ def test_a_fan_in_survives_killed_workers_and_a_broker_failover() -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     faults = re.search(r"(\d+) faults: (.*)", done.stdout)
     assert faults is not None, done.stdout
-    assert faults[2].count("killed worker") >= 2, done.stdout
+    assert faults[2].count("killed worker") == 4, done.stdout
     assert faults[2].count("killed broker") == 2, done.stdout
     runs = re.search(r"1000 parts, (\d+) part runs, (\d+) callback runs", done.stdout)
     assert runs is not None, done.stdout

@@ -4,10 +4,10 @@ SIGKILLed in turn, and a broker failover; the callback must run once, with every
 Two ``jqueue serve`` processes share a root (a new directory, or ``--root``). The harness
 defers ``group(part.s(n) for n in range(parts)) | total.s()`` through ``RemoteQueue`` (one
 request, one commit) and starts the worker processes, each a ``Worker`` on the same root. While
-fewer than ``--kill-until`` of the parts have run, it SIGKILLs a worker every ``--every``
-seconds and starts another in its place; once, after the first of those kills, it SIGKILLs the
-serving broker instead and starts a new standby, and it does so again when every part has run,
-while the last acks commit and the callback is released. The killed workers' jobs come back
+fewer than ``--kill-until`` of the parts have run, it SIGKILLs ``--kills`` workers, one at each
+of as many even shares of the parts, and starts another in place of each; after the first, it
+SIGKILLs the serving broker instead and starts a new standby, and it does so again when every
+part has run, while the last acks commit and the callback is released. The killed workers' jobs come back
 when their leases run out. When the callback has run, the harness stops the workers and checks, from the
 files the workers wrote and the queue's history:
 
@@ -136,22 +136,24 @@ def crash(root: str, scratch: Path, options: argparse.Namespace) -> list[str]:
         started = time.monotonic()
         for _ in range(options.workers):
             start_worker()
-        kills = 0
-        while len(lines_of(scratch, "part")) < options.parts // 20 and time.monotonic() - started < 60:
-            time.sleep(0.1)  # the first kill once the workers are under way
-        while kills < options.kills:
-            time.sleep(options.every)
-            if len(lines_of(scratch, "part")) >= options.kill_until * options.parts:
-                break  # the callback may be about to run: a kill now would run it twice
-            if kills == 1 and not any(event.startswith("killed broker") for event in events):
-                kill_broker(f"after {len(lines_of(scratch, 'part'))} part runs")
+        # the faults come as the parts run, at even shares of them up to --kill-until, whatever
+        # the machine's speed: a worker at each, the broker once (after the first worker)
+        shares = [options.kill_until * (n + 1) / (options.kills + 2) for n in range(options.kills + 1)]
+        faults = ["worker", "broker", *["worker"] * (options.kills - 1)]
+        for share, fault in zip(shares, faults, strict=True):
+            while len(lines_of(scratch, "part")) < share * options.parts:
+                if time.monotonic() - started > options.within:
+                    raise RuntimeError(f"the parts stalled (see {scratch})")
+                time.sleep(0.02)
+            ran = len(lines_of(scratch, "part"))
+            if fault == "broker":
+                kill_broker(f"after {ran} part runs")
                 continue
             victim = next(worker for worker in workers if worker.poll() is None)
             victim.kill()
             victim.wait()
             start_worker()
-            kills += 1
-            events.append(f"killed worker {victim.pid} after {len(lines_of(scratch, 'part'))} part runs")
+            events.append(f"killed worker {victim.pid} after {ran} part runs")
         while len(lines_of(scratch, "part")) < options.parts and time.monotonic() - started < options.within:
             time.sleep(0.05)
         kill_broker(f"after {len(lines_of(scratch, 'part'))} part runs")  # the last acks and the release
@@ -206,7 +208,6 @@ def main() -> None:
     parser.add_argument("--parts", type=int, default=1000, help="the fan-in's parts")
     parser.add_argument("--workers", type=int, default=4, help="worker processes at a time")
     parser.add_argument("--kills", type=int, default=4, help="worker processes to SIGKILL")
-    parser.add_argument("--every", type=float, default=1.0, help="seconds between two kills")
     parser.add_argument("--part-seconds", type=float, default=0.1, help="how long a part runs")
     parser.add_argument(
         "--kill-until", type=float, default=0.8, help="kill only while fewer than this share of the parts ran"
