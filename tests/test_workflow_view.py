@@ -86,9 +86,12 @@ async def test_cancel_workflow_ends_every_unfinished_job_in_one_commit(
         assert set(states) == {"left", "right", "merge", "notify", "dies"}
         assert states["left"].status is JobStatus.IN_PROGRESS  # its worker is asked to stop it
         assert states["left"].cancel_requested_at is not None
-        assert all(
-            states[job_id].status is JobStatus.CANCELLED for job_id in ("right", "merge", "notify", "dies")
-        )
+        ended = ("right", "merge", "notify", "dies")
+        assert all(states[job_id].status is JobStatus.CANCELLED for job_id in ended)
+        for job_id in ended:  # each says why, not "parent ... was cancelled"
+            record = await queue.finished(job_id)
+            assert record is not None
+            assert record.error == "its workflow was cancelled (by job merge)"
         assert await queue.find("alone") is not None  # another workflow: untouched
         await queue.release(left)  # the worker stops: it ends cancelled
         assert {job.status for job in await queue.cancel_workflow("merge")} == {JobStatus.CANCELLED}

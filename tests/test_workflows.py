@@ -16,6 +16,7 @@ from conftest import Backend
 from jqueue import (
     DirectQueue,
     InMemoryStorage,
+    JobCancelledError,
     JobFailedError,
     JobStatus,
     Layout,
@@ -144,6 +145,9 @@ async def test_a_failed_member_cancels_the_callback_unless_it_runs_anyway() -> N
         ended = await queue.finished(callback.id)
         assert ended is not None
         assert (ended.outcome, ended.error) == (JobStatus.CANCELLED, f"parent {failing.id} died")
+        with pytest.raises(JobCancelledError, match=f"was cancelled: parent {failing.id} died") as raised:
+            await cancelled.result(queue, timeout=WAIT)
+        assert raised.value.reason == f"parent {failing.id} died"
         assert await runs.result(queue, timeout=WAIT) == [True, False]
         assert callback_that_runs.on_parent_failure == "run"
 

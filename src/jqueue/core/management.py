@@ -237,7 +237,7 @@ class ManagementCalls:
                 if found.outcome is JobStatus.DEAD:
                     raise JobFailedError(job_id, found.error, found.reason)
                 if found.outcome is JobStatus.CANCELLED:
-                    raise JobCancelledError(job_id)
+                    raise JobCancelledError(job_id, found.error)
                 return found.result
             if found.status is JobStatus.DEAD:  # a dead letter stays in the queue until purged
                 raise JobFailedError(job_id, found.last_error, found.dead_reason)

@@ -42,9 +42,10 @@ class WorkflowCalls(ManagementCalls):
 
         def operation(index: QueueIndex) -> list[Member]:
             now = to_micros(utc_now())
-            for member in workflow_of(index, job_id):
-                if isinstance(member, JobRecord) and index.job(member.id) is not None:  # else taken
-                    index.cancel(member.id, None, now)  # with its parent by an earlier cancel here
+            reason = f"its workflow was cancelled (by job {job_id})"
+            for member in reversed(workflow_of(index, job_id)):  # children first: each says why
+                if isinstance(member, JobRecord) and index.job(member.id) is not None:
+                    index.cancel(member.id, None, now, reason)
             return workflow_of(index, job_id)
 
         return await self._members(await self._commits.run(operation))

@@ -65,11 +65,15 @@ class JobCancelledError(JQueueError):
     ----------
     job_id : str
         The job.
+    reason : str or None
+        Why, when it was not asked for the job itself (its parent failed, its workflow was
+        cancelled).
     """
 
-    def __init__(self, job_id: str) -> None:
+    def __init__(self, job_id: str, reason: str | None = None) -> None:
         self.job_id = job_id
-        super().__init__(f"job {job_id!r} was cancelled")
+        self.reason = reason
+        super().__init__(f"job {job_id!r} was cancelled" + ("" if reason is None else f": {reason}"))
 
 
 class JobNotFoundError(JQueueError):

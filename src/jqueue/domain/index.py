@@ -162,10 +162,12 @@ class QueueIndex(IndexState):
             return [self._applied(fx.Cancelled(job_id, now))]
         return [self._applied(fx.Requeued(job_id))]
 
-    def cancel(self, job_id: str, lease: str | None, now: int) -> list[fx.CancelAsked | fx.Cancelled]:
+    def cancel(
+        self, job_id: str, lease: str | None, now: int, reason: str | None = None
+    ) -> list[fx.CancelAsked | fx.Cancelled]:
         """Cancel a job at ``now``: one that is not running, or (fenced by ``lease``) the claimed
-        job of the worker that stopped it, leaves the queue with a history record; a running
-        job, unfenced, is marked for its worker to stop (once).
+        job of the worker that stopped it, leaves the queue with a history record (whose error
+        is ``reason``, if given); a running job, unfenced, is marked for its worker to stop (once).
 
         Raises
         ------
@@ -181,7 +183,7 @@ class QueueIndex(IndexState):
             raise ValueError(f"job {job_id!r} is staged by a bulk write not yet published; discard the write")
         if lease is None and record.status is JobStatus.IN_PROGRESS:
             return [] if record.cancel_requested is not None else [self._applied(fx.CancelAsked(job_id, now))]
-        return [self._applied(fx.Cancelled(job_id, now))]
+        return [self._applied(fx.Cancelled(job_id, now, reason))]
 
     def cancel_added(self, job_id: str, now: int, failure: str) -> fx.Cancelled:
         """Cancel a job added in this commit whose parent had failed already (``failure`` says

@@ -185,7 +185,7 @@ def _job_ids(name: str, value: object) -> None:
 
 def _parent_failure(name: str, value: object) -> None:
     if value not in ParentFailure.__members__.values():
-        choices = ", ".join(map(repr, ParentFailure.__members__.values()))
+        choices = ", ".join(repr(choice.value) for choice in ParentFailure)
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 

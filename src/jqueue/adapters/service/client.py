@@ -379,7 +379,7 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
             if answer.outcome == "dead":
                 raise JobFailedError(job_id, answer.error, answer.reason)
             if answer.outcome == "cancelled":
-                raise JobCancelledError(job_id)
+                raise JobCancelledError(job_id, answer.error)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job_id!r} did not finish within {span(timeout or timedelta(0))}")
 

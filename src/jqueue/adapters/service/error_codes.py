@@ -33,7 +33,7 @@ ERROR_CODES = (
     ErrorCode(UnknownQueueError, 404, "queue_not_found", raised=False),
     ErrorCode(errors.JobNotFoundError, 404, "job_not_found", ("job_id",)),
     ErrorCode(errors.LeaseLostError, 409, "lease_lost", ("job_id",)),
-    ErrorCode(errors.JobCancelledError, 409, "cancelled", ("job_id",)),
+    ErrorCode(errors.JobCancelledError, 409, "cancelled", ("job_id", "reason")),
     ErrorCode(errors.QueuePausedError, 409, "paused", ("entrypoint",)),
     ErrorCode(errors.PayloadTooLargeError, 413, "payload_too_large", ("size", "limit", "job_id")),
     ErrorCode(errors.CASConflictError, 503, "conflict"),

@@ -166,8 +166,8 @@ class QueueRoutes:
             return ResultResponse("running")
         except JobFailedError as exc:
             return ResultResponse("dead", error=exc.error, reason=exc.reason)
-        except JobCancelledError:
-            return ResultResponse("cancelled")
+        except JobCancelledError as exc:
+            return ResultResponse("cancelled", error=exc.reason)
         return ResultResponse("acked", found)
 
     def _claimed(self, request: Request, jobs: Sequence[Any]) -> None:

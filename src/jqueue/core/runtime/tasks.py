@@ -184,7 +184,10 @@ class Task(Generic[P, R]):
         if name not in self.signature.parameters:
             raise ValueError(f"it has no parameter {name!r} for its parents' results")
         rest = dict(self._partial_model(name).model_validate_json(json.dumps(arguments)))
-        rest[name] = receiving.value(job.parent_results, self._parameter_adapter(name))
+        try:
+            rest[name] = receiving.value(job.parent_results, self._parameter_adapter(name))
+        except ValueError as exc:  # a ValidationError too
+            raise ValueError(f"its parents' results do not fit parameter {name!r}: {exc}") from None
         return rest
 
     def _partial_model(self, without: str | None) -> type[BaseModel]:
