@@ -55,13 +55,17 @@ def beaten(job: Job, now: datetime) -> Job:
     return job.model_copy(update={"heartbeat_at": now, "lease_expires_at": expires})
 
 
-def settled(job: Job, parent: str, result: bytes | None) -> Job:
-    """Return a copy of a waiting ``job`` whose ``parent`` was acked with ``result``."""
+def settled(job: Job, parent: str, result: bytes | None, at: datetime) -> Job:
+    """Return a copy of a waiting ``job`` whose ``parent`` was acked at ``at`` with ``result``:
+    released, and due from ``at``, when it awaits no other parent."""
     awaiting = tuple(waited for waited in job.awaiting if waited != parent)
     results = list(job.parent_results or (None,) * len(job.after))
     results[job.after.index(parent)] = result
-    status = JobStatus.QUEUED if not awaiting and job.status is JobStatus.WAITING else job.status
-    return job.model_copy(update={"awaiting": awaiting, "parent_results": tuple(results), "status": status})
+    update: dict[str, object] = {"awaiting": awaiting, "parent_results": tuple(results)}
+    if not awaiting and job.status is JobStatus.WAITING:
+        update["status"] = JobStatus.QUEUED
+        update["not_before"] = at if job.not_before is None else max(job.not_before, at)
+    return job.model_copy(update=update)
 
 
 def is_expired(job: Job, now: datetime) -> bool:
@@ -139,11 +143,11 @@ class ModelState(QueueState):
         return self._with_jobs(j for j in self.jobs if j.id != job_id)
 
     def with_job_acked(
-        self, job_id: str, lease: str | None = None, result: bytes | None = None
+        self, job_id: str, at: datetime, lease: str | None = None, result: bytes | None = None
     ) -> ModelState:
-        """Return a state without the job ``job_id`` (an ack that keeps ``result``), fenced by
-        ``lease`` if given; each job waiting for it keeps the result in its place in
-        ``parent_results``, and one that awaits no other parent becomes queued.
+        """Return a state without the job ``job_id`` (an ack at ``at`` that keeps ``result``),
+        fenced by ``lease`` if given; each job waiting for it keeps the result in its place in
+        ``parent_results``, and one that awaits no other parent becomes queued, due from ``at``.
 
         Raises
         ------
@@ -154,7 +158,7 @@ class ModelState(QueueState):
         """
         self._holding(job_id, lease)
         return self._with_jobs(
-            settled(j, job_id, result) if job_id in j.awaiting else j for j in self.jobs if j.id != job_id
+            settled(j, job_id, result, at) if job_id in j.awaiting else j for j in self.jobs if j.id != job_id
         )
 
     def with_jobs_claimed(

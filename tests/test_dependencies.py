@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -386,3 +386,26 @@ async def test_a_child_whose_finished_parents_results_are_over_the_limit_is_refu
         assert (raised.value.size, raised.value.limit, raised.value.job_id) == (120, 100, "join")
         assert await queue.count() == 0  # nothing of the call was added
         assert (await queue.enqueue("join", b"", after=["p0"])).parent_results == (b"x" * 60,)
+
+
+async def test_a_released_child_is_due_from_its_last_parents_settle() -> None:
+    async with DirectQueue(InMemoryStorage()) as queue:
+        await queue.enqueue("p", b"", id="parent")
+        later = datetime.now(UTC) + timedelta(hours=1)
+        await queue.enqueue_many(
+            [
+                JobSpec("c", b"", id="child", after=["parent"]),
+                JobSpec("c", b"", id="delayed", after=["parent"], not_before=later),
+            ]
+        )
+        [parent] = await queue.dequeue("p")
+        await queue.ack(parent)
+        acked = await queue.finished("parent")
+        child, delayed = await queue.find("child"), await queue.find("delayed")
+        assert acked is not None
+        assert child is not None
+        assert delayed is not None
+        assert child.not_before == acked.finished_at  # its wait counts from here, not from its enqueue
+        assert child.not_before is not None
+        assert child.not_before > child.created_at
+        assert delayed.not_before == later  # its own delay is later

@@ -109,7 +109,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
         now = self.now(advance)
         result = f"r-{job_id[:4]}".encode()
         on_state: dict[str, Callable[[], ModelState]] = {
-            "ack": partial(self.state.with_job_acked, job_id, lease, result),
+            "ack": partial(self.state.with_job_acked, job_id, now, lease, result),
             "nack": partial(self.state.with_job_requeued, job_id, lease),
             "heartbeat": partial(self.state.with_heartbeat, job_id, now, lease),
         }
@@ -139,7 +139,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
     def act_on_existing(self, data: st.DataObject, action: str) -> None:
         job_id = data.draw(st.sampled_from([j.id for j in self.state.jobs]))
         if action == "ack":
-            self.state = self.state.with_job_acked(job_id, None, b"r")
+            self.state = self.state.with_job_acked(job_id, self.clock, None, b"r")
             self.index.remove(job_id, None, to_micros(self.clock), b"r")
         elif action == "nack":
             try:

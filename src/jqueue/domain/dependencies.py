@@ -68,6 +68,9 @@ class Dependencies:
         awaiting.remove(settled.parent)
         results = list(record.parent_results or (None,) * len(record.after))
         results[record.after.index(settled.parent)] = settled.result
-        status = JobStatus.QUEUED if not awaiting and record.status is JobStatus.WAITING else record.status
-        changed = record.changed(awaiting=tuple(awaiting), parent_results=tuple(results), status=status)
-        self._update(record, changed)
+        changes: dict[str, object] = {"awaiting": tuple(awaiting), "parent_results": tuple(results)}
+        if not awaiting and record.status is JobStatus.WAITING:  # released: due from now on
+            changes["status"] = JobStatus.QUEUED
+            if settled.at is not None and (record.not_before is None or record.not_before < settled.at):
+                changes["not_before"] = settled.at
+        self._update(record, record.changed(**changes))

@@ -158,13 +158,15 @@ class Cancelled(JobEvent):
 
 @dataclass(frozen=True, slots=True)
 class ParentSettled:
-    """Parent ``parent`` of waiting job ``job_id`` settled: acked (with its ``result``, if any),
-    or failed while the job's policy is to run anyway (``result`` None). The job keeps the
-    result, and becomes claimable once it awaits no other parent."""
+    """Parent ``parent`` of waiting job ``job_id`` settled at ``at``: acked (with its ``result``,
+    if any), or failed while the job's policy is to run anyway (``result`` None). The job keeps
+    the result, and becomes claimable once it awaits no other parent: due from ``at`` (its wait
+    counts from then), or later if its own delay says so."""
 
     job_id: str
     parent: str
     result: bytes | None = None
+    at: EpochMicros | None = None
 
 
 Effect = (

@@ -317,7 +317,7 @@ class QueueIndex(IndexState):
             result, failure, at = _outcome(effect, now)
             for child in children:
                 if failure is None or child.on_parent_failure == ParentFailure.RUN:
-                    self.apply(fx.ParentSettled(child.id, effect.job_id, result))
+                    self.apply(fx.ParentSettled(child.id, effect.job_id, result, at))
                     continue
                 if at is None:
                     raise ValueError(f"purging job {effect.job_id!r}, which jobs wait for, needs a time")
