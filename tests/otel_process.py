@@ -18,7 +18,7 @@ MODE, PATH, OUT = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 if MODE == "none":
     sys.modules["opentelemetry"] = None  # type: ignore[assignment]  # as if not installed
 
-from jqueue import DirectQueue, Job, LocalFileSystemStorage, Outcome, Worker  # noqa: E402
+from jqueue import DirectQueue, Job, JobSpec, LocalFileSystemStorage, Outcome, Worker  # noqa: E402
 
 
 def sdk() -> tuple[Any, Any]:
@@ -46,6 +46,9 @@ def spans_of(exporter: Any) -> list[dict[str, Any]]:
             "span": f"{span.context.span_id:016x}",
             "parent": None if span.parent is None else f"{span.parent.span_id:016x}",
             "attributes": dict(span.attributes),
+            "links": [f"{link.context.span_id:016x}" for link in span.links],
+            "events": [event.name for event in span.events],
+            "status": span.status.status_code.name,
         }
         for span in exporter.get_finished_spans()
     ]
@@ -69,7 +72,7 @@ async def produce() -> dict[str, Any]:
 
     with trace.get_tracer("app").start_as_current_span("request"):
         async with DirectQueue(LocalFileSystemStorage(PATH)) as queue:
-            job = await queue.enqueue("work", b"x")
+            job, _ = await queue.enqueue_many([JobSpec("work", b"x"), JobSpec("fails", b"", max_attempts=1)])
     return {"traceparent": job.traceparent}
 
 
@@ -86,8 +89,12 @@ async def work() -> dict[str, Any]:
                     pass
             return b"done"
 
+        @worker.handler("fails")
+        async def fails(job: Job) -> None:
+            raise ValueError("no such user")
+
         stats = await worker.run(until_empty=True, install_signals=False)
-        return {"acked": stats.outcomes[Outcome.ACKED]}
+        return {"acked": stats.outcomes[Outcome.ACKED], "dead": stats.outcomes[Outcome.DEAD]}
 
 
 async def main() -> None:

@@ -29,12 +29,13 @@ def test_one_trace_from_an_enqueue_to_its_ack_across_two_processes(tmp_path: Pat
     path = tmp_path / "jobs.json"
     produced = run("produce", path, tmp_path / "produced.json")
     worked = run("work", path, tmp_path / "worked.json")
-    assert worked["acked"] == 1
+    assert (worked["acked"], worked["dead"]) == (1, 1)
 
     producer = {span["name"]: span for span in produced["spans"]}
     request, enqueue = producer["request"], producer["jqueue enqueue"]
     assert enqueue["parent"] == request["span"]
-    assert enqueue["attributes"]["messaging.destination.name"] == "work"
+    assert enqueue["attributes"]["messaging.destination.name"] == "fails,work"
+    assert enqueue["attributes"]["messaging.batch.message_count"] == 2
     assert produced["traceparent"].startswith(f"00-{enqueue['trace']}-{enqueue['span']}-")
 
     worker = {span["name"]: span for span in worked["spans"]}
@@ -48,15 +49,25 @@ def test_one_trace_from_an_enqueue_to_its_ack_across_two_processes(tmp_path: Pat
     assert run_span["attributes"]["jqueue.job.outcome"] == "acked"
     assert (inside["parent"], settle["parent"]) == (run_span["span"], run_span["span"])
     assert settle["trace"] == request["trace"]
-    assert worker["jqueue claim"]["attributes"]["messaging.batch.message_count"] == 1
+    claims = [span for span in worked["spans"] if span["name"] == "jqueue claim"]
+    assert sum(claim["attributes"]["messaging.batch.message_count"] for claim in claims) == 2
+    assert all(claim["links"] == [enqueue["span"]] for claim in claims)  # to the jobs' trace
+    failed = worker["jqueue run fails"]
+    assert (failed["status"], failed["events"]) == ("ERROR", ["exception"])
+    assert failed["attributes"]["jqueue.job.outcome"] == "dead"
+    assert (run_span["status"], run_span["events"]) == ("UNSET", [])
 
     measured = worked["metrics"]
-    assert measured["jqueue.worker.job.run.duration"] == [
-        {"attributes": {"entrypoint": "work", "outcome": "acked"}, "count": 1}
+    runs = sorted(
+        measured["jqueue.worker.job.run.duration"], key=lambda point: point["attributes"]["entrypoint"]
+    )
+    assert runs == [
+        {"attributes": {"entrypoint": "fails", "outcome": "dead"}, "count": 1},
+        {"attributes": {"entrypoint": "work", "outcome": "acked"}, "count": 1},
     ]
     assert measured["jqueue.worker.job.wait.duration"][0]["count"] == 1
 
 
 def test_without_the_api_nothing_is_traced_and_everything_works(tmp_path: Path) -> None:
     found = run("none", tmp_path / "jobs.json", tmp_path / "plain.json")
-    assert found == {"traceparent": None, "acked": 1}
+    assert found == {"traceparent": None, "acked": 1, "dead": 0}

@@ -72,15 +72,23 @@ def enqueuing(entrypoints: Sequence[str]) -> Iterator[str | None]:
         yield carrier.get("traceparent")
 
 
-def claimed(count: int, started: int) -> None:
-    """Record a worker's claim that began at ``started`` (``time.time_ns()``) and got ``count``
-    jobs, as a span that ends now; an empty claim (an idle worker's poll) is not recorded."""
+def claimed(traceparents: Sequence[str | None], started: int) -> None:
+    """Record a worker's claim that began at ``started`` (``time.time_ns()``) and got jobs that
+    carry ``traceparents``, as a span that ends now, linked to the jobs' traces; an empty claim
+    (an idle worker's poll) is not recorded."""
     api = _api()
-    if api is None or not count:
+    if api is None or not traceparents:
         return
+    count = len(traceparents)
     attributes = SYSTEM | {"messaging.operation.type": "receive", "messaging.batch.message_count": count}
+    links = []
+    for traceparent in dict.fromkeys(traceparent for traceparent in traceparents if traceparent):
+        context = api[0].get_current_span(api[2].extract({"traceparent": traceparent})).get_span_context()
+        if context.is_valid:
+            links.append(api[0].Link(context))
     kind = api[0].SpanKind.CONSUMER
-    _tracer(api).start_span("jqueue claim", kind=kind, attributes=attributes, start_time=started).end()
+    tracer = _tracer(api)
+    tracer.start_span("jqueue claim", kind=kind, attributes=attributes, links=links, start_time=started).end()
 
 
 @contextlib.contextmanager
@@ -102,6 +110,14 @@ def running(job_id: str, entrypoint: str, attempt: int, traceparent: str | None)
     tracer = _tracer(api)
     with tracer.start_as_current_span(f"jqueue run {entrypoint}", parent, kind=kind, attributes=attributes):
         yield
+
+
+def raised(exc: BaseException) -> None:
+    """Record ``exc``, which a handler raised, on the current run span (an exception event, with
+    its traceback, as tracing backends show them)."""
+    api = _api()
+    if api is not None:
+        api[0].get_current_span().record_exception(exc)
 
 
 def ran(outcome: str, error: str | None) -> None:

@@ -259,7 +259,7 @@ class Worker(Settling):
         # a stop does not cut short a claim that carries acks (only an abort does)
         started = time.time_ns()
         claimed = await unless_stopped(claim(), self._abort if carried else self._stopping) or []
-        telemetry.claimed(len(claimed), started)
+        telemetry.claimed([job.traceparent for _, job in claimed], started)
         if claimed and self._stopping.is_set():  # claimed while stopping: returned, not started
             await asyncio.gather(*(queue.release(job) for queue, job in claimed), return_exceptions=True)
             return []
@@ -319,6 +319,7 @@ class Worker(Settling):
                 error = f"{type(exc).__name__}: {exc}"
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}\n{traceback_text(exc)}"
+                telemetry.raised(exc)
             if error is None:
                 await self._finish(queue, job, Outcome.ACKED, None, waited, started, returned=result)
             else:
