@@ -125,7 +125,9 @@ async def test_the_command_line_shows_and_cancels_a_workflow(tmp_path: Path) -> 
     assert cancelled.returncode == 0, cancelled.stderr
     assert json.loads(cancelled.stdout) == {"cancelled": 4, "asked_to_stop": 0}
     again = await asyncio.to_thread(cli, "workflow", "left", "--json")
-    assert {job["status"] for job in json.loads(again.stdout)} == {"cancelled"}
+    finished = json.loads(again.stdout)
+    assert {job["status"] for job in finished} == {"cancelled"}
+    assert all(job["payload"] is None and job["finished_at"] for job in finished)  # not kept; when
 
 
 @pytest.mark.slow

@@ -318,4 +318,5 @@ def _num(value: float | None) -> str:
 
 
 def _history_json(record: HistoryRecord) -> dict[str, object]:
+    """A finished job's fields as ``jqueue history --json`` shows them (its result aside)."""
     return {name: value for name, value in record.public().items() if name != "result"}

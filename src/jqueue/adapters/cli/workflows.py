@@ -18,6 +18,8 @@ from jqueue.adapters.cli.common import (
 )
 from jqueue.domain.errors import headline
 from jqueue.domain.models import Job
+from jqueue.domain.records import HistoryRecord
+from jqueue.domain.workflows import LEFT
 
 
 def workflow(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
@@ -25,13 +27,19 @@ def workflow(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None
     parents before children, each with its parents; the jobs nothing waits for (a chain's last step, a
     group's callback) are marked as its ends."""
 
-    async def look(queue: AnyQueue) -> list[Job]:
+    async def look(queue: AnyQueue) -> tuple[list[Job], dict[str, HistoryRecord]]:
         [full_id] = await full_ids(queue, [job_id], finished=True)
-        return await queue.workflow(full_id)
+        jobs = await queue.workflow(full_id)
+        finished = [await queue.finished(job.id) for job in jobs if job.status in LEFT]
+        return jobs, {record.job_id: record for record in finished if record is not None}
 
-    jobs = on_queue(ctx, look)
-    if as_json:
-        print_json([job_json(job) for job in jobs])
+    jobs, finished = on_queue(ctx, look)
+    if as_json:  # the history keeps no payload of a finished job, but when it finished
+        kept = {
+            job_id: {"payload": None, "finished_at": record.finished_at}
+            for job_id, record in finished.items()
+        }
+        print_json([job_json(job) | kept.get(job.id, {}) for job in jobs])
         return
     short = short_ids([job.id for job in jobs])
     parents = {parent for job in jobs for parent in job.after}
