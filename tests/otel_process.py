@@ -3,7 +3,9 @@ enqueues a job under a span of its own (``produce``) or runs a ``Worker`` until 
 empty (``work``), on the file queue ``PATH``; it writes the spans it made, and its metrics, as
 JSON to ``OUT``. With ``none`` it blocks the OpenTelemetry API's import first and does both.
 
-    python tests/otel_process.py produce|work|none PATH OUT
+    python tests/otel_process.py produce|work|service|none PATH OUT
+
+``service`` records a few of ``jqueue serve``'s measures instead, and writes them.
 """
 
 from __future__ import annotations
@@ -61,7 +63,11 @@ def metrics_of(reader: Any) -> dict[str, list[dict[str, Any]]]:
         for scope in resource.scope_metrics:
             for metric in scope.metrics:
                 found[metric.name] = [
-                    {"attributes": dict(point.attributes), "count": getattr(point, "count", None)}
+                    {
+                        "attributes": dict(point.attributes),
+                        "count": getattr(point, "count", None),
+                        "value": getattr(point, "value", None),
+                    }
                     for point in metric.data.data_points
                 ]
     return found
@@ -103,9 +109,19 @@ async def main() -> None:
         OUT.write_text(json.dumps(found))
         return
     exporter, reader = sdk()
-    found = await (produce() if MODE == "produce" else work())
+    found = await {"produce": produce, "work": work, "service": service}[MODE]()
     found |= {"spans": spans_of(exporter), "metrics": metrics_of(reader)}
     OUT.write_text(json.dumps(found))
+
+
+async def service() -> dict[str, Any]:
+    from jqueue.adapters.service.metrics import ServiceMetrics
+
+    metrics = ServiceMetrics()
+    metrics.jobs("shop", "enqueued", [JobSpec("mail", b""), JobSpec("mail", b""), JobSpec("sms", b"")])
+    metrics.request_seconds.labels("enqueue").observe(0.002)
+    labels = {"queue": "shop", "entrypoint": "mail", "action": "enqueued"}
+    return {"prometheus": metrics.registry.get_sample_value("jqueue_jobs_total", labels)}
 
 
 async def produce_plain() -> dict[str, Any]:

@@ -62,8 +62,8 @@ def test_one_trace_from_an_enqueue_to_its_ack_across_two_processes(tmp_path: Pat
         measured["jqueue.worker.job.run.duration"], key=lambda point: point["attributes"]["entrypoint"]
     )
     assert runs == [
-        {"attributes": {"entrypoint": "fails", "outcome": "dead"}, "count": 1},
-        {"attributes": {"entrypoint": "work", "outcome": "acked"}, "count": 1},
+        {"attributes": {"entrypoint": "fails", "outcome": "dead"}, "count": 1, "value": None},
+        {"attributes": {"entrypoint": "work", "outcome": "acked"}, "count": 1, "value": None},
     ]
     assert measured["jqueue.worker.job.wait.duration"][0]["count"] == 1
 
@@ -71,3 +71,13 @@ def test_one_trace_from_an_enqueue_to_its_ack_across_two_processes(tmp_path: Pat
 def test_without_the_api_nothing_is_traced_and_everything_works(tmp_path: Path) -> None:
     found = run("none", tmp_path / "jobs.json", tmp_path / "plain.json")
     assert found == {"traceparent": None, "acked": 1, "dead": 0}
+
+
+def test_the_services_measures_are_recorded_in_both_systems(tmp_path: Path) -> None:
+    found = run("service", tmp_path / "unused.json", tmp_path / "service.json")
+    assert found["prometheus"] == 2
+    jobs = {point["attributes"]["entrypoint"]: point for point in found["metrics"]["jqueue.jobs"]}
+    assert set(jobs) == {"mail", "sms"}
+    assert jobs["mail"]["attributes"] == {"queue": "shop", "entrypoint": "mail", "action": "enqueued"}
+    assert jobs["mail"]["value"] == 2
+    assert found["metrics"]["jqueue.request.duration"][0]["count"] == 1

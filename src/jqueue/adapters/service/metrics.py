@@ -1,4 +1,5 @@
-"""``ServiceMetrics``: what ``jqueue serve`` counts, in Prometheus' text format at ``GET /metrics``."""
+"""``ServiceMetrics``: what ``jqueue serve`` counts, in Prometheus' text format at ``GET /metrics``;
+its counters and histograms also through OpenTelemetry when the API is installed (``twins``)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from jqueue.adapters.service import twins
 from jqueue.adapters.service.tenure import BrokerTenure, Role
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.loop.commit_stats import LATENCY_BUCKETS, CommitStats
@@ -29,9 +31,9 @@ class ServiceMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
-        counter = functools.partial(Counter, registry=registry)
+        counter = functools.partial(twins.counter, registry)
         gauge = functools.partial(Gauge, registry=registry)
-        histogram = functools.partial(Histogram, registry=registry)
+        histogram = functools.partial(twins.histogram, registry)
         self.requests = counter(
             "jqueue_requests", "Requests answered, by queue, route and status.", ["queue", "route", "status"]
         )
@@ -39,13 +41,13 @@ class ServiceMetrics:
             "jqueue_request_seconds",
             "Time to answer a request (its commit included), by route.",
             ["route"],
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
         self.batch_size = histogram(
             "jqueue_request_jobs",
             "Jobs in one request, by route.",
             ["route"],
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 10_000),
+            (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 10_000),
         )
         self.jobs_done = counter(
             "jqueue_jobs",
