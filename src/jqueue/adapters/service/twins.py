@@ -41,12 +41,12 @@ class _Labelled:
 
     def inc(self, amount: float = 1) -> None:
         self._twin.metric.labels(*self._values).inc(amount)  # type: ignore[union-attr]
-        if self._twin._otel is not None:
+        if self._twin._otel is not None and telemetry.measuring():
             self._twin._otel.add(amount, self._attributes())
 
     def observe(self, value: float) -> None:
         self._twin.metric.labels(*self._values).observe(value)  # type: ignore[union-attr]
-        if self._twin._otel is not None:
+        if self._twin._otel is not None and telemetry.measuring():
             self._twin._otel.record(value, self._attributes())
 
 

@@ -78,15 +78,16 @@ def _recorder() -> OpenTelemetryMeasures | None:
 
 
 def started(job: Job) -> None:
-    """Count a job a worker starts (through OpenTelemetry, when installed)."""
-    recorder = _recorder()
+    """Count a job a worker starts (through OpenTelemetry, when a meter provider is set)."""
+    recorder = _recorder() if telemetry.measuring() else None
     if recorder is not None:
         recorder.started(job)
 
 
 def finished(result: JobResult) -> None:
-    """Record a job's run on its span and in the measures (through OpenTelemetry, when installed)."""
+    """Record a job's run on its span and in the measures (through OpenTelemetry, when a tracer
+    or a meter provider is set)."""
     telemetry.ran(str(result.outcome), result.error)
-    recorder = _recorder()
+    recorder = _recorder() if telemetry.measuring() else None
     if recorder is not None:
         recorder.finished(result)
