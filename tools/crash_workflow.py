@@ -38,7 +38,7 @@ from typing import Any
 
 from jqueue import DirectQueue, JobStatus, RemoteQueue, Task, Worker, current_job, group
 from jqueue.adapters.service.host import root_storage
-from soak_failover import Brokers
+from soak_failover import Brokers, root_in
 
 LEASE = timedelta(seconds=8)
 """Short, so that the jobs of a killed worker come back soon; long enough that a failover (a few
@@ -215,10 +215,7 @@ def main() -> None:
     parser.add_argument("--within", type=float, default=300.0, help="seconds the callback has to run")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="jqueue-crash-") as scratch:
-        root = options.root or str(Path(scratch, "root"))
-        if options.root is None:
-            Path(root).mkdir()
-        failures = crash(root, Path(scratch), options)
+        failures = crash(root_in(Path(scratch), options.root), Path(scratch), options)
     sys.exit(1 if failures else 0)
 
 

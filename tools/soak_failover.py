@@ -203,6 +203,14 @@ async def _history(root: str) -> tuple[dict[str, JobStatus], dict[str, str]]:
         return history, live
 
 
+def root_in(scratch: Path, given: str | None) -> str:
+    """The root a run uses: ``given``, else a new directory in ``scratch``."""
+    if given is not None:
+        return given
+    (scratch / "root").mkdir()
+    return str(scratch / "root")
+
+
 def soak(root: str, work_dir: Path, faults: int, every: float, freeze: float, clients: int) -> list[str]:
     """Run the soak; return the checks that failed (none if it passed), printing what it saw."""
     brokers = Brokers(root, work_dir)
@@ -320,9 +328,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2, help="producer processes, and as many workers")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="jqueue-soak-") as scratch:
-        root = options.root or str(Path(scratch, "root"))
-        if options.root is None:
-            Path(root).mkdir()
+        root = root_in(Path(scratch), options.root)
         failures = soak(root, Path(scratch), options.faults, options.every, options.freeze, options.clients)
     sys.exit(1 if failures else 0)
 
