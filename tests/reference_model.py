@@ -57,14 +57,14 @@ def beaten(job: Job, now: datetime) -> Job:
 
 def settled(job: Job, parent: str, result: bytes | None, at: datetime) -> Job:
     """Return a copy of a waiting ``job`` whose ``parent`` was acked at ``at`` with ``result``:
-    released, and due from ``at``, when it awaits no other parent."""
+    released at ``at`` when it awaits no other parent."""
     awaiting = tuple(waited for waited in job.awaiting if waited != parent)
     results = list(job.parent_results or (None,) * len(job.after))
     results[job.after.index(parent)] = result
     update: dict[str, object] = {"awaiting": awaiting, "parent_results": tuple(results)}
     if not awaiting and job.status is JobStatus.WAITING:
         update["status"] = JobStatus.QUEUED
-        update["not_before"] = at if job.not_before is None else max(job.not_before, at)
+        update["released_at"] = at
     return job.model_copy(update=update)
 
 
@@ -147,7 +147,7 @@ class ModelState(QueueState):
     ) -> ModelState:
         """Return a state without the job ``job_id`` (an ack at ``at`` that keeps ``result``),
         fenced by ``lease`` if given; each job waiting for it keeps the result in its place in
-        ``parent_results``, and one that awaits no other parent becomes queued, due from ``at``.
+        ``parent_results``, and one that awaits no other parent becomes queued, released at ``at``.
 
         Raises
         ------

@@ -388,7 +388,7 @@ async def test_a_child_whose_finished_parents_results_are_over_the_limit_is_refu
         assert (await queue.enqueue("join", b"", after=["p0"])).parent_results == (b"x" * 60,)
 
 
-async def test_a_released_child_is_due_from_its_last_parents_settle() -> None:
+async def test_a_released_child_keeps_when_it_was_released_and_its_own_order() -> None:
     async with DirectQueue(InMemoryStorage()) as queue:
         await queue.enqueue("p", b"", id="parent")
         later = datetime.now(UTC) + timedelta(hours=1)
@@ -405,7 +405,9 @@ async def test_a_released_child_is_due_from_its_last_parents_settle() -> None:
         assert acked is not None
         assert child is not None
         assert delayed is not None
-        assert child.not_before == acked.finished_at  # its wait counts from here, not from its enqueue
-        assert child.not_before is not None
-        assert child.not_before > child.created_at
-        assert delayed.not_before == later  # its own delay is later
+        assert child.released_at == acked.finished_at  # its wait counts from here, not its enqueue
+        assert child.not_before is None  # claimable at once, whatever the acker's clock says
+        assert (delayed.released_at, delayed.not_before) == (acked.finished_at, later)
+        assert await queue.requeue([child.id]) == 0  # claimable already: nothing to do
+        stats = (await queue.stats()).entrypoints["c"]
+        assert (stats.queued, stats.scheduled) == (1, 1)

@@ -28,6 +28,7 @@ from jqueue.sync import SyncQueue
 OPTIONS = [f for f in SPEC_FIELDS if f.name not in ("entrypoint", "payload", "priority")]
 
 PARENT = "parent-1"
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 SAMPLES: dict[Any, Any] = {
     str: "sample",
     int: 7,
@@ -40,7 +41,8 @@ EVERY_OPTION = JobSpec(
     "email",
     b"\x00payload",
     -3,
-    **{f.name: SAMPLES[f.base] for f in OPTIONS if f.name != "delay"},  # delay: not with not_before
+    **{f.name: SAMPLES[f.base] for f in OPTIONS if f.name != "delay"}  # delay: not with not_before
+    | {"traceparent": TRACEPARENT},  # a text with a form of its own
 )
 """A spec whose every option but ``delay`` differs from its default, whatever options there are."""
 

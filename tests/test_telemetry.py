@@ -66,6 +66,7 @@ def test_one_trace_from_an_enqueue_to_its_ack_across_two_processes(tmp_path: Pat
         {"attributes": {"entrypoint": "work", "outcome": "acked"}, "count": 1, "value": None},
     ]
     assert measured["jqueue.worker.job.wait.duration"][0]["count"] == 1
+    assert {point["value"] for point in measured["jqueue.worker.jobs.running"]} == {0}  # each ended
 
 
 def test_without_the_api_nothing_is_traced_and_everything_works(tmp_path: Path) -> None:

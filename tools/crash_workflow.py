@@ -138,14 +138,17 @@ def crash(root: str, scratch: Path, options: argparse.Namespace) -> list[str]:
             start_worker()
         # the faults come as the parts run, at even shares of them up to --kill-until, whatever
         # the machine's speed: a worker at each, the broker once (after the first worker)
-        shares = [options.kill_until * (n + 1) / (options.kills + 2) for n in range(options.kills + 1)]
-        faults = ["worker", "broker", *["worker"] * (options.kills - 1)]
+        faults = ["worker"] * options.kills
+        faults.insert(min(1, len(faults)), "broker")
+        shares = [options.kill_until * (n + 1) / (len(faults) + 1) for n in range(len(faults))]
         for share, fault in zip(shares, faults, strict=True):
             while len(lines_of(scratch, "part")) < share * options.parts:
                 if time.monotonic() - started > options.within:
                     raise RuntimeError(f"the parts stalled (see {scratch})")
                 time.sleep(0.02)
             ran = len(lines_of(scratch, "part"))
+            if ran >= options.kill_until * options.parts:
+                break  # the callback may be about to run: a kill now could run it twice
             if fault == "broker":
                 kill_broker(f"after {ran} part runs")
                 continue

@@ -69,8 +69,7 @@ class Dependencies:
         results = list(record.parent_results or (None,) * len(record.after))
         results[record.after.index(settled.parent)] = settled.result
         changes: dict[str, object] = {"awaiting": tuple(awaiting), "parent_results": tuple(results)}
-        if not awaiting and record.status is JobStatus.WAITING:  # released: due from now on
+        if not awaiting and record.status is JobStatus.WAITING:
             changes["status"] = JobStatus.QUEUED
-            if settled.at is not None and (record.not_before is None or record.not_before < settled.at):
-                changes["not_before"] = settled.at
+            changes["released"] = settled.at
         self._update(record, record.changed(**changes))

@@ -160,8 +160,8 @@ class Cancelled(JobEvent):
 class ParentSettled:
     """Parent ``parent`` of waiting job ``job_id`` settled at ``at``: acked (with its ``result``,
     if any), or failed while the job's policy is to run anyway (``result`` None). The job keeps
-    the result, and becomes claimable once it awaits no other parent: due from ``at`` (its wait
-    counts from then), or later if its own delay says so."""
+    the result, and becomes claimable once it awaits no other parent (released at ``at``: its wait
+    counts from then; its claim order and its own delay are left as they are)."""
 
     job_id: str
     parent: str

@@ -66,8 +66,8 @@ class JobCancelledError(JQueueError):
     job_id : str
         The job.
     reason : str or None
-        Why, when it was not asked for the job itself (its parent failed, its workflow was
-        cancelled).
+        Why, when the queue recorded a reason (its parent failed, its workflow was cancelled);
+        None for a plain ``cancel``.
     """
 
     def __init__(self, job_id: str, reason: str | None = None) -> None:

@@ -145,6 +145,9 @@ class Job(BaseModel):
     traceparent : str or None
         The W3C trace context of the span that enqueued the job (OpenTelemetry): a worker runs
         it in that trace.
+    released_at : datetime or None
+        When the commit that settled its last parent released it (a job with ``after``): its
+        wait counts from then.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -176,6 +179,7 @@ class Job(BaseModel):
     awaiting: tuple[str, ...] = ()
     parent_results: tuple[bytes | None, ...] = ()
     traceparent: str | None = None
+    released_at: AwareDatetime | None = None
 
     @field_validator("payload", mode="before")
     @classmethod

@@ -115,6 +115,7 @@ class JobFields:
     awaiting: tuple[str, ...] = field(default=(), metadata=_meta(Kind.IDS, changes=True))
     parent_results: tuple[bytes | None, ...] = field(default=(), metadata=_meta(Kind.RESULTS, changes=True))
     traceparent: str | None = field(default=None, metadata=_meta(Kind.TEXT))
+    released: int | None = field(default=None, metadata=_meta(Kind.TIME, "released_at", changes=True))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,6 +32,8 @@ INT64 = Limit(ge=INT64_MIN, le=INT64_MAX)
 JOB_ID = Limit(min_length=1, max_length=MAX_ID_LENGTH)
 TRACEPARENT = Limit(min_length=1, max_length=512)
 """A trace context: ``version-traceid-spanid-flags`` is 55 characters; later versions may add."""
+TRACE_CONTEXT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[0-9a-zA-Z._-]*)?")
+"""The W3C ``traceparent`` header's form (a later version may add fields after a dash)."""
 ENTRYPOINT = Limit(min_length=1)
 """An entrypoint is never empty: an empty one would read as "every entrypoint" in a filter."""
 
@@ -105,6 +108,11 @@ class JobSpec:
                     limit.check(name, value)
         if self.delay is not None and self.not_before is not None:
             raise ValueError("give delay or not_before, not both")
+        if self.traceparent is not None and not TRACE_CONTEXT.fullmatch(self.traceparent):
+            raise ValueError(
+                "traceparent must be a W3C trace context (version-traceid-spanid-flags), "
+                f"got {self.traceparent!r}"
+            )
         if self.after is not None:
             object.__setattr__(self, "after", tuple(dict.fromkeys(self.after)))
             if self.id is not None and self.id in self.after:

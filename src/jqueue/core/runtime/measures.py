@@ -59,14 +59,13 @@ class OpenTelemetryMeasures:
             RUNNING.otel_name, unit=RUNNING.unit, description=RUNNING.description
         )
 
-    def started(self, job: Job) -> None:
-        """Count ``job`` as running (a ``before_job`` hook)."""
-        self._running.add(1, {"entrypoint": job.entrypoint})
+    def running(self, job: Job, change: int) -> None:
+        """Count ``job`` as running (1) or no longer (-1)."""
+        self._running.add(change, {"entrypoint": job.entrypoint})
 
     def finished(self, result: JobResult) -> None:
-        """Record a job's run (an ``after_job`` hook)."""
+        """Record a job's run."""
         entrypoint = result.job.entrypoint
-        self._running.add(-1, {"entrypoint": entrypoint})
         self._run.record(result.ran, {"entrypoint": entrypoint, "outcome": str(result.outcome)})
         self._wait.record(result.waited, {"entrypoint": entrypoint})
 
@@ -81,7 +80,14 @@ def started(job: Job) -> None:
     """Count a job a worker starts (through OpenTelemetry, when a meter provider is set)."""
     recorder = _recorder() if telemetry.measuring() else None
     if recorder is not None:
-        recorder.started(job)
+        recorder.running(job, 1)
+
+
+def stopped(job: Job) -> None:
+    """Count a job a worker no longer runs, however it ended (``started``'s other half)."""
+    recorder = _recorder() if telemetry.measuring() else None
+    if recorder is not None:
+        recorder.running(job, -1)
 
 
 def finished(result: JobResult) -> None:

@@ -271,17 +271,21 @@ class Worker(Settling):
 
     async def _process(self, queue: Queue, job: Job, pools: HandlerPools) -> None:
         with telemetry.running(job.id, job.entrypoint, job.attempts, job.traceparent):
-            await self._run(queue, job, pools)
+            measures.started(job)
+            try:
+                await self._run(queue, job, pools)
+            finally:  # whatever became of it: settled, cut short by a stop, or failed
+                measures.stopped(job)
 
     async def _run(self, queue: Queue, job: Job, pools: HandlerPools) -> None:
         spec = self.handlers[job.entrypoint]
         claimed_at = job.claimed_at[-1] if job.claimed_at else utc_now()
-        waited = (claimed_at - (job.not_before or job.created_at)).total_seconds()
+        due = max(job.not_before or job.created_at, job.released_at or job.created_at)
+        waited = (claimed_at - due).total_seconds()
         visibility = (
             job.lease_expires_at - job.heartbeat_at if job.lease_expires_at and job.heartbeat_at else None
         )
         interval = (visibility or queue.visibility_timeout) / 3
-        measures.started(job)
         await call_hooks(self.hooks["before_job"], job)
         started = time.monotonic()
         error: str | None = None
