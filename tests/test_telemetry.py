@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tool_runs import run_tool
+
 SCRIPT = Path(__file__).with_name("otel_process.py")
 
 
@@ -82,3 +84,11 @@ def test_the_services_measures_are_recorded_in_both_systems(tmp_path: Path) -> N
     assert jobs["mail"]["attributes"] == {"queue": "shop", "entrypoint": "mail", "action": "enqueued"}
     assert jobs["mail"]["value"] == 2
     assert found["metrics"]["jqueue.request.duration"][0]["count"] == 1
+
+
+def test_the_cost_tool_measures_each_setting() -> None:
+    done = run_tool("telemetry_cost.py", "--calls", "200")
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()[1:]}
+    assert set(rows) == {"none", "api", "sdk"}
+    assert all(float(figure) > 0 for figures in rows.values() for figure in figures)
