@@ -36,7 +36,7 @@ def measure(setting: str, calls: int) -> tuple[float, float]:
         provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
         trace.set_tracer_provider(provider)
         metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
-    from jqueue import Job
+    from jqueue import Job, JobSpec
     from jqueue.core import telemetry
     from jqueue.core.runtime import measures
     from jqueue.core.runtime.outcomes import JobResult, Outcome
@@ -53,8 +53,10 @@ def measure(setting: str, calls: int) -> tuple[float, float]:
             measures.finished(result)
             measures.stopped(job)
 
+    specs = [JobSpec("work", b"")]
+
     def one_enqueue() -> None:
-        with telemetry.enqueuing(["work"]):
+        with telemetry.enqueuing(specs):
             pass
 
     figures = []

@@ -73,7 +73,7 @@ class EnqueueCalls(ABC):
         if isinstance(jobs, str):
             jobs = [JobSpec(jobs, payload, priority) for payload in payloads]
         specs = list(jobs)
-        with telemetry.enqueuing([spec.entrypoint for spec in specs]) as traceparent:
+        with telemetry.enqueuing(specs) as traceparent:
             if traceparent is not None:  # the jobs run in this trace (unless one carries its own)
                 specs = [replace(spec, traceparent=spec.traceparent or traceparent) for spec in specs]
             return await self._enqueue_specs(specs)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from jqueue.domain.spec import JobSpec
+
 SCOPE = "jqueue"
 """The instrumentation scope of jqueue's spans and metrics."""
 SYSTEM = {"messaging.system": "jqueue"}
@@ -104,19 +106,19 @@ def meter() -> Any:
 
 
 @contextlib.contextmanager
-def enqueuing(entrypoints: Sequence[str]) -> Iterator[str | None]:
-    """Open the span of an enqueue of jobs of ``entrypoints`` (one per job); yield the trace
-    context the jobs carry (None when no trace is recorded)."""
+def enqueuing(specs: Sequence[JobSpec]) -> Iterator[str | None]:
+    """Open the span of an enqueue of ``specs``; yield the trace context the jobs carry (None when
+    no trace is recorded)."""
     tracing = _tracing()
     if tracing is None:
         yield None
         return
     api, tracer = tracing
-    names = sorted(set(entrypoints))
+    names = sorted({spec.entrypoint for spec in specs})
     attributes = SYSTEM | {
         "messaging.operation.type": "send",
         "messaging.destination.name": names[0] if len(names) == 1 else ",".join(names),
-        "messaging.batch.message_count": len(entrypoints),
+        "messaging.batch.message_count": len(specs),
     }
     span_kind = api.trace.SpanKind.PRODUCER
     with tracer.start_as_current_span("jqueue enqueue", kind=span_kind, attributes=attributes) as span:
