@@ -4,8 +4,8 @@ trace, and the worker's measures as OpenTelemetry metrics (``runtime/measures.py
 
 Without ``opentelemetry-api`` installed, or with it and no tracer (meter) provider set up by the
 application, every call here returns at once: the API's own no-op spans would still cost tens
-of microseconds a job. An application chooses the SDK, its exporters and
-its sampling; jqueue only uses the API (ADR 0020).
+of microseconds a job. An application chooses the SDK, its exporters and its sampling; jqueue
+only uses the API (ADR 0020).
 """
 
 from __future__ import annotations
