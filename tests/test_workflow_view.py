@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from datetime import timedelta
@@ -102,7 +103,8 @@ async def test_the_command_line_shows_and_cancels_a_workflow(tmp_path: Path) -> 
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "jqueue", "--storage", str(path), *args]
-        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        wide = os.environ | {"COLUMNS": "200"}  # rows on one line each, whatever the ages' widths
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, env=wide)
 
     for spec in DIAMOND[:4]:
         after = [item for parent in spec.after or () for item in ("--after", parent)]
