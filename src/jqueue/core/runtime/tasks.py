@@ -103,17 +103,17 @@ class Task(Generic[P, R]):
             If a value does not fit its annotation.
         """
         bound = self.signature.bind_partial(*args, **kwargs)
-        unbound = (
-            name for name, parameter in self.signature.parameters.items() if name not in bound.arguments
+        receiver = next(
+            (
+                name
+                for name, parameter in self.signature.parameters.items()
+                if name not in bound.arguments and parameter.default is parameter.empty
+            ),
+            None,
         )
-        receiver = next((name for name in unbound if not self.has_default(name)), None)
         model = self._partial_model(receiver)
         arguments = json.loads(model.model_validate(dict(bound.arguments)).model_dump_json())
         return Signature(self, arguments, receiver)
-
-    def has_default(self, name: str) -> bool:
-        """Whether parameter ``name`` has a default."""
-        return self.signature.parameters[name].default is not inspect.Parameter.empty
 
     async def defer(self, queue: Any, /, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue a call with these arguments into ``queue``; returns the job once durable."""
