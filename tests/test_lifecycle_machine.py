@@ -1,11 +1,11 @@
 """The job lifecycle as a state machine: invariants under random interleavings and clock jumps.
 
-Workers claim, ack, nack and heartbeat (with progress) under leases; producers enqueue with
-delays, time limits, attempt limits and dedup keys; an operator pauses, throttles, revives,
-purges and cancels; the clock jumps forwards and backwards; checkpoints are taken, and the
-machine may go on in a process that opened one, its claimable jobs cold rows of the
-checkpoint's slabs (ADR 0015). Every committed change is also encoded as a log entry, decoded
-and replayed on a second index, which must agree.
+Workers claim, ack, nack and heartbeat (with progress) under leases, serving the tenants' lines
+in turn; producers enqueue with delays, time limits, attempt limits, dedup keys and tenants; an
+operator pauses, throttles, revives, purges and cancels; the clock jumps forwards and
+backwards; checkpoints are taken, and the machine may go on in a process that opened one, its
+claimable jobs cold rows of the checkpoint's slabs (ADR 0015). Every committed change is also
+encoded as a log entry, decoded and replayed on a second index, which must agree.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from fairness import Turns
 from jqueue.core.adding import adding
 from jqueue.core.formats.checkpoint import HistoryEncoder, decode_manifest
 from jqueue.core.formats.entry import decode_entry, encode_entry
@@ -40,6 +41,7 @@ from jqueue.domain.tally import DEAD
 SECOND = 1_000_000
 T0 = 1_800_000_000 * SECOND
 ENTRYPOINTS = ("a", "b")
+TENANTS = (None, "t1", "t2")
 WORKERS = st.integers(0, 2)
 MAX_ATTEMPTS = 3
 WINDOW = 10 * SECOND
@@ -75,6 +77,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.failed: set[str] = set()  # jobs that died at least once
         self.settled: set[tuple[str, str]] = set()  # (child, parent) of every ParentSettled
         self.started_with_parents: set[str] = set()  # children claimed at least once
+        self.turns = Turns()
 
     def live(self) -> dict[str, JobRecord]:
         """Every live job of the index by id, records and cold rows alike (in insertion order)."""
@@ -115,6 +118,7 @@ class Lifecycle(RuleBasedStateMachine):
             assert view(back) == view(self.index)
             assert list(back.history) == list(self.index.history)
             self.index = back
+            self.turns.forget()
 
     def claims_left(self, entrypoint: str, now: int) -> int | None:
         """The model of the throttles: claims still allowed now (None: unlimited)."""
@@ -172,6 +176,7 @@ class Lifecycle(RuleBasedStateMachine):
         ttl=st.sampled_from([None, 5, 30]),
         max_attempts=st.sampled_from([None, 1, 2]),
         key=st.sampled_from([None, None, "k1", "k2"]),
+        tenant=st.sampled_from(TENANTS),
     )
     def enqueue(
         self,
@@ -181,6 +186,7 @@ class Lifecycle(RuleBasedStateMachine):
         ttl: int | None,
         max_attempts: int | None,
         key: str | None,
+        tenant: str | None,
     ) -> None:
         job_id = str(uuid.uuid4())
         now = self.clock
@@ -191,12 +197,30 @@ class Lifecycle(RuleBasedStateMachine):
             not_before = None if delay is None else now + delay * SECOND
             deadline = None if ttl is None else now + ttl * SECOND
             fields = (job_id, entrypoint, priority, now, JobStatus.QUEUED, None, b"p")
-            index.apply(Added(*fields, 0, None, None, max_attempts, not_before, deadline, key))
+            added = Added(*fields, 0, None, None, max_attempts, not_before, deadline, key, tenant=tenant)
+            index.apply(added)
             return True
 
         if self.commit(decide):
             self.enqueued.add(job_id)
             self.attempts[job_id] = 0
+
+    @rule(entrypoint=st.sampled_from(ENTRYPOINTS), tenant=st.sampled_from(TENANTS), count=st.integers(2, 4))
+    def a_tenant_enqueues_several(self, entrypoint: str, tenant: str | None, count: int) -> None:
+        """Jobs of one tenant at one priority: lines long enough to wait behind each other."""
+        ids = [str(uuid.uuid4()) for _ in range(count)]
+        now = self.clock
+        added = [
+            Added(job_id, entrypoint, 1, now, JobStatus.QUEUED, None, b"p", tenant=tenant) for job_id in ids
+        ]
+
+        def decide(index: QueueIndex) -> None:
+            for effect in added:
+                index.apply(effect)
+
+        self.commit(decide)
+        self.enqueued.update(ids)
+        self.attempts.update(dict.fromkeys(ids, 0))
 
     @rule(
         data=st.data(),
@@ -266,8 +290,8 @@ class Lifecycle(RuleBasedStateMachine):
         now = self.clock
         peeked = [r.id for r in self.index.peek(entrypoints, batch, now)]
         due = {r.id: r.not_before for r in self.live().values()}
-        best = sorted(
-            (r.priority, r.created, r.order, r.id)
+        candidates = sorted(
+            (r.priority, r.created, r.order, r.id, r.entrypoint, r.tenant)
             for r in self.live().values()
             if r.status is JobStatus.QUEUED
             and r.entrypoint in (entrypoints or ENTRYPOINTS)
@@ -302,7 +326,7 @@ class Lifecycle(RuleBasedStateMachine):
                 self.started_with_parents.add(job_id)
                 self.a_child_runs_only_once_its_parents_settled(record)
         if not self.throttles and not self.paused:
-            assert [job_id for job_id, _ in claimed] == [row[3] for row in best[:batch]]
+            self.turns.check(candidates, [job_id for job_id, _ in claimed])
         if len(claimed) < batch:  # nothing else was claimable
             for record in self.live().values():
                 claimable = record.status is JobStatus.QUEUED and record.entrypoint in (

@@ -1,10 +1,12 @@
 """``ClaimOrder``: the heaps that order a ``QueueIndex``'s jobs for claims and sweeps.
 
-One heap per entrypoint orders the claimable jobs by (priority, created, insertion order); a
-heap of scheduled jobs (delays, back-offs) releases them into those heaps when they are due;
-heaps of claimed jobs by heartbeat and by lease expiry drive the sweeps. Heaps are cleaned
-lazily: an entry counts only while its record still carries the entry's stamp (or, for
-claimed jobs, its time), and the heaps are rebuilt once outdated entries outnumber live ones.
+One heap per line (an entrypoint's jobs of one tenant) orders its claimable jobs by
+(priority, created, insertion order), and each entrypoint's ``Lines`` serve its lines in turn
+at each priority (ADR 0021); a heap of scheduled jobs (delays, back-offs) releases them into
+those heaps when they are due; heaps of claimed jobs by heartbeat and by lease expiry drive
+the sweeps. Heaps are cleaned lazily: an entry counts only while its record still carries the
+entry's stamp (or, for claimed jobs, its time), and the heaps are rebuilt once outdated
+entries outnumber live ones.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from jqueue.domain.cold import ClaimKey, ColdRows
 from jqueue.domain.controls import Controls
+from jqueue.domain.lines import BEST_PRIORITY, Line, Lines, Tenant
 from jqueue.domain.models import UNLEASED_CLAIM_TIMEOUT, JobStatus
 from jqueue.domain.records import JobRecord
 
@@ -27,6 +30,8 @@ HEAP_FLOOR = 1024
 """The heaps are rebuilt once they hold more than ``HEAP_SLACK`` entries per live job plus this."""
 
 ReadyEntry = tuple[int, int, int, int, str]
+Head = tuple[ClaimKey, bool]
+"""Where a line's first job stands, and whether it is cold."""
 TimedEntry = tuple[int, str]
 ScheduledEntry = tuple[int, int, str]
 
@@ -50,19 +55,20 @@ class ClaimOrder:
     def __init__(self, records: dict[str, JobRecord]) -> None:
         self.records = records
         self.cold: ColdRows | None = None
-        self._ready: dict[str, list[ReadyEntry]] = {}
+        self._ready: dict[Line, list[ReadyEntry]] = {}
+        self._lines: dict[str, Lines] = {}
         self._scheduled: list[ScheduledEntry] = []
         self._claimed: list[TimedEntry] = []
         self._leased: list[TimedEntry] = []
 
     def entries(self) -> int:
         """How many entries the heaps hold, live or outdated."""
-        ready = sum(map(len, self._ready.values()))
+        ready = sum(map(len, self._ready.values())) + sum(map(len, self._lines.values()))
         return ready + len(self._scheduled) + len(self._claimed) + len(self._leased)
 
     def rebuild(self) -> None:
         """Build the heaps from the live records alone."""
-        ready: dict[str, list[ReadyEntry]] = {}
+        ready: dict[Line, list[ReadyEntry]] = {}
         scheduled: list[ScheduledEntry] = []
         claimed: list[TimedEntry] = []
         leased: list[TimedEntry] = []
@@ -70,7 +76,7 @@ class ClaimOrder:
             if record.status is JobStatus.QUEUED:
                 if record.not_before is None:
                     entry = (record.priority, record.created, record.order, record.stamp, record.id)
-                    ready.setdefault(record.entrypoint, []).append(entry)
+                    ready.setdefault((record.entrypoint, record.tenant), []).append(entry)
                 else:
                     scheduled.append((record.not_before, record.stamp, record.id))
             elif record.status is JobStatus.IN_PROGRESS:
@@ -80,6 +86,19 @@ class ClaimOrder:
         for heap in heaps:
             heapq.heapify(heap)
         self._ready, self._scheduled, self._claimed, self._leased = ready, scheduled, claimed, leased
+        for lines in self._lines.values():
+            lines.rebuild()
+        self._enter(ready)
+
+    def attach(self, cold: ColdRows) -> None:
+        """Reach the cold rows ``cold`` too, their lines standing at the back of the round."""
+        self.cold = cold
+        for entrypoint, tenant in cold.lines():
+            self._lines.setdefault(entrypoint, Lines()).enter(tenant, BEST_PRIORITY)
+
+    def _enter(self, ready: dict[Line, list[ReadyEntry]]) -> None:
+        for (entrypoint, tenant), entries in ready.items():
+            self._lines.setdefault(entrypoint, Lines()).enter(tenant, min(entries)[0])
 
     def prune(self) -> None:
         """Rebuild once outdated entries outnumber the live ones (every claim and heartbeat leaves
@@ -100,25 +119,27 @@ class ClaimOrder:
 
     def push_many(self, records: list[JobRecord]) -> None:
         """``push`` each of many new records; a heap that more than doubles is built anew."""
-        ready: dict[str, list[ReadyEntry]] = {}
+        ready: dict[Line, list[ReadyEntry]] = {}
         for record in records:
             if record.status is JobStatus.QUEUED and record.not_before is None:
                 entry = (record.priority, record.created, record.order, record.stamp, record.id)
-                ready.setdefault(record.entrypoint, []).append(entry)
+                ready.setdefault((record.entrypoint, record.tenant), []).append(entry)
             else:
                 self.push(record)
-        for entrypoint, entries in ready.items():
-            heap = self._ready.setdefault(entrypoint, [])
+        for line, entries in ready.items():
+            heap = self._ready.setdefault(line, [])
             if len(entries) > len(heap):
                 heap.extend(entries)
                 heapq.heapify(heap)
             else:
                 for entry in entries:
                     heapq.heappush(heap, entry)
+        self._enter(ready)
 
     def _push_ready(self, record: JobRecord) -> None:
         entry = (record.priority, record.created, record.order, record.stamp, record.id)
-        heapq.heappush(self._ready.setdefault(record.entrypoint, []), entry)
+        heapq.heappush(self._ready.setdefault((record.entrypoint, record.tenant), []), entry)
+        self._lines.setdefault(record.entrypoint, Lines()).enter(record.tenant, record.priority)
 
     def release_due(self, now: int) -> None:
         """Move the scheduled jobs due at ``now`` to the claimable heaps (no state changes)."""
@@ -140,65 +161,71 @@ class ClaimOrder:
         controls: Controls,
         now: int,
         running: Callable[[str | None], int],
-    ) -> str | None:
-        """Pop and return the best claimable job (of ``entrypoints`` if given) whose entrypoint
-        is neither paused, out of throttle, nor at its limit of ``running`` jobs, or None."""
+    ) -> tuple[str, Callable[[], None]] | None:
+        """Pop the best claimable job (of ``entrypoints`` if given) whose entrypoint is neither
+        paused, out of throttle, nor at its limit of ``running`` jobs; return its id and the
+        undo of the turn it gave its line, or None."""
         best: ClaimKey | None = None
-        best_name, best_cold = "", False
+        best_line: tuple[str, Tenant, bool] = ("", None, False)
         for name in self._names() if entrypoints is None else entrypoints:
             if controls.claims_paused(name) or controls.remaining(name, now) == 0:
                 continue
             if controls.at_limit(name, running):
                 continue
-            head = self._head(name)
-            if head is not None and (best is None or head[0] < best):
-                (best, best_cold), best_name = head, name
+            first = self._first(name)
+            if first is not None and (best is None or first[1][0] < best):
+                tenant, (best, cold) = first
+                best_line = (name, tenant, cold)
         if best is None:
             return None
-        return self._pop(best_name, best_cold)
+        return self._pop(*best_line)
 
     def next_created(self, entrypoint: str, now: int) -> int | None:
         """Return when the claimable job of ``entrypoint`` next in line at ``now`` (pauses and
         throttles aside) was created, or None; it moves due jobs to the claimable heaps and
         drops outdated entries."""
         self.release_due(now)
-        key = self._head_key(entrypoint)
-        return None if key is None else key[1]
+        first = self._first(entrypoint)
+        return None if first is None else first[1][0][1]
 
     def _names(self) -> list[str]:
-        if self.cold is None:
-            return list(self._ready)
-        return list(dict.fromkeys([*self._ready, *self.cold.entrypoints()]))
+        return list(self._lines)  # kept when empty: an undone claim gives its turn back to them
 
-    def _head_key(self, entrypoint: str) -> ClaimKey | None:
-        """Return where the best claimable job of ``entrypoint`` stands, hot or cold."""
-        head = self._head(entrypoint)
-        return None if head is None else head[0]
+    def _first(self, entrypoint: str) -> tuple[Tenant, Head] | None:
+        """Return the line of ``entrypoint`` whose turn it is, and where its first job stands."""
+        lines = self._lines.get(entrypoint)
+        if lines is None:
+            return None
+        return lines.top(lambda tenant: self._head((entrypoint, tenant)), _priority)
 
-    def _head(self, entrypoint: str) -> tuple[ClaimKey, bool] | None:
-        """``_head_key``, and whether that job is cold (a slab's row, not in the heaps)."""
-        heap = self._clean_top(entrypoint)
+    def _head(self, line: Line) -> Head | None:
+        """Return where the first claimable job of ``line`` stands, hot or cold, and whether it
+        is cold (a slab's row, not in the heaps)."""
+        heap = self._clean_top(line)
         key: ClaimKey | None = None if heap is None else heap[0][:3]
-        cold = None if self.cold is None else self.cold.head(entrypoint)
+        cold = None if self.cold is None else self.cold.head(line)
         if cold is not None and (key is None or cold < key):
             return cold, True
         return None if key is None else (key, False)
 
-    def _pop(self, entrypoint: str, cold: bool) -> str:
-        """Take the job ``_head`` found for ``entrypoint`` (``cold`` as it said), in the same turn."""
+    def _pop(self, entrypoint: str, tenant: Tenant, cold: bool) -> tuple[str, Callable[[], None]]:
+        """Take the job ``_head`` found for a line (``cold`` as it said), in the same turn, and
+        send the line to the back of the round."""
+        line = (entrypoint, tenant)
+        undo = self._lines[entrypoint].served(tenant)
         if cold:
             assert self.cold is not None
-            record = self.cold.take_head(entrypoint)
+            record = self.cold.take_head(line)
             self.records[record.id] = record
-            return record.id
-        return heapq.heappop(self._ready[entrypoint])[4]
+            return record.id, undo
+        return heapq.heappop(self._ready[line])[4], undo
 
-    def _clean_top(self, entrypoint: str) -> list[ReadyEntry] | None:
-        heap = self._ready.get(entrypoint)
+    def _clean_top(self, line: Line) -> list[ReadyEntry] | None:
+        heap = self._ready.get(line)
         while heap and not self._ready_entry_live(heap[0]):
             heapq.heappop(heap)
         if not heap:
-            self._ready.pop(entrypoint, None)
+            self._ready.pop(line, None)
             return None
         return heap
 
@@ -225,6 +252,10 @@ class ClaimOrder:
         if record is None or record.status is not JobStatus.IN_PROGRESS:
             return False
         return expiry_key(record) == entry[0]
+
+
+def _priority(head: Head) -> int:
+    return head[0][0]
 
 
 def _pop_before(heap: list[TimedEntry], live: Callable[[TimedEntry], bool], cutoff: int) -> Iterator[str]:

@@ -3,7 +3,8 @@
 At depth most jobs wait, claimable and untouched, in the slabs of the last checkpoint. An
 index keeps as ``JobRecord`` objects only the others (claimed, waiting for a time, dead,
 staged, carrying a dedup key, changed since) and the cold rows it has looked at; it reaches
-the rest through this protocol: by id, and per entrypoint in claim order, one row at a time.
+the rest through this protocol: by id, and per line (entrypoint and tenant, ``lines.py``) in
+claim order, one row at a time.
 A row handed out as a record (``take``, ``take_head``) is the index's from then on, and
 never handed out again.
 """
@@ -13,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Protocol
 
+from jqueue.domain.lines import Line
 from jqueue.domain.records import JobRecord
 
 ClaimKey = tuple[int, int, int]
-"""(priority, created, insertion order): where a claimable job stands in its entrypoint's line."""
+"""(priority, created, insertion order): where a claimable job stands in its line."""
 
 
 class ColdRows(Protocol):
-    """Claimable jobs not yet in an index, in claim order per entrypoint."""
+    """Claimable jobs not yet in an index, in claim order per line."""
 
     def __len__(self) -> int:
         """How many rows are not yet taken."""
@@ -34,16 +36,16 @@ class ColdRows(Protocol):
         """Return the record of job ``job_id`` if a row not yet taken holds it, taking it."""
         ...
 
-    def head(self, entrypoint: str) -> ClaimKey | None:
-        """Return where the first row of ``entrypoint`` not yet taken stands, or None."""
+    def head(self, line: Line) -> ClaimKey | None:
+        """Return where the first row of ``line`` not yet taken stands, or None."""
         ...
 
-    def take_head(self, entrypoint: str) -> JobRecord:
+    def take_head(self, line: Line) -> JobRecord:
         """Return the record of the row ``head`` names, taking it."""
         ...
 
-    def entrypoints(self) -> Iterable[str]:
-        """Return the entrypoints that have rows not yet taken."""
+    def lines(self) -> Iterable[Line]:
+        """Return the lines that have rows not yet taken."""
         ...
 
     def ordered(self, entrypoints: Collection[str] | None = None, start: int = 0) -> Iterator[JobRecord]:

@@ -40,7 +40,8 @@ class ColdJobs:
         """Reach the jobs of ``cold`` too (a freshly built index), the last inserted as number
         ``last_order`` or before: they count as claimable jobs, and become records as they are
         looked up or claimed."""
-        self.cold = self.order.cold = cold
+        self.cold = cold
+        self.order.attach(cold)
         self._next_order = max(self._next_order, last_order + 1)
         for entrypoint, count in cold.counts().items():
             self.tally.count_ready(entrypoint, count)

@@ -81,16 +81,20 @@ class QueueIndex(IndexState):
         self.order.release_due(now)
         claimed: list[fx.Claimed] = []
         while len(claimed) < batch_size:
-            job_id = self.order.next_claimable(entrypoints, self.controls, now, self.running)
-            if job_id is None:
+            found = self.order.next_claimable(entrypoints, self.controls, now, self.running)
+            if found is None:
                 break
+            job_id, give_back_turn = found
             record = self.records[job_id]
             if record.not_before is not None and record.not_before > now:  # released by a clock ahead of now
+                give_back_turn()
                 self.order.reschedule(record)
                 continue
             if record.deadline is not None and record.deadline <= now:
+                give_back_turn()  # a turn is a claim's
                 self._applied(fx.Died(record.id, now, "ttl", record.last_error))
                 continue
+            self._record_undo(give_back_turn)
             claimed.append(self._applied(fx.Claimed(record.id, now, leases() if leases else None, expires)))
         return claimed
 

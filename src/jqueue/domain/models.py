@@ -148,6 +148,9 @@ class Job(BaseModel):
     released_at : datetime or None
         When the commit that settled its last parent released it (a job with ``after``): its
         wait counts from then.
+    tenant : str or None
+        Whose job it is (a customer, say): claims serve an entrypoint's tenants in turn, at
+        each priority, and limits may count per tenant.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -180,6 +183,7 @@ class Job(BaseModel):
     parent_results: tuple[bytes | None, ...] = ()
     traceparent: str | None = None
     released_at: AwareDatetime | None = None
+    tenant: str | None = None
 
     @field_validator("payload", mode="before")
     @classmethod

@@ -116,6 +116,7 @@ class JobFields:
     parent_results: tuple[bytes | None, ...] = field(default=(), metadata=_meta(Kind.RESULTS, changes=True))
     traceparent: str | None = field(default=None, metadata=_meta(Kind.TEXT))
     released: int | None = field(default=None, metadata=_meta(Kind.TIME, "released_at", changes=True))
+    tenant: str | None = field(default=None, metadata=_meta(Kind.TEXT))
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ ATTEMPTS = Limit(ge=1, le=INT64_MAX)
 INT64 = Limit(ge=INT64_MIN, le=INT64_MAX)
 JOB_ID = Limit(min_length=1, max_length=MAX_ID_LENGTH)
 TRACEPARENT = Limit(min_length=1, max_length=512)
+TENANT = Limit(min_length=1, max_length=200)
 """A trace context: ``version-traceid-spanid-flags`` is 55 characters; later versions may add."""
 TRACE_CONTEXT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[0-9a-zA-Z._-]*)?")
 """The W3C ``traceparent`` header's form (a later version may add fields after a dash)."""
@@ -84,6 +85,9 @@ class JobSpec:
     traceparent : str or None
         A W3C trace context for the job's run (else, with OpenTelemetry installed, the
         enqueue's own span's).
+    tenant : str or None
+        Whose job it is: claims serve an entrypoint's tenants in turn at each priority (None
+        is a tenant like any other), and ``limit`` and ``throttle`` may count per tenant.
     """
 
     entrypoint: str = field(metadata={"limit": ENTRYPOINT})
@@ -98,6 +102,7 @@ class JobSpec:
     after: Sequence[str] | None = None
     on_parent_failure: ParentFailure | str | None = None
     traceparent: str | None = field(default=None, metadata={"limit": TRACEPARENT})
+    tenant: str | None = field(default=None, metadata={"limit": TENANT})
 
     def __post_init__(self) -> None:
         for name, nullable, check_type, limit in _CHECKS:
@@ -144,6 +149,7 @@ class JobSpec:
             else ParentFailure.RUN.value,
             awaiting=after,
             traceparent=self.traceparent,
+            tenant=self.tenant,
         )
 
 
@@ -159,6 +165,7 @@ class EnqueueOptions(TypedDict, total=False):
     after: Sequence[str] | None
     on_parent_failure: ParentFailure | str | None
     traceparent: str | None
+    tenant: str | None
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,9 @@ def enqueue(
         typer.Option(help="What a failed parent does to the job (default: cancel it)."),
     ] = None,
     traceparent: Annotated[str | None, typer.Option(help="A W3C trace context to run the job in.")] = None,
+    tenant: Annotated[
+        str | None, typer.Option(help="Whose job it is: claims serve the tenants in turn.")
+    ] = None,
     batch: Annotated[int, typer.Option(help="Jobs per commit with --stdin.")] = 1000,
     atomic: Annotated[
         bool, typer.Option("--atomic", help="With --stdin: all lines in one commit, or none.")
@@ -112,6 +115,7 @@ def enqueue(
         after=tuple(after) if after else None,
         on_parent_failure=on_parent_failure,
         traceparent=traceparent,
+        tenant=tenant,
     )
     try:
         JobSpec(entrypoint, b"", priority, **options)

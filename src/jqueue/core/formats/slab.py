@@ -4,15 +4,16 @@ A slab is immutable; a checkpoint (a manifest, ``checkpoint.py``) names the slab
 together hold every live job, with the rows of each that no longer count. Its rows are in
 claim order: first the held jobs, those a claim does not take as they are (claimed, waiting
 for a time, dead, staged) or that carry a dedup key, by insertion; then the claimable ones
-by entrypoint, priority, creation and insertion, the order of the claim heaps, so each
-entrypoint's next claimable rows are a block away. The layout ``jqueue-slab/2`` is, byte after byte:
+by line (entrypoint, then tenant), priority, creation and insertion, the order of the claim
+heaps, so each line's next claimable rows are a block away. The layout ``jqueue-slab/2`` is, byte after byte:
 
 - ``MAGIC``;
 - the blocks (``slab_block.py``) of up to ``BLOCK_ROWS`` rows, each zlib-compressed;
 - the filter: one little-endian 64-bit value a row, ``hash(id) << 24 | block`` (40 bits of
   BLAKE2b), sorted, so the block holding a job is found by bisecting it;
 - the header, JSON: the rows, how many come before the claimable ones (``held``), each
-  block's offset and length, each entrypoint's claimable rows, the filter's checksum;
+  block's offset and length, each entrypoint's claimable rows (and each line's, when a job
+  has a tenant), the filter's checksum;
 - the header's length, 8 bytes big-endian.
 
 ``slab_whole.py`` reads every row of a slab at once, of this layout or the first.
@@ -38,6 +39,7 @@ import msgspec
 from jqueue.core.formats.slab_block import BLOCK_ROWS, decode_block, encode_block
 from jqueue.core.formats.wire import UNDECODABLE, Count
 from jqueue.domain.errors import CorruptStateError
+from jqueue.domain.lines import Line
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import ClaimState, JobRecord
 from jqueue.domain.schema import CHANGING_FIELDS
@@ -57,7 +59,9 @@ _NAME = re.compile(rf"{SLAB_PREFIX}(\d{{20}})-(\d+)-[0-9a-f]{{1,32}}")
 _STATUS = CHANGING_FIELDS.index("status")
 _NOT_BEFORE = CHANGING_FIELDS.index("not_before")
 
-RowKey = tuple[int, str, int, int, int]
+RowKey = tuple[int, str, str, int, int, int]
+"""(1 for a claimable row, entrypoint, tenant or "", priority, created, insertion number);
+held rows have only the insertion number."""
 
 
 class SlabHeader(msgspec.Struct, forbid_unknown_fields=True):
@@ -65,7 +69,9 @@ class SlabHeader(msgspec.Struct, forbid_unknown_fields=True):
     block's offset and length, each entrypoint's claimable rows (``[start, end)``), the
     largest insertion number of its jobs, its filter's checksum (its checkpoint says which
     log entries hold the payloads of its rows that count), and each block's lowest and
-    highest insertion number (None in slabs written before they were: read from the blocks)."""
+    highest insertion number (None in slabs written before they were: read from the blocks),
+    and each line's claimable rows, in row order (None when no claimable row has a tenant:
+    then each entrypoint's rows are its one line's)."""
 
     layout: str
     rows: Count
@@ -75,6 +81,13 @@ class SlabHeader(msgspec.Struct, forbid_unknown_fields=True):
     last_order: int
     filter_crc: Count
     orders: list[tuple[Count, Count]] | None = None
+    lines: list[tuple[str, str | None, Count, Count]] | None = None
+
+    def line_spans(self) -> dict[Line, tuple[int, int]]:
+        """Return each line's claimable rows (``[start, end)``)."""
+        if self.lines is None:
+            return {(name, None): span for name, span in self.ranges.items()}
+        return {(name, tenant): (start, end) for name, tenant, start, end in self.lines}
 
 
 _header_decoder = msgspec.json.Decoder(SlabHeader)
@@ -114,8 +127,8 @@ def row_key(record: JobRecord, saved: Mapping[str, ClaimState]) -> RowKey:
     if state is not None:
         status, not_before = state[_STATUS], state[_NOT_BEFORE]
     if claimable(status, not_before, record.dedup_key):
-        return (1, record.entrypoint, record.priority, record.created, record.order)
-    return (0, "", 0, 0, record.order)
+        return (1, record.entrypoint, record.tenant or "", record.priority, record.created, record.order)
+    return (0, "", "", 0, 0, record.order)
 
 
 def _little_endian(values: array[int]) -> array[int]:
@@ -177,6 +190,7 @@ class SlabWriter:
     _blocks: list[tuple[int, int]] = field(default_factory=list)
     _held: int = 0
     _ranges: dict[str, list[int]] = field(default_factory=dict)
+    _lines: dict[Line, list[int]] = field(default_factory=dict)
     _last: RowKey | None = None
     _last_order: int = -1
     _orders: list[tuple[int, int]] = field(default_factory=list)
@@ -197,6 +211,7 @@ class SlabWriter:
                 raise ValueError(f"job {record.id!r} is out of claim order (or would have two rows)")
             if key[0]:
                 self._ranges.setdefault(key[1], [row, row])[1] = row + 1
+                self._lines.setdefault((key[1], record.tenant), [row, row])[1] = row + 1
             else:
                 self._held = row + 1
             self._last, self._last_order = key, max(self._last_order, record.order)
@@ -222,6 +237,9 @@ class SlabWriter:
             self._last_order,
             zlib.crc32(table),
             self._orders,
+            None
+            if all(tenant is None for _, tenant in self._lines)
+            else [(name, tenant, start, end) for (name, tenant), (start, end) in self._lines.items()],
         )
         encoded = msgspec.json.encode(header)
         return b"".join((*self._parts, table, encoded, len(encoded).to_bytes(LENGTH_BYTES, "big")))
@@ -272,24 +290,29 @@ class OpenedSlab:
         held = max(0, min(self.header.held - number * BLOCK_ROWS, len(columns["id"])))
         orders, entrypoints = columns["order"], columns["entrypoint"]
         none, zero, one = itertools.repeat(""), itertools.repeat(0), itertools.repeat(1)
-        keys: list[RowKey] = list(zip(zero, none, zero, zero, orders[:held], strict=False))
+        keys: list[RowKey] = list(zip(zero, none, none, zero, zero, orders[:held], strict=False))
         priorities, created = columns["priority"][held:], columns["created"][held:]
-        return keys + list(zip(one, entrypoints[held:], priorities, created, orders[held:], strict=False))
+        tenants = [tenant or "" for tenant in columns["tenant"][held:]] if "tenant" in columns else none
+        claimable = zip(one, entrypoints[held:], tenants, priorities, created, orders[held:], strict=False)
+        return keys + list(claimable)
 
     def _misfit(self, first: int, columns: dict[str, list[Any]]) -> str:
         """Say how the rows of a block (its first row being ``first``) do not fit the header:
-        claimable rows not of claimable jobs (``CLAIMABLE``), or not of the entrypoint the
-        header gives them, or rows out of claim order; empty if they fit."""
+        claimable rows not of claimable jobs (``CLAIMABLE``), or not of the line (entrypoint
+        and tenant) the header gives them, or rows out of claim order; empty if they fit."""
         header, rows = self.header, len(columns["id"])
         lowest = min(rows, max(0, header.held - first))  # held rows may fill this block and more
-        nones = [None] * rows
+        nones: list[Any] = [None] * rows
         for name, value in CLAIMABLE.items():
             if (columns.get(name) or nones)[lowest:].count(value) != rows - lowest:
                 return "has a held job among its claimable rows"
-        for entrypoint, (start, end) in header.ranges.items():
-            named = columns["entrypoint"][max(start - first, lowest) : max(0, min(end - first, rows))]
-            if named.count(entrypoint) != len(named):
+        tenants = columns.get("tenant") or nones
+        for (entrypoint, tenant), (start, end) in header.line_spans().items():
+            span = slice(max(start - first, lowest), max(0, min(end - first, rows)))
+            if columns["entrypoint"][span].count(entrypoint) != len(columns["entrypoint"][span]):
                 return f"has a job of another entrypoint among those of {entrypoint[:100]!r}"
+            if tenants[span].count(tenant) != len(tenants[span]):
+                return f"has a job of another tenant among those of {str(tenant)[:100]!r}"
         if not ascending(self.keys(first // BLOCK_ROWS, columns)):
             return "has rows out of claim order"
         if len(set(columns["order"])) != rows or len(set(columns["id"])) != rows:
@@ -359,7 +382,26 @@ def _opened(data: bytes | memoryview, location: str) -> OpenedSlab:
     ):
         raise ValueError("its blocks' insertion numbers do not fit its rows")
     _check_ranges(header)
+    _check_lines(header)
     return OpenedSlab(data, header, SlabFilter(table_of(data, offset, table_end)), location)
+
+
+def _check_lines(header: SlabHeader) -> None:
+    if header.lines is None:
+        return
+    lines: dict[str, list[tuple[str, int, int]]] = {}
+    for name, tenant, start, end in header.lines:
+        lines.setdefault(name, []).append((tenant or "", start, end))
+    if lines.keys() != header.ranges.keys():
+        raise ValueError("its lines are not its entrypoints'")
+    for name, spans in lines.items():
+        bounds_fit = (spans[0][1], spans[-1][2]) == header.ranges[name]
+        in_order = all(
+            start < end and (start, tenant) == (before_end, max(before, tenant)) and before != tenant
+            for (before, _, before_end), (tenant, start, end) in itertools.pairwise(spans)
+        )
+        if not bounds_fit or not in_order or spans[0][1] >= spans[0][2]:
+            raise ValueError(f"the lines of {name[:100]!r} do not follow each other")
 
 
 def _check_ranges(header: SlabHeader) -> None:

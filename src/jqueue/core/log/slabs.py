@@ -28,6 +28,7 @@ from jqueue.core.formats.slab import OpenedSlab, id_hash, order_bounds
 from jqueue.core.formats.slab_block import BLOCK_ROWS
 from jqueue.domain.cold import ClaimKey
 from jqueue.domain.index_state import COLUMN_DEFAULTS, IndexState
+from jqueue.domain.lines import Line
 from jqueue.domain.records import RECORD_COLUMNS, JobRecord
 
 if TYPE_CHECKING:
@@ -105,7 +106,8 @@ class BlockCache:
 class Slab:
     """A slab as this process knows it: its header and filter, which rows no longer count
     (``dropped``, one byte a row, as its checkpoint says) and which are records of this
-    process (``taken``), and, per entrypoint, the first claimable row that may be cold."""
+    process (``taken``), and, per line, the first claimable row that may be cold and how
+    many are."""
 
     name: str
     opened: OpenedSlab
@@ -113,8 +115,9 @@ class Slab:
     taken: bytearray
     number: int
     segments: dict[int, int]
-    cursors: dict[str, int] = field(default_factory=dict)
-    cold: dict[str, int] = field(default_factory=dict)
+    cursors: dict[Line, int] = field(default_factory=dict)
+    cold: dict[Line, int] = field(default_factory=dict)
+    spans: dict[Line, tuple[int, int]] = field(default_factory=dict)
     _bounds: list[tuple[int, int]] | None = field(default=None, init=False, repr=False)
 
     @classmethod
@@ -130,9 +133,10 @@ class Slab:
         """Return a slab whose rows marked in ``taken`` (a superset of ``dropped``) are records,
         and whose rows that count have their payloads in the log entries ``segments``."""
         slab = cls(name, opened, dropped, taken, number, dict(segments))
-        for entrypoint, (start, end) in opened.header.ranges.items():
-            slab.cursors[entrypoint] = start
-            slab.cold[entrypoint] = (end - start) - taken.count(1, start, end)
+        slab.spans = opened.header.line_spans()
+        for line, (start, end) in slab.spans.items():
+            slab.cursors[line] = start
+            slab.cold[line] = (end - start) - taken.count(1, start, end)
         return slab
 
     @property
@@ -190,19 +194,19 @@ class Slab:
                 return block * BLOCK_ROWS + row
         return None
 
-    def head_row(self, entrypoint: str) -> int | None:
-        """Return the first cold claimable row of ``entrypoint``, or None."""
-        span = self.opened.header.ranges.get(entrypoint)
-        if span is None or not self.cold.get(entrypoint):
+    def head_row(self, line: Line) -> int | None:
+        """Return the first cold claimable row of ``line``, or None."""
+        span = self.spans.get(line)
+        if span is None or not self.cold.get(line):
             return None
-        row = self.taken.find(0, self.cursors[entrypoint], span[1])
-        self.cursors[entrypoint] = span[1] if row < 0 else row
+        row = self.taken.find(0, self.cursors[line], span[1])
+        self.cursors[line] = span[1] if row < 0 else row
         return None if row < 0 else row
 
-    def take(self, row: int, entrypoint: str) -> None:
-        """Make row ``row`` (a cold claimable one of ``entrypoint``) a record."""
+    def take(self, row: int, line: Line) -> None:
+        """Make row ``row`` (a cold claimable one of ``line``) a record."""
         self.taken[row] = 1
-        self.cold[entrypoint] -= 1
+        self.cold[line] -= 1
 
 
 class SlabSet:
@@ -223,7 +227,7 @@ class SlabSet:
         self.checkpoint = checkpoint
         self.blocks = BlockCache()
         self._forwards: dict[int, int] = {}
-        self._heads: dict[tuple[int, str], tuple[int, ClaimKey]] = {}
+        self._heads: dict[tuple[int, Line], tuple[int, ClaimKey]] = {}
 
     def segments(self) -> set[int]:
         """Return the log entries that hold the payloads of the slabs' rows that count."""
@@ -280,7 +284,7 @@ class SlabSet:
         """How many rows of each entrypoint are cold."""
         counts: dict[str, int] = {}
         for slab in self.slabs:
-            for entrypoint, count in slab.cold.items():
+            for (entrypoint, _), count in slab.cold.items():
                 counts[entrypoint] = counts.get(entrypoint, 0) + count
         return counts
 
@@ -296,29 +300,30 @@ class SlabSet:
             if slab.taken[row]:
                 return None
             record = record_at(*self._block_row(slab, row), slab.number)
-            slab.take(row, record.entrypoint)
-            self._heads.pop((slab.number, record.entrypoint), None)
+            line = (record.entrypoint, record.tenant)
+            slab.take(row, line)
+            self._heads.pop((slab.number, line), None)
             return record
         return None
 
-    def head(self, entrypoint: str) -> ClaimKey | None:
-        """Return where the first cold row of ``entrypoint`` stands in claim order, or None."""
-        best = self._best(entrypoint)
+    def head(self, line: Line) -> ClaimKey | None:
+        """Return where the first cold row of ``line`` stands in claim order, or None."""
+        best = self._best(line)
         return None if best is None else best[2]
 
-    def take_head(self, entrypoint: str) -> JobRecord:
+    def take_head(self, line: Line) -> JobRecord:
         """Return the record of the row ``head`` names, taking it."""
-        best = self._best(entrypoint)
+        best = self._best(line)
         assert best is not None
         slab, row, _ = best
         record = record_at(*self._block_row(slab, row), slab.number)
-        slab.take(row, entrypoint)
-        del self._heads[(slab.number, entrypoint)]
+        slab.take(row, line)
+        del self._heads[(slab.number, line)]
         return record
 
-    def entrypoints(self) -> Iterable[str]:
-        """Return the entrypoints that have cold rows."""
-        return [name for name, count in self.counts().items() if count]
+    def lines(self) -> Iterable[Line]:
+        """Return the lines that have cold rows."""
+        return list(dict.fromkeys(line for slab in self.slabs for line, count in slab.cold.items() if count))
 
     def ordered(self, entrypoints: Collection[str] | None = None, start: int = 0) -> Iterator[JobRecord]:
         """Yield a record of each cold row (of ``entrypoints`` if given) numbered ``start`` or
@@ -343,17 +348,17 @@ class SlabSet:
             if rows:
                 yield heapq.heappop(rows)[1]
 
-    def _best(self, entrypoint: str) -> tuple[Slab, int, ClaimKey] | None:
+    def _best(self, line: Line) -> tuple[Slab, int, ClaimKey] | None:
         best: tuple[Slab, int, ClaimKey] | None = None
         for slab in self.slabs:
-            cached = self._heads.get((slab.number, entrypoint))
+            cached = self._heads.get((slab.number, line))
             if cached is None or slab.taken[cached[0]]:
-                row = slab.head_row(entrypoint)
+                row = slab.head_row(line)
                 if row is None:
                     continue
                 columns, at = self._block_row(slab, row)
                 cached = (row, (columns["priority"][at], columns["created"][at], columns["order"][at]))
-                self._heads[(slab.number, entrypoint)] = cached
+                self._heads[(slab.number, line)] = cached
             if best is None or cached[1] < best[2]:
                 best = (slab, cached[0], cached[1])
         return best

@@ -1,0 +1,122 @@
+"""Fair share between tenants (ADR 0021): an entrypoint's claimable jobs stand in one line per
+tenant, and claims serve the lines in turn at each priority, from the records and from the
+cold rows of a checkpoint's slabs alike; a claim undone gives its turn back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairness import Turns
+from jqueue import DirectQueue, JobSpec, LocalFileSystemStorage, LogSettings
+from jqueue.core.log.slabs import SlabSet
+from jqueue.core.log.store import LogStore
+from jqueue.domain.effects import Added
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.models import JobStatus
+
+SECOND = 1_000_000
+T0 = 1_800_000_000 * SECOND
+TENANTS = (None, "acme", "globex", "initech")
+NEVER = LogSettings(checkpoint_every=10**9)  # only the checkpoints a test asks for
+
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("enqueue"),
+            st.sampled_from(["a", "b"]),
+            st.sampled_from(TENANTS),
+            st.integers(0, 1),
+            st.integers(1, 5),
+        ),
+        st.tuples(st.just("claim"), st.sampled_from([None, ("a",)]), st.integers(1, 4)),
+        st.tuples(st.just("cancel"), st.integers(0, 10**6)),
+    ),
+    max_size=60,
+)
+
+
+def claimable(index: QueueIndex, entrypoints: tuple[str, ...] | None) -> list[tuple[object, ...]]:
+    return [
+        (r.priority, r.created, r.order, r.id, r.entrypoint, r.tenant)
+        for r in index.in_order()
+        if r.status is JobStatus.QUEUED and (entrypoints is None or r.entrypoint in entrypoints)
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPERATIONS)
+def test_claims_serve_the_lines_in_turn(operations: list[tuple[Any, ...]]) -> None:
+    index, turns, clock, serial = QueueIndex(), Turns(), T0, 0
+    for operation in operations:
+        clock += SECOND
+        if operation[0] == "enqueue":
+            _, entrypoint, tenant, priority, count = operation
+            for _ in range(count):
+                serial += 1
+                fields = (f"job-{serial}", entrypoint, priority, clock, JobStatus.QUEUED, None, b"p")
+                index.apply(Added(*fields, tenant=tenant))
+        elif operation[0] == "claim":
+            _, entrypoints, batch = operation
+            before = claimable(index, entrypoints)
+            peeked = [r.id for r in index.peek(entrypoints, batch, clock)]
+            claimed = [c.job_id for c in index.claim(entrypoints, batch, clock)]
+            assert claimed == peeked  # a claim undone gave its turn back
+            turns.check(before, claimed)
+        else:
+            queued = [r.id for r in index.in_order() if r.status is JobStatus.QUEUED]
+            if queued:
+                index.cancel(queued[operation[1] % len(queued)], None, clock)
+
+
+async def fill(queue: DirectQueue, floods: dict[str | None, int]) -> dict[str, str | None]:
+    """Enqueue ``floods[tenant]`` jobs per tenant, one tenant after the other; return each job's tenant."""
+    tenants: dict[str, str | None] = {}
+    for tenant, count in floods.items():
+        jobs = await queue.enqueue_many([JobSpec("work", b"%d" % n, tenant=tenant) for n in range(count)])
+        tenants.update(dict.fromkeys((job.id for job in jobs), tenant))
+        assert {job.tenant for job in jobs} == {tenant}
+    return tenants
+
+
+async def test_a_tenant_with_one_job_starts_within_the_next_round(tmp_path: Path) -> None:
+    storage = LocalFileSystemStorage(tmp_path / "queue.json")
+    async with DirectQueue(storage, log=NEVER) as queue:
+        await fill(queue, {"flood": 5_000, "small": 1})
+        first = await queue.dequeue("work", batch_size=2)
+        assert [job.tenant for job in first] == ["flood", "small"]
+        more = await queue.dequeue("work", batch_size=3)
+        assert [job.tenant for job in more] == ["flood"] * 3
+        assert [job.payload for job in [first[0], *more]] == [b"0", b"1", b"2", b"3"]  # in line's order
+
+
+async def test_cold_lines_are_served_in_turn_after_a_reopen(tmp_path: Path) -> None:
+    storage = LocalFileSystemStorage(tmp_path / "queue.json")
+    async with DirectQueue(storage, log=NEVER) as queue:
+        await fill(queue, {"acme": 9_000, None: 3, "globex": 2})
+        await queue.checkpoint()
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "queue.json"), log=NEVER) as reopened:
+        assert await reopened.count() == 9_005
+        store = await reopened._opener.store()
+        assert isinstance(store, LogStore)
+        assert isinstance(store.index.cold, SlabSet)
+        assert len(store.index.cold) == 9_005  # every job is a cold row
+        first = await reopened.dequeue("work", batch_size=6)
+        assert [job.tenant for job in first] == [None, "acme", "globex"] * 2  # the slab's order of lines
+        rest = await reopened.dequeue("work", batch_size=4)
+        assert [job.tenant for job in rest] == [None, "acme", "acme", "acme"]
+        more = await reopened.enqueue("work", b"late", tenant="initech")  # a new line: last in the round
+        assert [job.tenant for job in await reopened.dequeue("work", batch_size=2)] == ["acme", "initech"]
+        assert more.tenant == "initech"
+
+
+async def test_priority_comes_before_the_turn(tmp_path: Path) -> None:
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "queue.json")) as queue:
+        await fill(queue, {"acme": 3, "globex": 3})
+        urgent = await queue.enqueue("work", b"urgent", -1, tenant="acme")
+        claimed = await queue.dequeue("work", batch_size=3)
+        assert [job.id for job in claimed][:1] == [urgent.id]
+        assert [job.tenant for job in claimed[1:]] == ["globex", "acme"]  # acme was served last
