@@ -70,6 +70,8 @@ def test_claims_serve_the_lines_in_turn(operations: list[tuple[Any, ...]]) -> No
             queued = [r.id for r in index.in_order() if r.status is JobStatus.QUEUED]
             if queued:
                 index.cancel(queued[operation[1] % len(queued)], None, clock)
+        order = index.order  # the count of the lines' heap entries that prunes them is kept right
+        assert order._ready_entries == sum(map(len, order._ready.values()))
 
 
 async def fill(queue: DirectQueue, floods: dict[str | None, int]) -> dict[str, str | None]:

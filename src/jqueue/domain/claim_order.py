@@ -56,6 +56,8 @@ class ClaimOrder:
         self.records = records
         self.cold: ColdRows | None = None
         self._ready: dict[Line, list[ReadyEntry]] = {}
+        self._ready_entries = 0
+        """How many entries the lines' heaps hold (summing them would cost a claim O(lines))."""
         self._lines: dict[str, Lines] = {}
         self._scheduled: list[ScheduledEntry] = []
         self._claimed: list[TimedEntry] = []
@@ -63,7 +65,7 @@ class ClaimOrder:
 
     def entries(self) -> int:
         """How many entries the heaps hold, live or outdated."""
-        ready = sum(map(len, self._ready.values())) + sum(map(len, self._lines.values()))
+        ready = self._ready_entries + sum(map(len, self._lines.values()))
         return ready + len(self._scheduled) + len(self._claimed) + len(self._leased)
 
     def rebuild(self) -> None:
@@ -86,6 +88,7 @@ class ClaimOrder:
         for heap in heaps:
             heapq.heapify(heap)
         self._ready, self._scheduled, self._claimed, self._leased = ready, scheduled, claimed, leased
+        self._ready_entries = sum(map(len, ready.values()))
         for lines in self._lines.values():
             lines.rebuild()
         self._enter(ready)
@@ -127,6 +130,7 @@ class ClaimOrder:
             else:
                 self.push(record)
         for line, entries in ready.items():
+            self._ready_entries += len(entries)
             heap = self._ready.setdefault(line, [])
             if len(entries) > len(heap):
                 heap.extend(entries)
@@ -139,6 +143,7 @@ class ClaimOrder:
     def _push_ready(self, record: JobRecord) -> None:
         entry = (record.priority, record.created, record.order, record.stamp, record.id)
         heapq.heappush(self._ready.setdefault((record.entrypoint, record.tenant), []), entry)
+        self._ready_entries += 1
         self._lines.setdefault(record.entrypoint, Lines()).enter(record.tenant, record.priority)
 
     def release_due(self, now: int) -> None:
@@ -218,12 +223,14 @@ class ClaimOrder:
             record = self.cold.take_head(line)
             self.records[record.id] = record
             return record.id, undo
+        self._ready_entries -= 1
         return heapq.heappop(self._ready[line])[4], undo
 
     def _clean_top(self, line: Line) -> list[ReadyEntry] | None:
         heap = self._ready.get(line)
         while heap and not self._ready_entry_live(heap[0]):
             heapq.heappop(heap)
+            self._ready_entries -= 1
         if not heap:
             self._ready.pop(line, None)
             return None

@@ -1,0 +1,119 @@
+"""The fair share's figures (issue 32, ADR 0021), on a local-file queue of the log layout.
+
+- **A tenant's first job behind a flood.** Tenant ``flood`` enqueues ``--flood`` jobs, then
+  tenant ``small`` enqueues one, while a worker claims ``--batch`` jobs at a time and acks
+  them (an idle worker: it claims again at once). It counts the claims until the small job
+  is claimed, and the time from its enqueue's return to that claim's return: with the jobs
+  as records (``hot``) and in a checkpoint's slabs, opened afresh (``cold``). Goals: one
+  claim round (the claim after the enqueue, with a batch of two or more), 50 ms.
+- **Throughput with many tenants.** ``--jobs`` jobs spread over ``--tenants`` tenants, and
+  the same jobs without a tenant, drained (claims of ``--batch`` and ``ack_many``) by one
+  process; each setting ``--repeats`` times, in turn; the best run of each. Goal: with the
+  tenants, within 10% of without.
+
+Example::
+
+    .venv/bin/python tools/benchmark_fairness.py --flood 100000 --jobs 20000 --tenants 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+from jqueue import DirectQueue, JobSpec, LocalFileSystemStorage, LogSettings
+
+ENTRYPOINT = "work"
+NEVER = LogSettings(checkpoint_every=10**9)
+"""Only the checkpoints the benchmark takes."""
+ENQUEUE_BATCH = 10_000
+
+
+async def enqueue(queue: DirectQueue, tenants: list[str | None]) -> None:
+    """Enqueue a job for each of ``tenants``, ``ENQUEUE_BATCH`` per commit."""
+    for start in range(0, len(tenants), ENQUEUE_BATCH):
+        part = tenants[start : start + ENQUEUE_BATCH]
+        await queue.enqueue_many([JobSpec(ENTRYPOINT, b"%d" % n, tenant=t) for n, t in enumerate(part)])
+
+
+async def first_start(root: Path, flood: int, batch: int, cold: bool) -> tuple[int, float]:
+    """Return the claims until the small tenant's job is claimed, and the milliseconds from
+    its enqueue to that claim."""
+    storage = LocalFileSystemStorage(root / "queue.json")
+    async with DirectQueue(storage, log=NEVER) as queue:
+        await enqueue(queue, ["flood"] * flood)
+        await queue.ack_many(await queue.dequeue(ENTRYPOINT, batch_size=batch))  # the worker is at work
+        if cold:
+            await queue.checkpoint()
+    async with DirectQueue(LocalFileSystemStorage(root / "queue.json"), log=NEVER) as queue:
+        await queue.count()  # opened before the clock starts
+        small = await queue.enqueue(ENTRYPOINT, b"small", tenant="small")
+        started, claims = time.perf_counter(), 0
+        while True:
+            claims += 1
+            jobs = await queue.dequeue(ENTRYPOINT, batch_size=batch)
+            if any(job.id == small.id for job in jobs):
+                return claims, (time.perf_counter() - started) * 1000
+            if not jobs:
+                raise RuntimeError("the small tenant's job was never claimed")
+            await queue.ack_many(jobs)
+
+
+async def drain(root: Path, jobs: int, tenants: int, batch: int) -> float:
+    """Return the jobs per second one process claims and acks, of ``jobs`` spread over
+    ``tenants`` tenants (none when 0)."""
+    names: list[str | None] = [None] * jobs if tenants == 0 else [f"t{n % tenants}" for n in range(jobs)]
+    async with DirectQueue(LocalFileSystemStorage(root / "queue.json"), log=NEVER) as queue:
+        await enqueue(queue, names)
+        started, done = time.perf_counter(), 0
+        while claimed := await queue.dequeue(ENTRYPOINT, batch_size=batch):
+            await queue.ack_many(claimed)
+            done += len(claimed)
+        elapsed = time.perf_counter() - started
+    if done != jobs:
+        raise RuntimeError(f"drained {done} jobs of {jobs}")
+    return done / elapsed
+
+
+async def main(arguments: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="jqueue-fairness-") as scratch:
+        root = Path(scratch)
+        print(f"a tenant's first job behind {arguments.flood:,} of another's, claims of {arguments.batch}:")
+        for cold in (False, True):
+            where = root / f"start-{cold}"
+            where.mkdir()
+            claims, millis = await first_start(where, arguments.flood, arguments.batch, cold)
+            kind = "cold" if cold else "hot"
+            print(f"  {kind}: claimed by claim {claims}, {millis:.1f} ms after its enqueue")
+        best = {0: 0.0, arguments.tenants: 0.0}
+        for repeat in range(arguments.repeats):
+            for tenants in best:
+                where = root / f"drain-{repeat}-{tenants}"
+                where.mkdir()
+                rate = await drain(where, arguments.jobs, tenants, arguments.batch)
+                best[tenants] = max(best[tenants], rate)
+        plain, shared = best[0], best[arguments.tenants]
+        print(f"throughput, {arguments.jobs:,} jobs, best of {arguments.repeats}:")
+        print(f"  no tenant: {plain:,.0f} jobs/s")
+        print(f"  {arguments.tenants:,} tenants: {shared:,.0f} jobs/s ({shared / plain:.2f} of no tenant)")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--flood", type=int, default=100_000, help="the flooding tenant's jobs")
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs drained per throughput run")
+    parser.add_argument("--tenants", type=int, default=1_000, help="tenants of the throughput runs")
+    parser.add_argument("--batch", type=int, default=10, help="jobs per claim")
+    parser.add_argument("--repeats", type=int, default=3, help="throughput runs per setting")
+    arguments = parser.parse_args(argv)
+    for name in ("flood", "jobs", "tenants", "batch", "repeats"):
+        if getattr(arguments, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    return arguments
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))
