@@ -127,7 +127,18 @@ def test_pause_resume_requeue_and_throttle(cli: Cli) -> None:
     assert stats["paused"] == {"claims": ["work"], "enqueues": ["work"]}
     assert cli.json("resume", "work") == {"resumed": "work"}
     cli("throttle", "5", "--per", "60", "--entrypoint", "work")
-    assert cli.json("stats")["throttles"] == [{"entrypoint": "work", "limit": 5, "per_seconds": 60.0}]
+    each = cli.json("throttle", "2", "--per", "60", "--entrypoint", "work", "--per-tenant")
+    assert each == {"entrypoint": "work", "limit": 2, "per_seconds": 60.0, "per_tenant": True}
+    assert cli.json("limit", "1", "--per-tenant") == {"entrypoint": None, "limit": 1, "per_tenant": True}
+    stats = cli.json("stats")
+    assert stats["throttles"] == [
+        {"entrypoint": "work", "limit": 5, "per_seconds": 60.0, "per_tenant": False},
+        {"entrypoint": "work", "limit": 2, "per_seconds": 60.0, "per_tenant": True},
+    ]
+    assert stats["limits"] == [{"entrypoint": None, "limit": 1, "per_tenant": True}]
+    assert "limit (all), each tenant: 1 in progress at once" in cli("stats").stdout
+    cli("limit", "--off", "--per-tenant")
+    cli("throttle", "--off", "--entrypoint", "work", "--per-tenant")
     cli("throttle", "--off", "--entrypoint", "work")
     assert cli.json("requeue", job["id"]) == {"requeued": 0}  # already claimable
 

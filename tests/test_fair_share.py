@@ -1,12 +1,16 @@
 """Fair share between tenants (ADR 0021): an entrypoint's claimable jobs stand in one line per
 tenant, and claims serve the lines in turn at each priority, from the records and from the
-cold rows of a checkpoint's slabs alike; a claim undone gives its turn back."""
+cold rows of a checkpoint's slabs alike; a claim undone gives its turn back. Limits and
+throttles per tenant hold for every process."""
 
 from __future__ import annotations
 
+from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -122,3 +126,27 @@ async def test_priority_comes_before_the_turn(tmp_path: Path) -> None:
         claimed = await queue.dequeue("work", batch_size=3)
         assert [job.id for job in claimed][:1] == [urgent.id]
         assert [job.tenant for job in claimed[1:]] == ["globex", "acme"]  # acme was served last
+
+
+async def test_limits_and_throttles_per_tenant_hold_in_every_process(tmp_path: Path) -> None:
+    path = tmp_path / "queue.json"
+    async with (
+        DirectQueue(LocalFileSystemStorage(path)) as one,
+        DirectQueue(LocalFileSystemStorage(path)) as other,
+    ):
+        await fill(one, {"acme": 5, "globex": 5, None: 5})
+        await one.throttle(2, timedelta(hours=1), "work", per_tenant=True)
+        first = await one.dequeue("work", batch_size=10)
+        assert Counter(job.tenant for job in first) == {"acme": 2, "globex": 2, None: 2}
+        assert await other.dequeue("work", batch_size=10) == []  # the window's claims are spent
+        await other.throttle(None, timedelta(hours=1), "work", per_tenant=True)
+        await other.limit(None, 3, per_tenant=True)  # the whole queue's jobs of each tenant
+        second = await other.dequeue("work", batch_size=10)
+        assert Counter(job.tenant for job in second) == {"acme": 1, "globex": 1, None: 1}
+        await one.ack_many([job for job in first if job.tenant == "acme"])
+        third = await one.dequeue("work", batch_size=10)
+        assert [job.tenant for job in third] == ["acme", "acme"]
+        stats = await other.stats()
+        assert (stats.tenant_limits, stats.tenant_throttles, stats.limits) == ({None: 3}, {}, {})
+        with pytest.raises(ValueError, match="negative"):
+            await one.limit("work", -1, per_tenant=True)

@@ -29,7 +29,7 @@ from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.log.slab_load import loaded
 from jqueue.core.log.slab_plan import plan
 from jqueue.core.log.slabs import SlabSet
-from jqueue.domain.effects import Added, Cancelled, Died, ParentSettled, PauseSet, ThrottleSet
+from jqueue.domain.effects import Added, Cancelled, Died, LimitSet, ParentSettled, PauseSet, ThrottleSet
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus, ParentFailure
@@ -70,6 +70,9 @@ class Lifecycle(RuleBasedStateMachine):
         self.forgotten = 0
         self.throttles: dict[str | None, int] = {}  # claims allowed per window, by scope
         self.throttle_use: dict[str | None, tuple[int, int]] = {}  # (window, claims) by scope
+        self.tenant_limits: dict[str | None, int] = {}  # jobs in progress allowed per tenant, by scope
+        self.tenant_throttles: dict[str | None, int] = {}  # claims allowed per window per tenant, by scope
+        self.tenant_use: dict[tuple[str | None, str | None], tuple[int, int]] = {}  # by (scope, tenant)
         self.paused: set[str | None] = set()
         self.slabs = SlabSet()
         self.history = HistoryEncoder()  # kept across checkpoints, as a store keeps it
@@ -130,7 +133,35 @@ class Lifecycle(RuleBasedStateMachine):
                 left = min(left if left is not None else 10**9, self.throttles[scope] - current)
         return left
 
-    def count_claim(self, entrypoint: str, now: int) -> None:
+    def tenant_blocked(self, entrypoint: str, tenant: str | None, now: int) -> bool:
+        """The model of the limits and throttles per tenant: whether they let no job of
+        ``tenant`` of ``entrypoint`` start now."""
+        for scope in (None, entrypoint):
+            limit = self.tenant_limits.get(scope)
+            if limit is not None and self.running_of(scope, tenant) >= limit:
+                return True
+            throttle = self.tenant_throttles.get(scope)
+            window, used = self.tenant_use.get((scope, tenant), (now // WINDOW, 0))
+            if throttle is not None and (used if window >= now // WINDOW else 0) >= throttle:
+                return True
+        return False
+
+    def running_of(self, scope: str | None, tenant: str | None) -> int:
+        return sum(
+            1
+            for r in self.live().values()
+            if r.status is JobStatus.IN_PROGRESS and r.tenant == tenant and scope in (None, r.entrypoint)
+        )
+
+    def count_claim(self, entrypoint: str, now: int, tenant: str | None = None) -> None:
+        for scope in (None, entrypoint):
+            if scope in self.tenant_throttles:
+                window, used = self.tenant_use.get((scope, tenant), (now // WINDOW, 0))
+                used = used + 1 if window >= now // WINDOW else 1
+                self.tenant_use[scope, tenant] = (now // WINDOW, used)
+                assert used <= self.tenant_throttles[scope], (
+                    f"tenant {tenant} of {scope} claimed {used} times"
+                )
         for scope in (None, entrypoint):
             if scope in self.throttles:
                 window, used = self.throttle_use.get(scope, (now // WINDOW, 0))
@@ -320,12 +351,17 @@ class Lifecycle(RuleBasedStateMachine):
             assert None not in self.paused
             left = self.claims_left(record.entrypoint, now)
             assert left is None or left > 0
-            self.count_claim(record.entrypoint, now)
+            self.count_claim(record.entrypoint, now, record.tenant)
             self.held.append((worker, job_id, lease))
             if record.after:
                 self.started_with_parents.add(job_id)
                 self.a_child_runs_only_once_its_parents_settled(record)
-        if not self.throttles and not self.paused:
+        for scope, tenant in {
+            (s, self.live()[j].tenant) for j, _ in claimed for s in (None, self.live()[j].entrypoint)
+        }:
+            if scope in self.tenant_limits:  # a key never exceeds its limit
+                assert self.running_of(scope, tenant) <= self.tenant_limits[scope], (scope, tenant)
+        if not (self.throttles or self.paused or self.tenant_limits or self.tenant_throttles):
             self.turns.check(candidates, [job_id for job_id, _ in claimed])
         if len(claimed) < batch:  # nothing else was claimable
             for record in self.live().values():
@@ -335,6 +371,7 @@ class Lifecycle(RuleBasedStateMachine):
                 claimable = (
                     claimable and (record.not_before or 0) <= now and (record.deadline or now + 1) > now
                 )
+                claimable = claimable and not self.tenant_blocked(record.entrypoint, record.tenant, now)
                 if claimable and record.entrypoint not in self.paused and None not in self.paused:
                     assert self.claims_left(record.entrypoint, now) == 0
 
@@ -475,6 +512,21 @@ class Lifecycle(RuleBasedStateMachine):
             self.paused.add(scope)
         else:
             self.paused.discard(scope)
+
+    @rule(
+        scope=st.sampled_from([None, "a"]),
+        limit=st.sampled_from([None, 0, 1, 2]),
+        throttle=st.booleans(),
+    )
+    def steer_each_tenant(self, scope: str | None, limit: int | None, throttle: bool) -> None:
+        effect = ThrottleSet(scope, limit, WINDOW, True) if throttle else LimitSet(scope, limit, True)
+        self.commit(lambda index: index.apply(effect))
+        kept = self.tenant_throttles if throttle else self.tenant_limits
+        kept.pop(scope, None)
+        if throttle:
+            self.tenant_use = {key: use for key, use in self.tenant_use.items() if key[0] != scope}
+        if limit is not None:
+            kept[scope] = limit
 
     @rule(keep=st.integers(0, 4), age=st.integers(0, 60))
     def forget_history(self, keep: int, age: int) -> None:

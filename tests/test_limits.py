@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from conftest import Backend
-from jqueue import BrokerQueue, DirectQueue, JobStatus, Layout, LocalFileSystemStorage
+from jqueue import BrokerQueue, DirectQueue, JobSpec, JobStatus, Layout, LocalFileSystemStorage
 from jqueue.domain.records import HistoryRecord
 
 HERE = Path(__file__).parent
@@ -55,13 +56,9 @@ def peak(records: list[HistoryRecord]) -> int:
     return most
 
 
-@pytest.mark.slow
-async def test_three_worker_processes_never_run_more_than_the_limit(tmp_path: Path) -> None:
-    path = tmp_path / "q.json"
-    async with BrokerQueue(LocalFileSystemStorage(path)) as queue:
-        await queue.enqueue_many("work", [b"%d" % i for i in range(60)])
-        await queue.enqueue_many("other", [b"%d" % i for i in range(20)])
-        await queue.limit("work", 2)
+async def drained_by_three_workers(path: Path) -> list[HistoryRecord]:
+    """Run three ``limit_worker.py`` processes on the queue at ``path`` until it is empty;
+    return its history of acked jobs."""
     workers = [
         await asyncio.create_subprocess_exec(
             sys.executable, str(HERE / "limit_worker.py"), path.as_uri(), stdout=asyncio.subprocess.PIPE
@@ -73,10 +70,37 @@ async def test_three_worker_processes_never_run_more_than_the_limit(tmp_path: Pa
         assert (await worker.stdout.readline()).strip() == b"ready"
     assert [await asyncio.wait_for(worker.wait(), 120) for worker in workers] == [0, 0, 0]
     async with DirectQueue(LocalFileSystemStorage(path)) as queue:
-        left = await queue.count()
-        history = await queue.history(outcome=JobStatus.ACKED)
+        assert await queue.count() == 0
+        return await queue.history(outcome=JobStatus.ACKED)
+
+
+@pytest.mark.slow
+async def test_three_worker_processes_never_run_more_than_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    async with BrokerQueue(LocalFileSystemStorage(path)) as queue:
+        await queue.enqueue_many("work", [b"%d" % i for i in range(60)])
+        await queue.enqueue_many("other", [b"%d" % i for i in range(20)])
+        await queue.limit("work", 2)
+    history = await drained_by_three_workers(path)
     work = [r for r in history if r.entrypoint == "work"]
     others = [r for r in history if r.entrypoint == "other"]
-    assert (left, len(work), len(others)) == (0, 60, 20)
+    assert (len(work), len(others)) == (60, 20)
     assert peak(work) == 2  # never more than the limit, and the limit was used
     assert peak(others) > 2  # the other entrypoint is not held back
+
+
+@pytest.mark.slow
+async def test_three_worker_processes_run_one_job_of_each_tenant_at_a_time(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    tenants = ("acme", "globex", "initech")
+    async with BrokerQueue(LocalFileSystemStorage(path)) as queue:
+        for tenant in tenants:
+            await queue.enqueue_many([JobSpec("work", b"%d" % i, tenant=tenant) for i in range(15)])
+        await queue.limit("work", 1, per_tenant=True)
+        await queue.throttle(1000, timedelta(seconds=1), "work", per_tenant=True)  # counted, not reached
+        assert (await queue.stats()).tenant_limits == {"work": 1}
+    history = await drained_by_three_workers(path)
+    assert sorted(str(r.tenant) for r in history) == sorted(tenants * 15)
+    for tenant in tenants:
+        assert peak([r for r in history if r.tenant == tenant]) == 1  # a tenant never exceeds its limit
+    assert peak(history) > 1  # the tenants run beside each other

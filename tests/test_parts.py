@@ -16,16 +16,16 @@ from jqueue import DirectQueue, JobSpec, JobStatus, LogSettings, QueuePausedErro
 from jqueue.core.formats.entry import decode_entry
 from jqueue.core.formats.marker import ENTRY_PREFIX
 from jqueue.core.formats.part_runs import ID_HEAD, PART_ROWS, AddPart
-from jqueue.core.log.parts import PART_PREFIX, StoredPart, part_name, write_part
+from jqueue.core.log.parts import PART_PREFIX, PartRow, StoredPart, part_name, write_part
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.ports.storage import KeyedStoragePort
 from queues import open_queue
 
-Row = tuple[bytes, int, str | None, int | None]
+Row = PartRow
 
 
 def rows(prefix: str, count: int) -> list[Row]:
-    return [(b"%s-%d" % (prefix.encode(), i), 0, None, None) for i in range(count)]
+    return [(b"%s-%d" % (prefix.encode(), i), 0, None, None, None) for i in range(count)]
 
 
 async def part(storage: KeyedStoragePort, entries: list[Row], age: timedelta = timedelta(0)) -> StoredPart:
@@ -38,9 +38,9 @@ async def test_parts_are_added_in_one_commit_and_their_payloads_are_read_from_th
     storage, name = file_or_s3.new_keyed()
     now = to_micros(utc_now())
     mixed = [
-        (b"late", 0, "k-late", now + 3_600_000_000),
-        (b"urgent", -5, "k-urgent", None),
-        (b"plain", 0, None, None),
+        (b"late", 0, "k-late", now + 3_600_000_000, None),
+        (b"urgent", -5, "k-urgent", None, "acme"),
+        (b"plain", 0, None, None, None),
     ]
     parts = [await part(storage, rows("a", 300)), await part(storage, mixed)]
     async with open_queue(queue_kind, storage) as q:
@@ -53,6 +53,7 @@ async def test_parts_are_added_in_one_commit_and_their_payloads_are_read_from_th
         await q.ack(before)
         [urgent] = await q.dequeue("bulk")
         assert (urgent.payload, urgent.priority, urgent.dedup_key) == (b"urgent", -5, "k-urgent")
+        assert urgent.tenant == "acme"  # a part's column, through the commit's add_part
         await q.ack(urgent)
         late = [j for j in await q.jobs(limit=None) if j.dedup_key == "k-late"]
         assert late[0].not_before is not None
@@ -81,7 +82,8 @@ async def test_a_dedup_key_already_in_the_queue_is_not_staged_again(file_or_s3: 
     async with DirectQueue(storage) as q:
         await q.enqueue("bulk", b"first", dedup_key="k1")
         written = await part(
-            storage, [(b"dup", 0, "k1", None), (b"new", 0, "k2", None), (b"again", 0, "k2", None)]
+            storage,
+            [(b"dup", 0, "k1", None, None), (b"new", 0, "k2", None, None), (b"again", 0, "k2", None, None)],
         )
         assert await q.bulk.add_parts([written]) == 1
         assert sorted(j.payload for j in await q.jobs(limit=None)) == [b"first", b"new"]

@@ -48,10 +48,14 @@ def test_a_write_with_a_retried_task_enqueues_every_row_exactly_once(
     rows = spark.range(20_000, numPartitions=4).select(
         flaky(functions.concat(functions.lit("job-"), functions.col("id").cast("string"))).alias("payload"),
         (functions.col("id") % 3).cast("int").alias("priority"),
+        functions.when(
+            functions.col("id") % 5 > 0, functions.concat(functions.lit("t"), functions.col("id") % 5)
+        )
+        .otherwise(functions.lit(None))
+        .alias("customer"),
     )
-    rows.write.format("jqueue").option("entrypoint", "bulk").option("priorityColumn", "priority").mode(
-        "append"
-    ).save(url)
+    writer = rows.write.format("jqueue").option("entrypoint", "bulk").option("priorityColumn", "priority")
+    writer.option("tenantColumn", "customer").mode("append").save(url)
 
     async def check() -> None:
         async with DirectQueue(storage_from_url(url)) as q:
@@ -60,6 +64,10 @@ def test_a_write_with_a_retried_task_enqueues_every_row_exactly_once(
             assert {j.payload for j in jobs} == {b"job-%d" % i for i in range(20_000)}
             assert {j.status for j in jobs} == {JobStatus.QUEUED}
             assert {j.priority for j in jobs} == {0, 1, 2}
+            assert {j.tenant for j in jobs} == {None, "t1", "t2", "t3", "t4"}
+            first = await q.dequeue("bulk", batch_size=5)  # the tenants take turns
+            assert {j.priority for j in first} == {0}
+            assert len({j.tenant for j in first}) == 5
         # one part per partition: the failed attempt failed before its first part was written
         assert len(await part_objects(url)) == 4
 

@@ -294,9 +294,12 @@ class ManagementCalls:
         _scope(entrypoint)
         await self._commits.run(lambda index: index.apply(PauseSet(entrypoint, False, False)))
 
-    async def throttle(self, limit: int | None, per: timedelta, entrypoint: str | None = None) -> None:
+    async def throttle(
+        self, limit: int | None, per: timedelta, entrypoint: str | None = None, per_tenant: bool = False
+    ) -> None:
         """Allow at most ``limit`` claims per window of ``per`` of ``entrypoint`` (None: of the
-        whole queue), shared by every process; ``limit=None`` lifts the throttle.
+        whole queue), shared by every process; ``limit=None`` lifts the throttle. With
+        ``per_tenant``, the throttle is a separate one that holds for each tenant's jobs apart.
 
         Windows are fixed (counted from the epoch), so a burst may straddle two.
         """
@@ -306,11 +309,12 @@ class ManagementCalls:
         window = per // timedelta(microseconds=1)
         if window < 1:
             raise ValueError(f"per must be positive, got {span(per)}")
-        await self._commits.run(lambda index: index.apply(ThrottleSet(entrypoint, limit, window)))
+        await self._commits.run(lambda index: index.apply(ThrottleSet(entrypoint, limit, window, per_tenant)))
 
-    async def limit(self, entrypoint: str | None, n: int | None) -> None:
+    async def limit(self, entrypoint: str | None, n: int | None, per_tenant: bool = False) -> None:
         """Allow at most ``n`` jobs of ``entrypoint`` (None: of the whole queue) in progress at
-        once, however many workers claim, in every process; ``n=None`` lifts the limit.
+        once, however many workers claim, in every process; ``n=None`` lifts the limit. With
+        ``per_tenant``, the limit is a separate one that holds for each tenant's jobs apart.
 
         The claim enforces it, as it does throttles: a claim hands out no job of an
         entrypoint whose limit is reached until one of its jobs is acked, nacked, released
@@ -319,7 +323,7 @@ class ManagementCalls:
         _scope(entrypoint)
         if n is not None and checked_int64("n", n) < 0:
             raise ValueError(f"n must not be negative, got {n}")
-        await self._commits.run(lambda index: index.apply(LimitSet(entrypoint, n)))
+        await self._commits.run(lambda index: index.apply(LimitSet(entrypoint, n, per_tenant)))
 
     async def history(
         self,

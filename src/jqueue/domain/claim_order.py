@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Collection, Iterator
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from jqueue.domain.cold import ClaimKey, ColdRows
@@ -166,10 +167,12 @@ class ClaimOrder:
         controls: Controls,
         now: int,
         running: Callable[[str | None], int],
+        running_of: Callable[[str | None, Tenant], int],
     ) -> tuple[str, Callable[[], None]] | None:
         """Pop the best claimable job (of ``entrypoints`` if given) whose entrypoint is neither
-        paused, out of throttle, nor at its limit of ``running`` jobs; return its id and the
-        undo of the turn it gave its line, or None."""
+        paused, out of throttle, nor at its limit of ``running`` jobs, and whose tenant is
+        neither out of throttle nor at its limit of jobs ``running_of`` it; return its id and
+        the undo of the turn it gave its line, or None."""
         best: ClaimKey | None = None
         best_line: tuple[str, Tenant, bool] = ("", None, False)
         for name in self._names() if entrypoints is None else entrypoints:
@@ -177,7 +180,10 @@ class ClaimOrder:
                 continue
             if controls.at_limit(name, running):
                 continue
-            first = self._first(name)
+            passed = None
+            if controls.per_tenant:
+                passed = partial(controls.tenant_blocked, name, now=now, running=running_of)
+            first = self._first(name, passed)
             if first is not None and (best is None or first[1][0] < best):
                 tenant, (best, cold) = first
                 best_line = (name, tenant, cold)
@@ -196,12 +202,15 @@ class ClaimOrder:
     def _names(self) -> list[str]:
         return list(self._lines)  # kept when empty: an undone claim gives its turn back to them
 
-    def _first(self, entrypoint: str) -> tuple[Tenant, Head] | None:
-        """Return the line of ``entrypoint`` whose turn it is, and where its first job stands."""
+    def _first(
+        self, entrypoint: str, passed: Callable[[Tenant], bool] | None = None
+    ) -> tuple[Tenant, Head] | None:
+        """Return the line of ``entrypoint`` whose turn it is (of those ``passed`` does not name),
+        and where its first job stands."""
         lines = self._lines.get(entrypoint)
         if lines is None:
             return None
-        return lines.top(lambda tenant: self._head((entrypoint, tenant)), _priority)
+        return lines.top(lambda tenant: self._head((entrypoint, tenant)), _priority, passed)
 
     def _head(self, line: Line) -> Head | None:
         """Return where the first claimable job of ``line`` stands, hot or cold, and whether it

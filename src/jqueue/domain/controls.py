@@ -5,7 +5,8 @@ A scope is an entrypoint, or None for the whole queue. A throttle allows ``limit
 claims per fixed window of ``window`` microseconds (windows are counted from the
 epoch); the claims of the current window are counted as claims are applied, so
 replaying the log gives every reader the same counts. A limit allows at most so many jobs of
-its scope in progress at once (counted by the index's tally when a claim is decided).
+its scope in progress at once (counted by the index's tally when a claim is decided). A
+throttle or a limit per tenant holds for each tenant's jobs of its scope apart (ADR 0021).
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from copy import deepcopy
 from typing import Any
 
 from jqueue.domain.effects import LimitSet, PauseSet, SinkMarked, ThrottleSet
+from jqueue.domain.lines import Tenant
 
 Scope = str | None
 
 
 class Controls:
-    """Pauses, throttles and the throttles' current usage."""
+    """Pauses, throttles and the throttles' current usage, limits; per tenant too."""
 
     def __init__(self) -> None:
         self.paused_claims: set[Scope] = set()
@@ -28,6 +30,10 @@ class Controls:
         self.throttles: dict[Scope, tuple[int, int]] = {}
         self.usage: dict[Scope, tuple[int, int]] = {}
         self.limits: dict[Scope, int] = {}
+        self.tenant_throttles: dict[Scope, tuple[int, int]] = {}
+        self.tenant_usage: dict[Scope, tuple[int, dict[Tenant, int]]] = {}
+        """Per scope, the current window and each tenant's claims in it (no older window)."""
+        self.tenant_limits: dict[Scope, int] = {}
         self.marks: dict[str, int] = {}
         """The newest batch id each streaming sink committed (see ``SinkMarked``)."""
 
@@ -40,6 +46,13 @@ class Controls:
             "usage": [[scope, window, count] for scope, (window, count) in self.usage.items()],
             "limits": [[scope, limit] for scope, limit in self.limits.items()],
             "marks": [[sink, batch_id] for sink, batch_id in self.marks.items()],
+            "tenant_throttles": [[s, limit, window] for s, (limit, window) in self.tenant_throttles.items()],
+            "tenant_usage": [
+                [scope, window, tenant, count]
+                for scope, (window, counts) in self.tenant_usage.items()
+                for tenant, count in counts.items()
+            ],
+            "tenant_limits": [[scope, limit] for scope, limit in self.tenant_limits.items()],
         }
 
     @classmethod
@@ -52,6 +65,11 @@ class Controls:
         controls.usage = {scope: (window, count) for scope, window, count in data.get("usage", ())}
         controls.limits = {scope: limit for scope, limit in data.get("limits", ())}
         controls.marks = {sink: batch_id for sink, batch_id in data.get("marks", ())}
+        throttles = data.get("tenant_throttles", ())
+        controls.tenant_throttles = {scope: (limit, window) for scope, limit, window in throttles}
+        for scope, window, tenant, count in data.get("tenant_usage", ()):
+            controls.tenant_usage.setdefault(scope, (window, {}))[1][tenant] = count
+        controls.tenant_limits = {scope: limit for scope, limit in data.get("tenant_limits", ())}
         return controls
 
     def as_effects(self) -> list[PauseSet | ThrottleSet | LimitSet | SinkMarked]:
@@ -61,6 +79,8 @@ class Controls:
         throttles = [ThrottleSet(scope, limit, window) for scope, (limit, window) in self.throttles.items()]
         limits = [LimitSet(scope, limit) for scope, limit in self.limits.items()]
         marks = [SinkMarked(sink, batch_id) for sink, batch_id in self.marks.items()]
+        throttles += [ThrottleSet(s, n, window, True) for s, (n, window) in self.tenant_throttles.items()]
+        limits += [LimitSet(scope, limit, True) for scope, limit in self.tenant_limits.items()]
         return [*pauses, *throttles, *limits, *marks]
 
     def _restorer(self) -> Callable[[], None]:
@@ -84,20 +104,24 @@ class Controls:
     def set_throttle(self, effect: ThrottleSet) -> Callable[[], None]:
         """Apply a throttle or lift one; returns its undo."""
         undo = self._restorer()
-        self.usage.pop(effect.scope, None)
+        throttles, usage = (
+            (self.tenant_throttles, self.tenant_usage) if effect.per_tenant else (self.throttles, self.usage)
+        )
+        usage.pop(effect.scope, None)
         if effect.limit is None:
-            self.throttles.pop(effect.scope, None)
+            throttles.pop(effect.scope, None)
         else:
-            self.throttles[effect.scope] = (effect.limit, effect.window)
+            throttles[effect.scope] = (effect.limit, effect.window)
         return undo
 
     def set_limit(self, effect: LimitSet) -> Callable[[], None]:
         """Apply a limit on the jobs in progress, or lift one; returns its undo."""
         undo = self._restorer()
+        limits = self.tenant_limits if effect.per_tenant else self.limits
         if effect.limit is None:
-            self.limits.pop(effect.scope, None)
+            limits.pop(effect.scope, None)
         else:
-            self.limits[effect.scope] = effect.limit
+            limits[effect.scope] = effect.limit
         return undo
 
     def set_mark(self, effect: SinkMarked) -> Callable[[], None]:
@@ -127,20 +151,65 @@ class Controls:
             scope in limits and running(scope) >= limits[scope] for scope in (None, entrypoint)
         )
 
-    def count_claim(self, entrypoint: str, at: int) -> Callable[[], None] | None:
-        """Count a claim at ``at`` against the throttles it falls under; returns the undo, if any."""
+    def count_claim(self, entrypoint: str, at: int, tenant: Tenant = None) -> Callable[[], None] | None:
+        """Count a claim at ``at`` of a job of ``tenant`` against the throttles it falls under;
+        returns the undo, if any (which restores only what the claim changed: a window's
+        counts per tenant may be many)."""
         scopes = [scope for scope in (None, entrypoint) if scope in self.throttles]
-        if not scopes:
+        tenant_scopes = [scope for scope in (None, entrypoint) if scope in self.tenant_throttles]
+        if not scopes and not tenant_scopes:
             return None
-        undo = self._restorer()
+        usage = {scope: self.usage.get(scope) for scope in scopes}
+        tenant_usage = {scope: self.tenant_usage.get(scope) for scope in tenant_scopes}
+        counted: dict[Scope, int | None] = {}  # the tenant's count before, where its window went on
         for scope in scopes:
             window = at // self.throttles[scope][1]
-            used = self.usage.get(scope)
+            used = usage[scope]
             if used is not None and used[0] >= window:
                 self.usage[scope] = (used[0], used[1] + 1)
             else:
                 self.usage[scope] = (window, 1)
+        for scope in tenant_scopes:
+            window = at // self.tenant_throttles[scope][1]
+            current = tenant_usage[scope]
+            if current is None or current[0] < window:  # a new window: the old counts go
+                self.tenant_usage[scope] = (window, {tenant: 1})
+            else:
+                counted[scope] = current[1].get(tenant)
+                current[1][tenant] = (counted[scope] or 0) + 1
+
+        def undo() -> None:  # looks the entries up again: a restorer may have replaced them since
+            for scope, used in usage.items():
+                _restore(self.usage, scope, used)
+            for scope, current in tenant_usage.items():
+                if scope not in counted:
+                    _restore(self.tenant_usage, scope, current)
+                elif (now := self.tenant_usage.get(scope)) is not None:
+                    _restore(now[1], tenant, counted[scope])
+
         return undo
+
+    @property
+    def per_tenant(self) -> bool:
+        """Whether a limit or a throttle counts per tenant."""
+        return bool(self.tenant_limits or self.tenant_throttles)
+
+    def tenant_blocked(
+        self, entrypoint: str, tenant: Tenant, now: int, running: Callable[[Scope, Tenant], int]
+    ) -> bool:
+        """Whether the limits and throttles per tenant let no more job of ``tenant`` of
+        ``entrypoint`` start at ``now``, given the jobs ``running`` per scope and tenant."""
+        for scope in (None, entrypoint):
+            limit = self.tenant_limits.get(scope)
+            if limit is not None and running(scope, tenant) >= limit:
+                return True
+            throttle = self.tenant_throttles.get(scope)
+            if throttle is not None:
+                used = self.tenant_usage.get(scope)
+                count = used[1].get(tenant, 0) if used is not None and used[0] >= now // throttle[1] else 0
+                if count >= throttle[0]:
+                    return True
+        return False
 
     def claims_paused(self, entrypoint: str) -> bool:
         """Whether claims of ``entrypoint`` are paused (by itself or the whole queue)."""
@@ -164,3 +233,11 @@ class Controls:
             left = max(0, limit - count)
             allowed = left if allowed is None else min(allowed, left)
         return allowed
+
+
+def _restore(mapping: dict[Any, Any], key: Any, value: Any) -> None:
+    """Set ``mapping[key]`` back to ``value`` (None: remove it)."""
+    if value is None:
+        mapping.pop(key, None)
+    else:
+        mapping[key] = value

@@ -105,20 +105,23 @@ class PauseSet:
 @dataclass(frozen=True, slots=True)
 class ThrottleSet:
     """Claims of ``scope`` (an entrypoint, or None for the whole queue) are limited to ``limit``
-    per ``window`` microseconds; a ``limit`` of None lifts the throttle."""
+    per ``window`` microseconds (``per_tenant``: for each tenant's jobs); a ``limit`` of None
+    lifts the throttle."""
 
     scope: str | None
     limit: Counted | None
     window: Window
+    per_tenant: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class LimitSet:
     """At most ``limit`` jobs of ``scope`` (an entrypoint, or None for the whole queue) may be
-    in progress at once; a ``limit`` of None lifts it."""
+    in progress at once (``per_tenant``: of each tenant); a ``limit`` of None lifts it."""
 
     scope: str | None
     limit: Counted | None
+    per_tenant: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,10 @@ class QueueIndex(IndexState):
         counts = self.tally.counts.get(scope)
         return 0 if counts is None else counts[IN_PROGRESS]
 
+    def running_of(self, scope: str | None, tenant: str | None) -> int:
+        """How many jobs of ``tenant`` of ``scope`` (an entrypoint, or None for all) are in progress."""
+        return self.tally.running.get((scope, tenant), 0)
+
     def heap_entries(self) -> int:
         """How many entries the heaps hold, live or outdated (outdated ones are skipped lazily)."""
         return self.order.entries()
@@ -81,7 +85,7 @@ class QueueIndex(IndexState):
         self.order.release_due(now)
         claimed: list[fx.Claimed] = []
         while len(claimed) < batch_size:
-            found = self.order.next_claimable(entrypoints, self.controls, now, self.running)
+            found = self.order.next_claimable(entrypoints, self.controls, now, self.running, self.running_of)
             if found is None:
                 break
             job_id, give_back_turn = found

@@ -211,7 +211,7 @@ class IndexState(Journal, ColdJobs, Dependencies, BulkAdds, Freezing):
                 self._update(
                     record, record.changed(**claimed, **_NO_PROGRESS, attempts=attempts, claims=claims)
                 )
-                self._record_undo(self.controls.count_claim(record.entrypoint, at))
+                self._record_undo(self.controls.count_claim(record.entrypoint, at, record.tenant))
             case Requeued(job_id, not_before, error, reset):
                 self._requeue(self._existing(job_id, effect), not_before, error, reset)
             case Beat(job_id, at, new_expiry, progress, note, new_lease):

@@ -119,6 +119,8 @@ class HistoryRecord:
         What its handler returned (an acked job's, when it was acked with one).
     after : tuple of str
         Its parents' ids (``Job.after``), so that a workflow can be shown once it is done.
+    tenant : str or None
+        Whose job it was (``Job.tenant``).
     """
 
     job_id: str = field(metadata=_kept(Kind.TEXT, job="id"))
@@ -133,6 +135,7 @@ class HistoryRecord:
     dedup_key: str | None = field(default=None, metadata=_kept(Kind.TEXT, job="dedup_key"))
     result: bytes | None = field(default=None, metadata=_kept(Kind.PAYLOAD))
     after: tuple[str, ...] = field(default=(), metadata=_kept(Kind.IDS, job="after"))
+    tenant: str | None = field(default=None, metadata=_kept(Kind.TEXT, job="tenant"))
 
     @property
     def created_at(self) -> datetime:
@@ -188,7 +191,7 @@ class HistoryRecord:
         r = record
         fields = (r.id, r.entrypoint, r.created, r.claims, finished, r.attempts, outcome)
         error = r.last_error if error is None else error
-        return cls(*fields, error, r.dead_reason, r.dedup_key, result, r.after)
+        return cls(*fields, error, r.dead_reason, r.dedup_key, result, r.after, r.tenant)
 
     def public(self) -> dict[str, Any]:
         """Return the record's fields by their public names (times as datetimes)."""

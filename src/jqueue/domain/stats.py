@@ -58,6 +58,8 @@ class QueueStats:
         Jobs allowed in progress at once, per scope.
     history_records : int
         Finished jobs remembered.
+    tenant_throttles, tenant_limits : dict
+        As ``throttles`` and ``limits``, for each tenant's jobs of the scope apart.
     """
 
     version: int
@@ -67,6 +69,8 @@ class QueueStats:
     throttles: dict[str | None, tuple[int, float]] = field(default_factory=dict)
     limits: dict[str | None, int] = field(default_factory=dict)
     history_records: int = 0
+    tenant_throttles: dict[str | None, tuple[int, float]] = field(default_factory=dict)
+    tenant_limits: dict[str | None, int] = field(default_factory=dict)
 
     def total(self, status: JobStatus) -> int:
         """Return how many jobs have ``status`` (``QUEUED`` counts scheduled jobs too)."""
@@ -114,4 +118,6 @@ def stats_of(index: QueueIndex, now: int) -> QueueStats:
         throttles={scope: (limit, window / 1e6) for scope, (limit, window) in controls.throttles.items()},
         limits=dict(controls.limits),
         history_records=len(index.history),
+        tenant_throttles={s: (n, window / 1e6) for s, (n, window) in controls.tenant_throttles.items()},
+        tenant_limits=dict(controls.tenant_limits),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from jqueue.domain.lines import Tenant
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import JobRecord
 
@@ -42,15 +43,18 @@ def slot_of(record: JobRecord) -> int:
 
 
 class Tally:
-    """Jobs per entrypoint and slot, and the ids of delayed and of dead jobs."""
+    """Jobs per entrypoint and slot, jobs in progress per tenant (of each entrypoint, and of
+    the whole queue), and the ids of delayed and of dead jobs."""
 
     def __init__(self) -> None:
         self.counts: dict[str, list[int]] = {}
+        self.running: dict[tuple[str | None, Tenant], int] = {}
+        """Jobs in progress per (entrypoint, tenant) and per (None, tenant)."""
         self._ids: dict[int, dict[str, None]] = {DELAYED: {}, DEAD: {}}
 
     def rebuild(self, records: Iterable[JobRecord]) -> None:
         """Count ``records`` afresh."""
-        self.counts, self._ids = {}, {DELAYED: {}, DEAD: {}}
+        self.counts, self.running, self._ids = {}, {}, {DELAYED: {}, DEAD: {}}
         for record in records:
             self.add(record)
 
@@ -61,6 +65,10 @@ class Tally:
         if counts is None:
             counts = self.counts[record.entrypoint] = [0] * SLOTS
         counts[slot] += 1
+        if slot == IN_PROGRESS:
+            running, tenant = self.running, record.tenant
+            for key in ((record.entrypoint, tenant), (None, tenant)):
+                running[key] = running.get(key, 0) + 1
         ids = self._ids.get(slot)
         if ids is not None:
             ids[record.id] = None
@@ -79,6 +87,13 @@ class Tally:
         counts[slot] -= 1
         if not any(counts):
             del self.counts[record.entrypoint]
+        if slot == IN_PROGRESS:
+            running, tenant = self.running, record.tenant
+            for key in ((record.entrypoint, tenant), (None, tenant)):
+                if running[key] == 1:
+                    del running[key]
+                else:
+                    running[key] -= 1
         ids = self._ids.get(slot)
         if ids is not None:
             del ids[record.id]

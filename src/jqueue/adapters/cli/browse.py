@@ -107,14 +107,21 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         entrypoints = {name: vars(s) for name, s in result.entrypoints.items()}
         paused = {"claims": result.paused_claims, "enqueues": result.paused_enqueues}
         throttles = [
-            {"entrypoint": k, "limit": v[0], "per_seconds": v[1]} for k, v in result.throttles.items()
+            {"entrypoint": k, "limit": v[0], "per_seconds": v[1], "per_tenant": each}
+            for each, kept in ((False, result.throttles), (True, result.tenant_throttles))
+            for k, v in kept.items()
+        ]
+        limits = [
+            {"entrypoint": k, "limit": v, "per_tenant": each}
+            for each, kept in ((False, result.limits), (True, result.tenant_limits))
+            for k, v in kept.items()
         ]
         summary = {
             "version": result.version,
             "entrypoints": entrypoints,
             "paused": paused,
             "throttles": throttles,
-            "limits": [{"entrypoint": k, "limit": v} for k, v in result.limits.items()],
+            "limits": limits,
         }
         print_json(summary | {"history_records": result.history_records})
         return
@@ -133,10 +140,13 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         f"claims paused: {scopes(result.paused_claims)}; enqueues paused: {scopes(result.paused_enqueues)}"
     )
     console.print(f"history records: {result.history_records}")
-    for scope, (limit, per) in result.throttles.items():
-        console.print(f"throttle {'(all)' if scope is None else scope}: {limit} claims per {per:g} s")
-    for scope, most in result.limits.items():
-        console.print(f"limit {'(all)' if scope is None else scope}: {most} in progress at once")
+    for each, throttled in (("", result.throttles), (", each tenant", result.tenant_throttles)):
+        for scope, (limit, per) in throttled.items():
+            named = "(all)" if scope is None else scope
+            console.print(f"throttle {named}{each}: {limit} claims per {per:g} s")
+    for each, limited in (("", result.limits), (", each tenant", result.tenant_limits)):
+        for scope, most in limited.items():
+            console.print(f"limit {'(all)' if scope is None else scope}{each}: {most} in progress at once")
 
 
 def ls(

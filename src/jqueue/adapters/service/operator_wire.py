@@ -198,18 +198,22 @@ class PauseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class ThrottleRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """``throttle``: at most ``limit`` claims per ``per_seconds`` (``limit`` None lifts it)."""
+    """``throttle``: at most ``limit`` claims per ``per_seconds`` (``limit`` None lifts it), of
+    each tenant apart with ``per_tenant``."""
 
     limit: Int64 | None
     per_seconds: PositiveSeconds
     entrypoint: str | None = None
+    per_tenant: bool = False
 
 
 class LimitRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """``limit``: at most ``n`` jobs in progress at once (None lifts it)."""
+    """``limit``: at most ``n`` jobs in progress at once (None lifts it), of each tenant apart
+    with ``per_tenant``."""
 
     entrypoint: str | None = None
     n: Int64 | None = None
+    per_tenant: bool = False
 
 
 class DoneResponse(msgspec.Struct):
@@ -234,6 +238,8 @@ class StatsResponse(msgspec.Struct, kw_only=True):
     throttles: list[tuple[str | None, int, float]]
     limits: list[tuple[str | None, int]]
     history_records: int
+    tenant_throttles: list[tuple[str | None, int, float]] = []
+    tenant_limits: list[tuple[str | None, int]] = []
 
     @classmethod
     def of(cls, stats: QueueStats) -> StatsResponse:
@@ -246,6 +252,8 @@ class StatsResponse(msgspec.Struct, kw_only=True):
             throttles=[(scope, limit, per) for scope, (limit, per) in stats.throttles.items()],
             limits=list(stats.limits.items()),
             history_records=stats.history_records,
+            tenant_throttles=[(scope, limit, per) for scope, (limit, per) in stats.tenant_throttles.items()],
+            tenant_limits=list(stats.tenant_limits.items()),
         )
 
     def value(self) -> QueueStats:
@@ -258,6 +266,8 @@ class StatsResponse(msgspec.Struct, kw_only=True):
             {scope: (limit, per) for scope, limit, per in self.throttles},
             dict(self.limits),
             self.history_records,
+            {scope: (limit, per) for scope, limit, per in self.tenant_throttles},
+            dict(self.tenant_limits),
         )
 
 

@@ -15,8 +15,8 @@ class JQueueDataSource(DataSource):
     """A queue as a Spark data source: write rows as jobs, read jobs or history.
 
     Writing takes ``entrypoint``, ``payloadColumn`` (default ``payload``; binary or
-    string) and optionally ``priorityColumn``, ``dedupKeyColumn`` and ``delayColumn``
-    (seconds); reading takes ``table`` (``jobs`` or ``history``) and ``partitions``.
+    string) and optionally ``priorityColumn``, ``dedupKeyColumn``, ``delayColumn``
+    (seconds) and ``tenantColumn``; reading takes ``table`` (``jobs`` or ``history``) and ``partitions``.
     The path given to ``save``/``load`` is the queue's storage URL.
     """
 

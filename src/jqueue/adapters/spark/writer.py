@@ -27,16 +27,15 @@ from pyspark.sql.types import StructType
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.direct import DirectQueue
 from jqueue.core.formats.part_runs import PART_ROWS
-from jqueue.core.log.parts import PART_BYTES, StoredPart, write_part
+from jqueue.core.log.parts import PART_BYTES, PartRow, StoredPart, write_part
 from jqueue.core.queue import DEFAULT_MAX_PAYLOAD_BYTES
 from jqueue.domain.errors import PayloadTooLargeError
-from jqueue.domain.spec import LONGEST_SPAN
+from jqueue.domain.spec import LONGEST_SPAN, TENANT
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_int64, checked_text
 from jqueue.ports.storage import KeyedStoragePort
 
 logger = logging.getLogger("jqueue")
-Row = tuple[bytes, int, str | None, int | None]
 
 
 @dataclass
@@ -84,13 +83,14 @@ class PartWriting:
         self.priority = options.get("priorityColumn")
         self.dedup_key = options.get("dedupKeyColumn")
         self.delay = options.get("delayColumn")
+        self.tenant = options.get("tenantColumn")
         self.max_payload_bytes = int(options.get("maxPayloadBytes", str(DEFAULT_MAX_PAYLOAD_BYTES)))
         names = set(schema.fieldNames())
-        for column in (self.payload, self.priority, self.dedup_key, self.delay):
+        for column in (self.payload, self.priority, self.dedup_key, self.delay, self.tenant):
             if column is not None and column not in names:
                 raise ValueError(f"the DataFrame has no column {column!r}")
 
-    def _rows(self, batch: RecordBatch, created: int) -> list[Row]:
+    def _rows(self, batch: RecordBatch, created: int) -> list[PartRow]:
         payloads = [_bytes(value) for value in batch.column(self.payload).to_pylist()]
         for payload in payloads:
             if len(payload) > self.max_payload_bytes:
@@ -106,7 +106,11 @@ class PartWriting:
         not_befores = [
             None if d is None else created + _micros(d) for d in self._column(batch, self.delay, count)
         ]
-        return list(zip(payloads, priorities, keys, not_befores, strict=True))
+        tenants = self._column(batch, self.tenant, count)
+        for tenant in tenants:
+            if tenant is not None:
+                TENANT.check("tenant", checked_text("tenant", tenant))
+        return list(zip(payloads, priorities, keys, not_befores, tenants, strict=True))
 
     @staticmethod
     def _column(batch: RecordBatch, name: str | None, count: int) -> list[Any]:
@@ -120,7 +124,7 @@ class PartWriting:
         storage = keyed_storage(self.url)
         created = to_micros(utc_now())
         parts: list[StoredPart] = []
-        rows: list[Row] = []
+        rows: list[PartRow] = []
         size = 0
         for batch in batches:
             for row in self._rows(batch, created):

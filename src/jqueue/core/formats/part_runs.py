@@ -24,7 +24,7 @@ PART_ROWS = 100_000
 """The most jobs in one part (so in one ``add_part`` run)."""
 ID_HEAD = 28
 """A part job's id is the first 28 characters of its part's seed (a UUID), then its row in 8 hex digits."""
-_VARYING = ("id", "priority", "payload", "not_before", "dedup_key")
+_VARYING = ("id", "priority", "payload", "not_before", "dedup_key", "tenant")
 _COMMON = ("entrypoint", "created", "status", "batch")
 _DEFAULT_NAMES = tuple(f.name for f in STORED_FIELDS if f.name not in _VARYING + _COMMON)
 _defaults_of = attrgetter(*_DEFAULT_NAMES)
@@ -49,6 +49,7 @@ class AddPart(msgspec.Struct, tag="add_part", array_like=True, omit_defaults=Tru
     priorities: list[Int64] | None = None
     dedup_keys: list[str | None] | None = None
     not_befores: list[Micros | None] | None = None
+    tenants: list[str | None] | None = None
 
     def effects(self) -> list[Added]:
         """Return the ``Added`` effects of this run, payloads as references into the part.
@@ -71,7 +72,8 @@ class AddPart(msgspec.Struct, tag="add_part", array_like=True, omit_defaults=Tru
         priorities = self.priorities or [0] * count
         keys = self.dedup_keys or [None] * count
         not_befores = self.not_befores or [None] * count
-        if not len(priorities) == len(keys) == len(not_befores) == count:
+        tenants = self.tenants or [None] * count
+        if not len(priorities) == len(keys) == len(not_befores) == len(tenants) == count:
             raise ValueError("an add_part's columns differ in length")
         head, entrypoint, created, status, batch = (
             self.id_head,
@@ -92,6 +94,7 @@ class AddPart(msgspec.Struct, tag="add_part", array_like=True, omit_defaults=Tru
                 not_before=not_befores[i],
                 dedup_key=keys[i],
                 batch=batch,
+                tenant=tenants[i],
             )
             for i, row in enumerate(rows)
         ]
@@ -108,6 +111,7 @@ class PartRun:
         self.priorities: list[int] = []
         self.keys: list[str | None] = []
         self.not_befores: list[int | None] = []
+        self.tenants: list[str | None] = []
 
     def takes(self, added: Added) -> bool:
         """Whether ``added`` continues this run."""
@@ -130,6 +134,7 @@ class PartRun:
         self.priorities.append(added.priority)
         self.keys.append(added.dedup_key)
         self.not_befores.append(added.not_before)
+        self.tenants.append(added.tenant)
 
     def wire(self) -> AddPart:
         """Return the run on the wire."""
@@ -145,4 +150,5 @@ class PartRun:
             self.priorities if any(self.priorities) else None,
             None if self.keys.count(None) == len(self.keys) else self.keys,
             None if self.not_befores.count(None) == len(self.not_befores) else self.not_befores,
+            None if self.tenants.count(None) == len(self.tenants) else self.tenants,
         )

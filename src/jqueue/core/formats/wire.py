@@ -79,6 +79,9 @@ class WireControls(msgspec.Struct):
     usage: list[tuple[str | None, Count, Count]] = []
     limits: list[tuple[str | None, Count]] = []
     marks: list[tuple[str, Count]] = []
+    tenant_throttles: list[tuple[str | None, Count, Window]] = []
+    tenant_usage: list[tuple[str | None, Count, str | None, Count]] = []
+    tenant_limits: list[tuple[str | None, Count]] = []
 
 
 _history_fields = operator.attrgetter(*(f.name for f in HISTORY_FIELDS))

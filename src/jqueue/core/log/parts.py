@@ -65,6 +65,10 @@ def part_written_at(segment: int) -> int:
     return (segment ^ _PART_FLAG) >> _RANDOM_BITS
 
 
+PartRow = tuple[bytes, int, str | None, int | None, str | None]
+"""A job of a part: payload, priority, dedup key, not-before (epoch microseconds), tenant."""
+
+
 @dataclass(frozen=True)
 class StoredPart:
     """What a bulk write's commit needs to add one written part's jobs: their fields, whose
@@ -82,6 +86,7 @@ class StoredPart:
     dedup_keys: list[str | None] | None
     not_befores: list[int | None] | None
     count: int
+    tenants: list[str | None] | None = None
 
     def job_ids(self) -> list[str]:
         """Return the ids of this part's jobs, by row."""
@@ -103,6 +108,7 @@ class StoredPart:
             self.priorities,
             self.dedup_keys,
             self.not_befores,
+            self.tenants,
         )
         return run.effects()
 
@@ -116,15 +122,16 @@ async def write_part(
     keyed: KeyedStoragePort,
     entrypoint: str,
     created: int,
-    rows: list[tuple[bytes, int, str | None, int | None]],
+    rows: list[PartRow],
 ) -> StoredPart:
-    """Write one part of ``rows`` (payload, priority, dedup key, not-before micros) and return
-    what its commit needs; a fresh name is drawn again if it is taken."""
+    """Write one part of ``rows`` (payload, priority, dedup key, not-before micros, tenant) and
+    return what its commit needs; a fresh name is drawn again if it is taken."""
     if not 0 < len(rows) <= min(PART_ROWS, POSITIONS_PER_SEGMENT):
         raise ValueError(f"a part holds 1 to {PART_ROWS} jobs, not {len(rows)}")
     priorities = [row[1] for row in rows]
     keys = [row[2] for row in rows]
     not_befores = [row[3] for row in rows]
+    tenants = [row[4] for row in rows]
     for _ in range(_NAME_ATTEMPTS):
         part = StoredPart(
             new_part_segment(created // 1_000_000),
@@ -134,6 +141,7 @@ async def write_part(
             None if keys.count(None) == len(keys) else keys,
             None if not_befores.count(None) == len(not_befores) else not_befores,
             len(rows),
+            None if tenants.count(None) == len(tenants) else tenants,
         )
         jobs = part.jobs(created)
         for job, row in zip(jobs, rows, strict=True):
