@@ -72,7 +72,9 @@ class Lifecycle(RuleBasedStateMachine):
         self.throttle_use: dict[str | None, tuple[int, int]] = {}  # (window, claims) by scope
         self.tenant_limits: dict[str | None, int] = {}  # jobs in progress allowed per tenant, by scope
         self.tenant_throttles: dict[str | None, int] = {}  # claims allowed per window per tenant, by scope
-        self.tenant_use: dict[tuple[str | None, str | None], tuple[int, int]] = {}  # by (scope, tenant)
+        self.tenant_use: dict[str | None, tuple[int, dict[str | None, int]]] = {}
+        """By scope: the newest window a claim fell in (a clock behind counts in it), and each
+        tenant's claims in it."""
         self.paused: set[str | None] = set()
         self.slabs = SlabSet()
         self.history = HistoryEncoder()  # kept across checkpoints, as a store keeps it
@@ -141,8 +143,8 @@ class Lifecycle(RuleBasedStateMachine):
             if limit is not None and self.running_of(scope, tenant) >= limit:
                 return True
             throttle = self.tenant_throttles.get(scope)
-            window, used = self.tenant_use.get((scope, tenant), (now // WINDOW, 0))
-            if throttle is not None and (used if window >= now // WINDOW else 0) >= throttle:
+            window, counts = self.tenant_use.get(scope, (now // WINDOW, {}))
+            if throttle is not None and (counts.get(tenant, 0) if window >= now // WINDOW else 0) >= throttle:
                 return True
         return False
 
@@ -156,9 +158,11 @@ class Lifecycle(RuleBasedStateMachine):
     def count_claim(self, entrypoint: str, now: int, tenant: str | None = None) -> None:
         for scope in (None, entrypoint):
             if scope in self.tenant_throttles:
-                window, used = self.tenant_use.get((scope, tenant), (now // WINDOW, 0))
-                used = used + 1 if window >= now // WINDOW else 1
-                self.tenant_use[scope, tenant] = (now // WINDOW, used)
+                window, counts = self.tenant_use.get(scope, (now // WINDOW, {}))
+                if window < now // WINDOW:
+                    window, counts = now // WINDOW, {}
+                used = counts[tenant] = counts.get(tenant, 0) + 1
+                self.tenant_use[scope] = (window, counts)
                 assert used <= self.tenant_throttles[scope], (
                     f"tenant {tenant} of {scope} claimed {used} times"
                 )
@@ -524,7 +528,7 @@ class Lifecycle(RuleBasedStateMachine):
         kept = self.tenant_throttles if throttle else self.tenant_limits
         kept.pop(scope, None)
         if throttle:
-            self.tenant_use = {key: use for key, use in self.tenant_use.items() if key[0] != scope}
+            self.tenant_use.pop(scope, None)
         if limit is not None:
             kept[scope] = limit
 
