@@ -14,7 +14,7 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession, functions
 
 from conftest import BUCKET
-from jqueue import DirectQueue, Job, JobStatus, storage_from_url
+from jqueue import DirectQueue, Job, JobSpec, JobStatus, storage_from_url
 from jqueue.spark import run_workers
 from servers import S3Endpoint
 
@@ -104,7 +104,8 @@ def test_reading_jobs_and_history_in_parallel_parts(spark: SparkSession, tmp_pat
 
     async def prepare() -> list[Job]:
         async with DirectQueue(storage_from_url(url)) as q:
-            jobs = await q.enqueue_many("work", [b"%d" % i for i in range(500)], priority=1)
+            specs = [JobSpec("work", b"%d" % i, 1, tenant=f"t{i % 2}") for i in range(500)]
+            jobs = await q.enqueue_many(specs)
             await q.ack_many(await q.dequeue(batch_size=200))
             [failed] = await q.dequeue()
             await q.nack(failed, error="boom")
@@ -119,12 +120,14 @@ def test_reading_jobs_and_history_in_parallel_parts(spark: SparkSession, tmp_pat
     assert {bytes(r.payload) for r in rows} == {b"%d" % i for i in range(200, 500)}
     [retried] = [r for r in rows if r.attempts == 1]
     assert (retried.status, retried.last_error) == ("queued", "boom")
+    assert {r.tenant for r in rows} == {"t0", "t1"}
 
     history = spark.read.format("jqueue").option("table", "history").option("partitions", "2").load(url)
     acked = history.where("outcome = 'acked'")
     assert acked.count() == 200
     assert {r.job_id for r in acked.collect()} == {j.id for j in jobs[:200]}
     assert history.where("wait_seconds < 0 or run_seconds < 0").count() == 0
+    assert acked.where("tenant = 't0'").count() == 100  # the tenants took turns
 
 
 def test_reads_and_writes_reach_s3_through_the_projects_adapters(

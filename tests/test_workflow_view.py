@@ -25,7 +25,7 @@ from test_dashboard import WINDOW
 DIAMOND = [
     JobSpec("fetch", b"", id="left"),
     JobSpec("fetch", b"", id="right"),
-    JobSpec("merge", b"", id="merge", after=["left", "right"]),
+    JobSpec("merge", b"", id="merge", after=["left", "right"], tenant="acme"),
     JobSpec("notify", b"", id="notify", after=["merge"]),
     JobSpec("other", b"", id="alone"),
     JobSpec("other", b"", id="other-child", after=["alone"]),
@@ -147,6 +147,7 @@ async def test_the_dashboard_shows_a_workflow_and_cancels_it(tmp_path: Path) -> 
                 await page.goto(f"{url}/q/shop/jobs/merge")
                 await expect(page.locator("#job-after")).to_contain_text("right")
                 await expect(page.locator("#job-after")).to_contain_text("(awaited)")
+                await expect(page.locator("#job-tenant")).to_have_text("acme")
                 await page.click("#workflow-link")
                 rows = page.locator("#workflow tbody tr")
                 await expect(rows).to_have_count(4)

@@ -37,6 +37,7 @@ JOB_COLUMNS = (
     "dead_reason",
     "dedup_key",
     "payload",
+    "tenant",
 )
 """The columns of the ``jobs`` table: ``Job`` attributes, typed by their kind (``SPARK_TYPES``)."""
 SPARK_TYPES = {
@@ -68,6 +69,7 @@ HISTORY_COLUMNS = (
     "error",
     "reason",
     "dedup_key",
+    "tenant",
 )
 """The columns of the ``history`` table: ``HistoryRecord`` attributes, its fields (by their public
 names) typed by their kind, and the timings it derives from them."""
