@@ -12,9 +12,11 @@ import pyarrow
 import pytest
 from pyspark import TaskContext
 from pyspark.sql import SparkSession, functions
+from pyspark.sql.types import StringType, StructField, StructType
 
 from conftest import BUCKET
 from jqueue import DirectQueue, Job, JobSpec, JobStatus, storage_from_url
+from jqueue.adapters.spark.writer import PartWriting
 from jqueue.spark import run_workers
 from servers import S3Endpoint
 
@@ -314,3 +316,17 @@ def test_a_task_killed_mid_job_loses_nothing(spark: SparkSession, tmp_path: Path
             assert {attempts[j.id] for j in held} <= {2}
 
     asyncio.run(check())
+
+
+def test_a_row_with_a_tenant_that_cannot_be_one_fails_its_task_naming_the_field(tmp_path: Path) -> None:
+    schema = StructType([StructField("payload", StringType()), StructField("customer", StringType())])
+    options = {"path": (tmp_path / "q.json").as_uri(), "entrypoint": "e", "tenantColumn": "customer"}
+    writing = PartWriting(options, schema)
+    good = pyarrow.RecordBatch.from_pydict({"payload": ["a", "b"], "customer": ["acme", None]})
+    assert [row[4] for row in writing._rows(good, 0)] == ["acme", None]
+    for bad, message in (("", "tenant must be 1 to 200 characters"), ("x" * 201, "tenant must be 1 to 200")):
+        batch = pyarrow.RecordBatch.from_pydict({"payload": ["a"], "customer": [bad]})
+        with pytest.raises(ValueError, match=message):
+            writing._rows(batch, 0)
+    with pytest.raises(ValueError, match="no column 'client'"):
+        PartWriting({**options, "tenantColumn": "client"}, schema)
