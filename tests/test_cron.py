@@ -60,9 +60,16 @@ def test_time_zones_by_name() -> None:
         time_zone("Mars/Olympus")
 
 
-def ticks_of(created: list[datetime], period: float) -> list[int]:
-    """The tick number (time / period) each job was enqueued for."""
-    return sorted(int(c.timestamp() // period) for c in created)
+def ticks_by_id(made: list[tuple[str, datetime]], schedule: Schedule) -> list[int]:
+    """The tick number of each (job id, created) of ``schedule`` (every 0.5 s), from its id: a job
+    enqueued late, on a busy machine, is created in the next tick."""
+    near = {
+        n
+        for _, created in made
+        for n in range(int(created.timestamp() // 0.5) - 4, int(created.timestamp() // 0.5) + 1)
+    }
+    tick_of = {schedule.job(datetime.fromtimestamp(n * 0.5, UTC)).id: n for n in near}
+    return sorted(tick_of[job_id] for job_id, _ in made)
 
 
 async def test_two_workers_enqueue_one_job_per_tick_and_a_restart_catches_up(file_or_s3: Backend) -> None:
@@ -92,14 +99,7 @@ async def test_two_workers_enqueue_one_job_per_tick_and_a_restart_catches_up(fil
     async with DirectQueue(storage) as queue:
         made = [(r.job_id, r.created_at) for r in await queue.history()]
         made += [(j.id, j.created_at) for j in await queue.jobs()]
-    # each job's tick from its id (a job enqueued late, on a busy machine, is created in the next tick)
-    near = {
-        n
-        for _, created in made
-        for n in range(int(created.timestamp() // 0.5) - 4, int(created.timestamp() // 0.5) + 1)
-    }
-    tick_of = {schedules[0].job(datetime.fromtimestamp(n * 0.5, UTC)).id: n for n in near}
-    ticks = sorted(tick_of[job_id] for job_id, _ in made)
+    ticks = ticks_by_id(made, schedules[0])
     assert len(ticks) == len(set(ticks))  # none doubled
     first_run = [t for t in ticks if t < ticks[0] + 4]
     assert first_run == list(range(ticks[0], ticks[0] + len(first_run)))  # none skipped while running
@@ -133,7 +133,8 @@ async def test_three_worker_processes_make_one_job_per_tick(tmp_path: Path) -> N
     async with DirectQueue(LocalFileSystemStorage(path)) as queue:
         records = await queue.history(entrypoint="tick")
         waiting = [j for j in await queue.jobs(entrypoint="tick") if j.status is not JobStatus.DEAD]
-    ticks = ticks_of([r.created_at for r in records] + [j.created_at for j in waiting], 0.5)
+    made = [(r.job_id, r.created_at) for r in records] + [(j.id, j.created_at) for j in waiting]
+    ticks = ticks_by_id(made, Schedule("tick", b"", every=timedelta(seconds=0.5)))  # as cron_worker.py's
     assert len(ticks) >= 6
     assert ticks == list(range(ticks[0], ticks[0] + len(ticks)))  # one per tick: none doubled, none skipped
     assert all(r.outcome is JobStatus.ACKED for r in records)
