@@ -15,7 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairness import Turns
-from jqueue import DirectQueue, JobSpec, LocalFileSystemStorage, LogSettings
+from jqueue import (
+    CorruptStateError,
+    DirectQueue,
+    InMemoryStorage,
+    JobSpec,
+    LocalFileSystemStorage,
+    LogSettings,
+)
+from jqueue.core.formats.slab import SLAB_PREFIX, open_slab
 from jqueue.core.log.slabs import SlabSet
 from jqueue.core.log.store import LogStore
 from jqueue.domain.effects import Added
@@ -150,3 +158,19 @@ async def test_limits_and_throttles_per_tenant_hold_in_every_process(tmp_path: P
         assert (stats.tenant_limits, stats.tenant_throttles, stats.limits) == ({None: 3}, {}, {})
         with pytest.raises(ValueError, match="negative"):
             await one.limit("work", -1, per_tenant=True)
+
+
+async def test_a_slab_whose_lines_do_not_fit_its_rows_is_reported() -> None:
+    storage = InMemoryStorage(name="lines")
+    async with DirectQueue(storage, log=NEVER) as queue:
+        await fill(queue, {"acme": 3, "globex": 2})
+        await queue.checkpoint()
+    [name] = await storage.list_names(SLAB_PREFIX)
+    data = await storage.get(name) or b""
+    assert open_slab(data, name).header.lines == [("work", "acme", 0, 3), ("work", "globex", 3, 5)]
+    renamed = data.replace(b'"acme"', b'"acmf"')  # as long: the header's lines say another tenant
+    with pytest.raises(CorruptStateError, match="has a job of another tenant"):
+        open_slab(renamed, name).block(0)
+    crossed = data.replace(b'"globex",3,5', b'"globex",4,5')
+    with pytest.raises(CorruptStateError, match="the lines of 'work' do not follow each other"):
+        open_slab(crossed, name)
