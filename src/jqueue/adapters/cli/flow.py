@@ -51,17 +51,15 @@ def throttle(
     _value_or_off(limit, off, "LIMIT")
     window = timedelta(seconds=per)
     on_queue(ctx, lambda queue: queue.throttle(limit, window, entrypoint, per_tenant), create=True)
-    scope = _scope(entrypoint) + (", each tenant" if per_tenant else "")
+    scope = _scope(entrypoint, per_tenant)
     message = f"lifted the throttle of {scope}" if off else f"{scope}: {limit} claims per {per:g} s"
     if limit == 0:
         message += " (no job will be claimed until the throttle is lifted, as with a pause)"
-    answer: dict[str, object] = {
-        "entrypoint": entrypoint,
-        "limit": limit,
-        "per_seconds": per,
-        "per_tenant": per_tenant,
-    }
-    _done(answer, message, as_json)
+    _done(
+        {"entrypoint": entrypoint, "limit": limit, "per_seconds": per, "per_tenant": per_tenant},
+        message,
+        as_json,
+    )
 
 
 def limit(
@@ -77,7 +75,7 @@ def limit(
     """Allow at most MOST jobs in progress at once, however many workers run."""
     _value_or_off(most, off, "MOST")
     on_queue(ctx, lambda queue: queue.limit(entrypoint, most, per_tenant), create=True)
-    scope = _scope(entrypoint) + (", each tenant" if per_tenant else "")
+    scope = _scope(entrypoint, per_tenant)
     message = f"lifted the limit of {scope}" if off else f"{scope}: at most {most} in progress at once"
     if most == 0:
         message += " (no job will be claimed until the limit is lifted, as with a pause)"
@@ -89,8 +87,8 @@ def _value_or_off(value: int | None, off: bool, name: str) -> None:
         fail(f"give {name} or --off" + ("" if value is None else ", not both"))
 
 
-def _scope(entrypoint: str | None) -> str:
-    return entrypoint or "the whole queue"
+def _scope(entrypoint: str | None, per_tenant: bool = False) -> str:
+    return (entrypoint or "the whole queue") + (", each tenant" if per_tenant else "")
 
 
 def _done(data: dict[str, object], message: str, as_json: bool) -> None:
