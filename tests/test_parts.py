@@ -25,7 +25,7 @@ Row = PartRow
 
 
 def rows(prefix: str, count: int) -> list[Row]:
-    return [(b"%s-%d" % (prefix.encode(), i), 0, None, None, None) for i in range(count)]
+    return [Row(b"%s-%d" % (prefix.encode(), i)) for i in range(count)]
 
 
 async def part(storage: KeyedStoragePort, entries: list[Row], age: timedelta = timedelta(0)) -> StoredPart:
@@ -38,9 +38,9 @@ async def test_parts_are_added_in_one_commit_and_their_payloads_are_read_from_th
     storage, name = file_or_s3.new_keyed()
     now = to_micros(utc_now())
     mixed = [
-        (b"late", 0, "k-late", now + 3_600_000_000, None),
-        (b"urgent", -5, "k-urgent", None, "acme"),
-        (b"plain", 0, None, None, None),
+        Row(b"late", 0, "k-late", now + 3_600_000_000),
+        Row(b"urgent", -5, "k-urgent", tenant="acme"),
+        Row(b"plain"),
     ]
     parts = [await part(storage, rows("a", 300)), await part(storage, mixed)]
     async with open_queue(queue_kind, storage) as q:
@@ -83,7 +83,7 @@ async def test_a_dedup_key_already_in_the_queue_is_not_staged_again(file_or_s3: 
         await q.enqueue("bulk", b"first", dedup_key="k1")
         written = await part(
             storage,
-            [(b"dup", 0, "k1", None, None), (b"new", 0, "k2", None, None), (b"again", 0, "k2", None, None)],
+            [Row(b"dup", dedup_key="k1"), Row(b"new", dedup_key="k2"), Row(b"again", dedup_key="k2")],
         )
         assert await q.bulk.add_parts([written]) == 1
         assert sorted(j.payload for j in await q.jobs(limit=None)) == [b"first", b"new"]

@@ -12,7 +12,7 @@ import pyarrow
 import pytest
 from pyspark import TaskContext
 from pyspark.sql import SparkSession, functions
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from conftest import BUCKET
 from jqueue import DirectQueue, Job, JobSpec, JobStatus, storage_from_url
@@ -330,3 +330,76 @@ def test_a_row_with_a_tenant_that_cannot_be_one_fails_its_task_naming_the_field(
             writing._rows(batch, 0)
     with pytest.raises(ValueError, match="no column 'client'"):
         PartWriting({**options, "tenantColumn": "client"}, schema)
+
+
+def test_a_write_with_dependency_columns_makes_children_wait_whatever_the_partitions(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    url = (tmp_path / "q.json").as_uri()
+    schema = "payload string, job string, parents array<string>, policy string"
+    rows = [  # the children first: the commit orders them after their parents
+        ("report", "report", ["merge"], "run"),
+        ("merge", "merge", ["extract-a", "extract-b"], None),
+        ("extract-b", "extract-b", None, None),
+        ("extract-a", "extract-a", [], None),
+    ]
+    frame = spark.createDataFrame(rows, schema).repartition(2)
+    writer = frame.write.format("jqueue").option("entrypoint", "etl").option("idColumn", "job")
+    writer.option("afterColumn", "parents").option("onParentFailureColumn", "policy").mode("append").save(url)
+
+    async def drain_extracts() -> None:
+        async with DirectQueue(storage_from_url(url)) as q:
+            statuses = {j.id: j.status for j in await q.jobs(limit=None)}
+            assert statuses == {
+                "report": JobStatus.WAITING,
+                "merge": JobStatus.WAITING,
+                "extract-a": JobStatus.QUEUED,
+                "extract-b": JobStatus.QUEUED,
+            }
+            extracts = await q.dequeue("etl", batch_size=10)
+            assert sorted(j.id for j in extracts) == ["extract-a", "extract-b"]
+            for job in extracts:
+                await q.ack(job, result=job.id.encode())
+            [merge] = await q.dequeue("etl", batch_size=10)
+            assert (merge.id, merge.parent_results) == ("merge", (b"extract-a", b"extract-b"))
+
+    asyncio.run(drain_extracts())
+    read = spark.read.format("jqueue").option("table", "jobs").load(url)
+    assert {row.id: row.after for row in read.collect()} == {
+        "report": ["merge"],
+        "merge": ["extract-a", "extract-b"],
+    }
+
+    cycle = spark.createDataFrame([("a", "a", ["b"], None), ("b", "b", ["a"], None)], schema)
+    writer = cycle.write.format("jqueue").option("entrypoint", "etl").option("idColumn", "job")
+    with pytest.raises(Exception, match="cycle"):
+        writer.option("afterColumn", "parents").mode("append").save(url)
+    assert {row.id for row in read.collect()} == {"report", "merge"}
+
+
+def test_rows_with_dependency_columns_are_checked_as_enqueue_checks_them(tmp_path: Path) -> None:
+    schema = StructType(
+        [StructField(name, StringType()) for name in ("payload", "job", "policy")]
+        + [StructField("parents", ArrayType(StringType()))]
+    )
+    options = {"path": (tmp_path / "q.json").as_uri(), "entrypoint": "e", "idColumn": "job"}
+    options |= {"afterColumn": "parents", "onParentFailureColumn": "policy"}
+    writing = PartWriting(options, schema)
+
+    def batch(job: str | None, parents: list[str] | None, policy: str | None) -> pyarrow.RecordBatch:
+        return pyarrow.RecordBatch.from_pydict(
+            {"payload": ["p"], "job": [job], "policy": [policy], "parents": [parents]}
+        )
+
+    [row] = writing._rows(batch("b", ["a", "a"], "run"), 0)
+    assert (row.id, row.after, row.on_parent_failure) == ("b", ("a",), "run")
+    [row] = writing._rows(batch(None, None, "cancel"), 0)
+    assert (row.id, row.after, row.on_parent_failure) == (None, (), None)  # as enqueue stores them
+    for bad, message in (
+        (batch("a", ["a"], None), "cannot wait for itself"),
+        (batch("", None, None), "id must be"),
+        (batch("a", [""], None), "after must be"),
+        (batch("a", None, "later"), "on_parent_failure must be one of"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            writing._rows(bad, 0)

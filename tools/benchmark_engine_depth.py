@@ -63,7 +63,7 @@ from jqueue import DirectQueue, LogSettings
 from jqueue.adapters.storage.url import storage_at
 from jqueue.core.formats.marker import CHECKPOINT_PREFIX
 from jqueue.core.formats.part_runs import PART_ROWS
-from jqueue.core.log.parts import write_part
+from jqueue.core.log.parts import PartRow, write_part
 from jqueue.domain.figures import percentiles
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.ports.storage import KeyedStoragePort
@@ -113,7 +113,7 @@ async def load_parts(location: str, jobs: int, payload_bytes: int, checkpoints: 
     before = _written_bytes()
     start = time.perf_counter()
     async with DirectQueue(storage, log=LogSettings() if checkpoints else NO_CHECKPOINTS) as queue:
-        created, row = to_micros(utc_now()), (payload, 0, None, None, None)
+        created, row = to_micros(utc_now()), PartRow(payload)
         sizes = [min(PART_ROWS, jobs - first) for first in range(0, jobs, PART_ROWS)]
         parts = [await write_part(storage, ENTRYPOINT, created, [row] * size) for size in sizes]
         await queue.bulk.add_parts(parts)

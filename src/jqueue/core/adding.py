@@ -21,7 +21,11 @@ Found = Added | HistoryRecord
 
 
 def adding(
-    new: list[Added], retention: timedelta, fresh: Container[str] = frozenset(), limit: int | None = None
+    new: list[Added],
+    retention: timedelta,
+    fresh: Container[str] = frozenset(),
+    limit: int | None = None,
+    accepted: list[Added] | None = None,
 ) -> Operation[list[Found]]:
     """Return the operation that adds ``new`` jobs: each is answered with the job it adds, or
     with the job that holds its id or its dedup key already (live, or acked within ``retention``).
@@ -30,7 +34,8 @@ def adding(
     A job with parents (``after``) waits for those not settled yet; those settled already give
     their results (at most ``limit`` bytes, summed, else ``PayloadTooLargeError``), and one that
     failed cancels the job in the same commit (unless its policy is to run anyway). A parent
-    may be a job earlier in the same call.
+    may be a job earlier in the same call. ``accepted``, if given, is set to the jobs added
+    (the last run's, as a commit may run the operation again).
     """
 
     def operation(index: QueueIndex) -> list[Found]:
@@ -40,7 +45,7 @@ def adding(
         keyed: dict[str, Added] = {}
         ids: dict[str, Added] = {}
         answered: dict[str, str] = {}
-        accepted: list[Added] = []
+        added: list[Added] = []
         doomed: list[tuple[str, str]] = []
         waiting: list[int] = []  # the answers of jobs with parents, made again once all is applied
         for job in new:
@@ -62,11 +67,11 @@ def adding(
                     if failure is not None:
                         doomed.append((job.id, failure))
                     waiting.append(len(found))
-                accepted.append(job)
+                added.append(job)
                 keyed.update({} if key is None else {key: job})
                 ids[job.id] = job
                 found.append(job)
-        index.apply_all(accepted, ids_looked_up=True)
+        index.apply_all(added, ids_looked_up=True)
         for job_id, failure in doomed:
             if index.job(job_id) is not None:  # else an earlier cancel here took it with its parent
                 index.cancel_added(job_id, now, failure)
@@ -76,6 +81,8 @@ def adding(
             found[position] = (
                 record.as_added() if record is not None else index.history.finished(job_id) or found[position]
             )
+        if accepted is not None:
+            accepted[:] = added
         return found
 
     return operation

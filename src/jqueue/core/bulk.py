@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, TypeVar
 from jqueue.core.adding import adding
 from jqueue.core.commits import Commits
 from jqueue.core.formats.collections_paused import collections_paused
+from jqueue.core.formats.payload_refs import payload_place
 from jqueue.core.layout import StoreOpener
 from jqueue.core.log.parts import StoredPart, part_name, part_written_at
 from jqueue.core.log.store import LogStore
 from jqueue.core.numbered import IdSource, numbering
-from jqueue.domain.effects import SinkMarked
+from jqueue.domain.dependencies import parents_first
+from jqueue.domain.effects import Added, SinkMarked
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job
 from jqueue.domain.policy import QueuePolicy
@@ -87,16 +89,21 @@ class BulkWrites:
         once: one commit, whose entry holds a few columns a part (``AddPart``) while the
         payloads stay in the parts. All or none of them are added, however many.
 
-        Returns how many jobs it added; a job whose dedup key a job in the queue holds (or
-        held, acked within the history's retention) is not added. With ``mark``, a streaming
-        sink's ``(sink, batch id)``, the same commit records the batch as the sink's newest,
-        and a batch the sink committed already adds nothing and returns None (a replay).
+        Returns how many jobs it added; a job whose id or dedup key a job in the queue holds
+        (or held, acked within the history's retention) is not added. A job may wait for
+        jobs of the parts (``after``), in any order, and for jobs in the queue or its history.
+        With ``mark``, a streaming sink's ``(sink, batch id)``, the same commit records the
+        batch as the sink's newest, and a batch the sink committed already adds nothing and
+        returns None (a replay).
 
         Raises
         ------
         ValueError
-            If the queue is not in the log layout, or a part is older than
-            ``LogSettings.part_lifetime`` (compaction may have deleted it).
+            If the queue is not in the log layout, a part is older than
+            ``LogSettings.part_lifetime`` (compaction may have deleted it), or jobs wait for
+            each other (a cycle).
+        JobNotFoundError
+            If a job waits for one that is neither in the parts, nor in the queue or its history.
         """
         if mark is not None:
             checked_text("sink", mark[0])
@@ -111,16 +118,19 @@ class BulkWrites:
                 raise ValueError(f"{where} is older than the part lifetime ({span(lifetime)})")
         with collections_paused():
             now = to_micros(utc_now())
-            new = [job for part in parts for job in part.jobs(now)]
-            add = adding(new, self.policy.history_retention, limit=self._queue.max_payload_bytes)
+            new = parents_first([job for part in parts for job in part.jobs(now)])
+            accepted: list[Added] = []
+            add = adding(
+                new, self.policy.history_retention, limit=self._queue.max_payload_bytes, accepted=accepted
+            )
 
             def operation(index: QueueIndex) -> int | None:
                 if mark is not None:
                     if index.controls.is_replay(*mark):
                         return None
                     index.apply(SinkMarked(*mark))
-                found = add(index)
-                return sum(1 for job, answer in zip(new, found, strict=True) if answer is job)
+                add(index)
+                return len(accepted)
 
             return await self._commits.run(operation)
 
@@ -129,11 +139,16 @@ class BulkWrites:
         replay); returns how many. A part of a write whose commit may have landed is kept."""
         store = await self._log_store()
 
+        def refers(index: QueueIndex, job_id: str, segment: int) -> bool:
+            record = index.job(job_id)  # a job whose id a writer chose may be another's
+            payload = None if record is None else record.payload
+            return isinstance(payload, int) and payload_place(payload)[0] == segment
+
         def unused(index: QueueIndex) -> list[str]:
             return [
                 part_name(part.segment)
                 for part in parts
-                if not any(index.job(job_id) is not None for job_id in part.job_ids())
+                if not any(refers(index, job_id, part.segment) for job_id in part.job_ids())
             ]
 
         names = await store.view(unused)

@@ -3,9 +3,10 @@ commit that settles a parent settles its children in the same commit (ADR 0019).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Iterable, Sequence
 
-from jqueue.domain.effects import ParentSettled
+from jqueue.domain.effects import Added, ParentSettled
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import ClaimState, JobRecord
 
@@ -18,6 +19,45 @@ PURGED = "was purged"
 def parent_failure(parent: str, how: str) -> str:
     """The error of a job cancelled because its ``parent`` failed ``how`` (``ENDINGS``, ``PURGED``)."""
     return f"parent {parent} {how}"
+
+
+def parents_first(jobs: Sequence[Added]) -> list[Added]:
+    """Return ``jobs`` with each one after the jobs of ``jobs`` it waits for (``after``), as an
+    add needs them; otherwise in their order (a job goes as early as its parents let it).
+
+    Raises
+    ------
+    ValueError
+        If some jobs wait for each other, or for themselves: a cycle, which no order serves.
+    """
+    positions: dict[str, list[int]] = {}
+    for position, job in enumerate(jobs):
+        positions.setdefault(job.id, []).append(position)
+    parents_left = [0] * len(jobs)
+    children: dict[int, list[int]] = {}
+    in_order = True
+    for position, job in enumerate(jobs):
+        for parent in dict.fromkeys(job.after):
+            for earlier in positions.get(parent, ()):
+                in_order = in_order and earlier < position
+                parents_left[position] += 1
+                children.setdefault(earlier, []).append(position)
+    if in_order:
+        return list(jobs)
+    ready = [position for position, count in enumerate(parents_left) if count == 0]
+    ordered: list[Added] = []
+    while ready:
+        position = heapq.heappop(ready)
+        ordered.append(jobs[position])
+        for child in children.get(position, ()):
+            parents_left[child] -= 1
+            if parents_left[child] == 0:
+                heapq.heappush(ready, child)
+    if len(ordered) < len(jobs):
+        stuck = [job.id for job, count in zip(jobs, parents_left, strict=True) if count > 0]
+        shown = ", ".join(stuck[:5]) + (f" and {len(stuck) - 5} more" if len(stuck) > 5 else "")
+        raise ValueError(f"jobs wait for each other in a cycle, or for one: {shown}")
+    return ordered
 
 
 class Dependencies:

@@ -105,12 +105,8 @@ class JobSpec:
     tenant: str | None = field(default=None, metadata={"limit": TENANT})
 
     def __post_init__(self) -> None:
-        for name, nullable, check_type, limit in _CHECKS:
-            value = getattr(self, name)
-            if value is not None or not nullable:
-                check_type(name, value)
-                if limit is not None:
-                    limit.check(name, value)
+        for name in _CHECKS:
+            check_field(name, getattr(self, name))
         if self.delay is not None and self.not_before is not None:
             raise ValueError("give delay or not_before, not both")
         if self.traceparent is not None and not TRACE_CONTEXT.fullmatch(self.traceparent):
@@ -120,8 +116,7 @@ class JobSpec:
             )
         if self.after is not None:
             object.__setattr__(self, "after", tuple(dict.fromkeys(self.after)))
-            if self.id is not None and self.id in self.after:
-                raise ValueError(f"job {self.id!r} cannot wait for itself")
+            check_not_own_parent(self.id, self.after)
 
     def build(self, now: datetime, default_ttl: timedelta | None = None, batch: str | None = None) -> Added:
         """Return the effect that adds the job this spec describes, enqueued at ``now``; staged
@@ -144,9 +139,7 @@ class JobSpec:
             dedup_key=self.dedup_key,
             batch=batch,
             after=after,
-            on_parent_failure=None
-            if self.on_parent_failure != ParentFailure.RUN
-            else ParentFailure.RUN.value,
+            on_parent_failure=stored_parent_failure(self.on_parent_failure),
             awaiting=after,
             traceparent=self.traceparent,
             tenant=self.tenant,
@@ -220,10 +213,37 @@ _TYPE_CHECKS: dict[type, Callable[[str, object], object]] = {
 }
 SPEC_FIELDS = _resolved()
 """The fields of ``JobSpec``, in order: ``EnqueueOptions`` are those after ``priority``."""
-_CHECKS = tuple(
-    (f.name, f.nullable, _TYPE_CHECKS[get_origin(f.base) or f.base], f.limit if f.limit.bounds else None)
+_CHECKS = {
+    f.name: (f.nullable, _TYPE_CHECKS[get_origin(f.base) or f.base], f.limit if f.limit.bounds else None)
     for f in SPEC_FIELDS
-)
+}
+
+
+def check_field(name: str, value: object) -> None:
+    """Check one ``JobSpec`` field's value as ``JobSpec`` does: its type and its limit (None
+    passes where the field may be None), for writers that take fields one by one (Spark's).
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not one the field takes; the message names the field.
+    """
+    nullable, check_type, limit = _CHECKS[name]
+    if value is not None or not nullable:
+        check_type(name, value)
+        if limit is not None:
+            limit.check(name, value)
+
+
+def check_not_own_parent(job_id: str | None, after: Sequence[str]) -> None:
+    """Raise ``ValueError`` if job ``job_id`` waits for itself."""
+    if job_id is not None and job_id in after:
+        raise ValueError(f"job {job_id!r} cannot wait for itself")
+
+
+def stored_parent_failure(policy: ParentFailure | str | None) -> str | None:
+    """Return a checked ``on_parent_failure`` as a job stores it: None for the default (cancel)."""
+    return ParentFailure.RUN.value if policy == ParentFailure.RUN else None
 
 
 def payload_bytes(payload: bytes | bytearray | str) -> bytes:

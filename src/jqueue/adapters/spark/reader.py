@@ -38,6 +38,7 @@ JOB_COLUMNS = (
     "dedup_key",
     "payload",
     "tenant",
+    "after",
 )
 """The columns of the ``jobs`` table: ``Job`` attributes, typed by their kind (``SPARK_TYPES``)."""
 SPARK_TYPES = {
@@ -134,9 +135,9 @@ class JQueueReader(DataSourceReader):
 
 
 def job_row(job: Job) -> tuple[Any, ...]:
-    """Return a job as a row of ``JOBS_SCHEMA`` (its status as text)."""
+    """Return a job as a row of ``JOBS_SCHEMA`` (its status as text, its parents as a list)."""
     return tuple(
-        str(value) if name == "status" else value
+        str(value) if name == "status" else list(value) if name == "after" else value
         for name, value in zip(JOB_COLUMNS, _columns(job), strict=True)
     )
 

@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from pyarrow import RecordBatch
@@ -30,9 +31,9 @@ from jqueue.core.formats.part_runs import PART_ROWS
 from jqueue.core.log.parts import PART_BYTES, PartRow, StoredPart, write_part
 from jqueue.core.queue import DEFAULT_MAX_PAYLOAD_BYTES
 from jqueue.domain.errors import PayloadTooLargeError
-from jqueue.domain.spec import LONGEST_SPAN, TENANT
+from jqueue.domain.spec import LONGEST_SPAN, check_field, check_not_own_parent, stored_parent_failure
 from jqueue.domain.times import to_micros, utc_now
-from jqueue.domain.values import checked_int64, checked_text
+from jqueue.domain.values import checked_text
 from jqueue.ports.storage import KeyedStoragePort
 
 logger = logging.getLogger("jqueue")
@@ -60,6 +61,30 @@ def _micros(delay: Any) -> int:
     return round(seconds * 1_000_000)
 
 
+_FIELD_OPTIONS = {
+    "priority": "priorityColumn",
+    "dedup_key": "dedupKeyColumn",
+    "tenant": "tenantColumn",
+    "id": "idColumn",
+    "after": "afterColumn",
+    "on_parent_failure": "onParentFailureColumn",
+}
+"""The option that names the column of each field a row may set (besides its payload and delay)."""
+
+
+def _checked(field: str, values: list[Any]) -> list[Any]:
+    """Return a column's values as a part's rows hold them, each checked as ``JobSpec`` checks it."""
+    if field == "priority":
+        values = [value or 0 for value in values]
+    elif field == "after":
+        values = [tuple(dict.fromkeys(value or ())) for value in values]
+    for value in values:
+        check_field(field, value)
+    if field == "on_parent_failure":
+        values = [stored_parent_failure(value) for value in values]
+    return values
+
+
 def _bytes(value: Any) -> bytes:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
@@ -80,13 +105,13 @@ class PartWriting:
         if not self.entrypoint:
             raise ValueError("give the jobs' entrypoint: .option('entrypoint', ...)")
         self.payload = options.get("payloadColumn", "payload")
-        self.priority = options.get("priorityColumn")
-        self.dedup_key = options.get("dedupKeyColumn")
         self.delay = options.get("delayColumn")
-        self.tenant = options.get("tenantColumn")
+        self.columns = {
+            field: options[option] for field, option in _FIELD_OPTIONS.items() if options.get(option)
+        }
         self.max_payload_bytes = int(options.get("maxPayloadBytes", str(DEFAULT_MAX_PAYLOAD_BYTES)))
         names = set(schema.fieldNames())
-        for column in (self.payload, self.priority, self.dedup_key, self.delay, self.tenant):
+        for column in (self.payload, self.delay, *self.columns.values()):
             if column is not None and column not in names:
                 raise ValueError(f"the DataFrame has no column {column!r}")
 
@@ -95,26 +120,17 @@ class PartWriting:
         for payload in payloads:
             if len(payload) > self.max_payload_bytes:
                 raise PayloadTooLargeError(len(payload), self.max_payload_bytes)
-        count = len(payloads)
-        priorities = [
-            checked_int64("priority", int(p or 0)) for p in self._column(batch, self.priority, count)
-        ]
-        keys = self._column(batch, self.dedup_key, count)
-        for key in keys:
-            if key is not None:
-                checked_text("dedup_key", key)
-        not_befores = [
-            None if d is None else created + _micros(d) for d in self._column(batch, self.delay, count)
-        ]
-        tenants = self._column(batch, self.tenant, count)
-        for tenant in tenants:
-            if tenant is not None:
-                TENANT.check("tenant", checked_text("tenant", tenant))
-        return list(zip(payloads, priorities, keys, not_befores, tenants, strict=True))
-
-    @staticmethod
-    def _column(batch: RecordBatch, name: str | None, count: int) -> list[Any]:
-        return [None] * count if name is None else batch.column(name).to_pylist()
+        values: dict[str, list[Any]] = {"payload": payloads}
+        for field, column in self.columns.items():
+            values[field] = _checked(field, batch.column(column).to_pylist())
+        if self.delay is not None:
+            delays = batch.column(self.delay).to_pylist()
+            values["not_before"] = [None if d is None else created + _micros(d) for d in delays]
+        if "id" in values and "after" in values:
+            for job_id, after in zip(values["id"], values["after"], strict=True):
+                check_not_own_parent(job_id, after)
+        fields = [values.get(field) or repeat(default) for field, default in PartRow._field_defaults.items()]
+        return list(map(PartRow._make, zip(payloads, *fields, strict=False)))  # the defaults repeat
 
     def write(self, iterator: Iterator[RecordBatch]) -> WrittenParts:
         """Write this task's rows as parts (runs on an executor)."""

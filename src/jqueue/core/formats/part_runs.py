@@ -1,16 +1,18 @@
 """A log entry's ``add_part``: the jobs a commit adds from one part (``core/log/parts.py``), as columns.
 
 A bulk write's commit adds many jobs whose payloads stay in a part, all with the same
-entrypoint, time and status, and ids that differ only in the row number. An entry keeps
-such a run as one ``add_part`` array (the fields common to all, the part's rows as
-``[start, end)`` ranges, and a column for each field that varies, left out when every
-row has its default) instead of one ``add`` a job, and decoding makes the same ``Added``
-effects again.
+entrypoint, time and status, and (unless the writer chose them) ids that differ only in the
+row number. An entry keeps such a run as one ``add_part`` array (the fields common to all,
+the part's rows as ``[start, end)`` ranges, and a column for each field that varies, left
+out when every row has its default) instead of one ``add`` a job, and decoding makes the
+same ``Added`` effects again. A job that waits for parents is ``waiting`` whatever the
+run's status (only a queued run's jobs may wait).
 """
 
 from __future__ import annotations
 
 from operator import attrgetter
+from typing import TypeVar
 
 import msgspec
 
@@ -20,12 +22,33 @@ from jqueue.domain.effects import Added
 from jqueue.domain.models import JobStatus
 from jqueue.domain.schema import STORED_FIELDS
 
+T = TypeVar("T")
+
 PART_ROWS = 100_000
 """The most jobs in one part (so in one ``add_part`` run)."""
 ID_HEAD = 28
 """A part job's id is the first 28 characters of its part's seed (a UUID), then its row in 8 hex digits."""
-_VARYING = ("id", "priority", "payload", "not_before", "dedup_key", "tenant")
+_COLUMNS = (
+    "priority",
+    "dedup_key",
+    "not_before",
+    "tenant",
+    "after",
+    "on_parent_failure",
+    "awaiting",
+    "parent_results",
+)
+"""The fields a run keeps as columns, each by row."""
+_VARYING = ("id", "payload", *_COLUMNS)
 _COMMON = ("entrypoint", "created", "status", "batch")
+_LINKS = {
+    "id": "ids",
+    "after": "afters",
+    "on_parent_failure": "on_parent_failures",
+    "awaiting": "awaitings",
+    "parent_results": "parent_results",
+}
+"""The fields of a run's jobs that only some writes set (their ids, parents), by their column."""
 _DEFAULT_NAMES = tuple(f.name for f in STORED_FIELDS if f.name not in _VARYING + _COMMON)
 _defaults_of = attrgetter(*_DEFAULT_NAMES)
 _DEFAULTS = tuple(f.default for f in STORED_FIELDS if f.name in _DEFAULT_NAMES)
@@ -50,6 +73,12 @@ class AddPart(msgspec.Struct, tag="add_part", array_like=True, omit_defaults=Tru
     dedup_keys: list[str | None] | None = None
     not_befores: list[Micros | None] | None = None
     tenants: list[str | None] | None = None
+    ids: list[str | None] | None = None
+    """Ids the writer chose, by row; None: the row's id is made from ``id_head``."""
+    afters: list[tuple[str, ...]] | None = None
+    on_parent_failures: list[str | None] | None = None
+    awaitings: list[tuple[str, ...]] | None = None
+    parent_results: list[tuple[bytes | None, ...]] | None = None
 
     def effects(self) -> list[Added]:
         """Return the ``Added`` effects of this run, payloads as references into the part.
@@ -73,8 +102,12 @@ class AddPart(msgspec.Struct, tag="add_part", array_like=True, omit_defaults=Tru
         keys = self.dedup_keys or [None] * count
         not_befores = self.not_befores or [None] * count
         tenants = self.tenants or [None] * count
-        if not len(priorities) == len(keys) == len(not_befores) == len(tenants) == count:
+        links = {name: getattr(self, column) for name, column in _LINKS.items() if getattr(self, column)}
+        columns = (priorities, keys, not_befores, tenants, *links.values())
+        if any(len(column) != count for column in columns):
             raise ValueError("an add_part's columns differ in length")
+        if self.awaitings and self.status is not JobStatus.QUEUED:
+            raise ValueError(f"an add_part's {self.status} jobs wait for parents")
         head, entrypoint, created, status, batch = (
             self.id_head,
             self.entrypoint,
@@ -82,7 +115,7 @@ class AddPart(msgspec.Struct, tag="add_part", array_like=True, omit_defaults=Tru
             self.status,
             self.batch,
         )
-        return [
+        effects = [
             Added(
                 part_job_id(head, row),
                 entrypoint,
@@ -98,6 +131,15 @@ class AddPart(msgspec.Struct, tag="add_part", array_like=True, omit_defaults=Tru
             )
             for i, row in enumerate(rows)
         ]
+        for name, column in links.items():  # the fields that only jobs of some writes vary
+            for effect, value in zip(effects, column, strict=True):
+                if value:
+                    setattr(effect, name, value)
+        if self.awaitings:
+            for effect in effects:
+                if effect.awaiting:
+                    effect.status = JobStatus.WAITING
+        return effects
 
 
 class PartRun:
@@ -105,50 +147,78 @@ class PartRun:
 
     def __init__(self, first: Added) -> None:
         self.segment = payload_place(first.payload)[0] if isinstance(first.payload, int) else -1
-        self.common = (first.entrypoint, first.created, first.status, first.batch)
-        self.head = first.id[:ID_HEAD]
+        self.common = (first.entrypoint, first.created, _run_status(first), first.batch)
         self.rows: list[list[int]] = []
-        self.priorities: list[int] = []
-        self.keys: list[str | None] = []
-        self.not_befores: list[int | None] = []
-        self.tenants: list[str | None] = []
+        self.jobs: list[Added] = []
+        self.numbers: list[int] = []
 
     def takes(self, added: Added) -> bool:
         """Whether ``added`` continues this run."""
         if not isinstance(added.payload, int) or payload_place(added.payload)[0] != self.segment:
             return False
-        return (added.entrypoint, added.created, added.status, added.batch) == self.common and added.id[
-            :ID_HEAD
-        ] == self.head
+        return (added.entrypoint, added.created, _run_status(added), added.batch) == self.common
 
     def add(self, added: Added) -> None:
-        """Append a job that ``takes`` accepted."""
+        """Append a job that ``takes`` accepted.
+
+        Raises
+        ------
+        ValueError
+            If the run could not give the job back as it is (a field a part's job does not vary).
+        """
         assert isinstance(added.payload, int)
         row = payload_place(added.payload)[1]
-        if added.id != part_job_id(self.head, row) or _defaults_of(added) != _DEFAULTS:
+        waits = added.status is JobStatus.WAITING
+        if _defaults_of(added) != _DEFAULTS or waits != bool(added.awaiting) or (waits and added.batch):
             raise ValueError(f"job {added.id} refers to a part but is not one of its jobs as added")
         if self.rows and self.rows[-1][1] == row:
             self.rows[-1][1] = row + 1
         else:
             self.rows.append([row, row + 1])
-        self.priorities.append(added.priority)
-        self.keys.append(added.dedup_key)
-        self.not_befores.append(added.not_before)
-        self.tenants.append(added.tenant)
+        self.jobs.append(added)
+        self.numbers.append(row)
 
     def wire(self) -> AddPart:
         """Return the run on the wire."""
         entrypoint, created, status, batch = self.common
+        head, ids = _ids(self.jobs, self.numbers)
+        priorities, keys, not_befores, tenants, afters, failures, awaitings, results = (
+            [getattr(job, name) for job in self.jobs] for name in _COLUMNS
+        )
         return AddPart(
             self.segment,
-            self.head,
+            head,
             entrypoint,
             created,
             status,
             [(start, end) for start, end in self.rows],
             batch,
-            self.priorities if any(self.priorities) else None,
-            None if self.keys.count(None) == len(self.keys) else self.keys,
-            None if self.not_befores.count(None) == len(self.not_befores) else self.not_befores,
-            None if self.tenants.count(None) == len(self.tenants) else self.tenants,
+            priorities if any(priorities) else None,
+            _sparse(keys, None),
+            _sparse(not_befores, None),
+            _sparse(tenants, None),
+            ids,
+            _sparse(afters, ()),
+            _sparse(failures, None),
+            _sparse(awaitings, ()),
+            _sparse(results, ()),
         )
+
+
+def _ids(jobs: list[Added], rows: list[int]) -> tuple[str, list[str | None] | None]:
+    """Return the head that makes the ids of most rows (that of the first id of a made id's
+    form), and the ids it does not make, by row (None if it makes them all)."""
+    made = (job.id[:ID_HEAD] for job, row in zip(jobs, rows, strict=True) if job.id[ID_HEAD:] == f"{row:08x}")
+    head = next(made, "")
+    ids = [None if job.id == part_job_id(head, row) else job.id for job, row in zip(jobs, rows, strict=True)]
+    return head, _sparse(ids, None)
+
+
+def _run_status(added: Added) -> JobStatus:
+    """The status of the run a job belongs in: a waiting job's run is queued."""
+    return JobStatus.QUEUED if added.status is JobStatus.WAITING else added.status
+
+
+def _sparse(column: list[T], default: T) -> list[T] | None:
+    """Return ``column``, or None if every row has the ``default``."""
+    return None if column.count(default) == len(column) else column

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from jqueue.core.formats.entry import encode_entry
 from jqueue.core.formats.part_runs import ID_HEAD, PART_ROWS, AddPart, part_job_id
@@ -65,8 +66,19 @@ def part_written_at(segment: int) -> int:
     return (segment ^ _PART_FLAG) >> _RANDOM_BITS
 
 
-PartRow = tuple[bytes, int, str | None, int | None, str | None]
-"""A job of a part: payload, priority, dedup key, not-before (epoch microseconds), tenant."""
+class PartRow(NamedTuple):
+    """A job of a part, as a writer gives it."""
+
+    payload: bytes
+    priority: int = 0
+    dedup_key: str | None = None
+    not_before: int | None = None
+    """Epoch microseconds."""
+    tenant: str | None = None
+    id: str | None = None
+    """The id the writer chose; None: one made from the part's seed."""
+    after: tuple[str, ...] = ()
+    on_parent_failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,8 +87,9 @@ class StoredPart:
     payloads stay in the part.
 
     Job ids are ``seed`` with the row number in its last eight hex digits (``part_job_id``),
-    so that the fields travel to the committer as a few columns (None: every row has the
-    default), and a commit's entry holds them as few (``AddPart``).
+    unless the writer chose them (``ids``), so that the fields travel to the committer as a
+    few columns (None: every row has the default), and a commit's entry holds them as few
+    (``AddPart``).
     """
 
     segment: int
@@ -87,11 +100,14 @@ class StoredPart:
     not_befores: list[int | None] | None
     count: int
     tenants: list[str | None] | None = None
+    ids: list[str | None] | None = None
+    afters: list[tuple[str, ...]] | None = None
+    on_parent_failures: list[str | None] | None = None
 
     def job_ids(self) -> list[str]:
         """Return the ids of this part's jobs, by row."""
-        head = self.seed[:ID_HEAD]
-        return [part_job_id(head, row) for row in range(self.count)]
+        head, ids = self.seed[:ID_HEAD], self.ids or [None] * self.count
+        return [ids[row] or part_job_id(head, row) for row in range(self.count)]
 
     def jobs(self, created: int) -> list[Added]:
         """Return the effects that add this part's jobs at ``created`` (epoch microseconds; the
@@ -109,8 +125,18 @@ class StoredPart:
             self.dedup_keys,
             self.not_befores,
             self.tenants,
+            self.ids,
+            self.afters,
+            self.on_parent_failures,
+            self.afters,  # every parent is awaited until the commit's add looks them up
         )
         return run.effects()
+
+
+def _column(rows: list[PartRow], name: str, default: Any) -> list[Any] | None:
+    """Return the rows' ``name`` field by row, or None if every row has the ``default``."""
+    values = [getattr(row, name) for row in rows]
+    return None if values.count(default) == len(values) else values
 
 
 def part_seed() -> str:
@@ -124,28 +150,28 @@ async def write_part(
     created: int,
     rows: list[PartRow],
 ) -> StoredPart:
-    """Write one part of ``rows`` (payload, priority, dedup key, not-before micros, tenant) and
-    return what its commit needs; a fresh name is drawn again if it is taken."""
+    """Write one part of ``rows`` and return what its commit needs; a fresh name is drawn
+    again if it is taken."""
     if not 0 < len(rows) <= min(PART_ROWS, POSITIONS_PER_SEGMENT):
         raise ValueError(f"a part holds 1 to {PART_ROWS} jobs, not {len(rows)}")
-    priorities = [row[1] for row in rows]
-    keys = [row[2] for row in rows]
-    not_befores = [row[3] for row in rows]
-    tenants = [row[4] for row in rows]
+    priorities = [row.priority for row in rows]
     for _ in range(_NAME_ATTEMPTS):
         part = StoredPart(
             new_part_segment(created // 1_000_000),
             entrypoint,
             part_seed(),
             None if not any(priorities) else priorities,
-            None if keys.count(None) == len(keys) else keys,
-            None if not_befores.count(None) == len(not_befores) else not_befores,
+            _column(rows, "dedup_key", None),
+            _column(rows, "not_before", None),
             len(rows),
-            None if tenants.count(None) == len(tenants) else tenants,
+            _column(rows, "tenant", None),
+            _column(rows, "id", None),
+            _column(rows, "after", ()),
+            _column(rows, "on_parent_failure", None),
         )
         jobs = part.jobs(created)
         for job, row in zip(jobs, rows, strict=True):
-            job.payload = row[0]
+            job.payload = row.payload
         try:
             await keyed.create(part_name(part.segment), encode_entry(part.segment, part.seed, created, jobs))
         except CASConflictError:
