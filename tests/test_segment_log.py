@@ -202,8 +202,8 @@ for n in range(10**9):
 """
 
 
-@pytest.mark.parametrize("writers", [1, 3])
-def test_writers_killed_at_random_moments_lose_no_acknowledged_create(tmp_path: Path, writers: int) -> None:
+def test_writers_killed_at_random_moments_lose_no_acknowledged_create(tmp_path: Path) -> None:
+    writers = 3  # racing each other too
     directory = tmp_path / "s"
     acknowledged: set[str] = set()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}

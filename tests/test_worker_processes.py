@@ -73,15 +73,20 @@ async def test_a_second_signal_returns_running_jobs_to_the_queue_at_once(tmp_pat
         assert all(job.dead_reason is None for job in released)
 
 
-JOBS = 20_000
+JOBS = 8_000
 WORKERS = 4
 CONCURRENCY = 16
 
 
 async def crash_run(
-    url: str, tmp_path: Path, env: dict[str, str] | None, lease_seconds: float, count: int = JOBS
+    url: str,
+    tmp_path: Path,
+    env: dict[str, str] | None,
+    lease_seconds: float,
+    count: int = JOBS,
+    every: float = 2,
 ) -> None:
-    """Drain ``count`` jobs with WORKERS processes, one killed (SIGKILL) and restarted every 2 s.
+    """Drain ``count`` jobs with WORKERS processes, one killed (SIGKILL) and restarted ``every`` seconds.
 
     The lease must outlast the slowest commit of a claim and its ack, or a job runs twice
     without a kill (at-least-once, but not what this test counts).
@@ -103,7 +108,7 @@ async def crash_run(
             deadline = time.monotonic() + 600
             while (await q.stats()).total(JobStatus.QUEUED) + await q.count(JobStatus.IN_PROGRESS) > 0:
                 assert time.monotonic() < deadline, "the workers did not drain the queue"
-                await asyncio.sleep(2)
+                await asyncio.sleep(every)
                 victim = kills % WORKERS
                 workers[victim].kill()
                 workers[victim].wait()
@@ -136,5 +141,6 @@ async def test_killed_workers_lose_no_job_on_an_s3_queue(
         monkeypatch.setenv(name, env[name])
     # Four processes racing on moto (a thread of this test process): on a loaded machine a
     # commit can take many seconds, and a lease shorter than that reruns jobs without a kill.
-    # Fewer jobs than on a file: moto is slow, and every kill still has 16 jobs in flight.
-    await crash_run(url, tmp_path, env, 30, count=3_000)
+    # Fewer jobs than on a file, killed more often: moto is slower, and every kill still has 16
+    # jobs in flight. The run takes the lease after the last kill: longer would only wait.
+    await crash_run(url, tmp_path, env, 15, count=3_000, every=1)
