@@ -82,6 +82,28 @@ async def test_by_default_a_job_that_always_fails_ends_dead_and_burst_ends() -> 
     assert (stats.outcomes[Outcome.RETRIED], stats.outcomes[Outcome.DEAD]) == (4, 1)
 
 
+class LateAnswers(DirectQueue):
+    """A queue whose claims answer late, as on a busy machine: after the claim looked, a
+    retry may fall due before the answer that it found nothing arrives."""
+
+    async def dequeue(self, *args: Any, **kwargs: Any) -> list[Job]:
+        jobs = await super().dequeue(*args, **kwargs)
+        await asyncio.sleep(0.05)
+        return jobs
+
+
+async def test_a_burst_does_not_end_while_a_retry_that_fell_due_during_its_claim_waits() -> None:
+    async def fail(job: Job) -> None:
+        raise RuntimeError("always")
+
+    async with LateAnswers(InMemoryStorage(name="late")) as q:
+        job = await q.enqueue("work", b"poison")
+        backoff = Backoff(initial=timedelta(milliseconds=10), jitter=0)
+        stats = await asyncio.wait_for(Worker(q, {"work": fail}, backoff=backoff, **QUICK).burst(), 60)
+        assert [dead.id for dead in await q.dead_letters()] == [job.id]
+        assert (stats.outcomes[Outcome.RETRIED], stats.outcomes[Outcome.DEAD]) == (4, 1)
+
+
 async def test_a_failing_queue_of_a_set_does_not_keep_the_others_jobs() -> None:
     healthy, broken = InMemoryStorage(name="healthy"), InMemoryStorage(name="broken")
     async with DirectQueue(healthy) as good, DirectQueue(instrumented(broken, Faults(fail_rate=1.0))) as bad:

@@ -203,6 +203,7 @@ class Worker(Settling):
                 if free <= 0 and not acks:
                     await first_of([self._stopping, slots.wake], None, [])
                     continue
+                looked = time.monotonic()
                 try:
                     claimed = await self._claim(max(free, 0))
                 except JQueueError as exc:
@@ -216,10 +217,11 @@ class Worker(Settling):
                             asyncio.create_task(self._process(queue, job, pools), name=f"jqueue-job-{job.id}")
                         )
                     continue
-                retry_in = self._retry_due - time.monotonic()
-                if until_empty and not slots.running and retry_in <= 0 and self._outages.since is None:
+                # a retry that fell due after the claim looked is claimable now: look again
+                retry_pending = self._retry_due > looked
+                if until_empty and not slots.running and not retry_pending and self._outages.since is None:
                     return
-                wait = min(idle, retry_in) if retry_in > 0 else idle
+                wait = max(0.0, min(idle, self._retry_due - time.monotonic())) if retry_pending else idle
                 idle = min(self.max_poll_interval.total_seconds(), idle * 2)
                 if await first_of([self._stopping, slots.wake], wait, list(zip(feeds, seen, strict=True))):
                     idle = self.poll_interval.total_seconds()
