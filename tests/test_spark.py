@@ -386,7 +386,7 @@ def test_rows_with_dependency_columns_are_checked_as_enqueue_checks_them(tmp_pat
     options |= {"afterColumn": "parents", "onParentFailureColumn": "policy"}
     writing = PartWriting(options, schema)
 
-    def batch(job: str | None, parents: list[str] | None, policy: str | None) -> pyarrow.RecordBatch:
+    def batch(job: str | None, parents: list[str] | str | None, policy: str | None) -> pyarrow.RecordBatch:
         return pyarrow.RecordBatch.from_pydict(
             {"payload": ["p"], "job": [job], "policy": [policy], "parents": [parents]}
         )
@@ -400,6 +400,7 @@ def test_rows_with_dependency_columns_are_checked_as_enqueue_checks_them(tmp_pat
         (batch("", None, None), "id must be"),
         (batch("a", [""], None), "after must be"),
         (batch("a", None, "later"), "on_parent_failure must be one of"),
+        (batch("b", "a,c", None), "after must be a sequence of job ids, got str"),
     ):
         with pytest.raises(ValueError, match=message):
             writing._rows(bad, 0)

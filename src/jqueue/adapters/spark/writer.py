@@ -75,12 +75,12 @@ _FIELD_OPTIONS = {
 def _checked(field: str, values: list[Any]) -> list[Any]:
     """Return a column's values as a part's rows hold them, each checked as ``JobSpec`` checks it."""
     if field == "priority":
-        values = [value or 0 for value in values]
-    elif field == "after":
-        values = [tuple(dict.fromkeys(value or ())) for value in values]
+        values = [int(value or 0) for value in values]
     for value in values:
-        check_field(field, value)
-    if field == "on_parent_failure":
+        check_field(field, value)  # parents as an array of ids, not as a string of them
+    if field == "after":
+        values = [tuple(dict.fromkeys(value or ())) for value in values]
+    elif field == "on_parent_failure":
         values = [stored_parent_failure(value) for value in values]
     return values
 
