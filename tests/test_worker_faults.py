@@ -83,12 +83,17 @@ async def test_by_default_a_job_that_always_fails_ends_dead_and_burst_ends() -> 
 
 
 class LateAnswers(DirectQueue):
-    """A queue whose claims answer late, as on a busy machine: after the claim looked, a
-    retry may fall due before the answer that it found nothing arrives."""
+    """A queue whose claims answer late, as on a busy machine: the claim has committed (or
+    looked and found nothing) well before its answer arrives."""
+
+    lateness = 0.05
+    answering = asyncio.Event()
 
     async def dequeue(self, *args: Any, **kwargs: Any) -> list[Job]:
         jobs = await super().dequeue(*args, **kwargs)
-        await asyncio.sleep(0.05)
+        if jobs:
+            self.answering.set()
+        await asyncio.sleep(self.lateness)
         return jobs
 
 
@@ -102,6 +107,22 @@ async def test_a_burst_does_not_end_while_a_retry_that_fell_due_during_its_claim
         stats = await asyncio.wait_for(Worker(q, {"work": fail}, backoff=backoff, **QUICK).burst(), 60)
         assert [dead.id for dead in await q.dead_letters()] == [job.id]
         assert (stats.outcomes[Outcome.RETRIED], stats.outcomes[Outcome.DEAD]) == (4, 1)
+
+
+async def test_a_stop_while_a_claim_answers_releases_what_it_claimed() -> None:
+    async def never(job: Job) -> None:
+        raise AssertionError("a job claimed while stopping ran")
+
+    async with LateAnswers(InMemoryStorage(name="stopped-mid-claim")) as q:
+        q.lateness, q.answering = 1.0, asyncio.Event()
+        job = await q.enqueue("work", b"x")
+        worker = Worker(q, {"work": never}, **QUICK)
+        running = asyncio.create_task(worker.run(install_signals=False))
+        await asyncio.wait_for(q.answering.wait(), 30)  # committed: the job is the worker's
+        worker.stop()
+        await asyncio.wait_for(running, 30)
+        [back] = await q.jobs(limit=None)
+        assert (back.id, back.status, back.attempts) == (job.id, JobStatus.QUEUED, 1)  # not held to its lease
 
 
 async def test_a_failing_queue_of_a_set_does_not_keep_the_others_jobs() -> None:

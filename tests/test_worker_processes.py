@@ -35,13 +35,22 @@ def completions(paths: list[Path]) -> Counter[str]:
     return Counter(line for path in paths if path.exists() for line in path.read_text().split())
 
 
+async def until_started(out: Path, count: int) -> None:
+    """Wait until the worker writing ``out`` has started ``count`` jobs: claimed in the queue
+    is not yet started (the claim's answer may still be on its way)."""
+    started = out.with_name(out.name + ".started")
+    deadline = time.monotonic() + 60
+    while len(completions([started])) < count:
+        assert time.monotonic() < deadline, "the worker did not start its jobs"
+        await asyncio.sleep(0.05)
+
+
 async def test_sigterm_lets_running_jobs_finish_and_loses_nothing(tmp_path: Path) -> None:
     url = (tmp_path / "q.json").as_uri()
     async with DirectQueue(storage_from_url(url)) as q:
         jobs = await q.enqueue_many("work", [b"%d" % i for i in range(40)])
         worker = start_worker(url, tmp_path / "done.txt", None, 400, 4, 10, 60)
-        while await q.count(JobStatus.IN_PROGRESS) < 4:
-            await asyncio.sleep(0.05)
+        await until_started(tmp_path / "done.txt", 4)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
         done = completions([tmp_path / "done.txt"])
@@ -58,8 +67,7 @@ async def test_a_second_signal_returns_running_jobs_to_the_queue_at_once(tmp_pat
     async with DirectQueue(storage_from_url(url)) as q:
         await q.enqueue_many("work", [b"%d" % i for i in range(6)])
         worker = start_worker(url, tmp_path / "done.txt", None, 60_000, 3, 60, 60)
-        while await q.count(JobStatus.IN_PROGRESS) < 3:
-            await asyncio.sleep(0.05)
+        await until_started(tmp_path / "done.txt", 3)
         worker.send_signal(signal.SIGTERM)
         await asyncio.sleep(0.3)
         assert worker.poll() is None  # still in its grace period

@@ -3,8 +3,8 @@
 Usage: python worker_proc.py URL OUTFILE SLEEP_MS CONCURRENCY GRACE_S VISIBILITY_S
 
 Runs a ``Worker`` over a ``BrokerQueue`` at URL until a signal stops it. The handler
-of entrypoint "work" sleeps SLEEP_MS, appends the job id to OUTFILE (flushed), and
-returns. Prints "ready" once the queue is open.
+of entrypoint "work" appends the job id to OUTFILE.started, sleeps SLEEP_MS, appends it to
+OUTFILE (each flushed), and returns. Prints "ready" once the queue is open.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ async def main(
 ) -> None:
     lease = timedelta(seconds=visibility)
     policy = QueuePolicy(history_limit=0)
-    with outfile.open("a", buffering=1) as out:
+    started = outfile.with_name(outfile.name + ".started")
+    with outfile.open("a", buffering=1) as out, started.open("a", buffering=1) as begun:
 
         async def handle(job: Job) -> None:
+            begun.write(f"{job.id}\n")
             await asyncio.sleep(sleep_ms / 1000)
             out.write(f"{job.id}\n")
 

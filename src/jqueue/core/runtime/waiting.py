@@ -27,16 +27,26 @@ async def first_of(
     return any(feed.generation != seen for feed, seen in feeds)
 
 
-async def unless_stopped(call: Awaitable[T], stopping: asyncio.Event) -> T | None:
+async def unless_stopped(
+    call: Awaitable[T], stopping: asyncio.Event, grace: float = 0.0, abort: asyncio.Event | None = None
+) -> T | None:
     """Return what ``call`` returns, or None, with ``call`` cancelled, if ``stopping`` is set
-    first: a claim that rides out an outage (a broker being replaced, a storage retrying)
-    must not hold up a worker that was told to stop."""
+    first and ``call`` does not answer within ``grace`` seconds more (or before ``abort`` is
+    set): a claim that rides out an outage (a broker being replaced, a storage retrying) must
+    not hold up a worker that was told to stop, but one whose commit is landing should
+    answer, so that its jobs can be released instead of held until their leases run out."""
     answer = asyncio.ensure_future(call)
     stop = asyncio.create_task(stopping.wait())
+    aborted = asyncio.create_task(abort.wait()) if abort is not None else None
     try:
         await asyncio.wait({answer, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not answer.done() and grace > 0:
+            waits = {answer} if aborted is None else {answer, aborted}
+            await asyncio.wait(waits, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stop.cancel()
+        if aborted is not None:
+            aborted.cancel()
         if not answer.done():  # stopped, or this wait cancelled: the call goes too
             answer.cancel()
     return answer.result() if answer.done() and not answer.cancelled() else None

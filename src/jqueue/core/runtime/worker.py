@@ -40,6 +40,9 @@ logger = logging.getLogger("jqueue.worker")
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BACKOFF = Backoff()
+CLAIM_GRACE = timedelta(seconds=5)
+"""How long a claim under way when the worker is told to stop may still take to answer (at most
+the grace period): what it claimed is then released at once."""
 
 
 class Worker(Settling):
@@ -258,9 +261,14 @@ class Worker(Settling):
             jobs = await queue.dequeue(entrypoints, batch_size=count, visibility_timeout=visibility)
             return [(queue, job) for job in jobs]
 
-        # a stop does not cut short a claim that carries acks (only an abort does)
+        # a stop does not cut short a claim that carries acks (only an abort does), and gives
+        # another a moment to answer, so that what it claimed is released, not left leased
         started = time.time_ns()
-        claimed = await unless_stopped(claim(), self._abort if carried else self._stopping) or []
+        if carried:
+            claimed = await unless_stopped(claim(), self._abort) or []
+        else:
+            grace = min(self.grace_period, CLAIM_GRACE).total_seconds()
+            claimed = await unless_stopped(claim(), self._stopping, grace, self._abort) or []
         telemetry.claimed([job.traceparent for _, job in claimed], started)
         if claimed and self._stopping.is_set():  # claimed while stopping: returned, not started
             await asyncio.gather(*(queue.release(job) for queue, job in claimed), return_exceptions=True)
