@@ -206,8 +206,8 @@ class PartRun:
 
 
 def _ids(jobs: list[Added], rows: list[int]) -> tuple[str, list[str | None] | None]:
-    """Return the head that makes the ids of most rows (that of the first id of a made id's
-    form), and the ids it does not make, by row (None if it makes them all)."""
+    """Return the head of the first id that has a made id's form (its row in the last eight
+    hex digits), and, by row, the ids that head does not make (None if it makes them all)."""
     made = (job.id[:ID_HEAD] for job, row in zip(jobs, rows, strict=True) if job.id[ID_HEAD:] == f"{row:08x}")
     head = next(made, "")
     ids = [None if job.id == part_job_id(head, row) else job.id for job, row in zip(jobs, rows, strict=True)]
