@@ -154,13 +154,12 @@ async def write_part(
     again if it is taken."""
     if not 0 < len(rows) <= min(PART_ROWS, POSITIONS_PER_SEGMENT):
         raise ValueError(f"a part holds 1 to {PART_ROWS} jobs, not {len(rows)}")
-    priorities = [row.priority for row in rows]
     for _ in range(_NAME_ATTEMPTS):
         part = StoredPart(
             new_part_segment(created // 1_000_000),
             entrypoint,
             part_seed(),
-            None if not any(priorities) else priorities,
+            _column(rows, "priority", 0),
             _column(rows, "dedup_key", None),
             _column(rows, "not_before", None),
             len(rows),
