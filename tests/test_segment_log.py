@@ -367,10 +367,11 @@ def test_quick_creates_stop_while_syncs_are_slow(tmp_path: Path, monkeypatch: py
     answers = [log.try_create(f"slow/{n}", b"x") for n in range(20)]
     assert answers[0] is None
     assert answers[-1] is BUSY  # the event loop is not held for a slow disk's syncs
-    monkeypatch.setattr(os, "fdatasync", real_fdatasync)
+    # A fast disk, whatever this machine's disk does while CI shares it:
+    monkeypatch.setattr(os, "fdatasync", lambda fd: None)
     for n in range(40):
         log.create(f"fast/{n}", b"x")
-    assert log.try_create("quick again", b"x") is None
+    assert log.try_create("quick again", b"x") is None  # fast syncs bring the quick path back
 
 
 async def test_a_caller_committing_in_a_loop_lets_other_tasks_run(tmp_path: Path) -> None:
