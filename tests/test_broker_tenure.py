@@ -182,7 +182,7 @@ async def test_two_standbys_watching_a_dead_broker_do_not_hold_each_other_up(tmp
     assert dead.record.beat > 2
     started = time.monotonic()  # it dies: each watch of one standby must not look alive to the other
     while all(standby.role is Role.STANDBY for standby in standbys):
-        assert time.monotonic() - started < 2, "the standbys' watches kept the dead broker's record fresh"
+        assert time.monotonic() - started < 10, "the standbys' watches kept the dead broker's record fresh"
         await asyncio.sleep(0.005)
         for standby in standbys:
             await standby.step()
