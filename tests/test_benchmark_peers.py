@@ -83,10 +83,9 @@ def test_warmup_rounds_run_first_and_stay_out_of_the_results(tmp_path: Path) -> 
     assert "--warmup-rounds at least 0" in refused.stderr
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 def test_the_redis_of_saq_and_arq_syncs_every_write_and_goes_away(tmp_path: Path) -> None:
     executable = shutil.which("redis-server")
-    assert executable is not None
+    assert executable is not None, "no redis-server on the PATH: scripts/setup-system installs it"
     redis = Redis(executable, tmp_path)
     try:
         settings = {key: config_get(redis.port, key) for key in ("appendonly", "appendfsync", "save", "bind")}
