@@ -84,6 +84,7 @@ async def test_a_second_signal_returns_running_jobs_to_the_queue_at_once(tmp_pat
 JOBS = 8_000
 WORKERS = 4
 CONCURRENCY = 16
+KILL_SHARE = 1 / 8
 
 
 async def crash_run(
@@ -94,7 +95,9 @@ async def crash_run(
     count: int = JOBS,
     every: float = 2,
 ) -> None:
-    """Drain ``count`` jobs with WORKERS processes, one killed (SIGKILL) and restarted ``every`` seconds.
+    """Drain ``count`` jobs with WORKERS processes, one killed (SIGKILL) and restarted each time
+    another KILL_SHARE of the jobs is done or ``every`` seconds passed, whichever comes first: a
+    fast machine is not done before the kills.
 
     The lease must outlast the slowest commit of a claim and its ack, or a job runs twice
     without a kill (at-least-once, but not what this test counts).
@@ -107,6 +110,10 @@ async def crash_run(
         return start_worker(url, out, env, 1, CONCURRENCY, 5, lease_seconds)
 
     async with DirectQueue(storage_from_url(url)) as q:
+
+        async def left() -> int:
+            return (await q.stats()).total(JobStatus.QUEUED) + await q.count(JobStatus.IN_PROGRESS)
+
         jobs = []
         for start in range(0, count, 5000):
             jobs += await q.enqueue_many("work", [b"%d" % i for i in range(start, min(count, start + 5000))])
@@ -114,14 +121,17 @@ async def crash_run(
         kills = 0
         try:
             deadline = time.monotonic() + 600
-            while (await q.stats()).total(JobStatus.QUEUED) + await q.count(JobStatus.IN_PROGRESS) > 0:
+            killed_at, left_at_kill = time.monotonic(), count
+            while (now_left := await left()) > 0:
                 assert time.monotonic() < deadline, "the workers did not drain the queue"
-                await asyncio.sleep(every)
-                victim = kills % WORKERS
-                workers[victim].kill()
-                workers[victim].wait()
-                kills += 1
-                workers[victim] = spawn()
+                if time.monotonic() - killed_at >= every or left_at_kill - now_left >= count * KILL_SHARE:
+                    victim = kills % WORKERS
+                    workers[victim].kill()
+                    workers[victim].wait()
+                    kills += 1
+                    workers[victim] = spawn()
+                    killed_at, left_at_kill = time.monotonic(), now_left
+                await asyncio.sleep(0.1)
         finally:
             for worker in workers:
                 worker.send_signal(signal.SIGTERM)
