@@ -9,8 +9,6 @@ import socket
 import sys
 from pathlib import Path
 
-import pytest
-
 from tool_runs import ROOT, run_tool
 
 sys.path.append(str(ROOT / "tools" / "peers"))

@@ -152,6 +152,39 @@ def test_a_consuming_query_hands_each_job_to_its_sink_once_across_restarts(
 
 
 @pytest.mark.parametrize("root", ["file"], indirect=True)
+def test_a_consumed_job_comes_with_its_tenant_and_its_parents_results(
+    spark: SparkSession, tmp_path: Path, root: Callable[[str], str]
+) -> None:
+    source = root("source")
+
+    async def fill() -> str:
+        async with DirectQueue(storage_from_url(source)) as q:
+            parent = await q.enqueue("fetch", b"")
+            child = await q.enqueue("work", b"c", tenant="acme", after=[parent.id])
+            await q.enqueue("work", b"t", tenant="beta")
+            [claimed] = await q.dequeue("fetch")
+            await q.ack(claimed, result=b"\xff not text")
+            return child.id
+
+    child_id = asyncio.run(fill())
+    stream = spark.readStream.format("jqueue").option("mode", "consume").option("consumerId", "c")
+    query = (
+        stream.load(source)
+        .writeStream.format("memory")
+        .queryName("consumed")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    rows = {row["payload"]: row for row in spark.sql("SELECT * FROM consumed").collect()}
+    assert set(rows) == {b"c", b"t"}
+    assert (rows[b"c"]["id"], rows[b"c"]["tenant"]) == (child_id, "acme")
+    assert rows[b"c"]["parent_results"] == [b"\xff not text"]
+    assert (rows[b"t"]["tenant"], rows[b"t"]["parent_results"]) == ("beta", [])
+
+
+@pytest.mark.parametrize("root", ["file"], indirect=True)
 def test_the_change_feed_replays_each_commit_once_across_restarts(
     spark: SparkSession, tmp_path: Path, root: Callable[[str], str]
 ) -> None:

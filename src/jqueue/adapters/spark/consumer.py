@@ -33,6 +33,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from jqueue.adapters.service.client import RemoteQueue
+from jqueue.adapters.spark.reader import job_rows, job_schema
 from jqueue.adapters.spark.writer import keyed_storage
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import CASConflictError, CorruptStateError, JQueueError
@@ -42,11 +43,19 @@ from jqueue.sync import SyncQueue, open_queue
 
 T = TypeVar("T")
 
-CONSUMED_SCHEMA = (
-    "id string, entrypoint string, priority bigint, attempts bigint, created_at timestamp, "
-    "dedup_key string, payload binary"
+CONSUMED_COLUMNS = (
+    "id",
+    "entrypoint",
+    "priority",
+    "attempts",
+    "created_at",
+    "dedup_key",
+    "payload",
+    "tenant",
+    "parent_results",
 )
 """A claimed job handed to the query: the ``Job`` attributes a handler needs."""
+CONSUMED_SCHEMA = job_schema(CONSUMED_COLUMNS)
 logger = logging.getLogger("jqueue")
 DEFAULT_PER_TRIGGER = 1000
 MANIFEST_PREFIX = "stream/"
@@ -66,8 +75,7 @@ def _manifest_folder(consumer: str) -> str:
     return f"{MANIFEST_PREFIX}{hashlib.sha256(consumer.encode()).hexdigest()[:32]}/"
 
 
-def _row(job: Job) -> tuple[Any, ...]:
-    return (job.id, job.entrypoint, job.priority, job.attempts, job.created_at, job.dedup_key, job.payload)
+_row = job_rows(CONSUMED_COLUMNS)
 
 
 class ConsumerReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

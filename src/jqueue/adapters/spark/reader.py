@@ -10,7 +10,7 @@ reads the newest state; commits made while the read runs may show in some parts 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -55,7 +55,30 @@ SPARK_TYPES = {
     Kind.RESULTS: "array<binary>",
 }
 _KINDS = {f.public: f.kind for f in FIELDS}
-JOBS_SCHEMA = ", ".join(f"{name} {SPARK_TYPES[_KINDS[name]]}" for name in JOB_COLUMNS)
+_AS_SPARK: dict[Kind, Callable[[Any], Any]] = {Kind.STATUS: str, Kind.IDS: list, Kind.RESULTS: list}
+"""How a ``Job`` attribute of a kind becomes a Spark value where it is not one already."""
+
+
+def job_schema(columns: Sequence[str]) -> str:
+    """Return the Spark schema of rows of these ``Job`` attributes, each typed by its kind."""
+    return ", ".join(f"{name} {SPARK_TYPES[_KINDS[name]]}" for name in columns)
+
+
+def job_rows(columns: Sequence[str]) -> Callable[[Job], tuple[Any, ...]]:
+    """Return what makes a row of ``job_schema(columns)`` of a job."""
+    values = attrgetter(*columns)
+    converts = [_AS_SPARK.get(_KINDS[name]) for name in columns]
+
+    def row(job: Job) -> tuple[Any, ...]:
+        return tuple(
+            value if convert is None else convert(value)
+            for convert, value in zip(converts, values(job), strict=True)
+        )
+
+    return row
+
+
+JOBS_SCHEMA = job_schema(JOB_COLUMNS)
 HISTORY_COLUMNS = (
     "job_id",
     "entrypoint",
@@ -134,12 +157,5 @@ class JQueueReader(DataSourceReader):
         return [job_row(job) for job in jobs]
 
 
-def job_row(job: Job) -> tuple[Any, ...]:
-    """Return a job as a row of ``JOBS_SCHEMA`` (its status as text, its parents as a list)."""
-    return tuple(
-        str(value) if name == "status" else list(value) if name == "after" else value
-        for name, value in zip(JOB_COLUMNS, _columns(job), strict=True)
-    )
-
-
-_columns = attrgetter(*JOB_COLUMNS)
+job_row = job_rows(JOB_COLUMNS)
+"""A job as a row of ``JOBS_SCHEMA`` (its status as text, its parents as a list)."""
