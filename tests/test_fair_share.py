@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fairness import Turns
@@ -26,7 +26,7 @@ from jqueue import (
 from jqueue.core.formats.slab import SLAB_PREFIX, open_slab
 from jqueue.core.log.slabs import SlabSet
 from jqueue.core.log.store import LogStore
-from jqueue.domain.effects import Added
+from jqueue.domain.effects import Added, LimitSet, ThrottleSet
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
 
@@ -84,6 +84,103 @@ def test_claims_serve_the_lines_in_turn(operations: list[tuple[Any, ...]]) -> No
                 index.cancel(queued[operation[1] % len(queued)], None, clock)
         order = index.order  # the count of the lines' heap entries that prunes them is kept right
         assert order._ready_entries == sum(map(len, order._ready.values()))
+
+
+_ENTRYPOINTS, _TENANTS = st.sampled_from(["a", "b"]), st.sampled_from(TENANTS)
+_CLAIM = st.tuples(st.just("claim"), st.sampled_from([None, ("a",)]), st.integers(1, 4), st.booleans())
+_ACK = st.tuples(st.just("ack"), st.integers(0, 10**6))
+LIMITED_OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("enqueue"), _ENTRYPOINTS, _TENANTS, st.integers(1, 4)),
+        _CLAIM,
+        _CLAIM,  # claims and acks, the steps that park and unpark lines, come up more often
+        _ACK,
+        _ACK,
+        st.tuples(st.just("limit"), st.sampled_from([None, "a"]), st.sampled_from([None, 1, 2])),
+        st.tuples(st.just("throttle"), st.sampled_from([None, "b"]), st.sampled_from([None, 1, 3])),
+        st.tuples(st.just("wait"), st.sampled_from([1, 10, 60])),
+    ),
+    min_size=8,
+    max_size=80,
+)
+WINDOW = 30 * SECOND
+
+
+_PARKED = [("enqueue", "a", "acme", 3), ("claim", None, 2, False)]
+"""Acme's first job claimed, and its line parked by the same claim."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([1, 2]), LIMITED_OPERATIONS)
+@example(1, [*_PARKED, ("ack", 0), ("claim", None, 2, False)])  # a job of it settles
+@example(1, [*_PARKED, ("limit", None, 2), ("claim", None, 2, False)])  # its limit is raised
+@example(2, [("throttle", None, 1), *_PARKED, ("wait", 60), ("claim", None, 2, False)])  # a window ends
+def test_a_tenant_at_its_limit_waits_and_starts_as_soon_as_it_may(
+    first_limit: int, operations: list[tuple[Any, ...]]
+) -> None:
+    """Blocked lines are parked between claims: a claim must still take every job that its
+    tenant's limits and throttles let start, once a job of it settles or a window ends."""
+    index, clock, serial = QueueIndex(), T0, 0
+    index.apply(LimitSet(None, first_limit, per_tenant=True))
+    limits: dict[str | None, int | None] = {None: first_limit}  # None: lifted
+    throttles: dict[str | None, int | None] = {}
+    started: list[tuple[int, str, str | None]] = []  # (window, entrypoint, tenant) of each claim
+
+    def running(scope: str | None, tenant: str | None) -> int:
+        return sum(
+            r.status is JobStatus.IN_PROGRESS and r.tenant == tenant and scope in (None, r.entrypoint)
+            for r in index.in_order()
+        )
+
+    def may_start(entrypoint: str, tenant: str | None) -> bool:
+        for scope in (None, entrypoint):
+            if (limit := limits.get(scope)) is not None and running(scope, tenant) >= limit:
+                return False
+            used = sum(
+                1 for w, e, t in started if w == clock // WINDOW and t == tenant and scope in (None, e)
+            )
+            if (throttle := throttles.get(scope)) is not None and used >= throttle:
+                return False
+        return True
+
+    for operation in operations:
+        clock += SECOND
+        match operation:
+            case ("enqueue", entrypoint, tenant, count):
+                for _ in range(count):
+                    serial += 1
+                    fields = (f"job-{serial}", entrypoint, 0, clock, JobStatus.QUEUED, None, b"p")
+                    index.apply(Added(*fields, tenant=tenant))
+            case ("claim", entrypoints, batch, peek):
+                peeked = [r.id for r in index.peek(entrypoints, batch, clock)] if peek else None
+                claimed = [c.job_id for c in index.claim(entrypoints, batch, clock)]
+                assert peeked is None or claimed == peeked
+                for job_id in claimed:
+                    record = index.records[job_id]
+                    started.append((clock // WINDOW, record.entrypoint, record.tenant))
+                    for scope in (None, record.entrypoint):  # a claim never takes a tenant past a limit
+                        limit = limits.get(scope)
+                        assert limit is None or running(scope, record.tenant) <= limit
+                if len(claimed) < batch:  # nothing else may start
+                    assert not [
+                        r.id
+                        for r in index.in_order()
+                        if r.status is JobStatus.QUEUED
+                        and (entrypoints is None or r.entrypoint in entrypoints)
+                        and may_start(r.entrypoint, r.tenant)
+                    ]
+            case ("ack", pick):
+                running_ids = [r.id for r in index.in_order() if r.status is JobStatus.IN_PROGRESS]
+                if running_ids:
+                    index.remove(running_ids[pick % len(running_ids)], None, clock)
+            case ("limit", scope, limit):
+                index.apply(LimitSet(scope, limit, per_tenant=True))
+                limits[scope] = limit
+            case ("throttle", scope, limit):
+                index.apply(ThrottleSet(scope, limit, WINDOW, per_tenant=True))
+                throttles[scope] = limit
+            case ("wait", seconds):
+                clock += seconds * SECOND
 
 
 async def fill(queue: DirectQueue, floods: dict[str | None, int]) -> dict[str, str | None]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from jqueue.domain.claim_order import HEAP_FLOOR, HEAP_SLACK
+import pytest
+
+from jqueue.domain.claim_order import HEAP_FLOOR, HEAP_SLACK, ClaimOrder
 from jqueue.domain.effects import Added, Beat, Claimed, Effect, Removed
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import JobStatus
@@ -24,7 +26,7 @@ def test_claims_and_heartbeats_leave_no_unbounded_trail() -> None:
         now += 10
     live = len(index.records)
     assert live == 400
-    assert index.heap_entries() <= HEAP_SLACK * live + HEAP_FLOOR
+    assert index.heap_entries() <= HEAP_SLACK * index.order.live() + HEAP_FLOOR
     index.begin()
     assert {c.job_id for c in index.requeue_expired(now + 10**12)} == set(index.records)
     index.commit()
@@ -69,4 +71,33 @@ def test_a_transaction_that_goes_on_as_the_next_prunes_too() -> None:
     index.commit()
     live = len(index.records)
     assert live == 100
-    assert index.heap_entries() <= HEAP_SLACK * live + HEAP_FLOOR
+    assert index.heap_entries() <= HEAP_SLACK * index.order.live() + HEAP_FLOOR
+
+
+def test_many_tenants_of_one_job_each_are_drained_without_rebuilding_again_and_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An empty line stays in its round until its turn comes: live too, not a reason to rebuild."""
+    rebuilds = 0
+    rebuild = ClaimOrder.rebuild
+
+    def counted(self: ClaimOrder) -> None:
+        nonlocal rebuilds
+        rebuilds += 1
+        rebuild(self)
+
+    monkeypatch.setattr(ClaimOrder, "rebuild", counted)
+    index = QueueIndex()
+    for n in range(5_000):
+        index.apply(Added(f"job-{n}", "work", 0, n, JobStatus.QUEUED, None, b"", tenant=f"tenant-{n}"))
+    drained = 0
+    while True:
+        index.begin()
+        claims = index.claim(None, 10, 10**6, None)
+        index.commit()
+        if not claims:
+            break
+        index.apply_all([Removed(claim.job_id, 10**6) for claim in claims])
+        drained += len(claims)
+    assert drained == 5_000
+    assert rebuilds <= 10  # each claim of the last ones rebuilt when the empty lines did not count

@@ -10,6 +10,10 @@
   the same jobs without a tenant, drained (claims of ``--batch`` and ``ack_many``) by one
   process; each setting ``--repeats`` times, in turn; the best run of each. Goal: with the
   tenants, within 10% of without.
+- **Claims beside tenants at their limit.** ``--blocked`` tenants each hold the one job in
+  progress that a limit of one per tenant lets them, and have another waiting; ``--jobs``
+  jobs of tenants under the limit are drained as above. A claim must not pay for the blocked
+  tenants again and again: the figure is its time against the time with none blocked.
 
 Example::
 
@@ -22,6 +26,7 @@ import argparse
 import asyncio
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from jqueue import DirectQueue, JobSpec, LocalFileSystemStorage, LogSettings
@@ -32,7 +37,7 @@ NEVER = LogSettings(checkpoint_every=10**9)
 ENQUEUE_BATCH = 10_000
 
 
-async def enqueue(queue: DirectQueue, tenants: list[str | None]) -> None:
+async def enqueue(queue: DirectQueue, tenants: Sequence[str | None]) -> None:
     """Enqueue a job for each of ``tenants``, ``ENQUEUE_BATCH`` per commit."""
     for start in range(0, len(tenants), ENQUEUE_BATCH):
         part = tenants[start : start + ENQUEUE_BATCH]
@@ -78,6 +83,26 @@ async def drain(root: Path, jobs: int, tenants: int, batch: int) -> float:
     return done / elapsed
 
 
+async def beside_blocked(root: Path, jobs: int, blocked: int, batch: int) -> float:
+    """Return the jobs per second drained as ``drain`` does (each of its own tenant), under a
+    limit of one job in progress per tenant that ``blocked`` other tenants have reached."""
+    async with DirectQueue(LocalFileSystemStorage(root / "queue.json"), log=NEVER) as queue:
+        await queue.limit(None, 1, per_tenant=True)
+        await enqueue(queue, [f"blocked-{n}" for n in range(blocked)] * 2)
+        held = 0
+        while held < blocked:  # one job of each is claimed (and never acked): the rest wait
+            held += len(await queue.dequeue(ENTRYPOINT, batch_size=ENQUEUE_BATCH))
+        await enqueue(queue, [f"free-{n}" for n in range(jobs)])
+        started, done = time.perf_counter(), 0
+        while claimed := await queue.dequeue(ENTRYPOINT, batch_size=batch):
+            await queue.ack_many(claimed)
+            done += len(claimed)
+        elapsed = time.perf_counter() - started
+    if done != jobs:
+        raise RuntimeError(f"drained {done} jobs of {jobs}")
+    return done / elapsed
+
+
 async def main(arguments: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="jqueue-fairness-") as scratch:
         root = Path(scratch)
@@ -99,6 +124,18 @@ async def main(arguments: argparse.Namespace) -> None:
         print(f"throughput, {arguments.jobs:,} jobs, best of {arguments.repeats}:")
         print(f"  no tenant: {plain:,.0f} jobs/s")
         print(f"  {arguments.tenants:,} tenants: {shared:,.0f} jobs/s ({shared / plain:.2f} of no tenant)")
+        beside = {0: 0.0, arguments.blocked: 0.0}
+        for repeat in range(arguments.repeats):
+            for blocked in beside:
+                where = root / f"blocked-{repeat}-{blocked}"
+                where.mkdir()
+                rate = await beside_blocked(where, arguments.jobs, blocked, arguments.batch)
+                beside[blocked] = max(beside[blocked], rate)
+        free, slowed = beside[0], beside[arguments.blocked]
+        jobs, repeats = arguments.jobs, arguments.repeats
+        print(f"a limit of 1 per tenant, {jobs:,} jobs of free tenants, best of {repeats}:")
+        print(f"  none blocked: {free:,.0f} jobs/s")
+        print(f"  {arguments.blocked:,} blocked: {slowed:,.0f} jobs/s ({slowed / free:.2f} of none blocked)")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -106,10 +143,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--flood", type=int, default=100_000, help="the flooding tenant's jobs")
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs drained per throughput run")
     parser.add_argument("--tenants", type=int, default=1_000, help="tenants of the throughput runs")
+    parser.add_argument("--blocked", type=int, default=5_000, help="tenants at their limit")
     parser.add_argument("--batch", type=int, default=10, help="jobs per claim")
     parser.add_argument("--repeats", type=int, default=3, help="throughput runs per setting")
     arguments = parser.parse_args(argv)
-    for name in ("flood", "jobs", "tenants", "batch", "repeats"):
+    for name in ("flood", "jobs", "tenants", "blocked", "batch", "repeats"):
         if getattr(arguments, name) < 1:
             parser.error(f"--{name} must be at least 1")
     return arguments

@@ -28,7 +28,7 @@ _UNLEASED_MICROS = UNLEASED_CLAIM_TIMEOUT // timedelta(microseconds=1)
 
 HEAP_SLACK = 4
 HEAP_FLOOR = 1024
-"""The heaps are rebuilt once they hold more than ``HEAP_SLACK`` entries per live job plus this."""
+"""The heaps are rebuilt once they hold more than ``HEAP_SLACK`` entries per live job or line plus this."""
 
 ReadyEntry = tuple[int, int, int, int, str]
 Head = tuple[ClaimKey, bool]
@@ -104,10 +104,15 @@ class ClaimOrder:
         for (entrypoint, tenant), entries in ready.items():
             self._lines.setdefault(entrypoint, Lines()).enter(tenant, min(entries)[0])
 
+    def live(self) -> int:
+        """How many entries would stay in a rebuild: a job's, a line's (an empty line stays in
+        its round until its turn comes: many tenants of a job or two each leave many)."""
+        return len(self.records) + sum(len(lines.entered) for lines in self._lines.values())
+
     def prune(self) -> None:
         """Rebuild once outdated entries outnumber the live ones (every claim and heartbeat leaves
-        one behind): amortised O(1) per change, memory O(live jobs)."""
-        if self.entries() > HEAP_SLACK * len(self.records) + HEAP_FLOOR:
+        one behind): amortised O(1) per change, memory O(live jobs and lines)."""
+        if self.entries() > HEAP_SLACK * self.live() + HEAP_FLOOR:
             self.rebuild()
 
     def push(self, record: JobRecord) -> None:
@@ -171,8 +176,9 @@ class ClaimOrder:
     ) -> tuple[str, Callable[[], None]] | None:
         """Pop the best claimable job (of ``entrypoints`` if given) whose entrypoint is neither
         paused, out of throttle, nor at its limit of ``running`` jobs, and whose tenant is
-        neither out of throttle nor at its limit of jobs ``running_of`` it; return its id and
-        the undo of the turn it gave its line, or None."""
+        neither out of throttle nor at its limit of jobs ``running_of`` it (a blocked tenant's
+        line is parked: ``unpark``); return its id and the undo of the turn it gave its line,
+        or None."""
         best: ClaimKey | None = None
         best_line: tuple[str, Tenant, bool] = ("", None, False)
         for name in self._names() if entrypoints is None else entrypoints:
@@ -180,10 +186,12 @@ class ClaimOrder:
                 continue
             if controls.at_limit(name, running):
                 continue
-            passed = None
+            blocked = None
             if controls.per_tenant:
-                passed = partial(controls.tenant_blocked, name, now=now, running=running_of)
-            first = self._first(name, passed)
+                blocked = partial(controls.tenant_blocked, name, now=now, running=running_of)
+                if (lines := self._lines.get(name)) is not None:
+                    lines.unpark_due(now)
+            first = self._first(name, blocked)
             if first is not None and (best is None or first[1][0] < best):
                 tenant, (best, cold) = first
                 best_line = (name, tenant, cold)
@@ -192,25 +200,47 @@ class ClaimOrder:
         return self._pop(*best_line)
 
     def next_created(self, entrypoint: str, now: int) -> int | None:
-        """Return when the claimable job of ``entrypoint`` next in line at ``now`` (pauses and
-        throttles aside) was created, or None; it moves due jobs to the claimable heaps and
-        drops outdated entries."""
+        """Return when the claimable job of ``entrypoint`` next in line at ``now`` (pauses,
+        throttles and limits aside) was created, or None; it moves due jobs to the claimable
+        heaps and drops outdated entries, and leaves parked lines parked."""
         self.release_due(now)
+        lines = self._lines.get(entrypoint)
+        if lines is None:
+            return None
         first = self._first(entrypoint)
-        return None if first is None else first[1][0][1]
+        best = None if first is None else (lines.entered[first[0]], first[1])
+        for place, tenant in lines.parked_places():
+            if best is None or place < best[0]:
+                head = self._head((entrypoint, tenant))
+                if head is not None:
+                    best = (place, head)
+        return None if best is None else best[1][0][1]
+
+    def unpark(self, tenant: Tenant) -> None:
+        """Put ``tenant``'s parked lines back in their rounds: a job of it stopped running."""
+        for lines in self._lines.values():
+            if lines.parked:
+                lines.unpark(tenant)
+
+    def unpark_all(self) -> None:
+        """Put every parked line back in its round: the limits or throttles changed, or were
+        undone with the claims that counted against them."""
+        for lines in self._lines.values():
+            if lines.parked:
+                lines.unpark_all()
 
     def _names(self) -> list[str]:
         return list(self._lines)  # kept when empty: an undone claim gives its turn back to them
 
     def _first(
-        self, entrypoint: str, passed: Callable[[Tenant], bool] | None = None
+        self, entrypoint: str, blocked: Callable[[Tenant], int | None] | None = None
     ) -> tuple[Tenant, Head] | None:
-        """Return the line of ``entrypoint`` whose turn it is (of those ``passed`` does not name),
-        and where its first job stands."""
+        """Return the line of ``entrypoint`` whose turn it is (of those ``blocked`` does not
+        park), and where its first job stands."""
         lines = self._lines.get(entrypoint)
         if lines is None:
             return None
-        return lines.top(lambda tenant: self._head((entrypoint, tenant)), _priority, passed)
+        return lines.top(lambda tenant: self._head((entrypoint, tenant)), _priority, blocked)
 
     def _head(self, line: Line) -> Head | None:
         """Return where the first claimable job of ``line`` stands, hot or cold, and whether it

@@ -17,6 +17,7 @@ from typing import Any
 
 from jqueue.domain.effects import LimitSet, PauseSet, SinkMarked, ThrottleSet
 from jqueue.domain.lines import Tenant
+from jqueue.domain.values import INT64_MAX
 
 Scope = str | None
 
@@ -196,20 +197,24 @@ class Controls:
 
     def tenant_blocked(
         self, entrypoint: str, tenant: Tenant, now: int, running: Callable[[Scope, Tenant], int]
-    ) -> bool:
-        """Whether the limits and throttles per tenant let no more job of ``tenant`` of
-        ``entrypoint`` start at ``now``, given the jobs ``running`` per scope and tenant."""
+    ) -> int | None:
+        """Return None if the limits and throttles per tenant let a job of ``tenant`` of
+        ``entrypoint`` start at ``now``, given the jobs ``running`` per scope and tenant; else
+        the time before which a throttle keeps it blocked (``INT64_MAX`` for a limit: until
+        a job of the tenant stops running)."""
         for scope in (None, entrypoint):
             limit = self.tenant_limits.get(scope)
             if limit is not None and running(scope, tenant) >= limit:
-                return True
+                return INT64_MAX
             throttle = self.tenant_throttles.get(scope)
             if throttle is not None:
+                window, count = now // throttle[1], 0
                 used = self.tenant_usage.get(scope)
-                count = used[1].get(tenant, 0) if used is not None and used[0] >= now // throttle[1] else 0
+                if used is not None and used[0] >= window:
+                    window, count = used[0], used[1].get(tenant, 0)
                 if count >= throttle[0]:
-                    return True
-        return False
+                    return (window + 1) * throttle[1]
+        return None
 
     def claims_paused(self, entrypoint: str) -> bool:
         """Whether claims of ``entrypoint`` are paused (by itself or the whole queue)."""

@@ -260,8 +260,10 @@ class IndexState(Journal, ColdJobs, Dependencies, BulkAdds, Freezing):
                 self._record_undo(self.controls.set_pause(effect))
             case ThrottleSet():
                 self._record_undo(self.controls.set_throttle(effect))
+                self.order.unpark_all()
             case LimitSet():
                 self._record_undo(self.controls.set_limit(effect))
+                self.order.unpark_all()
             case SinkMarked():
                 self._record_undo(self.controls.set_mark(effect))
             case ParentSettled():
@@ -348,10 +350,12 @@ class IndexState(Journal, ColdJobs, Dependencies, BulkAdds, Freezing):
             self.changed.setdefault(record.id, record)
         if record.status is JobStatus.STAGED:
             self._unstage(record)
-        awaited = record.awaiting
+        awaited, was_running = record.awaiting, record.status is JobStatus.IN_PROGRESS
         self.tally.discard(record)
         record.set_claim_state(state)
         self.tally.add(record)
+        if was_running and record.status is not JobStatus.IN_PROGRESS:
+            self.order.unpark(record.tenant)
         if record.status is JobStatus.STAGED:
             self._stage(record)
         if record.awaiting is not awaited:
@@ -384,6 +388,8 @@ class IndexState(Journal, ColdJobs, Dependencies, BulkAdds, Freezing):
         if record.awaiting:
             self._unlink(record)
         self.tally.discard(record)
+        if record.status is JobStatus.IN_PROGRESS:
+            self.order.unpark(record.tenant)
 
     def _push(self, record: JobRecord) -> None:
         self._last_stamp += 1  # unique in this index: an entry left by an undone change never matches

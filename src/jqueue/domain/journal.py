@@ -64,6 +64,7 @@ class Journal:
         self.pending_effects = []
         for undo in reversed(journal):
             undo()
+        self.order.unpark_all()  # what blocked a tenant may be undone
 
     def savepoint(self) -> tuple[int, int]:
         """Mark the open transaction, so that ``rollback_to`` can undo what follows."""
@@ -80,6 +81,7 @@ class Journal:
         while len(journal) > undo_count:
             journal.pop()()
         del self.pending_effects[effect_count:]
+        self.order.unpark_all()  # what blocked a tenant may be undone
 
     def _record_undo(self, undo: Callable[[], None] | None) -> None:
         if self._journal is not None and undo is not None:
