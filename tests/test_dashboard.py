@@ -205,6 +205,41 @@ async def test_the_dashboard_in_a_browser(
                 await expect(page.get_by_role("status")).to_have_text("Lifted the limit of entrypoint sms.")
                 assert (await direct.stats()).limits == {}
 
+                # Limits and throttles per tenant of the whole queue, set and lifted from the page.
+                tenants = page.locator("#per-tenant")
+                await tenants.get_by_label("At most, of each tenant").fill("2")
+                await tenants.get_by_role("button", name="Limit each tenant").click()
+                await expect(page.get_by_role("status")).to_have_text(
+                    "Limited each tenant of the queue to 2 jobs in progress at once."
+                )
+                await tenants.get_by_label("Claims of each tenant").fill("5")
+                await tenants.get_by_role("button", name="Throttle each tenant").click()
+                await expect(page.locator("#per-tenant")).to_contain_text(
+                    "Each tenant is throttled to 5 claims per 1.0 s."
+                )
+                stats = await direct.stats()
+                assert (stats.tenant_limits, stats.tenant_throttles) == ({None: 2}, {None: (5, 1.0)})
+                assert (stats.limits, stats.throttles) == ({}, {})  # the queue's own are apart
+                await page.get_by_role("button", name="Lift the limit per tenant").click()
+                lifted = "Lifted the limit per tenant of the queue."
+                await expect(page.get_by_role("status")).to_have_text(lifted)
+                await page.get_by_role("button", name="Lift the throttle per tenant").click()
+                await expect(page.get_by_role("status")).to_have_text(
+                    "Lifted the throttle per tenant of the queue."
+                )
+                stats = await direct.stats()
+                assert (stats.tenant_limits, stats.tenant_throttles) == ({}, {})
+                await queue.limit("sms", 1, per_tenant=True)  # set by a client: shown and lifted here
+                await page.reload()
+                await expect(page.locator("tr[data-entrypoint='sms'] [data-tenant-limit]")).to_have_text(
+                    "at most 1 running per tenant"
+                )
+                await sms.get_by_role("button", name="Lift limit per tenant").click()
+                await expect(page.get_by_role("status")).to_have_text(
+                    "Lifted the limit per tenant of entrypoint sms."
+                )
+                assert (await direct.stats()).tenant_limits == {}
+
                 # Live: new jobs show up without a reload.
                 await page.goto(f"{url}/")
                 before = await page.locator(row(shop, "queued")).inner_text()

@@ -135,20 +135,23 @@ class Actions:
         if action == "resume":
             await queue.resume(scope)
             return f"Resumed {where}."
+        per_tenant = form.get("per_tenant") == "yes"
+        each = f"each tenant of {where}" if per_tenant else where
+        of = f"per tenant of {where}" if per_tenant else f"of {where}"
         if action == "throttle":
             limit, per = _number(form, "limit"), _number(form, "per")
-            await queue.throttle(limit, timedelta(seconds=per), scope)
-            return f"Throttled {where} to {limit} claims per {per:g} s."
+            await queue.throttle(limit, timedelta(seconds=per), scope, per_tenant=per_tenant)
+            return f"Throttled {each} to {limit} claims per {per:g} s."
         if action == "limit":
             most = _number(form, "most")
-            await queue.limit(scope, most)
-            return f"Limited {where} to {most} jobs in progress at once."
+            await queue.limit(scope, most, per_tenant=per_tenant)
+            return f"Limited {each} to {most} jobs in progress at once."
         if action == "unlimit":
-            await queue.limit(scope, None)
-            return f"Lifted the limit of {where}."
+            await queue.limit(scope, None, per_tenant=per_tenant)
+            return f"Lifted the limit {of}."
         if action == "unthrottle":
-            await queue.throttle(None, timedelta(seconds=1), scope)
-            return f"Lifted the throttle of {where}."
+            await queue.throttle(None, timedelta(seconds=1), scope, per_tenant=per_tenant)
+            return f"Lifted the throttle {of}."
         raise ValueError(f"unknown action {action!r}")
 
 
