@@ -26,7 +26,7 @@ import argparse
 import asyncio
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from jqueue import DirectQueue, JobSpec, LocalFileSystemStorage, LogSettings
@@ -67,25 +67,31 @@ async def first_start(root: Path, flood: int, batch: int, cold: bool) -> tuple[i
             await queue.ack_many(jobs)
 
 
-async def drain(root: Path, jobs: int, tenants: int, batch: int) -> float:
-    """Return the jobs per second one process claims and acks, of ``jobs`` spread over
-    ``tenants`` tenants (none when 0)."""
-    names: list[str | None] = [None] * jobs if tenants == 0 else [f"t{n % tenants}" for n in range(jobs)]
-    async with DirectQueue(LocalFileSystemStorage(root / "queue.json"), log=NEVER) as queue:
-        await enqueue(queue, names)
-        started, done = time.perf_counter(), 0
-        while claimed := await queue.dequeue(ENTRYPOINT, batch_size=batch):
-            await queue.ack_many(claimed)
-            done += len(claimed)
-        elapsed = time.perf_counter() - started
+async def timed_drain(queue: DirectQueue, jobs: int, batch: int) -> float:
+    """Return the jobs per second one process claims (``batch`` at a time) and acks until
+    nothing is claimable, checking that they are ``jobs``."""
+    started, done = time.perf_counter(), 0
+    while claimed := await queue.dequeue(ENTRYPOINT, batch_size=batch):
+        await queue.ack_many(claimed)
+        done += len(claimed)
+    elapsed = time.perf_counter() - started
     if done != jobs:
         raise RuntimeError(f"drained {done} jobs of {jobs}")
     return done / elapsed
 
 
+async def drain(root: Path, jobs: int, tenants: int, batch: int) -> float:
+    """Return the jobs per second of ``timed_drain`` over ``jobs`` spread over ``tenants``
+    tenants (none when 0)."""
+    names: list[str | None] = [None] * jobs if tenants == 0 else [f"t{n % tenants}" for n in range(jobs)]
+    async with DirectQueue(LocalFileSystemStorage(root / "queue.json"), log=NEVER) as queue:
+        await enqueue(queue, names)
+        return await timed_drain(queue, jobs, batch)
+
+
 async def beside_blocked(root: Path, jobs: int, blocked: int, batch: int) -> float:
-    """Return the jobs per second drained as ``drain`` does (each of its own tenant), under a
-    limit of one job in progress per tenant that ``blocked`` other tenants have reached."""
+    """Return the jobs per second of ``timed_drain`` over ``jobs`` each of its own tenant,
+    under a limit of one job in progress per tenant that ``blocked`` other tenants have reached."""
     async with DirectQueue(LocalFileSystemStorage(root / "queue.json"), log=NEVER) as queue:
         await queue.limit(None, 1, per_tenant=True)
         await enqueue(queue, [f"blocked-{n}" for n in range(blocked)] * 2)
@@ -93,14 +99,7 @@ async def beside_blocked(root: Path, jobs: int, blocked: int, batch: int) -> flo
         while held < blocked:  # one job of each is claimed (and never acked): the rest wait
             held += len(await queue.dequeue(ENTRYPOINT, batch_size=ENQUEUE_BATCH))
         await enqueue(queue, [f"free-{n}" for n in range(jobs)])
-        started, done = time.perf_counter(), 0
-        while claimed := await queue.dequeue(ENTRYPOINT, batch_size=batch):
-            await queue.ack_many(claimed)
-            done += len(claimed)
-        elapsed = time.perf_counter() - started
-    if done != jobs:
-        raise RuntimeError(f"drained {done} jobs of {jobs}")
-    return done / elapsed
+        return await timed_drain(queue, jobs, batch)
 
 
 async def main(arguments: argparse.Namespace) -> None:
@@ -113,29 +112,36 @@ async def main(arguments: argparse.Namespace) -> None:
             claims, millis = await first_start(where, arguments.flood, arguments.batch, cold)
             kind = "cold" if cold else "hot"
             print(f"  {kind}: claimed by claim {claims}, {millis:.1f} ms after its enqueue")
-        best = {0: 0.0, arguments.tenants: 0.0}
-        for repeat in range(arguments.repeats):
-            for tenants in best:
-                where = root / f"drain-{repeat}-{tenants}"
-                where.mkdir()
-                rate = await drain(where, arguments.jobs, tenants, arguments.batch)
-                best[tenants] = max(best[tenants], rate)
-        plain, shared = best[0], best[arguments.tenants]
-        print(f"throughput, {arguments.jobs:,} jobs, best of {arguments.repeats}:")
+        jobs, batch, repeats = arguments.jobs, arguments.batch, arguments.repeats
+
+        async def with_tenants(where: Path, tenants: int) -> float:
+            return await drain(where, jobs, tenants, batch)
+
+        async def with_blocked(where: Path, blocked: int) -> float:
+            return await beside_blocked(where, jobs, blocked, batch)
+
+        plain, shared = await best_of(with_tenants, root / "drain", arguments.tenants, repeats)
+        print(f"throughput, {jobs:,} jobs, best of {repeats}:")
         print(f"  no tenant: {plain:,.0f} jobs/s")
         print(f"  {arguments.tenants:,} tenants: {shared:,.0f} jobs/s ({shared / plain:.2f} of no tenant)")
-        beside = {0: 0.0, arguments.blocked: 0.0}
-        for repeat in range(arguments.repeats):
-            for blocked in beside:
-                where = root / f"blocked-{repeat}-{blocked}"
-                where.mkdir()
-                rate = await beside_blocked(where, arguments.jobs, blocked, arguments.batch)
-                beside[blocked] = max(beside[blocked], rate)
-        free, slowed = beside[0], beside[arguments.blocked]
-        jobs, repeats = arguments.jobs, arguments.repeats
+        free, slowed = await best_of(with_blocked, root / "blocked", arguments.blocked, repeats)
         print(f"a limit of 1 per tenant, {jobs:,} jobs of free tenants, best of {repeats}:")
         print(f"  none blocked: {free:,.0f} jobs/s")
         print(f"  {arguments.blocked:,} blocked: {slowed:,.0f} jobs/s ({slowed / free:.2f} of none blocked)")
+
+
+async def best_of(
+    run: Callable[[Path, int], Awaitable[float]], root: Path, setting: int, repeats: int
+) -> tuple[float, float]:
+    """Return the best rate of ``run`` with 0 and with ``setting``, ``repeats`` runs of each in
+    turn, each in a directory of its own under ``root``."""
+    best = {0: 0.0, setting: 0.0}
+    for repeat in range(repeats):
+        for value in best:
+            where = root / f"{repeat}-{value}"
+            where.mkdir(parents=True)
+            best[value] = max(best[value], await run(where, value))
+    return best[0], best[setting]
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
