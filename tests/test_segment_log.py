@@ -17,7 +17,7 @@ import pytest
 
 from jqueue import CASConflictError, CorruptStateError, DirectQueue, LocalFileSystemStorage
 from jqueue.adapters.storage import segments
-from jqueue.adapters.storage.segment_format import FILE_HEADER, OBJECT, RECORD, encode_record
+from jqueue.adapters.storage.segment_format import OBJECT, V2, encode_record
 from jqueue.adapters.storage.segments import BUSY, SegmentLog
 
 SMALL = 64 * 1024
@@ -81,7 +81,7 @@ def test_a_torn_tail_is_ignored_by_readers_and_zeroed_by_the_next_writer(tmp_pat
     [segment] = segment_files(tmp_path / "s")
     data = segment.read_bytes()
     end = len(data.rstrip(b"\0"))
-    assert end == FILE_HEADER.size + RECORD.size + len("a") + len("whole")
+    assert end == V2.header.size + V2.record_size(len("a"), len("whole"))
     torn = bytearray(data)
     torn[end : end + 300] = encode_record(OBJECT, "lost", b"z" * 1000)[:300]  # its bytes never all arrived
     segment.write_bytes(bytes(torn))
@@ -89,7 +89,7 @@ def test_a_torn_tail_is_ignored_by_readers_and_zeroed_by_the_next_writer(tmp_pat
     assert reader.list_names("", "") == ["a"]
     writer = SegmentLog(tmp_path / "s")
     writer.create("b", b"after the tear")
-    after_b = end + RECORD.size + len("b") + len("after the tear")
+    after_b = end + V2.record_size(len("b"), len("after the tear"))
     assert segment.read_bytes()[after_b : end + 400] == bytes(end + 400 - after_b)
     fresh = SegmentLog(tmp_path / "s")
     assert (fresh.get("a"), fresh.get("b")) == (b"whole", b"after the tear")
@@ -185,7 +185,7 @@ def test_a_replaced_directory_is_noticed(tmp_path: Path) -> None:
 
 _CHILD = """
 import sys
-from jqueue.adapters.storage.segment_format import FILE_HEADER, OBJECT, RECORD, encode_record
+from jqueue.adapters.storage.segment_format import OBJECT, V2, encode_record
 from jqueue.adapters.storage.segments import SegmentLog
 log = SegmentLog(__import__("pathlib").Path(sys.argv[1]), segment_bytes=int(sys.argv[3]))
 for n in range(10**9):

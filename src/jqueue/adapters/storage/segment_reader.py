@@ -20,8 +20,6 @@ from jqueue.adapters.storage.file_lock import hold_flock
 from jqueue.adapters.storage.object_files import fsync_dir
 from jqueue.adapters.storage.segment_format import (
     DELETED,
-    FILE_HEADER,
-    FILE_MAGIC,
     FLAGS_AT,
     OBJECT,
     RECORD,
@@ -29,12 +27,15 @@ from jqueue.adapters.storage.segment_format import (
     SEAL,
     TOMBSTONE,
     TOMBSTONE_PLACE,
+    V1,
+    VERSIONS,
     ZEROS,
-    checksum_matches,
+    SegmentVersion,
     head_matches,
+    record_matches,
     segment_numbers,
     sweep_old_temporaries,
-    whole_record_after,
+    tail_damage,
 )
 from jqueue.adapters.storage.segment_index import Place, SegmentIndex
 from jqueue.domain.errors import CorruptStateError
@@ -50,6 +51,12 @@ class Segment:
     number: int
     fd: int
     capacity: int
+    version: SegmentVersion
+
+    @property
+    def start(self) -> int:
+        """Where its first record goes (after its header)."""
+        return self.version.header.size
 
 
 class SegmentReader:
@@ -108,7 +115,7 @@ class SegmentReader:
                     if self._dirty:
                         self._check_damage(self._segments[self._tail], self._end)
                     self._tail = number
-                    self._end, _ = self._scan(segment, FILE_HEADER.size)
+                    self._end, _ = self._scan(segment, segment.start)
         else:
             self._end, sealed = self._scan(self._segments[self._tail], self._end)
             while sealed:
@@ -119,7 +126,7 @@ class SegmentReader:
                         self._path(self._tail).as_uri(), "sealed, but no newer segment exists"
                     )
                 self._tail = segment.number
-                self._end, sealed = self._scan(segment, FILE_HEADER.size)
+                self._end, sealed = self._scan(segment, segment.start)
         if self._dirty and self._quick:
             return  # a writer may be mid-append: its record is not committed yet
         if self._dirty and not self._holding:
@@ -137,11 +144,12 @@ class SegmentReader:
             fd = os.open(path, os.O_RDWR)
         except FileNotFoundError:
             return None
-        header = os.pread(fd, FILE_HEADER.size, 0)
-        if len(header) < FILE_HEADER.size or FILE_HEADER.unpack(header) != (FILE_MAGIC, number):
+        try:
+            version, capacity = _read_header(fd, number, path)
+        except CorruptStateError:
             os.close(fd)
-            raise CorruptStateError(path.as_uri(), "not a jqueue segment file")
-        segment = self._segments[number] = Segment(number, fd, os.fstat(fd).st_size)
+            raise
+        segment = self._segments[number] = Segment(number, fd, capacity, version)
         return segment
 
     def _scan(self, segment: Segment, start: int) -> tuple[int, bool]:
@@ -154,7 +162,7 @@ class SegmentReader:
                 buffer, buffered_at, read = os.pread(segment.fd, read, position), position, _CHUNK
             at = position - buffered_at
             magic, _, length, name_length, kind, flags = RECORD.unpack_from(buffer, at)
-            size = RECORD.size + name_length + length
+            size = segment.version.record_size(name_length, length)
             if magic != RECORD_MAGIC or position + size > segment.capacity:
                 self._dirty = buffer[at : at + RECORD.size] != ZEROS
                 break
@@ -167,12 +175,12 @@ class SegmentReader:
                 continue
             if at + size > len(buffer):
                 buffer, buffered_at, at = os.pread(segment.fd, max(_CHUNK, size), position), position, 0
-            if not checksum_matches(buffer, at, at + size):
+            if not record_matches(buffer, at, at + size, segment.version):
                 self._dirty = True
                 break
             if kind == SEAL:
                 return position, True
-            body = memoryview(buffer)[at + RECORD.size : at + size]
+            body = memoryview(buffer)[at + RECORD.size : at + size - segment.version.trailer]
             name = bytes(body[:name_length]).decode()
             self._note(Place(segment.number, position, size), kind, flags, name, body[name_length:])
             position += size
@@ -184,12 +192,14 @@ class SegmentReader:
         return len(head) == RECORD.size and RECORD.unpack_from(head)[0] == RECORD_MAGIC
 
     def _check_damage(self, segment: Segment, end: int) -> None:
-        """Report a bad record that whole ones follow (nobody is appending: we hold a lock, or
-        the segment is sealed); what follows the last whole record alone is a torn tail."""
+        """Report a bad record that is not what a torn append leaves (nobody is appending: we
+        hold a lock, or the segment is sealed), and a segment cut short since it was made."""
+        path = self._path(segment.number)
+        segment.version, segment.capacity = _read_header(segment.fd, segment.number, path)  # grown? cut?
         rest = os.pread(segment.fd, segment.capacity - end, end)
-        if rest[: RECORD.size] != ZEROS and (found := whole_record_after(rest)) is not None:
-            where = f"{self._path(segment.number).as_uri()}#{end}"
-            raise CorruptStateError(where, f"a damaged record, with a whole record {found} bytes after it")
+        where = f"{path.as_uri()}#{end}"
+        if rest[: RECORD.size] != ZEROS and (damage := tail_damage(rest, end, segment.version)) is not None:
+            raise CorruptStateError(where, damage)
 
     # --- records --------------------------------------------------------------------------
 
@@ -207,9 +217,9 @@ class SegmentReader:
             return None
         skip = RECORD.size + len(name.encode())
         head = os.pread(segment.fd, skip, place.offset)  # apart from the content: no copy of it
-        content = os.pread(segment.fd, place.size - skip, place.offset + skip)
+        content = os.pread(segment.fd, place.size - skip - segment.version.trailer, place.offset + skip)
         if (
-            len(head) + len(content) < place.size
+            len(head) + len(content) + segment.version.trailer < place.size
             or RECORD.unpack_from(head)[0] != RECORD_MAGIC
             or not head_matches(head[: RECORD.size], head[RECORD.size :], content)
         ):
@@ -237,7 +247,8 @@ class SegmentReader:
         if place.offset + place.size > len(mapping):
             where = f"{self._path(place.segment).as_uri()}#{place.offset}"
             raise CorruptStateError(where, f"the record of {name!r} runs past its segment's end")
-        return memoryview(mapping)[place.offset + len(head) : place.offset + place.size]
+        end = place.offset + place.size - segment.version.trailer
+        return memoryview(mapping)[place.offset + len(head) : end]
 
     def _is_live(self, name: str, place: Place) -> bool:
         """Whether the record is not deleted (forgetting it if it is)."""
@@ -271,3 +282,22 @@ class SegmentReader:
         self._segments.clear()
         self._index.clear()
         self._lock_fd, self._lock_id, self._tail, self._end, self._dirty = -1, None, 0, 0, False
+
+
+def _read_header(fd: int, number: int, path: Path) -> tuple[SegmentVersion, int]:
+    """Return a segment file's version and capacity, checking that it is the segment it is
+    named as and (from version 2) that it is as long as it was made."""
+    header = os.pread(fd, max(version.header.size for version in VERSIONS.values()), 0)
+    version = VERSIONS.get(header[:8])
+    if version is None or len(header) < version.header.size:
+        raise CorruptStateError(path.as_uri(), "not a jqueue segment file")
+    _, found, *made = version.header.unpack_from(header)
+    if found != number:
+        raise CorruptStateError(path.as_uri(), f"holds the header of segment {found}")
+    size = os.fstat(fd).st_size
+    if version is V1:
+        return version, size
+    capacity: int = made[0]
+    if size < capacity:
+        raise CorruptStateError(path.as_uri(), f"{size} bytes long, short of the {capacity} it was made with")
+    return version, capacity

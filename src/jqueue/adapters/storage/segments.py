@@ -141,7 +141,7 @@ class SegmentLog(SegmentReader):
         place = self._index.place(name)
         if place is not None and self._is_live(name, place):
             raise CASConflictError(f"{self.directory.as_uri()}/{name} exists")
-        if quick and not self._fits(fmt.RECORD.size + len(name.encode()) + len(content)):
+        if quick and not self._fits(fmt.V2.record_size(len(name.encode()), len(content))):
             return BUSY  # rolling to a new segment costs more syncs, and may compact
         tail = self._tail
         self._sync(self._append(fmt.OBJECT, name, content).fd)
@@ -179,9 +179,14 @@ class SegmentLog(SegmentReader):
     # --- appending ----------------------------------------------------------------------
 
     def _fits(self, size: int) -> bool:
-        """Whether a record of ``size`` bytes fits the newest segment (with room for a seal)."""
+        """Whether a record of ``size`` bytes fits the newest segment (with room for a seal); an
+        older version's segment takes no more records."""
         segment = self._segments.get(self._tail)
-        return segment is not None and self._end + size + fmt.RECORD.size <= segment.capacity
+        return (
+            segment is not None
+            and segment.version is fmt.V2
+            and self._end + size + fmt.V2.record_size(0, 0) <= segment.capacity
+        )
 
     def _append(self, kind: int, name: str, content: bytes) -> Segment:
         """Write a record at the end (not synced); return the segment it went to."""
@@ -196,15 +201,15 @@ class SegmentLog(SegmentReader):
     def _roll(self, size: int) -> Segment:
         """Create the next segment whole, then seal the current one to point at it."""
         number = self._tail + 1
-        capacity = max(self.segment_bytes, fmt.FILE_HEADER.size + size + fmt.RECORD.size)
+        capacity = max(self.segment_bytes, fmt.V2.header.size + size + fmt.V2.record_size(0, 0))
         temporary = self.directory / f".{number:012d}.{uuid.uuid4().hex}.tmp"
         fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            fmt.write_at(fd, fmt.FILE_HEADER.pack(fmt.FILE_MAGIC, number), 0)
+            fmt.write_at(fd, fmt.segment_header(number, capacity), 0)
             fmt.preallocate(fd, capacity)
             os.fsync(fd)
             os.link(temporary, self._path(number))
-            segment = self._segments[number] = Segment(number, fd, capacity)
+            segment = self._segments[number] = Segment(number, fd, capacity, fmt.V2)
         except FileExistsError:  # a writer died between creating it and sealing the one before
             os.close(fd)
             segment = self._adopt(number, capacity)
@@ -216,21 +221,23 @@ class SegmentLog(SegmentReader):
         fsync_dir(self.directory)
         if self._tail:
             current = self._segments[self._tail]
-            fmt.write_at(current.fd, fmt.encode_record(fmt.SEAL, "", b""), self._end)
+            fmt.write_at(current.fd, fmt.encode_record(fmt.SEAL, "", b"", current.version), self._end)
             self._sync(current.fd)
-        self._tail, self._end = number, fmt.FILE_HEADER.size
+        self._tail, self._end = number, segment.start
         return segment
 
     def _adopt(self, number: int, capacity: int) -> Segment:
         segment = self._open_segment(number)
         if segment is None:
             raise CASConflictError(f"{self._path(number).as_uri()} vanished while being created")
-        if os.pread(segment.fd, fmt.RECORD.size, fmt.FILE_HEADER.size) != fmt.ZEROS:
+        if os.pread(segment.fd, fmt.RECORD.size, segment.start) != fmt.ZEROS:
             raise CorruptStateError(
                 self._path(number).as_uri(), "holds records, but the segment before it is not sealed"
             )
         if segment.capacity < capacity:
             fmt.preallocate(segment.fd, capacity)
+            if segment.version is fmt.V2:
+                fmt.write_at(segment.fd, fmt.segment_header(number, capacity), 0)
             os.fsync(segment.fd)
             segment.capacity = capacity
         return segment
