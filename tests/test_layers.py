@@ -13,8 +13,9 @@ from pathlib import Path
 import jqueue
 
 SRC = Path(jqueue.__file__).resolve().parent
-CORE_PACKAGES = ("formats", "loop", "log", "runtime")
-"""The subpackages of ``core`` that are units of their own (the rest of ``core`` is one)."""
+CORE_PACKAGES = ("formats", "loop", "log", "runtime", "heartbeat")
+"""The subpackages of ``core`` that are units of their own (the rest of ``core`` is one), and
+``core/heartbeat.py``, the documented path of the runtime's ``HeartbeatManager``."""
 ENGINE = {"core", "core.loop", "core.log", "core.formats"}
 """The commit engine: the queue (``core``), the commit loop, the log layout, the wire formats."""
 ARROWS: dict[str, set[str]] = {
@@ -26,6 +27,7 @@ ARROWS: dict[str, set[str]] = {
     "core.log": {"domain", "ports", "core.formats", "core.loop"},
     "core": {"domain", "ports", "core.formats", "core.loop", "core.log"},
     "core.runtime": {"domain", "ports", "core"},
+    "core.heartbeat": {"core.runtime"},
     "adapters": set(),
     "adapters.optional": set(),
     "adapters.event_loop": set(),
