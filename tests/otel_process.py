@@ -4,15 +4,22 @@ empty (``work``), on the file queue ``PATH``; it writes the spans it made, and i
 JSON to ``OUT``. With ``none`` it blocks the OpenTelemetry API's import first and does both.
 
     python tests/otel_process.py produce|work|service|none PATH OUT
+    python tests/otel_process.py faults PATH|URL OUT FAULT
 
-``service`` records a few of ``jqueue serve``'s measures instead, and writes them.
+``service`` records a few of ``jqueue serve``'s measures instead, and writes them. ``faults``
+sets OpenTelemetry up broken (``otel_faults.install(FAULT)``), enqueues ``FAULTY_JOBS`` jobs one
+call each and drains them with a ``Worker``, on the file queue ``PATH`` or through the
+``jqueue serve`` at ``URL``; it writes how many landed and were acked, how long that took, what
+jqueue logged of OpenTelemetry's failures, and the calls the fault met.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +27,20 @@ MODE, PATH, OUT = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 if MODE == "none":
     sys.modules["opentelemetry"] = None  # type: ignore[assignment]  # as if not installed
 
-from jqueue import DirectQueue, Job, JobSpec, LocalFileSystemStorage, Outcome, Worker  # noqa: E402
+from jqueue import (  # noqa: E402
+    BrokerQueue,
+    DirectQueue,
+    Job,
+    JobSpec,
+    LocalFileSystemStorage,
+    Outcome,
+    RemoteQueue,
+    Worker,
+    connect,
+)
+from jqueue.core.queue import DEFAULT_MAX_PAYLOAD_BYTES  # noqa: E402
+
+FAULTY_JOBS = 30
 
 
 def sdk() -> tuple[Any, Any]:
@@ -103,7 +123,68 @@ async def work() -> dict[str, Any]:
         return {"acked": stats.outcomes[Outcome.ACKED], "dead": stats.outcomes[Outcome.DEAD]}
 
 
+class Kept(logging.Handler):
+    """Keeps the messages of the records it handles."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+async def drain(queue: DirectQueue | BrokerQueue | RemoteQueue) -> dict[str, Any]:
+    started = time.monotonic()
+    enqueued, errors = 0, set()
+    for number in range(FAULTY_JOBS):
+        try:
+            await queue.enqueue("work", str(number).encode())
+            enqueued += 1
+        except Exception as exc:  # what the test must not see: reported, not raised
+            errors.add(f"{type(exc).__name__}: {exc}")
+    try:  # an enqueue's own error still goes through its (broken) span to its caller
+        await queue.enqueue("work", bytes(DEFAULT_MAX_PAYLOAD_BYTES + 1))
+        refused = None
+    except Exception as exc:
+        refused = type(exc).__name__
+    worker = Worker(queue)
+
+    @worker.handler("work")
+    async def handle(job: Job) -> None:
+        return None
+
+    stats = await worker.run(until_empty=True, install_signals=False)
+    seconds = time.monotonic() - started
+    return {
+        "enqueued": enqueued,
+        "errors": sorted(errors),
+        "refused": refused,
+        "acked": stats.outcomes[Outcome.ACKED],
+        "seconds": seconds,
+    }
+
+
+async def faults() -> dict[str, Any]:
+    import otel_faults
+
+    tracers = otel_faults.install(sys.argv[4])
+    kept = Kept()
+    logging.getLogger("jqueue").addHandler(kept)
+    if sys.argv[2].startswith("http://"):
+        async with connect(sys.argv[2], "faults") as remote:
+            found = await drain(remote)
+    else:
+        async with DirectQueue(LocalFileSystemStorage(PATH)) as queue:
+            found = await drain(queue)
+    tracers.force_flush()  # the slow exporter's spans: exported after all
+    return found | {"logged": kept.messages, "calls": otel_faults.CALLS}
+
+
 async def main() -> None:
+    if MODE == "faults":
+        OUT.write_text(json.dumps(await faults()))
+        return
     if MODE == "none":
         found = await produce_plain() | await work()
         OUT.write_text(json.dumps(found))

@@ -5,18 +5,22 @@ trace, and the worker's measures as OpenTelemetry metrics (``runtime/measures.py
 Without ``opentelemetry-api`` installed, or with it and no tracer (meter) provider set up by the
 application, every call here returns at once: the API's own no-op spans would still cost tens
 of microseconds a job. An application chooses the SDK, its exporters and its sampling; jqueue
-only uses the API (ADR 0020).
+only uses the API (ADR 0020). Every call into it goes through a guard (``_TRACING``,
+``_METRICS``): a span processor, meter or exporter that raises is logged once and the queue's
+call goes on untraced, never failed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any
+from types import ModuleType, TracebackType
+from typing import Any, ClassVar, Literal
 
 from jqueue.domain.spec import JobSpec
 
@@ -24,6 +28,45 @@ SCOPE = "jqueue"
 """The instrumentation scope of jqueue's spans and metrics."""
 SYSTEM = {"messaging.system": "jqueue"}
 """The attribute every span carries (OpenTelemetry's messaging conventions)."""
+
+logger = logging.getLogger("jqueue.telemetry")
+
+
+class _Guard:
+    """Wraps every call jqueue makes into OpenTelemetry's ``kind`` (``with _TRACING:``): an
+    exception there, from the application's span processor, meter or exporter, is logged once a
+    process for each kind and type, and dropped, so that the queue's call goes on as if untraced.
+    """
+
+    __slots__ = ("kind",)
+    _logged: ClassVar[set[tuple[str, type[BaseException]]]] = set()
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if not isinstance(exc, Exception):  # a cancellation or an exit passes on
+            return False
+        if (self.kind, type(exc)) not in self._logged:
+            self._logged.add((self.kind, type(exc)))
+            logger.warning(
+                "OpenTelemetry %s failed (%s: %s); jqueue goes on without it, and logs this failure "
+                "only once",
+                self.kind,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+        return True
+
+
+_TRACING = _Guard("tracing")
+_METRICS = _Guard("metrics")
 
 
 @dataclass(frozen=True)
@@ -73,13 +116,15 @@ def _look() -> _Seen:
         api = _api()
         _seen.at, _seen.tracing, _seen.measuring = now, None, False
         if api is not None:
-            tracers = api.trace.get_tracer_provider()
-            if not isinstance(tracers, api.idle_tracers):
-                _seen.tracing = (api, _tracer_of(tracers))
-            meters = api.metrics.get_meter_provider()  # the API's proxy (a private class) until set
-            _seen.measuring = (
-                not isinstance(meters, api.idle_meters) and type(meters).__name__ != "_ProxyMeterProvider"
-            )
+            with _TRACING:
+                tracers = api.trace.get_tracer_provider()
+                if not isinstance(tracers, api.idle_tracers):
+                    _seen.tracing = (api, _tracer_of(tracers))
+            with _METRICS:
+                meters = api.metrics.get_meter_provider()  # the API's proxy (a private class) until set
+                _seen.measuring = (
+                    not isinstance(meters, api.idle_meters) and type(meters).__name__ != "_ProxyMeterProvider"
+                )
     return _seen
 
 
@@ -99,10 +144,59 @@ def measuring() -> bool:
     return _look().measuring
 
 
-def meter() -> Any:
-    """jqueue's meter (None without the API); its instruments record once a provider is set."""
-    api = _api()
-    return None if api is None else api.metrics.get_meter(SCOPE)
+class Instrument:
+    """One of jqueue's OpenTelemetry instruments, of ``kind`` (with the API installed; else it
+    records nothing); ``add`` and ``record`` count only while a meter provider is set, and never
+    raise."""
+
+    def __init__(
+        self,
+        kind: Literal["counter", "up_down_counter", "histogram"],
+        name: str,
+        unit: str = "",
+        description: str = "",
+    ) -> None:
+        self._made: Any = None
+        api = _api()
+        if api is not None:
+            with _METRICS:  # on the API's proxy meter until a provider is set
+                meter = api.metrics.get_meter(SCOPE)
+                self._made = getattr(meter, f"create_{kind}")(name, unit=unit, description=description)
+
+    def add(self, amount: float, attributes: Mapping[str, str]) -> None:
+        """Add ``amount`` to a counter (a negative one to an up-down counter)."""
+        if self._made is not None and measuring():
+            with _METRICS:
+                self._made.add(amount, attributes)
+
+    def record(self, value: float, attributes: Mapping[str, str]) -> None:
+        """Record ``value`` in a histogram."""
+        if self._made is not None and measuring():
+            with _METRICS:
+                self._made.record(value, attributes)
+
+
+@contextlib.contextmanager
+def _span(opening: Callable[[], AbstractContextManager[Any]]) -> Iterator[Any]:
+    """Enter the span ``opening`` starts and yield it (None when OpenTelemetry failed to), and end
+    it with the block, passing it the block's exception; OpenTelemetry's failures in either are the
+    guard's, never the block's."""
+    entered = None
+    with _TRACING:
+        manager = opening()
+        entered = (manager, manager.__enter__())
+    if entered is None:
+        yield None
+        return
+    manager, span = entered
+    try:
+        yield span
+    except BaseException as exc:
+        with _TRACING:
+            manager.__exit__(type(exc), exc, exc.__traceback__)
+        raise
+    with _TRACING:
+        manager.__exit__(None, None, None)
 
 
 @contextlib.contextmanager
@@ -120,14 +214,24 @@ def enqueuing(specs: Sequence[JobSpec]) -> Iterator[str | None]:
         "messaging.destination.name": names[0] if len(names) == 1 else ",".join(names),
         "messaging.batch.message_count": len(specs),
     }
-    span_kind = api.trace.SpanKind.PRODUCER
-    with tracer.start_as_current_span("jqueue enqueue", kind=span_kind, attributes=attributes) as span:
-        if not span.get_span_context().is_valid:
-            yield None
-            return
-        carrier: dict[str, str] = {}
-        api.propagator.inject(carrier)
-        yield carrier.get("traceparent")
+    opening = functools.partial(
+        tracer.start_as_current_span,
+        "jqueue enqueue",
+        kind=api.trace.SpanKind.PRODUCER,
+        attributes=attributes,
+    )
+    with _span(opening) as span:
+        yield None if span is None else _traceparent(api, span)
+
+
+def _traceparent(api: _Api, span: Any) -> str | None:
+    """The trace context of ``span``, the current one, as jobs carry it (None if not recorded)."""
+    with _TRACING:
+        if span.get_span_context().is_valid:
+            carrier: dict[str, str] = {}
+            api.propagator.inject(carrier)
+            return carrier.get("traceparent")
+    return None
 
 
 def claimed(traceparents: Sequence[str | None], started: int) -> None:
@@ -140,13 +244,16 @@ def claimed(traceparents: Sequence[str | None], started: int) -> None:
     api, tracer = tracing
     count = len(traceparents)
     attributes = SYSTEM | {"messaging.operation.type": "receive", "messaging.batch.message_count": count}
-    links = []
-    for traceparent in dict.fromkeys(traceparent for traceparent in traceparents if traceparent):
-        context = api.trace.get_current_span(api.propagator.extract({"traceparent": traceparent}))
-        if context.get_span_context().is_valid:
-            links.append(api.trace.Link(context.get_span_context()))
-    kind = api.trace.SpanKind.CONSUMER
-    tracer.start_span("jqueue claim", kind=kind, attributes=attributes, links=links, start_time=started).end()
+    with _TRACING:
+        links = []
+        for traceparent in dict.fromkeys(traceparent for traceparent in traceparents if traceparent):
+            context = api.trace.get_current_span(api.propagator.extract({"traceparent": traceparent}))
+            if context.get_span_context().is_valid:
+                links.append(api.trace.Link(context.get_span_context()))
+        kind = api.trace.SpanKind.CONSUMER
+        tracer.start_span(
+            "jqueue claim", kind=kind, attributes=attributes, links=links, start_time=started
+        ).end()
 
 
 @contextlib.contextmanager
@@ -158,15 +265,21 @@ def running(job_id: str, entrypoint: str, attempt: int, traceparent: str | None)
         yield
         return
     api, tracer = tracing
-    parent = None if traceparent is None else api.propagator.extract({"traceparent": traceparent})
     attributes = SYSTEM | {
         "messaging.operation.type": "process",
         "messaging.destination.name": entrypoint,
         "messaging.message.id": job_id,
         "jqueue.job.attempt": attempt,
     }
-    kind = api.trace.SpanKind.CONSUMER
-    with tracer.start_as_current_span(f"jqueue run {entrypoint}", parent, kind=kind, attributes=attributes):
+
+    def opening() -> AbstractContextManager[Any]:
+        parent = None if traceparent is None else api.propagator.extract({"traceparent": traceparent})
+        kind = api.trace.SpanKind.CONSUMER
+        return tracer.start_as_current_span(  # type: ignore[no-any-return]
+            f"jqueue run {entrypoint}", parent, kind=kind, attributes=attributes
+        )
+
+    with _span(opening):
         yield
 
 
@@ -175,7 +288,8 @@ def raised(exc: BaseException) -> None:
     its traceback, as tracing backends show them)."""
     tracing = _tracing()
     if tracing is not None:
-        tracing[0].trace.get_current_span().record_exception(exc)
+        with _TRACING:
+            tracing[0].trace.get_current_span().record_exception(exc)
 
 
 def ran(outcome: str, error: str | None) -> None:
@@ -184,10 +298,11 @@ def ran(outcome: str, error: str | None) -> None:
     if tracing is None:
         return
     trace = tracing[0].trace
-    span = trace.get_current_span()
-    span.set_attribute("jqueue.job.outcome", outcome)
-    if error is not None and outcome in ("retried", "dead"):
-        span.set_status(trace.Status(trace.StatusCode.ERROR, error.splitlines()[0][:200]))
+    with _TRACING:
+        span = trace.get_current_span()
+        span.set_attribute("jqueue.job.outcome", outcome)
+        if error is not None and outcome in ("retried", "dead"):
+            span.set_status(trace.Status(trace.StatusCode.ERROR, error.splitlines()[0][:200]))
 
 
 @contextlib.contextmanager
@@ -198,5 +313,5 @@ def settling(outcome: str) -> Iterator[None]:
         yield
         return
     attributes = SYSTEM | {"messaging.operation.type": "settle", "jqueue.job.outcome": str(outcome)}
-    with tracing[1].start_as_current_span("jqueue settle", attributes=attributes):
+    with _span(functools.partial(tracing[1].start_as_current_span, "jqueue settle", attributes=attributes)):
         yield

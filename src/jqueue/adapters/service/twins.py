@@ -5,7 +5,6 @@ also ``jqueue.request.duration``, ``jqueue_jobs`` also ``jqueue.jobs``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -22,7 +21,9 @@ class Twin:
     """One measure in both systems; ``labels(...)`` answers ``inc`` and ``observe`` as Prometheus'
     metrics do."""
 
-    def __init__(self, metric: Counter | Histogram, otel: Any, label_names: Sequence[str]) -> None:
+    def __init__(
+        self, metric: Counter | Histogram, otel: telemetry.Instrument, label_names: Sequence[str]
+    ) -> None:
         self.metric = metric
         self._otel = otel
         self._label_names = tuple(label_names)
@@ -41,19 +42,18 @@ class _Labelled:
 
     def inc(self, amount: float = 1) -> None:
         self._twin.metric.labels(*self._values).inc(amount)  # type: ignore[union-attr]
-        if self._twin._otel is not None and telemetry.measuring():
+        if telemetry.measuring():
             self._twin._otel.add(amount, self._attributes())
 
     def observe(self, value: float) -> None:
         self._twin.metric.labels(*self._values).observe(value)  # type: ignore[union-attr]
-        if self._twin._otel is not None and telemetry.measuring():
+        if telemetry.measuring():
             self._twin._otel.record(value, self._attributes())
 
 
 def counter(registry: CollectorRegistry, name: str, description: str, labels: Sequence[str]) -> Twin:
     """A counter, in ``registry`` and through OpenTelemetry's meter."""
-    meter = telemetry.meter()
-    otel = None if meter is None else meter.create_counter(otel_name(name), description=description)
+    otel = telemetry.Instrument("counter", otel_name(name), description=description)
     return Twin(Counter(name, description, labels, registry=registry), otel, labels)
 
 
@@ -62,9 +62,6 @@ def histogram(
 ) -> Twin:
     """A histogram, in ``registry`` and through OpenTelemetry's meter (seconds for a ``_seconds``
     name)."""
-    meter = telemetry.meter()
     unit = "s" if name.endswith("_seconds") else ""
-    otel = (
-        None if meter is None else meter.create_histogram(otel_name(name), unit=unit, description=description)
-    )
+    otel = telemetry.Instrument("histogram", otel_name(name), unit, description)
     return Twin(Histogram(name, description, labels, registry=registry, buckets=buckets), otel, labels)

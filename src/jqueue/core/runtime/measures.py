@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
 
 from jqueue.core import telemetry
 from jqueue.core.runtime.outcomes import JobResult
@@ -50,13 +49,14 @@ RUNNING = Measure("jobs_running", "Jobs this worker is running now, by entrypoin
 
 
 class OpenTelemetryMeasures:
-    """Records a worker's ``MEASURES`` through the OpenTelemetry metrics API (``meter``)."""
+    """Records a worker's ``MEASURES`` through the OpenTelemetry metrics API (``telemetry.Instrument``,
+    which never raises)."""
 
-    def __init__(self, meter: Any) -> None:
-        self._run = meter.create_histogram(RUN.otel_name, unit=RUN.unit, description=RUN.description)
-        self._wait = meter.create_histogram(WAIT.otel_name, unit=WAIT.unit, description=WAIT.description)
-        self._running = meter.create_up_down_counter(
-            RUNNING.otel_name, unit=RUNNING.unit, description=RUNNING.description
+    def __init__(self) -> None:
+        self._run = telemetry.Instrument("histogram", RUN.otel_name, RUN.unit, RUN.description)
+        self._wait = telemetry.Instrument("histogram", WAIT.otel_name, WAIT.unit, WAIT.description)
+        self._running = telemetry.Instrument(
+            "up_down_counter", RUNNING.otel_name, RUNNING.unit, RUNNING.description
         )
 
     def running(self, job: Job, change: int) -> None:
@@ -71,29 +71,25 @@ class OpenTelemetryMeasures:
 
 
 @functools.cache
-def _recorder() -> OpenTelemetryMeasures | None:
-    meter = telemetry.meter()  # a proxy until the application sets a meter provider
-    return None if meter is None else OpenTelemetryMeasures(meter)
+def _recorder() -> OpenTelemetryMeasures:
+    return OpenTelemetryMeasures()  # on the API's proxy meter until the application sets a provider
 
 
 def started(job: Job) -> None:
     """Count a job a worker starts (through OpenTelemetry, when a meter provider is set)."""
-    recorder = _recorder() if telemetry.measuring() else None
-    if recorder is not None:
-        recorder.running(job, 1)
+    if telemetry.measuring():
+        _recorder().running(job, 1)
 
 
 def stopped(job: Job) -> None:
     """Count a job a worker no longer runs, however it ended (``started``'s other half)."""
-    recorder = _recorder() if telemetry.measuring() else None
-    if recorder is not None:
-        recorder.running(job, -1)
+    if telemetry.measuring():
+        _recorder().running(job, -1)
 
 
 def finished(result: JobResult) -> None:
     """Record a job's run on its span and in the measures (through OpenTelemetry, when a tracer
     or a meter provider is set)."""
     telemetry.ran(str(result.outcome), result.error)
-    recorder = _recorder() if telemetry.measuring() else None
-    if recorder is not None:
-        recorder.finished(result)
+    if telemetry.measuring():
+        _recorder().finished(result)
