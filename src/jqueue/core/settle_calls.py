@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 
 from jqueue.core.management import ManagementCalls, fence
+from jqueue.domain.awaiting import results_size
 from jqueue.domain.errors import JQueueError, PayloadTooLargeError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job
@@ -56,7 +57,7 @@ def _check_inputs(index: QueueIndex, child_id: str, limit: int | None) -> None:
     child = index.job(child_id)  # None: the ack's cascade ended it
     if child is None or limit is None:
         return
-    size = sum(len(result) for result in child.parent_results if result is not None)
+    size = results_size(child.parent_results)
     if size > limit:
         raise PayloadTooLargeError(size, limit, child_id)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 
+from jqueue.domain.awaiting import Awaiting, after_settle, as_tuple, awaiting_change
 from jqueue.domain.effects import Added, ParentSettled
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import ClaimState, JobRecord
@@ -65,6 +66,8 @@ class Dependencies:
 
     records: dict[str, JobRecord]
     _children: dict[str, dict[str, None]]
+    _views: dict[str, None]
+    """The jobs whose ``awaiting`` may be a view (``flatten_waits`` makes tuples of them)."""
 
     def job(self, job_id: str) -> JobRecord | None:
         raise NotImplementedError
@@ -91,25 +94,44 @@ class Dependencies:
                 if not children:
                     del self._children[parent]
 
-    def _relink(self, record: JobRecord, before: tuple[str, ...]) -> None:
+    def _relink(self, record: JobRecord, before: Sequence[str]) -> None:
         """Follow a change of ``record.awaiting`` from ``before``: only the parents that differ,
-        so that settling one parent of a fan-in costs no walk of the others in Python."""
-        now, then = set(record.awaiting), set(before)
-        self._unlink(record, then - now)
-        self._link(record, now - then)
+        found in O(1) for a settle (``awaiting_change``), so that settling one parent of a
+        fan-in costs no walk of the others."""
+        lost, gained = awaiting_change(before, record.awaiting)
+        self._unlink(record, lost)
+        self._link(record, gained)
+        if isinstance(record.awaiting, Awaiting):
+            self._views[record.id] = None
 
     def _settle(self, settled: ParentSettled) -> None:
         """Apply ``settled``: the child keeps the parent's result, and a waiting child that
-        awaits no other parent becomes claimable."""
+        awaits no other parent becomes claimable. O(1), but for the child's first settle since
+        its fields were tuples (an add, a load, a freeze) and its last: O(its parents), once each
+        (``jqueue.domain.awaiting``)."""
         record = self.job(settled.job_id)
-        if record is None or settled.parent not in record.awaiting:
+        if record is None:
             raise ValueError(f"{settled} settles a parent that the job does not await")
-        awaiting = list(record.awaiting)
-        awaiting.remove(settled.parent)
-        results = list(record.parent_results or (None,) * len(record.after))
-        results[record.after.index(settled.parent)] = settled.result
-        changes: dict[str, object] = {"awaiting": tuple(awaiting), "parent_results": tuple(results)}
-        if not awaiting and record.status is JobStatus.WAITING:
-            changes["status"] = JobStatus.QUEUED
-            changes["released"] = settled.at
+        try:
+            awaiting, results = after_settle(
+                record.after, record.awaiting, record.parent_results, settled.parent, settled.result
+            )
+        except ValueError:
+            raise ValueError(f"{settled} settles a parent that the job does not await") from None
+        changes: dict[str, object] = {"awaiting": awaiting, "parent_results": results}
+        if not awaiting:
+            changes.update(awaiting=(), parent_results=results.as_tuple())
+            if record.status is JobStatus.WAITING:
+                changes["status"] = JobStatus.QUEUED
+                changes["released"] = settled.at
         self._update(record, record.changed(**changes))
+
+    def flatten_waits(self) -> None:
+        """Hold the ``awaiting`` and ``parent_results`` of every job as tuples again (what a
+        format encodes): O(the parents of the jobs settled since the last call)."""
+        views, self._views = self._views, {}
+        for job_id in views:
+            record = self.records.get(job_id)
+            if record is not None:
+                record.awaiting = as_tuple(record.awaiting)
+                record.parent_results = as_tuple(record.parent_results)

@@ -28,12 +28,16 @@ class Freezing:
     _next_order: int
     _journal: list[Callable[[], None]] | None
 
+    def flatten_waits(self) -> None:
+        raise NotImplementedError
+
     def freeze(self, every_job: bool = False) -> Frozen:
         """Take a snapshot of the jobs changed since the previous freeze (of every live job, if
         ``every_job`` or if this is the first), the history and the controls; ``thaw`` ends it.
 
         Past the first, it costs O(1) Python steps for the jobs (a copy of the jobs by id for
-        every job): until ``thaw``, a record live now first saves its values as of now before
+        every job), and O(parents) for each job with parents settled since the previous freeze
+        (``flatten_waits``): until ``thaw``, a record live now first saves its values as of now before
         it changes, and a removed one is kept, so a reader, even in another thread, can tell
         the jobs as they were now (``Frozen.live``). From the first freeze on, ``changed``
         collects the jobs touched since the last one.
@@ -47,6 +51,7 @@ class Freezing:
             raise RuntimeError("a snapshot is already being taken")
         if self._journal is not None:
             raise RuntimeError("a snapshot cannot be taken inside a transaction")
+        self.flatten_waits()  # what a checkpoint reads, even from another thread, is tuples
         changed = dict(self.records) if every_job or self.changed is None else self.changed
         self.changed, self._frozen, self._removed_while_frozen = {}, {}, {}
         self._frozen_below = self._next_order

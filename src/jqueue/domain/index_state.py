@@ -106,6 +106,7 @@ class IndexState(Journal, ColdJobs, Dependencies, BulkAdds, Freezing):
         self._dedup: dict[str, str] = {}
         self._staged: dict[str, set[str]] = {}
         self._children: dict[str, dict[str, None]] = {}
+        self._views: dict[str, None] = {}
         self._next_order = 0
         self._last_stamp = 0
         self.order = ClaimOrder(self.records)

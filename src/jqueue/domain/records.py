@@ -7,6 +7,7 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
+from jqueue.domain.awaiting import as_tuple
 from jqueue.domain.declared import DeclaredField, declared_fields
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import headline
@@ -40,7 +41,9 @@ class JobRecord(JobFields):
     ``order`` is the job's insertion number; ``place`` is opaque to the domain (the log
     layout's slab that holds the job's row, like a payload reference); ``stamp`` marks the
     record's newest heap entry (set by the index on every move), so that older entries do
-    not count.
+    not count. Inside an index, ``awaiting`` and ``parent_results`` of a job whose parents are
+    being settled may be views that read as the tuples (``jqueue.domain.awaiting``):
+    ``as_added`` and a freeze make tuples of them.
     """
 
     order: int = 0
@@ -72,7 +75,10 @@ class JobRecord(JobFields):
 
     def as_added(self) -> Added:
         """Return an immutable snapshot of this job as it is now (the effect that would add it)."""
-        return Added(*field_values(self))
+        added = Added(*field_values(self))
+        if added.awaiting.__class__ is not tuple or added.parent_results.__class__ is not tuple:
+            added.awaiting, added.parent_results = as_tuple(added.awaiting), as_tuple(added.parent_results)
+        return added
 
 
 def _kept(kind: Kind, public: str | None = None, job: str | None = None) -> dict[str, HistoryMeta]:

@@ -18,6 +18,9 @@ from jqueue.domain.values import INT64_MAX, INT64_MIN, Limit, checked_int64, che
 
 MAX_ID_LENGTH = 256
 """The longest job id a ``JobSpec`` takes."""
+MAX_PARENTS = 10_000
+"""The most parents (``after``) a job may have: one job waiting for more should wait for a few
+steps that each wait for a share of them (a workflow's group of chords)."""
 LONGEST_SPAN = timedelta(days=365 * 1000)
 """The longest ``delay`` or ``ttl`` a job takes (a time past it would not fit a datetime)."""
 
@@ -30,6 +33,8 @@ ATTEMPTS = Limit(ge=1, le=INT64_MAX)
 """A number of attempts."""
 INT64 = Limit(ge=INT64_MIN, le=INT64_MAX)
 JOB_ID = Limit(min_length=1, max_length=MAX_ID_LENGTH)
+PARENTS = Limit(max_length=MAX_PARENTS)
+"""A job's parents: at most ``MAX_PARENTS`` ids."""
 TRACEPARENT = Limit(min_length=1, max_length=512)
 TENANT = Limit(min_length=1, max_length=200)
 """A trace context: ``version-traceid-spanid-flags`` is 55 characters; later versions may add."""
@@ -78,7 +83,8 @@ class JobSpec:
         after an unknown outcome is not doubled.
     after : sequence of str or None
         The ids of the job's parents: it waits (``WAITING``) until each is acked. Each must be
-        in the queue, in its history, or earlier in the same ``enqueue_many``.
+        in the queue, in its history, or earlier in the same ``enqueue_many``; at most
+        ``MAX_PARENTS`` (10,000) of them.
     on_parent_failure : ParentFailure, str or None
         What a parent that dies, is cancelled or is purged does to the job: ``cancel`` it (the
         default, None), or ``run`` it once the others have settled.
@@ -99,7 +105,7 @@ class JobSpec:
     max_attempts: int | None = field(default=None, metadata={"limit": ATTEMPTS})
     ttl: timedelta | None = field(default=None, metadata={"limit": POSITIVE_SPAN})
     id: str | None = field(default=None, metadata={"limit": JOB_ID})
-    after: Sequence[str] | None = None
+    after: Sequence[str] | None = field(default=None, metadata={"limit": PARENTS})
     on_parent_failure: ParentFailure | str | None = None
     traceparent: str | None = field(default=None, metadata={"limit": TRACEPARENT})
     tenant: str | None = field(default=None, metadata={"limit": TENANT})

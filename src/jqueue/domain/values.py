@@ -24,7 +24,7 @@ class Limit:
     ge, gt, le : int, timedelta or None
         Inclusive lower, exclusive lower and inclusive upper bounds of a number or a span.
     min_length, max_length : int or None
-        The shortest and the longest text, in characters.
+        The shortest and the longest text, in characters, or list or tuple, in items.
     """
 
     ge: Any = None
@@ -40,12 +40,15 @@ class Limit:
 
     def check(self, name: str, value: Any) -> None:
         """Raise ``ValueError`` naming ``name`` if ``value`` is out of range."""
-        if isinstance(value, str):
+        if isinstance(value, str | list | tuple):
             shortest, longest = self.min_length or 0, self.max_length
             if len(value) < shortest or (longest is not None and len(value) > longest):
                 wanted = f"at least {shortest}" if longest is None else f"{shortest} to {longest}"
-                unit = "character" if (longest or shortest) == 1 else "characters"
-                raise ValueError(f"{name} must be {wanted} {unit}, got {len(value)}")
+                if isinstance(value, str):
+                    unit = "character" if (longest or shortest) == 1 else "characters"
+                    raise ValueError(f"{name} must be {wanted} {unit}, got {len(value)}")
+                wanted = f"at most {longest}" if not shortest and longest is not None else wanted
+                raise ValueError(f"{name} must hold {wanted} items, got {len(value)}")
             return
         if self.ge is not None and value < self.ge:
             word = "not be negative" if not self.ge else f"be at least {_shown(self.ge)}"

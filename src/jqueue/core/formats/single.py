@@ -68,6 +68,7 @@ def encode_index(index: QueueIndex, version: int, commit_id: str | None) -> byte
     state at ``version``, tagged with the commit that writes it (so that two writers producing
     the same state never produce the same object)."""
     jobs = []
+    index.flatten_waits()
     for record in index.in_order():
         if not isinstance(record.payload, bytes):
             raise ValueError(f"payload of {record.id} is not in memory")
