@@ -295,9 +295,11 @@ def test_a_missing_extra_is_one_line_naming_it(cli: Cli) -> None:
     cli.env["PYTHONPATH"] = str(cli.cwd)
     done = cli("--storage", "s3://bucket/q.json", "stats", ok=False)
     assert done.returncode == 1
+    checkout = Path(jqueue.__file__).resolve().parents[2]
     assert done.stderr.strip() == (
-        "error: aioboto3 is not installed; install jqueue with the 's3' extra"
-        " (from a checkout: pip install '/path/to/checkout[s3]')"
+        f"error: aioboto3 is not installed: install jqueue's 's3' extra from this checkout:"
+        f" pip install '{checkout}[s3]' (or a wheel built there; the jqueue on the package index"
+        " is another project)"
     )
 
 

@@ -8,8 +8,10 @@ import concurrent.futures
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +176,26 @@ def test_the_command_line_takes_the_services_token_from_jqueue_token(tmp_path: P
         assert _run(allowed, tmp_path, "enqueue", "e", "later", "--delay", "3600").returncode == 0
         [listed] = json.loads(_run(allowed, tmp_path, "queues", "--json").stdout)
         assert (listed["queued"], listed["scheduled"]) == (1, 1), "jobs due now apart from those not due yet"
+
+
+def test_a_server_where_nothing_listens_is_said_at_once_while_the_command_keeps_looking(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("JQUEUE_")}
+    server = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "jqueue", "--server", server, "--queue", "q", "stats"]
+    started = time.monotonic()
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=bare, cwd=tmp_path)
+    assert process.stderr is not None
+    first = process.stderr.readline()
+    said_after = time.monotonic() - started
+    rest = process.stderr.read()
+    assert process.wait(60) == 1
+    ended_after = time.monotonic() - started
+    assert first.startswith(f"a call to {server} found no service: nothing answers there")
+    assert first.rstrip().endswith("still looking for the broker for up to 10 s")
+    assert said_after < ended_after - 5  # said long before the command gave up (10 s of looking)
+    assert rest.splitlines()[-1].startswith("error: no jqueue serve took the call within 10 s")

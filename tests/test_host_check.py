@@ -15,11 +15,13 @@ import http.client
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
 from email.message import Message
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import msgspec
@@ -160,6 +162,59 @@ async def test_a_foreign_host_is_refused_on_every_route_and_changes_nothing(tmp_
         # The same action, sent under a listed name, is done: the CSRF value was a valid one.
         assert await asyncio.to_thread(act, url, cookie, csrf, host=f"{LISTED}:{port}") == 303
         assert (await direct.stats()).paused_claims == [None]
+
+
+def raw_call(url: str, head: str, body: bytes = b"") -> tuple[int, bytes]:
+    """Send ``head`` (a request line and header lines, without the blank line that ends them) and
+    ``body`` over a socket, as they are: HTTP clients write neither two ``Host`` headers nor an
+    absolute-form target. Return the status and the answer's body."""
+    where = urlsplit(url)
+    with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+        length = f"Content-Length: {len(body)}\r\n" if body else ""
+        sock.sendall(f"{head}\r\n{length}Connection: close\r\n\r\n".encode("latin-1") + body)
+        answer = b""
+        while chunk := sock.recv(65_536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+async def test_exactly_one_well_formed_allowed_host_and_the_target_authority_too(tmp_path: Path) -> None:
+    root, direct = await _shop_root(tmp_path)
+    with jqueue_serve(str(root), tmp_path / "serve.log") as url:
+        good = urlsplit(url).netloc
+        job = json.dumps({"jobs": [{"entrypoint": "email", "payload": ""}]}).encode()
+        enqueue = "POST {target} HTTP/1.1\r\nContent-Type: application/json\r\n{hosts}"
+        malformed = [  # 400: RFC 9112, 3.2
+            f"Host: {good}, {EVIL}\r\n",
+            f"Host: {good}\r\nHost: {EVIL}\r\n",
+            f"Host: {EVIL}\r\nHost: {good}\r\n",
+            f"Host: {good}\r\nHost: {good}\r\n",
+            f"Host: {good}:1\r\n",
+            f"Host: {good}/x\r\n",
+            f"Host: user@{good}\r\n",
+            "",
+        ]
+        for hosts in malformed:
+            head = enqueue.format(target="/v1/queues/shop/enqueue", hosts=hosts).removesuffix("\r\n")
+            status, answer = await asyncio.to_thread(raw_call, url, head, job)
+            assert status == 400, (hosts, answer)
+            assert json.loads(answer)["error"]["code"] == "bad_host"
+        foreign = [  # 421: well formed, but a name it does not answer for
+            (f"http://{EVIL}/v1/queues/shop/enqueue", f"Host: {good}\r\n"),
+            (f"HTTP://{EVIL.upper()}:{urlsplit(url).port}/v1/queues/shop/enqueue", f"Host: {good}\r\n"),
+            (f"http://{good}/v1/queues/shop/enqueue", f"Host: {EVIL}\r\n"),
+        ]
+        for target, hosts in foreign:
+            head = enqueue.format(target=target, hosts=hosts).removesuffix("\r\n")
+            status, answer = await asyncio.to_thread(raw_call, url, head, job)
+            assert status == BAD_HOST, (target, hosts, answer)
+            assert json.loads(answer)["error"]["code"] == "bad_host"
+        assert (await direct.stats()).total(JobStatus.QUEUED) == 1, "no refused request enqueued"
+        for target in ("/v1/queues/shop/enqueue", f"http://{good}/v1/queues/shop/enqueue"):
+            head = enqueue.format(target=target, hosts=f"Host: {good}\r\n").removesuffix("\r\n")
+            assert (await asyncio.to_thread(raw_call, url, head, job))[0] == 200, target
+        assert (await direct.stats()).total(JobStatus.QUEUED) == 3
 
 
 async def _shop_root(tmp_path: Path) -> tuple[Path, BrokerQueue]:
@@ -338,4 +393,34 @@ async def test_the_check_answers_each_name_alike_however_many_names_it_has_seen(
         for headers in [[(b"host", name)] for name in names] + [[]]:
             await check({"type": "http", "method": "GET", "path": "/", "headers": headers}, receive, send)
     assert reached == [b"localhost:8080", b"127.0.0.1:8080"] * 2
-    assert statuses == [BAD_HOST] * 202
+    assert statuses == ([BAD_HOST] * 100 + [400]) * 2, "no Host at all is malformed in HTTP/1.1"
+
+
+def test_the_names_a_request_is_sent_to_whichever_protocol_parsed_it() -> None:
+    from jqueue.adapters.web.allowed_hosts import REQUEST_TARGET, BadRequestTargetError, request_names
+
+    def scope(
+        *hosts: bytes, version: str = "1.1", raw_path: bytes = b"/", target: bytes | None = None
+    ) -> Any:
+        headers = [(b"host", host) for host in hosts]
+        made = {"type": "http", "http_version": version, "headers": headers, "raw_path": raw_path}
+        return made if target is None else made | {REQUEST_TARGET: target}
+
+    assert request_names(scope(b"a.example:80", raw_path=b"/x")) == ["a.example:80"]
+    # uvicorn's h11 protocol leaves an absolute-form target in raw_path; http_protocol's keeps it apart
+    assert request_names(scope(b"a.example", raw_path=b"http://b.example:8/x?y")) == [
+        "a.example",
+        "b.example:8",
+    ]
+    assert request_names(scope(b"a.example", target=b"https://[::1]:8/")) == ["a.example", "[::1]:8"]
+    assert request_names(scope(version="1.0")) == [None], "HTTP/1.0 may leave Host out"
+    for bad in (
+        scope(),
+        scope(b"a.example", b"a.example"),
+        scope(b"a.example, b.example"),
+        scope(b"a.example\xff"),
+        scope(b"a.example", target=b"http://u@b.example/"),
+        scope(b"a.example", target=b"b.example:80"),
+    ):
+        with pytest.raises(BadRequestTargetError):
+            request_names(bad)

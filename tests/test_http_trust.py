@@ -121,6 +121,37 @@ def test_every_value_past_its_python_bound_is_a_typed_400(tmp_path: Path) -> Non
     assert "Traceback" not in log.read_text()
 
 
+def test_a_push_of_contents_neither_text_nor_bytes_is_a_typed_400_and_pushes_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    with jqueue_serve(str(_root(tmp_path)), log) as url:
+        client = Client(url)
+        client.call("PUT", "/queue/q")
+        for msgpack in (False, True):
+            for contents in (None, 7, 2**63, 1.5, True, [], ["x"], {}, {"a": "b"}):
+                messages = [{"contents": "first, fine"}, {"contents": contents}]
+                status, error = client.call(
+                    "POST", "/queue/q/messages/push", {"messages": messages}, msgpack=msgpack
+                )
+                assert status == 400, (contents, error)
+                assert error["error"] == "BadBody", error
+                assert "contents must be text or binary" in error["error_details"]["message"], error
+                assert "$.messages[1]" in error["error_details"]["message"], "it names the message"
+        for raw in (b'{"messages": [{"contents": "\xff"}]}', b'{"messages": [{"contents": "\\ud800"}]}'):
+            request = urllib.request.Request(
+                f"{url}/queue/q/messages/push", raw, {"Content-Type": "application/json"}, method="POST"
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=30)
+            assert refused.value.code == 400
+            assert json.loads(refused.value.read())["error"] == "BadBody", "text that is not UTF-8"
+        assert client.counts("q")["message_counter"] == 0, "the message before the bad one is not pushed"
+        assert client.push("q", "text")
+        assert client.push("q", b"\xffbinary", msgpack=True)
+        assert client.counts("q")["message_counter"] == 2
+        assert not any(code == "500" for _, code in _statuses(url))
+    assert "Traceback" not in log.read_text()
+
+
 def _hang_up(url: str, path: str, content_type: str) -> None:
     """Send the headers of a 1,000-byte body, then half of it, and close the connection."""
     where = urlsplit(url)

@@ -29,7 +29,7 @@ ARROWS: dict[str, set[str]] = {
     "core.runtime": {"domain", "ports", "core"},
     "core.heartbeat": {"core.runtime"},
     "adapters": set(),
-    "adapters.optional": set(),
+    "adapters.optional": {"domain"},
     "adapters.event_loop": set(),
     "adapters.web": set(),
     "adapters.charts": {"domain"},

@@ -104,3 +104,17 @@ async def test_three_worker_processes_run_one_job_of_each_tenant_at_a_time(tmp_p
     for tenant in tenants:
         assert peak([r for r in history if r.tenant == tenant]) == 1  # a tenant never exceeds its limit
     assert peak(history) > 1  # the tenants run beside each other
+
+
+async def test_a_throttle_window_past_the_longest_span_is_refused_and_stores_nothing() -> None:
+    from jqueue import InMemoryStorage
+    from jqueue.domain.spec import LONGEST_SPAN
+
+    async with DirectQueue(InMemoryStorage()) as q:
+        version = (await q.read_state()).version
+        for per in (LONGEST_SPAN + timedelta(days=1), timedelta(days=365 * 3170), timedelta(0)):
+            with pytest.raises(ValueError, match="per must be"):
+                await q.throttle(5, per, per_tenant=True)
+        assert (await q.read_state()).version == version
+        await q.throttle(5, LONGEST_SPAN, per_tenant=True)  # the longest span itself is taken
+        assert (await q.read_state()).version == version + 1

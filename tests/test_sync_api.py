@@ -104,3 +104,21 @@ def test_a_file_that_is_not_a_queue_is_reported_and_left_alone(tmp_path: Path) -
     ):
         jobs.enqueue("mail", b"x")
     assert (tmp_path / "q.json").read_text() == "not a queue"
+
+
+def test_a_timeout_says_which_wait_ran_out(tmp_path: Path) -> None:
+    with sync.open_queue(str(tmp_path / "q.json"), timeout=timedelta(seconds=2)) as jobs:
+        job = jobs.enqueue("mail", b"never run")
+        with pytest.raises(TimeoutError) as waited:  # the result's own wait ran out, not the queue's
+            jobs.result(job, timeout=timedelta(milliseconds=300))
+        assert str(waited.value) == f"job {job.id!r} did not finish within 0.3 s"
+        stuck = threading.Event()
+
+        async def never_answers(queue: BrokerQueue) -> None:
+            stuck.set()
+            await asyncio.Event().wait()
+
+        with pytest.raises(TimeoutError) as stopped:
+            jobs.call(never_answers)
+        assert stuck.is_set()
+        assert str(stopped.value) == "no answer within the queue's timeout, 2 s"

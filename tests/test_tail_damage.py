@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -115,39 +116,40 @@ async def test_the_newest_segment_cut_inside_its_newest_slab_or_checkpoint_is_da
     await _refused(path, segment)
 
 
+def _torn_tail_is_taken_as_torn(directory: Path, tail: Callable[[int], bytes]) -> None:
+    """After one acknowledged record, ``tail(offset)`` is written where the next would go (not
+    synced, never acknowledged): readers see only the acknowledged one, a writer goes on."""
+    SegmentLog(directory).create("kept", b"acknowledged")
+    segment = newest_segment(directory)
+    _, offset, size = records(segment)[-1]
+    with open(segment, "r+b") as raw:
+        raw.seek(offset + size)
+        raw.write(tail(offset + size))
+    log = SegmentLog(directory)
+    assert log.list_names("", "") == ["kept"]
+    log.create("next", b"after the tear")
+    assert SegmentLog(directory).list_names("", "") == ["kept", "next"]
+
+
+def _anywhere(tail: bytes) -> Callable[[int], bytes]:
+    return lambda _: tail
+
+
 def test_a_torn_append_of_any_length_is_zeroed_and_the_log_goes_on(tmp_path: Path) -> None:
     record = encode_record(OBJECT, "torn", os.urandom(3 * PAGE))
     size = len(record)
-    cuts = (1, RECORD.size - 1, RECORD.size + 3, size // 2, size - TRAILER.size, size - 1)
-    for cut in cuts:
-        directory = tmp_path / f"cut{cut}"
-        SegmentLog(directory).create("kept", b"acknowledged")
-        segment = newest_segment(directory)
-        end = records(segment)[-1][1] + records(segment)[-1][2]
-        with open(segment, "r+b") as raw:
-            raw.seek(end)
-            raw.write(record[:cut])  # a writer killed mid-append
-        log = SegmentLog(directory)
-        assert log.list_names("", "") == ["kept"]
-        log.create("next", b"after the tear")
-        assert SegmentLog(directory).list_names("", "") == ["kept", "next"]
+    for cut in (1, RECORD.size - 1, RECORD.size + 3, size // 2, size - TRAILER.size, size - 1):
+        _torn_tail_is_taken_as_torn(tmp_path / f"cut{cut}", _anywhere(record[:cut]))  # killed mid-append
 
 
 def test_a_record_with_a_page_never_written_is_a_torn_append(tmp_path: Path) -> None:
-    directory = tmp_path / "s"
-    SegmentLog(directory).create("kept", b"acknowledged")
-    segment = newest_segment(directory)
-    end = records(segment)[-1][1] + records(segment)[-1][2]
-    record = bytearray(encode_record(OBJECT, "unsynced", os.urandom(4 * PAGE)))
-    hole = -end % PAGE + PAGE  # the second whole page of the record, in the file's pages
-    record[hole : hole + PAGE] = bytes(PAGE)  # the machine stopped before the sync wrote it
-    with open(segment, "r+b") as raw:
-        raw.seek(end)
-        raw.write(record)
-    log = SegmentLog(directory)
-    assert log.list_names("", "") == ["kept"]
-    log.create("next", b"after the crash")
-    assert SegmentLog(directory).list_names("", "") == ["kept", "next"]
+    def with_a_hole(offset: int) -> bytes:
+        record = bytearray(encode_record(OBJECT, "unsynced", os.urandom(4 * PAGE)))
+        hole = -offset % PAGE + PAGE  # the second whole page of the record, in the file's pages
+        record[hole : hole + PAGE] = bytes(PAGE)  # the machine stopped before the sync wrote it
+        return bytes(record)
+
+    _torn_tail_is_taken_as_torn(tmp_path / "s", with_a_hole)
 
 
 def test_a_segment_of_the_earlier_version_is_read_and_sealed_by_the_first_write(tmp_path: Path) -> None:

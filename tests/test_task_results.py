@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +21,7 @@ from jqueue import (
     JobFailedError,
     JobStatus,
     LocalFileSystemStorage,
+    Outcome,
     Worker,
     sync,
 )
@@ -162,3 +164,53 @@ def test_sync_code_waits_for_results_cancels_and_manages(tmp_path: Path) -> None
         assert jobs.call(lambda queue: queue.requeue_dead()) == 1
         jobs.call(lambda queue: queue.resume("held"))
         assert jobs.stats().paused_claims == []
+
+
+class Opaque:
+    """A value that neither JSON nor a return annotation can hold."""
+
+
+async def test_a_result_that_cannot_be_kept_fails_its_job_once_whatever_the_handler(tmp_path: Path) -> None:
+    async def plain(job: object) -> object:  # a bytes handler returning what JSON cannot hold
+        return Opaque()
+
+    async def unannotated(n: int):  # type: ignore[no-untyped-def]
+        return {"n": Opaque()}
+
+    async def unserializable(n: int) -> int:
+        return Opaque()  # type: ignore[return-value]
+
+    async def wrong_type(n: int) -> int:
+        return "many"  # type: ignore[return-value]
+
+    def wrong_model(n: int) -> Receipt:  # in a thread
+        return {"to": n}  # type: ignore[return-value]
+
+    async def wrong_text(n: int) -> str:
+        return n  # type: ignore[return-value]
+
+    async def out_of_range(n: int) -> float:  # serializes (as null), but would not decode
+        return math.inf
+
+    async with BrokerQueue(LocalFileSystemStorage(tmp_path / "q.json")) as queue:
+        worker = Worker(queue, {"plain": plain}, backoff=None)  # max_attempts: the default 5
+        functions = (unannotated, unserializable, wrong_type, wrong_model, wrong_text, out_of_range)
+        tasks = [worker.task(function) for function in functions]
+        jobs = [await queue.enqueue("plain", b""), *[await task.defer(queue, n=1) for task in tasks]]
+        stats = await worker.burst()
+        assert (stats.acked, stats.outcomes[Outcome.RETRIED], stats.outcomes[Outcome.DEAD]) == (0, 0, 7)
+        dead = {job.id: job for job in await queue.dead_letters()}
+        assert set(dead) == {job.id for job in jobs}
+        reasons = {dead[job.id].entrypoint: dead[job.id].last_error or "" for job in jobs}
+        assert all(dead[job.id].attempts == 1 for job in jobs)
+        assert all(reason.startswith("its result was not kept: ") for reason in reasons.values()), reasons
+        assert "Opaque is not bytes, text or JSON" in reasons["plain"]
+        assert "dict is not bytes, text or JSON (Object of type Opaque" in reasons["unannotated"]
+        refused = "{} returned {}, which its return annotation {} refuses"
+        assert "unserializable returned Opaque" in reasons["unserializable"]
+        assert refused.format("wrong_type", "str", "int") in reasons["wrong_type"]
+        assert refused.format("wrong_model", "dict", "Receipt") in reasons["wrong_model"]
+        assert refused.format("wrong_text", "int", "str") in reasons["wrong_text"]
+        assert refused.format("out_of_range", "float", "float") in reasons["out_of_range"]
+        with pytest.raises(JobFailedError, match="its result was not kept"):
+            await tasks[2].result(queue, jobs[3])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,7 +13,18 @@ import pydantic
 import pytest
 
 from conftest import Backend
-from jqueue import BrokerQueue, DirectQueue, Layout, LocalFileSystemStorage, Outcome, Worker, connect
+from jqueue import (
+    BrokerQueue,
+    DirectQueue,
+    Job,
+    Layout,
+    LocalFileSystemStorage,
+    Outcome,
+    Worker,
+    connect,
+    current_job,
+)
+from jqueue.domain.errors import headline
 from servers import jqueue_serve
 
 
@@ -70,6 +82,43 @@ async def test_a_payload_that_does_not_fit_dies_at_once(tmp_path: Path) -> None:
         assert dead.attempts == 1
         assert dead.last_error is not None
         assert dead.last_error.startswith("Fail: the payload does not fit charge's arguments")
+        assert headline(dead.last_error) == (  # the field is named on the line that listings show
+            "Fail: the payload does not fit charge's arguments: 1 validation error for charge_arguments:"
+            " cents: Input should be a valid integer, unable to parse string as an integer"
+        )
+
+
+async def test_an_error_is_logged_and_listed_whole_on_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Order(pydantic.BaseModel):
+        customer: str
+        quantity: int
+
+    long_reason = "the warehouse " + "is far away and " * 20 + "said no"
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "q.json")) as queue:
+
+        async def check(job: Job) -> None:  # a plain handler validating its payload itself
+            Order.model_validate_json(job.payload)
+
+        async def refuse(job: Job) -> None:
+            raise ValueError(f"cannot ship:\n{long_reason}")
+
+        worker = Worker(queue, {"check": check, "refuse": refuse}, max_attempts=1)
+        await queue.enqueue("check", b'{"customer": "ann"}')
+        await queue.enqueue("refuse", b"")
+        with caplog.at_level(logging.ERROR, logger="jqueue.worker"):
+            await worker.burst()
+        errors = {job.entrypoint: headline(job.last_error or "") for job in await queue.dead_letters()}
+    assert errors == {
+        "check": "ValidationError: 1 validation error for Order: quantity: Field required",
+        "refuse": f"ValueError: cannot ship: {long_reason}",
+    }
+    logged = {record.entrypoint: record.getMessage() for record in caplog.records}  # type: ignore[attr-defined]
+    assert logged["check"].endswith(
+        "check: dead (ValidationError: 1 validation error for Order: quantity: Field required)"
+    )
+    assert logged["refuse"].endswith(f"refuse: dead (ValueError: cannot ship: {long_reason})")
 
 
 async def test_an_empty_payload_calls_a_task_without_arguments(tmp_path: Path) -> None:
@@ -123,3 +172,28 @@ async def test_a_task_through_the_broker(tmp_path: Path) -> None:
             await add.defer(queue, 2, b=3)
             await worker.burst()
     assert done == [5]
+
+
+async def test_a_handler_reads_its_attempt_from_current_job(tmp_path: Path) -> None:
+    seen: list[tuple[str, int]] = []
+    async with DirectQueue(LocalFileSystemStorage(tmp_path / "q.json")) as queue:
+        worker = Worker(queue, max_attempts=3, backoff=None)
+
+        @worker.task
+        async def flaky(n: int) -> int:
+            attempt = current_job().attempts
+            seen.append(("loop", attempt))
+            if attempt < 3:
+                raise ValueError(f"attempt {attempt} fails")
+            return attempt
+
+        @worker.task
+        def threaded(n: int) -> None:  # in a thread: the same context
+            seen.append(("thread", current_job().attempts))
+
+        job = await flaky.defer(queue, n=1)
+        await threaded.defer(queue, n=1)
+        stats = await worker.burst()
+        assert (stats.acked, stats.outcomes[Outcome.RETRIED]) == (2, 2)
+        assert sorted(seen) == [("loop", 1), ("loop", 2), ("loop", 3), ("thread", 1)]
+        assert await flaky.result(queue, job) == 3

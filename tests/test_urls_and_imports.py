@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 import jqueue
-from jqueue import InMemoryStorage, InvalidURLError, LocalFileSystemStorage, storage_from_url
+from jqueue import (
+    BrokerQueue,
+    InMemoryStorage,
+    InvalidURLError,
+    LocalFileSystemStorage,
+    storage_from_url,
+    sync,
+)
 from jqueue.adapters.optional import require
 
 
@@ -36,11 +43,25 @@ def test_urls_build_their_backends() -> None:
     assert (gcs.bucket_name, gcs.blob_name) == ("bucket", "queues/jobs.json")
 
 
+async def test_a_relative_path_names_the_same_file_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "q").mkdir()
+    relative = storage_from_url("q/main.json")
+    assert isinstance(relative, LocalFileSystemStorage)
+    async with BrokerQueue(relative) as queue:
+        job = await queue.enqueue("mail", b"x")
+    with sync.open_queue("q/main.json") as jobs:  # the sync API, as the CLI, reads the same file
+        assert [j.id for j in jobs.call(lambda q: q.peek())] == [job.id]
+    async with BrokerQueue(storage_from_url((tmp_path / "q/main.json").as_uri())) as absolute:
+        assert [j.id for j in await absolute.peek()] == [job.id]
+
+
 @pytest.mark.parametrize(
     "url",
     [
         "",
-        "queue.json",
         "ftp://host/queue.json",
         "memory://",
         "file://relative/queue.json",
@@ -72,12 +93,30 @@ def test_cloud_adapters_are_exported_lazily() -> None:
         _ = jqueue.NoSuchThing
 
 
-def test_a_missing_extra_names_what_to_install() -> None:
-    with pytest.raises(
-        ImportError,
-        match=r"with the 's3' extra \(from a checkout: pip install '/path/to/checkout\[s3\]'\)",
-    ):
+CHECKOUT = Path(jqueue.__file__).resolve().parents[2]
+"""The checkout these tests run from (jqueue is installed from it, editable)."""
+
+
+def _install_hint(extra: str) -> str:
+    return f"pip install '{CHECKOUT}[{extra}]' (or a wheel built there; the jqueue on the package index"
+
+
+def test_a_missing_extra_names_what_to_install(tmp_path: Path) -> None:
+    with pytest.raises(ImportError) as raised:
         require("jqueue_no_such_module", extra="s3")
+    assert _install_hint("s3") in str(raised.value)
+    (tmp_path / "croniter.py").write_text("raise ImportError('not installed')\n")
+    program = "from jqueue.core.runtime.cron import Schedule\nSchedule('tick', b'', expression='* * * * *')\n"
+    env = os.environ | {"PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1
+    assert (
+        "ImportError: croniter (for cron schedules) is not installed: install jqueue's 'cron' extra"
+        f" from this checkout: {_install_hint('cron')}"
+    ) in done.stderr
+    assert "jqueue[cron]" not in done.stderr
 
 
 def test_the_demo_runs_end_to_end(tmp_path: Path) -> None:
@@ -144,4 +183,4 @@ def test_the_command_line_needs_no_service_extra_but_serve_names_it(tmp_path: Pa
     )
     assert served.returncode == 1
     assert served.stderr.count("\n") == 1  # one line, no traceback
-    assert "install jqueue with the 'serve' extra" in served.stderr
+    assert f"install jqueue's 'serve' extra from this checkout: {_install_hint('serve')}" in served.stderr

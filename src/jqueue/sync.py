@@ -27,12 +27,13 @@ from typing import Any, Generic, Self, TypeVar, Unpack
 
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.connection import connect as async_connect
-from jqueue.adapters.storage.url import storage_at
+from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import QueueClosedError
 from jqueue.domain.models import Job
 from jqueue.domain.spec import EnqueueOptions, JobSpec
 from jqueue.domain.stats import QueueStats
+from jqueue.domain.values import span
 from jqueue.ports.storage import ObjectStoragePort
 
 T = TypeVar("T")
@@ -82,8 +83,17 @@ class SyncQueue(Generic[Q]):
         try:
             return future.result(self.timeout + waits)
         except TimeoutError:
+            if future.done():  # the call's own (``result``'s timeout): it says what it waited for
+                raise
             future.cancel()
-            raise TimeoutError(f"no answer within {self.timeout + waits:g} s") from None
+            raise TimeoutError(self._no_answer(waits)) from None
+
+    def _no_answer(self, waits: float) -> str:
+        """Why a call that got no answer within ``timeout`` (after ``waits``) gave up."""
+        timeout = f"the queue's timeout, {span(timedelta(seconds=self.timeout))}"
+        if not waits:
+            return f"no answer within {timeout}"
+        return f"no answer within the call's {span(timedelta(seconds=waits))} and {timeout}"
 
     def _call(self, call: Callable[[], Awaitable[T]], waits: float = 0.0) -> T:
         """Run ``call()`` in the loop; its answer may take ``timeout`` (and ``waits`` more)."""
@@ -191,7 +201,7 @@ def open_queue(
     """Open the queue on ``storage`` (a storage, a storage URL, or a file path) as a
     ``BrokerQueue`` (``options`` go to it) whose calls block."""
     if isinstance(storage, str):
-        storage = storage_at(storage)
+        storage = storage_from_url(storage)
     where = storage
 
     async def opener() -> tuple[BrokerQueue, Callable[[], Awaitable[None]]]:

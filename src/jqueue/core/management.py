@@ -21,6 +21,7 @@ from jqueue.domain.insight import (
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.schema import JobFields, JobForm
+from jqueue.domain.spec import POSITIVE_SPAN
 from jqueue.domain.stats import QueueStats, stats_of
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_int64, checked_text, span
@@ -306,6 +307,7 @@ class ManagementCalls:
         _scope(entrypoint)
         if limit is not None and checked_int64("limit", limit) < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
+        POSITIVE_SPAN.check("per", per)
         window = per // timedelta(microseconds=1)
         if window < 1:
             raise ValueError(f"per must be positive, got {span(per)}")

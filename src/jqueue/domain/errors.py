@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class JQueueError(Exception):
     """Base class of all jqueue errors."""
@@ -255,3 +257,16 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, StorageError | CASConflictError):
         return True
     return isinstance(exc, ServiceError) and exc.transient
+
+
+def missing_extra(module: str, extra: str) -> ImportError:
+    """Return the ImportError of an optional dependency that is not installed: it names the
+    extra of this jqueue that brings it, installed from its checkout or a wheel built there
+    (the ``jqueue`` on the public package index is another project)."""
+    checkout = Path(__file__).resolve().parents[3]  # src/jqueue/domain/errors.py in a checkout
+    where = str(checkout) if (checkout / "pyproject.toml").is_file() else "/path/to/checkout"
+    return ImportError(
+        f"{module} is not installed: install jqueue's {extra!r} extra from this checkout:"
+        f" pip install '{where}[{extra}]' (or a wheel built there; the jqueue on the package"
+        " index is another project)"
+    )

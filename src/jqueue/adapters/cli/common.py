@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -24,7 +25,7 @@ from jqueue.adapters.service.caller import ServiceCaller
 from jqueue.adapters.service.client import RemoteQueue
 from jqueue.adapters.service.wire import TOKEN_VARIABLE
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
-from jqueue.adapters.storage.url import storage_at
+from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
 from jqueue.domain.errors import InvalidURLError, JQueueError, ServiceError
@@ -106,16 +107,78 @@ def remote_queue(server: str, name: str) -> RemoteQueue:
     return RemoteQueue(server, name, token=os.environ.get(TOKEN_VARIABLE), failover_timeout=SERVER_WAIT)
 
 
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """`` (did you mean NAME?)`` for the name of ``names`` nearest ``name`` (difflib), if one is
+    near; else nothing."""
+    near = difflib.get_close_matches(name, [other for other in names if other != name], n=1)
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
+def queues_beside(storage: ObjectStoragePort) -> list[str] | None:
+    """The file names of the queues in the directory of a file queue's ``storage`` (files with its
+    suffix, its own left out); None for a storage whose neighbours cannot be listed."""
+    if not isinstance(storage, LocalFileSystemStorage):
+        return None
+    folder, own = storage.path.parent, storage.path
+    if not folder.is_dir():
+        return []
+    return sorted(
+        path.name
+        for path in folder.iterdir()
+        if path.suffix == own.suffix
+        and path != own
+        and path.is_file()
+        and not path.name.startswith(("_", "."))
+    )
+
+
+async def absent_queue_note(queue: object) -> str | None:
+    """What to say of a queue a worker waits on that does not exist (nothing was ever enqueued
+    there): which queues exist next to it, and the nearest; None for one that exists (or one
+    of another kind)."""
+    others: list[str] | None
+    if isinstance(queue, RemoteQueue):
+        others = await queue.queue_names()
+        where, name = queue.location, queue.queue
+    elif isinstance(queue, DirectQueue | BrokerQueue):
+        if (await queue.storage.read())[1] is not None:
+            return None
+        others = queues_beside(queue.storage)
+        where = str(getattr(queue.storage, "path", None) or getattr(queue.storage, "url", "its storage"))
+        name = where.rsplit("/", 1)[-1]
+    else:
+        return None
+    if others is not None and name in others:
+        return None
+    note = f"no queue at {where} yet: the worker waits for its first job"
+    if others is None:
+        return f"{note} (is the location right?)"
+    beside = f"the queues next to it: {', '.join(others)}" if others else "there is no queue next to it"
+    return f"{note}; {beside}{did_you_mean(name, others)}"
+
+
 @contextlib.asynccontextmanager
 async def serving(queue: RemoteQueue) -> AsyncIterator[RemoteQueue]:
     """Call ``queue`` for a command: what a user can mend (no broker, no token, no such queue)
-    is one error line. A command that logs nothing (all but worker and exec) does not log the
-    search for a broker either: its error line says how it ended."""
+    is one error line; a call that created the queue (an enqueue to a new name) says so on
+    standard error, with the nearest name the service had. A command that logs nothing (all
+    but worker and exec) still says at once, in one line, that no service answered and that
+    it keeps looking (``ServiceCaller`` tells it every few seconds); its error line says how
+    it ended."""
     if not logging.getLogger().handlers:
-        logging.getLogger(ServiceCaller.__module__).setLevel(logging.ERROR)
+        said = logging.getLogger(ServiceCaller.__module__)
+        if not said.handlers:
+            notice = logging.StreamHandler(sys.stderr)
+            notice.setFormatter(logging.Formatter("%(message)s"))
+            said.addHandler(notice)
+            said.setLevel(logging.WARNING)
+            said.propagate = False
     async with queue:
         try:
             yield queue
+            if queue.created_queue:
+                hint = did_you_mean(queue.queue, await queue.queue_names())
+                errors.print(f"created {queue.location}: it did not exist{hint}", highlight=False)
         except ServiceError as exc:
             if exc.code in ("unreachable", "no_broker"):
                 fail(f"no jqueue serve took the call within {SERVER_WAIT.seconds} s: {exc}")
@@ -138,7 +201,7 @@ def shared_storage(ctx: typer.Context) -> ObjectStoragePort:
             "a memory:// queue lives in one process and each command is a new one: use file://, s3:// or gs://"
         )
     try:
-        storage = storage_at(url)
+        storage = storage_from_url(url)
     except InvalidURLError as exc:
         fail(str(exc))
         raise

@@ -29,6 +29,7 @@ from jqueue.adapters.cli.run import (
     backoff_of,
     log_jobs,
     print_summary,
+    say_absent,
 )
 from jqueue.core.runtime.outcomes import WorkerStats
 from jqueue.core.runtime.steering import HandlerFailure
@@ -188,6 +189,7 @@ def execute(
             )
             spec = runner.handlers[entrypoint]
             runner.handlers[entrypoint] = replace(spec, label=f"command: {shlex.join(command)}")
+            await say_absent(runner)
             return await runner.run(until_empty=burst)
 
     print_summary(run(go()), as_json)

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from jqueue.adapters.cli.common import (
+    absent_queue_note,
     broker_queue,
     console,
     errors,
@@ -238,6 +239,7 @@ def worker(
             else:
                 fail(f"{target} is a {type(found).__name__}, not a Worker or a function")
             _configure(chosen, concurrency, entrypoints, timeout, max_attempts, retry_delay)
+            await say_absent(chosen)
             if metrics_port is not None:
                 from jqueue.adapters.worker_metrics import WorkerMetrics  # here: it needs the serve extra
 
@@ -250,6 +252,20 @@ def worker(
             return stats
 
     print_summary(run(go(), handlers=True), as_json)
+
+
+async def say_absent(chosen: Worker) -> None:
+    """Log a warning for each queue of the worker that does not exist (a mistyped location waits
+    for ever), naming the queues next to it; a queue that cannot be looked at now is left to
+    the worker's own retries."""
+    for queue in chosen.queues:
+        try:
+            note = await absent_queue_note(queue)
+        except (JQueueError, OSError) as exc:
+            logging.getLogger(__name__).debug("could not tell whether the queue exists: %s", exc)
+            continue
+        if note is not None:
+            logging.getLogger("jqueue.worker").warning(note)
 
 
 def _as_url(storage: str) -> str:

@@ -54,7 +54,10 @@ def _listening(host: str, port: int) -> socket.socket:
 def _run(uvicorn: Any, app: Any, sock: socket.socket) -> None:
     """Serve ``app`` on ``sock`` until Ctrl-C or SIGTERM, then exit 0 (as ``uvicorn.run`` does:
     the server hands the signal on once it has shut down)."""
-    config = uvicorn.Config(app, log_level="warning", access_log=False, loop="auto", http="auto")
+    from jqueue.adapters.web.allowed_hosts import http_protocol  # the serve extra is installed
+
+    http = http_protocol()  # keeps the request target, whose authority the host check checks
+    config = uvicorn.Config(app, log_level="warning", access_log=False, loop="auto", http=http)
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.Server(config).run(sockets=[sock])
 

@@ -8,6 +8,7 @@ jobs they touch and asks to confirm; the confirmed form repeats the request with
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -15,10 +16,11 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jqueue.adapters.dashboard.guard import FormTooLargeError, read_form
+from jqueue.adapters.dashboard.guard import FormTooLargeError, local_target, read_form
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import JobStatus
+from jqueue.domain.spec import POSITIVE_SPAN
 from jqueue.domain.workflows import LEFT
 
 if TYPE_CHECKING:
@@ -49,8 +51,7 @@ class Actions:
             text = "This form did not come from this dashboard (reload the page and try again)."
             return dashboard.render(request, "message.html", 403, title="Refused", text=text)
         queue = await dashboard.source.get(name)
-        back = str(form.get("back", ""))
-        back = back if back.startswith("/") and not back.startswith("//") else f"/q/{name}"
+        back = local_target(str(form.get("back", "")), f"/q/{name}")
         action = str(form.get("action", ""))
         try:
             if action in CONFIRMED and form.get("confirmed") != "yes":
@@ -60,24 +61,10 @@ class Actions:
             return dashboard.back(back, f"Not done: {exc}")
         return dashboard.back(back, message)
 
-    async def _chosen(self, queue: BrokerQueue, form: FormData) -> list[str] | None:
-        """The jobs an action names: ``ids``, or the dead letters of error group ``group``
-        (None: every dead letter)."""
-        ids = [str(v) for v in form.getlist("ids") if str(v)]
-        if ids:
-            return ids
-        group = form.get("group")
-        if group is None or group == "":
-            return None
-        for found in await queue.insight.dead_groups():
-            if found.error == group:
-                return found.ids
-        return []
-
     async def _confirm(
         self, request: Request, queue: BrokerQueue, name: str, action: str, form: FormData, back: str
     ) -> Response:
-        chosen = await self._chosen(queue, form)
+        chosen = await _chosen(queue, form)
         dead = (await queue.stats()).total(JobStatus.DEAD)
         count = dead if chosen is None else len(chosen)
         group = str(form.get("group", ""))
@@ -103,60 +90,151 @@ class Actions:
         )
 
     async def _run(self, queue: BrokerQueue, action: str, form: FormData) -> str:
-        scope = str(form.get("entrypoint", "")) or None
-        where = f"entrypoint {scope}" if scope else "the queue"
-        if action == "requeue":
-            ids = [str(v) for v in form.getlist("ids")]
-            return f"Requeued {_plural(await queue.requeue(ids))}."
-        if action == "purge":
-            ids = [str(v) for v in form.getlist("ids")]
-            return f"Purged {_plural(await queue.purge(status=None, ids=ids))}."
-        if action == "cancel":
-            outcomes = [await queue.cancel(str(v)) for v in form.getlist("ids")]
-            asked = outcomes.count(False)
-            stops = f"; asked the workers of {_plural(asked)} to stop them" if asked else ""
-            return f"Cancelled {_plural(outcomes.count(True))}{stops}."
-        if action == "cancel_workflow":
-            [job_id] = [str(v) for v in form.getlist("ids")]
-            now = Counter(job.status for job in await queue.cancel_workflow(job_id))
-            stopping = now[JobStatus.IN_PROGRESS]
-            stops = f"; {_plural(stopping)} still running, asked to stop" if stopping else ""
-            cancelled = _plural(now[JobStatus.CANCELLED])
-            return f"Cancelled the workflow of job {job_id}: {cancelled} cancelled{stops}."
-        if action == "requeue_dead":
-            done = await queue.requeue_dead(await self._chosen(queue, form))
-            return f"Requeued {_plural(done, 'dead job')}."
-        if action == "purge_dead":
-            chosen = await self._chosen(queue, form)
-            return f"Purged {_plural(await queue.purge(JobStatus.DEAD, ids=chosen), 'dead job')}."
-        if action == "pause":
-            await queue.pause(scope)
-            return f"Paused claims of {where}."
-        if action == "resume":
-            await queue.resume(scope)
-            return f"Resumed {where}."
-        per_tenant = form.get("per_tenant") == "yes"
-        each = f"each tenant of {where}" if per_tenant else where
-        of = f"per tenant of {where}" if per_tenant else f"of {where}"
-        if action == "throttle":
-            limit, per = _number(form, "limit"), _number(form, "per")
-            await queue.throttle(limit, timedelta(seconds=per), scope, per_tenant=per_tenant)
-            return f"Throttled {each} to {limit} claims per {per:g} s."
-        if action == "limit":
-            most = _number(form, "most")
-            await queue.limit(scope, most, per_tenant=per_tenant)
-            return f"Limited {each} to {most} jobs in progress at once."
-        if action == "unlimit":
-            await queue.limit(scope, None, per_tenant=per_tenant)
-            return f"Lifted the limit {of}."
-        if action == "unthrottle":
-            await queue.throttle(None, timedelta(seconds=1), scope, per_tenant=per_tenant)
-            return f"Lifted the throttle {of}."
-        raise ValueError(f"unknown action {action!r}")
+        run = RUNS.get(action)
+        if run is None:
+            raise ValueError(f"unknown action {action!r}")
+        return await run(queue, form)
+
+
+async def _chosen(queue: BrokerQueue, form: FormData) -> list[str] | None:
+    """The jobs an action names: ``ids``, or the dead letters of error group ``group``
+    (None: every dead letter)."""
+    ids = [str(v) for v in form.getlist("ids") if str(v)]
+    if ids:
+        return ids
+    group = form.get("group")
+    if group is None or group == "":
+        return None
+    for found in await queue.insight.dead_groups():
+        if found.error == group:
+            return found.ids
+    return []
+
+
+def _ids(form: FormData) -> list[str]:
+    return [str(v) for v in form.getlist("ids")]
+
+
+def _scope(form: FormData) -> tuple[str | None, str]:
+    """The entrypoint a form names (None: the whole queue), and how a message says it."""
+    scope = str(form.get("entrypoint", "")) or None
+    return scope, f"entrypoint {scope}" if scope else "the queue"
+
+
+def _tenants(form: FormData) -> tuple[bool, str, str]:
+    """Whether a form's throttle or limit is per tenant; what it holds for and of, in words."""
+    per_tenant = form.get("per_tenant") == "yes"
+    where = _scope(form)[1]
+    each = f"each tenant of {where}" if per_tenant else where
+    return per_tenant, each, f"per tenant of {where}" if per_tenant else f"of {where}"
+
+
+async def _requeue(queue: BrokerQueue, form: FormData) -> str:
+    return f"Requeued {_plural(await queue.requeue(_ids(form)))}."
+
+
+async def _purge(queue: BrokerQueue, form: FormData) -> str:
+    return f"Purged {_plural(await queue.purge(status=None, ids=_ids(form)))}."
+
+
+async def _cancel(queue: BrokerQueue, form: FormData) -> str:
+    outcomes = [await queue.cancel(job_id) for job_id in _ids(form)]
+    asked = outcomes.count(False)
+    stops = f"; asked the workers of {_plural(asked)} to stop them" if asked else ""
+    return f"Cancelled {_plural(outcomes.count(True))}{stops}."
+
+
+async def _cancel_workflow(queue: BrokerQueue, form: FormData) -> str:
+    ids = _ids(form)
+    if len(ids) != 1:
+        raise ValueError(f"cancel a workflow by one of its jobs, not {len(ids)}")
+    now = Counter(job.status for job in await queue.cancel_workflow(ids[0]))
+    stopping = now[JobStatus.IN_PROGRESS]
+    stops = f"; {_plural(stopping)} still running, asked to stop" if stopping else ""
+    return f"Cancelled the workflow of job {ids[0]}: {_plural(now[JobStatus.CANCELLED])} cancelled{stops}."
+
+
+async def _requeue_dead(queue: BrokerQueue, form: FormData) -> str:
+    return f"Requeued {_plural(await queue.requeue_dead(await _chosen(queue, form)), 'dead job')}."
+
+
+async def _purge_dead(queue: BrokerQueue, form: FormData) -> str:
+    chosen = await _chosen(queue, form)
+    return f"Purged {_plural(await queue.purge(JobStatus.DEAD, ids=chosen), 'dead job')}."
+
+
+async def _pause(queue: BrokerQueue, form: FormData) -> str:
+    scope, where = _scope(form)
+    await queue.pause(scope)
+    return f"Paused claims of {where}."
+
+
+async def _resume(queue: BrokerQueue, form: FormData) -> str:
+    scope, where = _scope(form)
+    await queue.resume(scope)
+    return f"Resumed {where}."
+
+
+async def _throttle(queue: BrokerQueue, form: FormData) -> str:
+    (per_tenant, each, _), limit = _tenants(form), _number(form, "limit")
+    per = _span(form, "per")
+    await queue.throttle(limit, per, _scope(form)[0], per_tenant=per_tenant)
+    return f"Throttled {each} to {limit} claims per {per.total_seconds():g} s."
+
+
+async def _limit(queue: BrokerQueue, form: FormData) -> str:
+    (per_tenant, each, _), most = _tenants(form), _number(form, "most")
+    await queue.limit(_scope(form)[0], most, per_tenant=per_tenant)
+    return f"Limited {each} to {most} jobs in progress at once."
+
+
+async def _unlimit(queue: BrokerQueue, form: FormData) -> str:
+    per_tenant, _, of = _tenants(form)
+    await queue.limit(_scope(form)[0], None, per_tenant=per_tenant)
+    return f"Lifted the limit {of}."
+
+
+async def _unthrottle(queue: BrokerQueue, form: FormData) -> str:
+    per_tenant, _, of = _tenants(form)
+    await queue.throttle(None, timedelta(seconds=1), _scope(form)[0], per_tenant=per_tenant)
+    return f"Lifted the throttle {of}."
+
+
+RUNS: dict[str, Callable[[BrokerQueue, FormData], Awaitable[str]]] = {
+    "requeue": _requeue,
+    "purge": _purge,
+    "cancel": _cancel,
+    "cancel_workflow": _cancel_workflow,
+    "requeue_dead": _requeue_dead,
+    "purge_dead": _purge_dead,
+    "pause": _pause,
+    "resume": _resume,
+    "throttle": _throttle,
+    "limit": _limit,
+    "unlimit": _unlimit,
+    "unthrottle": _unthrottle,
+}
+"""Each action a form may post, and what runs it (the message it answers is shown once back)."""
+WHOLE_NUMBERS = ("limit", "most")
+"""The form fields of whole numbers (the queue call checks their range, as the native API's)."""
+SPANS = {"per": POSITIVE_SPAN}
+"""The form fields of spans, in whole seconds, and their limits: those of the native API's
+fields of the same calls (``per_seconds``), so that neither stores what the other refuses."""
 
 
 def _number(form: FormData, key: str) -> int:
     text = str(form.get(key, "")).strip()
-    if not text.isdigit():
-        raise ValueError(f"{key} must be a whole number, not {text!r}")
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{key} must be a whole number, not {text[:40]!r}")
     return int(text)
+
+
+def _span(form: FormData, key: str) -> timedelta:
+    """Form field ``key``, whole seconds, as a span within its limit (``SPANS``)."""
+    seconds, limit = _number(form, key), SPANS[key]
+    longest: timedelta = limit.le
+    if seconds > longest.total_seconds():  # checked as a number: a timedelta may not hold it
+        raise ValueError(f"{key} must be at most {longest.days:,} days, got {seconds:,} s")
+    span = timedelta(seconds=seconds)
+    limit.check(key, span)
+    return span

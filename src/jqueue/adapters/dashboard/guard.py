@@ -6,7 +6,8 @@ key of the process without a token). With a token, only signing in (a form that 
 starts a session, and a page needs one (scripts may send ``Authorization: Bearer TOKEN``
 instead); without one, the first page a browser opens starts it. Every form carries a CSRF
 value derived from the session's id by HMAC with the key, so one session's value is refused
-in another, and a POST whose ``Origin`` is another site is refused, with or without a token.
+in another, and a POST whose ``Origin`` is another site, or hidden (``null``), is refused, with or
+without a token.
 """
 
 from __future__ import annotations
@@ -69,14 +70,33 @@ class Guard:
             return True
         return self.token_matches(request.headers.get("authorization", "").removeprefix("Bearer "))
 
+    def origin_allowed(self, request: Request) -> bool:
+        """Whether a request may change something: it has no ``Origin`` (a client that is no
+        browser: the CSRF value or the token guards it), or its ``Origin`` is this dashboard's.
+        ``Origin: null`` (a sandboxed frame, a ``data:`` page, a redirect from another site)
+        hides where the request came from, and is refused."""
+        origin = request.headers.get("origin")
+        return origin is None or (origin != "null" and urlsplit(origin).netloc == request.headers.get("host"))
+
     def form_allowed(self, request: Request, form_csrf: str) -> bool:
         """Whether a POST carries the CSRF value of its own session and comes from this
-        dashboard's origin."""
-        origin = request.headers.get("origin")
-        if origin is not None and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+        dashboard's origin (``origin_allowed``)."""
+        if not self.origin_allowed(request):
             return False
         expected = self.csrf(self.session_of(request))
         return bool(expected) and hmac.compare_digest(form_csrf.encode(), expected.encode())
+
+
+MAX_TARGET_CHARS = 2_000
+"""The longest page a form or a sign-in may ask to go to next."""
+
+
+def local_target(wanted: str, default: str) -> str:
+    """``wanted`` if it is a path of this dashboard (``/...``, not ``//host`` or ``/\\host``,
+    which a browser reads as another site; no control characters; at most
+    ``MAX_TARGET_CHARS``), else ``default``: where a redirect may go."""
+    local = wanted.startswith("/") and wanted[1:2] not in ("/", "\\") and len(wanted) <= MAX_TARGET_CHARS
+    return wanted if local and wanted.isprintable() else default
 
 
 class FormTooLargeError(ValueError):

@@ -23,7 +23,14 @@ from starlette.routing import Route
 from jqueue.adapters.charts import sparkline, throughput_chart
 from jqueue.adapters.dashboard import filters
 from jqueue.adapters.dashboard.actions import Actions
-from jqueue.adapters.dashboard.guard import FLASH_COOKIE, SESSION_COOKIE, FormTooLargeError, Guard, read_form
+from jqueue.adapters.dashboard.guard import (
+    FLASH_COOKIE,
+    SESSION_COOKIE,
+    FormTooLargeError,
+    Guard,
+    local_target,
+    read_form,
+)
 from jqueue.adapters.dashboard.source import FORGET_AFTER, STALE_AFTER, NotServingError, QueueSource
 from jqueue.adapters.dashboard.views import (
     entrypoint_rows,
@@ -36,6 +43,7 @@ from jqueue.adapters.web.queue_names import BadQueueNameError, UnknownQueueError
 from jqueue.domain.errors import JobNotFoundError, JQueueError
 from jqueue.domain.models import JobStatus
 from jqueue.domain.times import utc_now
+from jqueue.domain.values import INT64_MAX
 from jqueue.domain.workflows import LEFT
 
 REFRESH_SECONDS = 2
@@ -44,6 +52,9 @@ AGES = {"": None, "1m": timedelta(minutes=1), "10m": timedelta(minutes=10), "1h"
         "1d": timedelta(days=1)}  # fmt: skip
 FINISHED = (JobStatus.ACKED, JobStatus.DEAD, JobStatus.CANCELLED)
 """The outcomes of finished jobs."""
+MAX_FLASH_CHARS = 300
+"""The most characters of a message shown after an action (quoted in a cookie: at most 12 bytes
+each, within the 4,096 bytes a browser keeps)."""
 STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
 
 Page = Callable[[Request], Awaitable[Response]]
@@ -55,8 +66,10 @@ def _query(request: Request, *names: str) -> dict[str, str]:
 
 
 def _page_start(request: Request, name: str) -> int:
+    """A listing's place to start from, as its link gave it (0 for anything but a count of 64 bits)."""
     value = request.query_params.get(name, "")
-    return int(value) if value.isdigit() else 0
+    start = int(value) if value.isascii() and value.isdigit() else 0
+    return start if start <= INT64_MAX else 0
 
 
 def refuse_framing(response: Response) -> Response:
@@ -110,16 +123,28 @@ class Dashboard:
             "/q/{queue}/finished": self._finished,
             "/q/{queue}/dead": self._dead,
         }
-        return [
-            *(
-                Route(path, self._page(page), methods=["GET"], include_in_schema=False)
-                for path, page in pages.items()
-            ),
-            Route("/login", self._login, methods=["GET", "POST"], include_in_schema=False),
-            Route("/logout", self._logout, methods=["POST"], include_in_schema=False),
-            Route("/static/{name}", self._static, methods=["GET"], include_in_schema=False),
-            Route("/q/{queue}/act", self._page(self.actions.act), methods=["POST"], include_in_schema=False),
+        routes: list[tuple[str, Page, list[str]]] = [
+            *((path, self._page(page), ["GET"]) for path, page in pages.items()),
+            ("/login", self._login, ["GET", "POST"]),
+            ("/logout", self._logout, ["POST"]),
+            ("/static/{name}", self._static, ["GET"]),
+            ("/q/{queue}/act", self._page(self.actions.act), ["POST"]),
         ]
+        return [
+            Route(path, self._from_here(page), methods=methods, include_in_schema=False)
+            for path, page, methods in routes
+        ]
+
+    def _from_here(self, page: Page) -> Page:
+        """``page``, but a POST whose ``Origin`` is not this dashboard's is refused (403) before it."""
+
+        async def checked(request: Request) -> Response:
+            if request.method not in ("GET", "HEAD") and not self.guard.origin_allowed(request):
+                text = "This form did not come from this dashboard (its origin is another, or hidden)."
+                return self.render(request, "message.html", 403, title="Refused", text=text)
+            return await page(request)
+
+        return checked
 
     def render(self, request: Request, template: str, status: int = 200, **values: Any) -> Response:
         """Render a page (its main part alone for a refresh)."""
@@ -154,9 +179,11 @@ class Dashboard:
         )
 
     def back(self, to: str, message: str) -> Response:
-        """Redirect to ``to`` with ``message`` shown once there."""
+        """Redirect to ``to`` with ``message`` shown once there (its first ``MAX_FLASH_CHARS``:
+        a browser keeps no larger cookie)."""
         response = RedirectResponse(to, status_code=303)
-        response.set_cookie(FLASH_COOKIE, quote(message), path="/", httponly=True, samesite="strict")
+        shown = message if len(message) <= MAX_FLASH_CHARS else f"{message[: MAX_FLASH_CHARS - 1]}…"
+        response.set_cookie(FLASH_COOKIE, quote(shown), path="/", httponly=True, samesite="strict")
         return response
 
     def _page(self, page: Page) -> Page:
@@ -180,8 +207,7 @@ class Dashboard:
         return guarded
 
     async def _login(self, request: Request) -> Response:
-        wanted = request.query_params.get("next", "/")
-        target = wanted if wanted.startswith("/") and not wanted.startswith("//") else "/"
+        target = local_target(request.query_params.get("next", "/"), "/")
         if self.guard.token is None:
             return RedirectResponse(target, status_code=303)
         if request.method == "GET":

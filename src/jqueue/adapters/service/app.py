@@ -40,6 +40,7 @@ from jqueue.adapters.service.sightings import Sightings
 from jqueue.adapters.service.tenure import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER, BrokerTenure
 from jqueue.adapters.service.wire import (
     BROKER_HEADER,
+    CREATED_QUEUE_HEADER,
     DEFAULT_MAX_BODY_BYTES,
     ErrorBody,
     ErrorResponse,
@@ -147,8 +148,11 @@ class Service:
                 if absent is not None and not await self.host.exists(name):
                     response, status = answer(await absent(request), msgpack), 200
                 else:
+                    created = create and not await self.host.exists(name)
                     queue = await self.host.get(name, create=create)
                     response, status = answer(await call(queue, request), msgpack), 200
+                    if created:  # the client says that it made a queue (a mistyped name, maybe)
+                        response.headers[CREATED_QUEUE_HEADER] = name
             except Exception as exc:
                 status, body = error_of(exc)
                 response = answer(ErrorResponse(body), msgpack, status)

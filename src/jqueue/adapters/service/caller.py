@@ -19,6 +19,7 @@ from jqueue.adapters.service.finder import RECHECK_EVERY, BrokerFinder
 from jqueue.adapters.service.wire import (
     BROKER_HEADER,
     CLIENT_HEADER,
+    CREATED_QUEUE_HEADER,
     WORKER_HEADER,
     ErrorResponse,
     client_name,
@@ -84,6 +85,8 @@ class ServiceCaller:
         self._told_at = -TELL_EVERY
         self._probe_lock = asyncio.Lock()
         self._probed: tuple[str | None, float, bool] = (None, -RECHECK_EVERY, False)
+        self.created_queue = False
+        """Whether a call's answer said that it created the queue (``CREATED_QUEUE_HEADER``)."""
 
     async def start(self) -> None:
         """Open the connection pools."""
@@ -151,9 +154,10 @@ class ServiceCaller:
         if now - self._told_at >= TELL_EVERY:
             self._told_at = now
             where = self.finder.root or self.finder.address
+            found = "nothing answers there" if exc.code == "unreachable" else "no broker took it"
             logger.warning(
-                "a call found no broker to take it (%s); looking for the broker of %s for up to %.0f s",
-                exc, where, self._failover_timeout.total_seconds(),
+                "a call to %s found no service: %s (%s); still looking for the broker for up to %.0f s",
+                where, found, exc, self._failover_timeout.total_seconds(),
             )  # fmt: skip
 
     async def _post(self, address: str, verb: str, body: Any, answer: type[Any], wait: float) -> Any:
@@ -194,6 +198,7 @@ class ServiceCaller:
             async with session.request(
                 method, where, data=data, timeout=timeout, headers=headers
             ) as response:
+                self.created_queue |= CREATED_QUEUE_HEADER in response.headers
                 return response.status, await response.read()
         except (self._aiohttp.ClientConnectorError, self._aiohttp.ConnectionTimeoutError) as exc:
             raise ServiceError(0, "unreachable", f"{where}: {type(exc).__name__}: {exc}") from exc

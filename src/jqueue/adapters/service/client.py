@@ -138,6 +138,12 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
         return self._policy
 
     @property
+    def created_queue(self) -> bool:
+        """Whether a call of this client created the queue (an enqueue to a name the service
+        did not have: a mistyped one, maybe)."""
+        return self._caller.created_queue
+
+    @property
     def location(self) -> str:
         """Where the queue is, for messages: its name and the service (or root) it is called at."""
         return f"queue {self.queue} through jqueue serve at {self.url}"

@@ -27,22 +27,26 @@ POLL_TAG_BITS = 32
 PollTag = Annotated[int, msgspec.Meta(ge=0, le=2**POLL_TAG_BITS - 1)]
 """A poll tag."""
 Contents = Any
-"""Text (JSON, or a MessagePack str) or bytes (a MessagePack bin); checked by ``contents_bytes``."""
+"""Text (JSON, or a MessagePack str) or bytes (a MessagePack bin): msgspec takes no union of
+the two, so ``NewMessage`` checks it as it is decoded."""
 
 
 class NewMessage(msgspec.Struct, forbid_unknown_fields=True):
-    """A message to push; it becomes visible after ``visibility_timeout_secs``."""
+    """A message to push; it becomes visible after ``visibility_timeout_secs``. Contents that
+    are neither text nor bytes fail the decoding of the body (a ``msgspec.ValidationError``:
+    400, nothing pushed)."""
 
     contents: Contents
     visibility_timeout_secs: VisibilitySecs = 0
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.contents, str | bytes):  # msgspec reports it as a ValidationError
+            raise TypeError(f"contents must be text or binary, not {type(self.contents).__name__}")
+
     def contents_bytes(self) -> bytes:
         """The contents as bytes (text is UTF-8)."""
-        if isinstance(self.contents, str):
-            return self.contents.encode()
-        if isinstance(self.contents, bytes):
-            return self.contents
-        raise msgspec.ValidationError(f"contents must be text or binary, not {type(self.contents).__name__}")
+        contents: str | bytes = self.contents
+        return contents.encode() if isinstance(contents, str) else contents
 
 
 class PushRequest(msgspec.Struct, forbid_unknown_fields=True):

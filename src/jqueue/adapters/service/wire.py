@@ -40,6 +40,9 @@ takes a call meant for this root."""
 WORKER_HEADER = "X-JQueue-Worker"
 """A request header in which a worker's calls carry its ``WorkerReport`` (JSON), for the
 dashboard's workers and periodic jobs."""
+CREATED_QUEUE_HEADER = "X-JQueue-Created-Queue"
+"""A response header that a call which created its queue (the first enqueue to a new name)
+carries, with the queue's name: the command line says that it made a queue."""
 MAX_WORKER_HEADER = 16_384
 """The longest ``WORKER_HEADER`` a broker reads; a longer one is ignored."""
 TOKEN_VARIABLE = "JQUEUE_TOKEN"
@@ -328,5 +331,9 @@ def encode(body: Any, msgpack: bool) -> bytes:
 
 def decode(data: bytes, kind: type[Any], msgpack: bool) -> Any:
     """Decode a body as ``kind`` from MessagePack or JSON (raises ``msgspec.DecodeError``, or
-    ``msgspec.ValidationError``, a subclass, for a body of the wrong shape)."""
-    return msgspec.msgpack.decode(data, type=kind) if msgpack else msgspec.json.decode(data, type=kind)
+    ``msgspec.ValidationError``, a subclass, for a body of the wrong shape; text that is not
+    UTF-8 is a ``DecodeError`` too)."""
+    try:
+        return msgspec.msgpack.decode(data, type=kind) if msgpack else msgspec.json.decode(data, type=kind)
+    except UnicodeDecodeError as exc:  # msgspec raises it as it is for a string of bad bytes
+        raise msgspec.DecodeError(f"text that is not UTF-8 ({exc.reason} at byte {exc.start})") from None

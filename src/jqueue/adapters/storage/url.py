@@ -25,30 +25,38 @@ def is_url(location: str) -> bool:
 
 
 def storage_at(location: str) -> ObjectStoragePort:
-    """Build the storage of a URL (as ``storage_from_url``) or of a file's path (no scheme: a
-    ``name:`` prefix is read as one, so that ``file:/x`` or ``s3:/bucket`` is not a file).
+    """Build the storage of a URL or of a file's path: the same as ``storage_from_url``.
 
     Raises
     ------
     InvalidURLError
         If a URL is malformed, its scheme unknown, or a part is missing or unexpected.
     """
-    return storage_from_url(location) if is_url(location) else LocalFileSystemStorage(location)
+    return storage_from_url(location)
 
 
 def storage_from_url(url: str) -> ObjectStoragePort:
-    """Build the storage a URL names.
+    """Build the storage a URL, or a file's path, names.
 
     ``memory://name`` (one object per name in this process),
     ``file:///abs/path/queue.json``,
     ``s3://bucket/key?endpoint_url=http://host:9000&region=eu-west-1`` (both optional),
-    ``gs://bucket/blob`` (``STORAGE_EMULATOR_HOST`` selects an emulator).
+    ``gs://bucket/blob`` (``STORAGE_EMULATOR_HOST`` selects an emulator); a location without
+    a scheme is a file's path, absolute or relative to the working directory
+    (``queues/jobs.json``), as everywhere a queue is named: ``sync.open_queue``, ``connect``,
+    the command line (a ``name:`` prefix is read as a scheme, so that ``file:/x`` or
+    ``s3:/bucket`` is not taken for a file).
 
     Raises
     ------
     InvalidURLError
-        If the URL is malformed, its scheme unknown, or a part is missing or unexpected.
+        If the URL is empty or malformed, its scheme unknown, or a part is missing or
+        unexpected.
     """
+    if not is_url(url):
+        if not url:
+            raise InvalidURLError(url, "give a URL (memory, file, s3, gs) or a file's path")
+        return LocalFileSystemStorage(url)
     parts = urlsplit(url)
     options = parse_qs(parts.query, keep_blank_values=True)
     if parts.fragment:

@@ -16,8 +16,10 @@ which another site cannot read, guards every route but ``/healthz`` and ``/opena
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
@@ -91,10 +93,75 @@ class AllowedHosts:
         return self.any_host or (host is not None and host_name(host) in self.names)
 
 
+HOST_VALUE = re.compile(r"(\[[0-9A-Za-z:.%_~-]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(:[0-9]*)?")
+"""A well-formed ``Host`` value or target authority (RFC 9110, 7.2: ``uri-host [":" port]``, no
+user): a bracketed IPv6 address, or a registered name or IPv4 address; then maybe a port."""
+_ABSOLUTE_TARGET = re.compile(rb"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
+REQUEST_TARGET = "jqueue.request_target"
+"""The scope key under which ``http_protocol`` puts each request's target as it was sent."""
+MALFORMED_STATUS = 400
+"""RFC 9112, 3.2: no ``Host`` (in HTTP/1.1), more than one, or one that is not well formed."""
+
+
+class BadRequestTargetError(ValueError):
+    """A request whose ``Host`` or target is not well formed (answered 400)."""
+
+
+def request_names(scope: Scope) -> list[str | None]:
+    """The names a request is sent to, each of which must be allowed: its ``Host`` (None for an
+    HTTP/1.0 request without one), and the authority of an absolute-form target (RFC 9112,
+    3.2.2: ``GET http://name/path``).
+
+    Raises
+    ------
+    BadRequestTargetError
+        If the request has more than one ``Host``, none in HTTP/1.1, one that is not well
+        formed, or a target that is neither a path nor an absolute URL with a well-formed
+        authority.
+    """
+    hosts = [value for name, value in scope["headers"] if name == b"host"]
+    if len(hosts) > 1:
+        raise BadRequestTargetError(f"{len(hosts)} Host headers: a request has one")
+    if not hosts and scope.get("http_version", "1.1") != "1.0":
+        raise BadRequestTargetError("no Host header: an HTTP/1.1 request has one")
+    names: list[str | None] = [_well_formed(hosts[0], "Host") if hosts else None]
+    target: bytes = scope.get(REQUEST_TARGET) or scope.get("raw_path") or b"/"
+    if not target.startswith(b"/") and target != b"*":
+        absolute = _ABSOLUTE_TARGET.match(target)
+        if absolute is None:
+            raise BadRequestTargetError("the request target is neither a path nor an absolute URL")
+        names.append(_well_formed(absolute.group(1), "the request target's authority"))
+    return names
+
+
+def _well_formed(value: bytes, what: str) -> str:
+    text = value.decode("latin-1")
+    if not HOST_VALUE.fullmatch(text):
+        raise BadRequestTargetError(f"{what} {text[:100]!r} is not a host name and port")
+    return text
+
+
+def http_protocol() -> type[Any]:
+    """uvicorn's HTTP protocol (httptools) that also puts each request's target, as sent, in its
+    scope under ``REQUEST_TARGET``: uvicorn's own keeps only the path, and ``HostCheck``
+    checks the authority of an absolute-form target. (uvicorn's h11 protocol keeps the whole
+    target in ``raw_path``, which ``HostCheck`` reads too.)"""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class TargetKeepingProtocol(HttpToolsProtocol):
+        def on_headers_complete(self) -> None:
+            scope: dict[str, Any] = self.scope  # type: ignore[assignment]
+            scope[REQUEST_TARGET] = self.url
+            super().on_headers_complete()
+
+    return TargetKeepingProtocol
+
+
 class HostCheck:
-    """ASGI middleware: a request whose ``Host`` is not allowed is answered 421 with the error
-    code ``bad_host`` (an ``ErrorResponse``, in MessagePack when the request wants it:
-    ``wants_msgpack``) and reaches no route.
+    """ASGI middleware: a request whose ``Host`` (or absolute-form target's authority) is not
+    allowed is answered 421 with the error code ``bad_host``, and one whose ``Host`` or target
+    is not well formed (``request_names``) 400 with the same code (an ``ErrorResponse``, in
+    MessagePack when the request wants it: ``wants_msgpack``); neither reaches a route.
 
     Parameters
     ----------
@@ -107,34 +174,45 @@ class HostCheck:
     def __init__(self, app: ASGIApp, allowed: AllowedHosts) -> None:
         self.app = app
         self.allowed = allowed
-        self._answers: dict[bytes | None, bool] = {}  # by the raw Host header
+        self._answers: dict[str | None, bool] = {}  # by the name as sent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on, or refuse it."""
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        raw = next((value for name, value in scope["headers"] if name == b"host"), None)
-        allowed = self._answers.get(raw)
-        if allowed is None:
-            allowed = self.allowed.allows(None if raw is None else raw.decode("latin-1"))
-            if len(self._answers) < _REMEMBERED_HOSTS:
-                self._answers[raw] = allowed
-        if allowed:
+        try:
+            names = request_names(scope)
+        except BadRequestTargetError as exc:
+            await _refuse(scope, receive, send, MALFORMED_STATUS, f"a malformed request: {exc}")
+            return
+        refused = [name for name in names if not self._allows(name)]
+        if not refused:
             await self.app(scope, receive, send)
             return
-        headers = Headers(scope=scope)
-        host = headers.get("host")
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        shown = "no Host header" if host is None else f"Host {host_name(host)!r}"
+        shown = "no Host header" if refused[0] is None else f"the name {host_name(refused[0])!r}"
         message = (
             f"this service does not answer for {shown}: call it by its listen or advertised address, "
             "or start it with --allowed-host NAME"
         )
-        msgpack = wants_msgpack(headers)
-        error = {"error": {"code": "bad_host", "message": message}}  # as the service's ErrorResponse
-        body = msgspec.msgpack.encode(error) if msgpack else msgspec.json.encode(error)
-        media = MSGPACK if msgpack else "application/json"
-        await Response(body, BAD_HOST_STATUS, media_type=media)(scope, receive, send)
+        await _refuse(scope, receive, send, BAD_HOST_STATUS, message)
+
+    def _allows(self, name: str | None) -> bool:
+        allowed = self._answers.get(name)
+        if allowed is None:
+            allowed = self.allowed.allows(name)
+            if len(self._answers) < _REMEMBERED_HOSTS:
+                self._answers[name] = allowed
+        return allowed
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str) -> None:
+    """Answer ``status`` with the error code ``bad_host`` and ``message``."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    msgpack = wants_msgpack(Headers(scope=scope))
+    error = {"error": {"code": "bad_host", "message": message}}  # as the service's ErrorResponse
+    body = msgspec.msgpack.encode(error) if msgpack else msgspec.json.encode(error)
+    media = MSGPACK if msgpack else "application/json"
+    await Response(body, status, media_type=media)(scope, receive, send)

@@ -33,6 +33,12 @@ class JobContext:
         """Whether ``cancel`` cancelled the handler's task."""
 
     @property
+    def attempts(self) -> int:
+        """This run's attempt: 1 on the first run, 2 on the first retry, and so on (the
+        job's ``attempts``, counted when it was claimed)."""
+        return self.job.attempts
+
+    @property
     def cancelled(self) -> bool:
         """Whether the job's cancel was asked for (seen at a heartbeat): a handler in a thread,
         which cannot be interrupted, can look at this and return early."""

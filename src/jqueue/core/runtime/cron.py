@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from jqueue.domain.errors import JQueueError
+from jqueue.domain.errors import JQueueError, missing_extra
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.times import utc_now
 from jqueue.domain.values import checked_text
@@ -36,7 +36,7 @@ def _croniter() -> Any:
     try:
         from croniter import croniter  # type: ignore[import-untyped]
     except ImportError as exc:
-        raise ImportError("cron schedules need croniter: install jqueue[cron]") from exc
+        raise missing_extra("croniter (for cron schedules)", "cron") from exc
     return croniter
 
 

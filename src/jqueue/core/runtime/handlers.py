@@ -25,7 +25,8 @@ from jqueue.domain.values import span
 
 Handler = Callable[[Job], Awaitable[object]] | Callable[[Job], object]
 """A job handler: ``async def handle(job)`` runs on the event loop, ``def handle(job)`` in a
-pool; whatever it returns is ignored, an exception is a failure."""
+pool; what it returns is kept as the job's result (a value that cannot be kept fails the job),
+an exception is a failure."""
 
 RunIn = Literal["loop", "thread", "process"]
 

@@ -8,17 +8,14 @@ import traceback
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from pydantic import ValidationError
+
+from jqueue.core.runtime.steering import ResultError
 from jqueue.domain.errors import headline
 from jqueue.domain.models import Job
 
-logger = logging.getLogger("jqueue.worker")
-
 TRACEBACK_CHARS = 4_000
 """The most characters of a failed handler's traceback kept with its error (the end of it)."""
-
-
-SUMMARY_CHARS = 200
-"""The most characters of an error's first line in a text log line."""
 
 
 def traceback_text(exc: BaseException) -> str:
@@ -28,10 +25,29 @@ def traceback_text(exc: BaseException) -> str:
     return text if len(text) <= TRACEBACK_CHARS else "..." + text[-TRACEBACK_CHARS:]
 
 
-def result_bytes(returned: object, job: Job) -> bytes | None:
+def error_message(exc: BaseException) -> str:
+    """Return the message of ``exc`` on one line, as the first line of a job's error (what logs
+    and listings show) has it: a pydantic ``ValidationError`` as its title and each field with
+    its problem, any other message's lines joined."""
+    if isinstance(exc, ValidationError):
+        problems = "; ".join(
+            f"{'.'.join(map(str, error['loc']))}: {error['msg']}" if error["loc"] else error["msg"]
+            for error in exc.errors(include_url=False)
+        )
+        count = exc.error_count()
+        return f"{count} validation error{'s' if count != 1 else ''} for {exc.title}: {problems}"
+    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
+def result_bytes(returned: object) -> bytes | None:
     """Return what a handler returned as the bytes its job's history keeps: bytes as they are,
-    text as UTF-8, anything else as JSON; None for None, or for a value JSON cannot hold
-    (logged)."""
+    text as UTF-8, anything else as JSON; None for None.
+
+    Raises
+    ------
+    ResultError
+        For a value JSON cannot hold (the job dies with it).
+    """
     if returned is None:
         return None
     if isinstance(returned, bytes | bytearray | memoryview):
@@ -41,8 +57,7 @@ def result_bytes(returned: object, job: Job) -> bytes | None:
     try:
         return json.dumps(returned).encode()
     except (TypeError, ValueError) as exc:
-        logger.warning("job %s: its handler's result is not kept (%s)", job.id, exc)
-        return None
+        raise ResultError(f"{type(returned).__name__} is not bytes, text or JSON ({exc})") from None
 
 
 class Outcome(StrEnum):
@@ -79,8 +94,7 @@ class JobResult:
         line = f"{self.job.id} {self.job.entrypoint}: {self.outcome}"
         if self.error is None or self.outcome not in (Outcome.RETRIED, Outcome.DEAD):
             return line
-        first = headline(self.error)
-        return f"{line} ({first if len(first) <= SUMMARY_CHARS else first[:SUMMARY_CHARS] + '...'})"
+        return f"{line} ({headline(self.error)})"  # whole: a terminal wraps it
 
     def log_fields(self) -> dict[str, object]:
         """The fields of the log record of this run (the structured log's ``extra``)."""

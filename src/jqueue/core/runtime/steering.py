@@ -1,4 +1,5 @@
-"""What a handler may raise to steer its job: ``Retry`` after a delay, or ``Fail`` for good."""
+"""What a handler may raise to steer its job: ``Retry`` after a delay, or ``Fail`` for good; and
+what ends a job whose value cannot be its result (``ResultError``)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,22 @@ class Fail(Exception):  # noqa: N818 - the name users of other queues know
 
     def __str__(self) -> str:
         return self.reason
+
+
+class ResultError(Exception):
+    """What a handler returned cannot be its job's result: not bytes, text or a value JSON can
+    hold, not what a typed task's return annotation says, or too large to store. No retry would
+    change it: the job is dead at once, with this as its error (as after ``Fail``).
+
+    Parameters
+    ----------
+    reason : str
+        Why it cannot be kept.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"its result was not kept: {self.reason}"

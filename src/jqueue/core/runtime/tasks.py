@@ -17,8 +17,10 @@ from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+from pydantic_core import PydanticSerializationError
 
-from jqueue.core.runtime.steering import Fail
+from jqueue.core.runtime.outcomes import error_message
+from jqueue.core.runtime.steering import Fail, ResultError
 from jqueue.core.runtime.workflows import PARENTS_KEY, Receiving, Signature, stored_as
 from jqueue.domain.models import Job
 from jqueue.domain.spec import JobSpec
@@ -153,10 +155,33 @@ class Task(Generic[P, R]):
 
     def _encoded(self, returned: object) -> object:
         """What the handler returns for the worker to keep: the function's value as its return
-        annotation encodes it (models and dataclasses too), bytes and text as they are."""
-        if returned is None or self.returns in (bytes, str, Any):
-            return returned
-        return self._result_adapter.dump_json(returned)
+        annotation encodes it (models and dataclasses too), bytes and text as they are.
+
+        Raises
+        ------
+        ResultError
+            If the value does not fit the annotation, or its encoding would not decode as it
+            (``result`` would fail): the job dies with the reason.
+        """
+        if self.returns is Any:
+            return returned  # the worker's rule: bytes, text or JSON
+        if self.returns in (bytes, str):
+            if isinstance(returned, bytes if self.returns is bytes else str):
+                return returned
+            raise ResultError(self._misfit(returned))
+        try:
+            encoded = self._result_adapter.dump_json(returned, warnings="error")
+            self._result_adapter.validate_json(encoded)
+        except (PydanticSerializationError, ValidationError) as exc:
+            raise ResultError(self._misfit(returned, error_message(exc))) from None
+        return None if returned is None else encoded
+
+    def _misfit(self, returned: object, detail: str = "") -> str:
+        """The reason a returned value cannot be this task's result."""
+        expected = getattr(self.returns, "__name__", None) or repr(self.returns)
+        got = type(returned).__name__
+        why = f"{self.entrypoint} returned {got}, which its return annotation {expected} refuses"
+        return f"{why}: {detail}" if detail else why
 
     @functools.cached_property
     def _result_adapter(self) -> TypeAdapter[Any]:
@@ -169,7 +194,8 @@ class Task(Generic[P, R]):
                 return self._with_parents(job)
             return dict(self.arguments.model_validate_json(job.payload or b"{}"))
         except (ValidationError, ValueError) as exc:  # this payload will never fit: no retry helps
-            raise Fail(f"the payload does not fit {self.entrypoint}'s arguments: {exc}") from None
+            why = error_message(exc)
+            raise Fail(f"the payload does not fit {self.entrypoint}'s arguments: {why}") from None
 
     def _with_parents(self, job: Job) -> dict[str, Any]:
         """The arguments of a workflow's step: its payload, and its parents' results in the

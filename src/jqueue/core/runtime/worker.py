@@ -16,13 +16,20 @@ from jqueue.core.runtime.handlers import Handler, HandlerPools, HandlerSpec, Han
 from jqueue.core.runtime.heartbeat import HeartbeatManager
 from jqueue.core.runtime.hooks import Hook, call_hooks
 from jqueue.core.runtime.outage import Outage
-from jqueue.core.runtime.outcomes import JobResult, Outcome, WorkerStats, result_bytes, traceback_text
+from jqueue.core.runtime.outcomes import (
+    JobResult,
+    Outcome,
+    WorkerStats,
+    error_message,
+    result_bytes,
+    traceback_text,
+)
 from jqueue.core.runtime.queue_set import QueueSet
 from jqueue.core.runtime.report import announce, farewell
 from jqueue.core.runtime.settling import Settling
 from jqueue.core.runtime.setup import handled_signals
 from jqueue.core.runtime.slots import CarriedAcks, Slots
-from jqueue.core.runtime.steering import Fail, HandlerFailure, Retry
+from jqueue.core.runtime.steering import Fail, HandlerFailure, ResultError, Retry
 from jqueue.core.runtime.waiting import first_of, unless_stopped
 from jqueue.domain.errors import (
     JobNotFoundError,
@@ -312,7 +319,7 @@ class Worker(Settling):
                         returned = await pools.call(spec, job)
                     finally:
                         context.handler_done()
-                result = result_bytes(returned, job)
+                result = result_bytes(returned)
             except asyncio.CancelledError:
                 if context.interrupted and task is not None:
                     stopping = task.uncancel() > 0  # the worker stops too
@@ -326,13 +333,15 @@ class Worker(Settling):
                 self.stats.timed_out += 1
                 error = str(exc)
             except Retry as exc:
-                error, delay = f"Retry: {exc}", exc.delay
+                error, delay = f"Retry: {error_message(exc)}", exc.delay
             except Fail as exc:
-                error, give_up = f"Fail: {exc}", True
+                error, give_up = f"Fail: {error_message(exc)}", True
+            except ResultError as exc:
+                error, give_up = error_message(exc), True
             except HandlerFailure as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                error = f"{type(exc).__name__}: {error_message(exc)}"
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}\n{traceback_text(exc)}"
+                error = f"{type(exc).__name__}: {error_message(exc)}\n{traceback_text(exc)}"
                 telemetry.raised(exc)
             if error is None:
                 await self._finish(queue, job, Outcome.ACKED, None, waited, started, returned=result)
@@ -359,7 +368,7 @@ class Worker(Settling):
                 with telemetry.settling(outcome):
                     await asyncio.shield(self._settle(queue, job, outcome, error, delay, give_up, returned))
             except PayloadTooLargeError as exc:  # the result can never be kept: no retry would help
-                outcome, error = Outcome.DEAD, f"its result was not kept: {exc}"
+                outcome, error = Outcome.DEAD, str(ResultError(str(exc)))
                 await asyncio.shield(self._settle(queue, job, outcome, error, None, True))
         except (LeaseLostError, JobNotFoundError):
             if outcome is not Outcome.CANCELLED:  # else it ended cancelled already
