@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from jqueue import Job, RemoteQueue, Worker, connect
-from jqueue.adapters.storage.file_lock import hold_flock
+from jqueue import DirectQueue, Job, LocalFileSystemStorage, RemoteQueue, Worker, connect
+from jqueue.adapters.storage.file_lock import hold_flock, lock_holder
 from servers import LOOPBACK, jqueue_serve
 from test_broker_failover import FAST, get, wait_for
 
@@ -34,9 +34,8 @@ def pid_of(url: str) -> int:
 @contextlib.contextmanager
 def frozen(pid: int, root: Path) -> Iterator[None]:
     """SIGSTOP the process outside every file lock under ``root``, and SIGCONT it on the way out
-    whatever happens. (Stopped while holding one, it would hold up every other process; the
-    file root cannot tell a stopped holder from a slow one, so it fails their calls after
-    ``LOCK_WAIT_LIMIT``, and no broker can take over before it goes on.)"""
+    whatever happens. (Stopped while holding one, it is killed by the next process that needs
+    the lock: ``frozen_inside_a_commit``.)"""
     with contextlib.ExitStack() as held:
         for lock_file in sorted([*root.rglob("*.lock"), *root.rglob("lock")]):
             fd = os.open(lock_file, os.O_RDWR)
@@ -164,6 +163,61 @@ async def test_a_frozen_broker_costs_a_client_no_more_than_a_killed_one(tmp_path
     # the default per-call timeout is 30 s: a client that waited for it would take that long
     assert enqueue_took < 15, enqueue_took
     assert result_took < 20, result_took
+
+
+def frozen_inside_a_commit(pid: int, lock_file: Path, seconds: float = 60) -> None:
+    """SIGSTOP the process at a moment it holds ``lock_file``'s flock (inside a commit): stop it
+    whenever it holds it, and let it go on and try again if it let go first."""
+    fd = os.open(lock_file, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if lock_holder(fd) == pid:
+                os.kill(pid, signal.SIGSTOP)
+                if lock_holder(fd) == pid:
+                    return
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(0.0005)
+        raise AssertionError(f"process {pid} was never caught holding {lock_file} in {seconds} s")
+    finally:
+        os.close(fd)
+
+
+async def test_a_broker_frozen_inside_a_commit_on_a_file_root_is_fenced_and_failover_goes_on(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    landed: list[str] = []
+    with jqueue_serve(str(root), tmp_path / "first.log", options=FAST) as first:
+        wait_for(lambda: get(f"{first}/healthz")["role"] == "active", 10)
+        with jqueue_serve(str(root), tmp_path / "second.log", options=FAST) as second:
+            async with connect(str(root), "q") as client:
+                landed.append((await client.enqueue("e", b"before")).id)
+
+                async def produce() -> None:
+                    while True:
+                        landed.append((await client.enqueue("e", b"load")).id)
+
+                producer = asyncio.create_task(produce())
+                frozen_pid = pid_of(first)
+                await asyncio.to_thread(frozen_inside_a_commit, frozen_pid, root / "q.json.segments" / "lock")
+                started = time.monotonic()
+                try:
+                    count = len(landed)
+                    await until(lambda: len(landed) > count + 10, 60)  # enqueues go on, through the standby
+                    recovered = time.monotonic() - started
+                finally:
+                    producer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await producer
+                assert get(f"{second}/healthz")["role"] == "active"
+    async with DirectQueue(LocalFileSystemStorage(root / "q.json")) as queue:
+        state = await queue.read_state()
+    # fenced: killed by the process that needed the lock (the standby taking over)
+    assert f"killed process {frozen_pid}: it held" in (tmp_path / "second.log").read_text()
+    assert set(landed) <= {job.id for job in state.jobs}  # every enqueue that returned is there
+    assert recovered < 15, recovered
 
 
 async def test_many_result_waiters_do_not_starve_the_workers_calls_on_the_same_queue(tmp_path: Path) -> None:

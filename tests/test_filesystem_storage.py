@@ -8,6 +8,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,8 +67,9 @@ async def test_io_failures_are_storage_errors(tmp_path: Path) -> None:
 
 
 @contextlib.contextmanager
-def locked_by_a_stopped_process(lock_file: Path) -> Iterator[None]:
-    """Another process takes ``lock_file``'s flock and is then stopped (SIGSTOP) while holding it."""
+def locked_by_another_process(lock_file: Path, *, stopped: bool) -> Iterator[subprocess.Popen[bytes]]:
+    """Another process takes ``lock_file``'s flock and keeps it: running (asleep), or stopped
+    (SIGSTOP) while holding it."""
     code = (
         "import fcntl, os, sys, time\n"
         "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
@@ -79,31 +81,58 @@ def locked_by_a_stopped_process(lock_file: Path) -> Iterator[None]:
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline() == b"held\n"
-        os.kill(holder.pid, signal.SIGSTOP)
-        yield
+        if stopped:
+            os.kill(holder.pid, signal.SIGSTOP)
+        yield holder
     finally:
         holder.kill()
-        os.kill(holder.pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):  # killed and reaped already
+            os.kill(holder.pid, signal.SIGCONT)
         holder.wait(30)
 
 
-async def test_a_lock_held_by_a_stopped_process_fails_a_write_in_time_and_changes_nothing(
+async def test_a_lock_held_by_a_running_process_fails_a_write_in_time_and_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(file_lock, "LOCK_WAIT_LIMIT", 0.5)
+    monkeypatch.setattr(file_lock, "LOCK_WAIT_LIMIT", 1.5)
     storage = LocalFileSystemStorage(tmp_path / "q.json")
     etag = await storage.write(b"before")
     await storage.create("entry-1", b"one")
-    stopped = "stayed locked by another process"
-    with locked_by_a_stopped_process(tmp_path / "q.json.lock"), pytest.raises(StorageError) as failed:
-        await storage.write(b"after", if_match=etag)
-    assert f"q.json.lock {stopped}" in str(failed.value)
+    held = "stayed locked by another process for 1.5 s (process"
+    with locked_by_another_process(tmp_path / "q.json.lock", stopped=False) as holder:
+        with pytest.raises(StorageError) as failed:
+            await storage.write(b"after", if_match=etag)
+        assert holder.poll() is None  # a holder that runs is waited for, never killed
+    assert f"q.json.lock {held} {holder.pid}, running)" in str(failed.value)
     segment_lock = tmp_path / "q.json.segments" / "lock"
-    with locked_by_a_stopped_process(segment_lock), pytest.raises(StorageError) as failed:
-        await storage.create("entry-2", b"two")
-    assert f"segments/lock {stopped}" in str(failed.value)
+    with locked_by_another_process(segment_lock, stopped=False) as holder:
+        with pytest.raises(StorageError) as failed:
+            await storage.create("entry-2", b"two")
+        assert holder.poll() is None
+    assert f"segments/lock {held}" in str(failed.value)
     assert await storage.read() == (b"before", etag)
     assert await storage.get("entry-2") is None
     etag = await storage.write(b"after", if_match=etag)  # the holder is gone: the lock is free
     await storage.create("entry-2", b"two")
+    assert await storage.get("entry-2") == b"two"
+
+
+async def test_a_lock_holder_stopped_inside_a_commit_is_killed_and_the_write_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = LocalFileSystemStorage(tmp_path / "q.json")
+    etag = await storage.write(b"before")
+    await storage.create("entry-1", b"one")
+    for lock_file in (tmp_path / "q.json.lock", tmp_path / "q.json.segments" / "lock"):
+        with locked_by_another_process(lock_file, stopped=True) as holder:
+            started = time.monotonic()
+            if lock_file.name == "lock":
+                await storage.create("entry-2", b"two")
+            else:
+                etag = await storage.write(b"after", if_match=etag)
+            waited = time.monotonic() - started
+            assert holder.wait(10) == -signal.SIGKILL
+        assert file_lock.STOPPED_HOLDER_LIMIT <= waited < file_lock.LOCK_WAIT_LIMIT
+        assert f"killed process {holder.pid}: it held {lock_file.as_uri()} while stopped" in caplog.text
+    assert await storage.read() == (b"after", etag)
     assert await storage.get("entry-2") == b"two"

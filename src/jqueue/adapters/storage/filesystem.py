@@ -33,8 +33,9 @@ class LocalFileSystemStorage:
     over the old file and fsyncs the directory. The file is never truncated in place,
     so a process killed at any moment leaves the old or the new state, whole; readers
     need no lock. Not for network filesystems. The etag is the SHA-256 hex digest of
-    the content. A lock that another process holds for ``LOCK_WAIT_LIMIT`` (one stopped
-    while holding it) fails the call with a ``StorageError`` naming the lock file.
+    the content. A lock that another process holds for ``LOCK_WAIT_LIMIT`` fails the call
+    with a ``StorageError`` naming the lock file; a holder stopped while holding it is
+    killed (``hold_flock``).
 
     Named objects (the log-structured layout) are records in append-only segment
     files in the directory ``<file>.segments`` (see ``SegmentLog``): creating one
