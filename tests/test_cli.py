@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import jqueue
+from jqueue import DirectQueue, LocalFileSystemStorage, QueuePolicy
 
 HERE = Path(__file__).parent
 
@@ -521,3 +522,27 @@ def test_enqueue_takes_every_option_of_a_job(cli: Cli) -> None:
     assert both.stderr.strip() == "error: give --delay or --not-before, not both"
     lines = cli("enqueue", "email", "--stdin", "--id", "j", stdin="a\n", ok=False)
     assert "do not go with --stdin" in lines.stderr
+
+
+async def test_tables_fit_80_columns_with_whole_headers_and_a_line_a_row(cli: Cli, tmp_path: Path) -> None:
+    storage = LocalFileSystemStorage(tmp_path / "q.json")
+    async with DirectQueue(storage, policy=QueuePolicy(max_attempts=1)) as queue:
+        await queue.enqueue("a_rather_long_entrypoint_name", b'{"to": "someone@example.com", "body": "hi"}')
+        await queue.enqueue("short", b"x" * 300, priority=7)
+        [job] = await queue.dequeue("a_rather_long_entrypoint_name")
+        error = "ValueError: 1 validation error for Order: quantity: Field required " * 3
+        await queue.nack(job.id, error=error)
+        [other] = await queue.dequeue("short")
+        await queue.ack(other.id)
+    cli.env["COLUMNS"] = "80"
+    for command, headers in (
+        (("ls",), ("id", "entrypoint", "status", "priority", "attempts", "age")),
+        (("stats",), ("entrypoint", "queued", "scheduled", "in progress", "dead", "oldest queued")),
+        (("dead", "ls"), ("id", "entrypoint", "attempts", "reason", "died", "error")),
+        (("history",), ("id", "entrypoint", "outcome", "tries", "ended")),
+    ):
+        lines = cli(*command).stdout.splitlines()
+        assert max(len(line) for line in lines) <= 80, (command, lines)
+        header = next(line for line in lines if line.split() and line.split()[0] in ("id", "entrypoint"))
+        assert all(f" {name} " in f" {header} " for name in headers), (command, header)
+        assert sum("ValueError" in line for line in lines) <= 1, (command, lines)  # a line a row, not a word

@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 from rich.padding import Padding
 from rich.table import Table
-from rich.text import Text
 
 from jqueue.adapters.cli.common import (
     EntrypointOption,
@@ -53,12 +52,13 @@ def _status_and_due(job: Job) -> tuple[str, str]:
 
 
 def _jobs_table(jobs: list[Job]) -> Table:
-    table = table_of("id", "entrypoint", "status", "due", "priority", "attempts", "age", "payload", "error")
     short = short_ids([job.id for job in jobs])
+    rows = []
     for job in jobs:
         row = (short[job.id], job.entrypoint, *_status_and_due(job), str(job.priority), str(job.attempts))
-        table.add_row(*row, age(job.created_at), preview(job.payload), headline(job.last_error or ""))
-    return table
+        rows.append((*row, age(job.created_at), preview(job.payload), headline(job.last_error or "")))
+    headers = ("id", "entrypoint", "status", "due", "priority", "attempts", "age", "payload", "error")
+    return table_of(headers, rows)
 
 
 def queues(ctx: typer.Context, as_json: JsonFlag = False) -> None:
@@ -78,10 +78,8 @@ def queues(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     totals = {name: _counts(s) for name, s in found.items()}
     if listed_briefly([{"queue": name, **counts} for name, counts in totals.items()], as_json, "no queues"):
         return
-    table = table_of("queue", "queued", "scheduled", "in progress", "dead")
-    for name, counts in totals.items():
-        table.add_row(name, *map(str, counts.values()))
-    console.print(table)
+    rows = [(name, *map(str, counts.values())) for name, counts in totals.items()]
+    console.print(table_of(("queue", "queued", "scheduled", "in progress", "dead"), rows))
 
 
 def _counts(stats: QueueStats) -> dict[str, int]:
@@ -125,13 +123,12 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         }
         print_json(summary | {"history_records": result.history_records})
         return
-    table = table_of(
-        "entrypoint", "queued", "scheduled", "in progress", "dead", "waiting", "oldest queued", title="jobs"
-    )
-    for name, s in result.entrypoints.items():
-        counts = (s.queued, s.scheduled, s.in_progress, s.dead, s.waiting)
-        table.add_row(name, *map(str, counts), age(s.oldest_queued_at))
-    console.print(table if result.entrypoints else "no jobs")
+    rows = [
+        (name, *map(str, (s.queued, s.scheduled, s.in_progress, s.dead, s.waiting)), age(s.oldest_queued_at))
+        for name, s in result.entrypoints.items()
+    ]
+    headers = ("entrypoint", "queued", "scheduled", "in progress", "dead", "waiting", "oldest queued")
+    console.print(table_of(headers, rows, title="jobs") if rows else "no jobs")
 
     def scopes(paused: list[str | None]) -> str:
         return ", ".join("(all)" if p is None else p for p in paused) or "none"
@@ -264,13 +261,13 @@ def dead_ls(
     jobs = run(look())
     if listed_briefly([job_json(job) for job in jobs], as_json, "no dead letters"):
         return
-    table = table_of("id", "entrypoint", "attempts", "reason", "died", "error")
     short = short_ids([job.id for job in jobs])
+    rows = []
     for job in jobs:
-        died = age(job.dead_at)
         error = headline(job.last_error or "")
-        table.add_row(short[job.id], job.entrypoint, str(job.attempts), job.dead_reason, died, error)
-    console.print(table)
+        cells = (short[job.id], job.entrypoint, str(job.attempts), job.dead_reason or "", age(job.dead_at))
+        rows.append((*cells, error))
+    console.print(table_of(("id", "entrypoint", "attempts", "reason", "died", "error"), rows))
 
 
 def history(
@@ -312,15 +309,7 @@ def _history_table(records: list[HistoryRecord], header: bool = True) -> Table:
         times = (_num(r.wait_seconds), _num(r.run_seconds))
         cells = (short[r.job_id], r.entrypoint, str(r.outcome), str(r.attempts), *times)
         rows.append((*cells, age(r.finished_at), r.error_line))
-    table = table_of(*names, box=None, show_header=header)
-    widths = [max(len(row[n]) for row in [names, *rows]) for n in range(len(names) - 1)]
-    room = max(len(names[-1]), console.width - sum(width + 2 for width in widths) - 2)
-    for column in table.columns:
-        column.no_wrap = True
-    for row in rows:
-        error = row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…"
-        table.add_row(*row[:-1], Text(error))
-    return table
+    return table_of(names, rows, box=None, show_header=header)
 
 
 def _num(value: float | None) -> str:

@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -337,21 +337,63 @@ def preview(payload: bytes, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-WHOLE_COLUMNS = frozenset({"id", "status", "due", "age", "died", "oldest queued"})
-"""Columns a table never wraps: ids, states and durations read wrong broken over two lines."""
-NUMBER_COLUMNS = frozenset({"priority", "attempts", "queued", "scheduled", "in progress", "dead", "waiting"})
-"""Columns of counts, right-aligned."""
+WHOLE_COLUMNS = frozenset({"id", "status", "due", "age", "died", "oldest queued", "ended", "outcome"})
+"""Columns never cut or wrapped: ids, states and durations read wrong in part or on two lines."""
+NUMBER_COLUMNS = frozenset(
+    ("priority", "attempts", "tries", "queued", "scheduled", "in progress", "dead", "waiting", "wait s")
+) | {"run s"}
+"""Columns of counts, right-aligned (and, like ``WHOLE_COLUMNS``, never cut)."""
+SPARE_COLUMNS = ("payload", "after", "reason", "due", "error")
+"""Columns left out when every row has them empty, and (in this order, ``error`` last) when the
+terminal is too narrow for them: ``show`` and ``--json`` have every value."""
+_BETWEEN = {True: 3, False: 2}
+"""The characters between two columns, with and without a box (tables have no edges)."""
 
 
-def table_of(*headers: str, **options: Any) -> Table:
-    """Return a rich ``Table`` with ``headers`` (``options`` as ``Table`` takes them); the
-    ``WHOLE_COLUMNS`` among them never wrap, the ``NUMBER_COLUMNS`` are right-aligned."""
-    table = Table(*headers, **options)
-    for column in table.columns:
-        column.no_wrap = column.header in WHOLE_COLUMNS
-        if column.header in NUMBER_COLUMNS:
+def table_of(headers: Sequence[str], rows: Sequence[Sequence[str]], **options: Any) -> Table:
+    """Return a rich ``Table`` of ``rows`` that fits the console (``options`` as ``Table`` takes
+    them): no header is cut, a row takes one line, ``WHOLE_COLUMNS`` and ``NUMBER_COLUMNS`` show
+    whole, the other columns share what is left, cut with "…", and ``SPARE_COLUMNS`` empty in
+    every row, or that the terminal has no room for, are left out."""
+    kept = [n for n, name in enumerate(headers) if name not in SPARE_COLUMNS or any(row[n] for row in rows)]
+    spare = [n for header in SPARE_COLUMNS for n in kept if headers[n] == header]
+    widths = {n: max([len(headers[n]), *(len(row[n]) for row in rows)]) for n in kept}
+    between = _BETWEEN[options.get("box", True) is not None]
+    while True:
+        fixed = [n for n in kept if headers[n] in WHOLE_COLUMNS | NUMBER_COLUMNS]
+        room = console.width - between * (len(kept) - 1) - sum(widths[n] for n in fixed)
+        flexible = [n for n in kept if n not in fixed]
+        if room >= sum(len(headers[n]) for n in flexible) or not spare:
+            break
+        kept.remove(spare.pop(0))
+    cut = _shares(room, {n: widths[n] for n in flexible}, {n: len(headers[n]) for n in flexible})
+    table = Table(*(headers[n] for n in kept), show_edge=False, pad_edge=False, **options)
+    for column, n in zip(table.columns, kept, strict=True):
+        column.no_wrap, column.min_width = True, len(headers[n])
+        if headers[n] in NUMBER_COLUMNS:
             column.justify = "right"
+    for row in rows:
+        table.add_row(*(_cut(row[n], cut.get(n)) for n in kept))
     return table
+
+
+def _shares(room: int, wanted: dict[int, int], least: dict[int, int]) -> dict[int, int]:
+    """Split ``room`` between columns that want ``wanted`` characters: each gets what it wants,
+    or, where the room is short, at least its ``least`` and an equal share of the rest."""
+    shares, left = dict(least), max(0, room - sum(least.values()))
+    hungry = sorted(wanted, key=lambda n: wanted[n] - least[n])
+    for place, n in enumerate(hungry):
+        more = min(wanted[n] - least[n], left // (len(hungry) - place))
+        shares[n] += more
+        left -= more
+    return shares
+
+
+def _cut(text: str, width: int | None) -> Text:
+    line = " ".join(text.split()) if width is not None else text
+    if width is not None and len(line) > width:
+        line = line[: max(1, width - 1)] + "…"
+    return Text(line)
 
 
 def age(moment: datetime | None) -> str:

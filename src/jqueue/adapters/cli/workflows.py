@@ -43,10 +43,10 @@ def workflow(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None
         return
     short = short_ids([job.id for job in jobs])
     parents = {parent for job in jobs for parent in job.after}
-    table = table_of("id", "entrypoint", "status", "after", "attempts", "age", "error")
+    rows = []
     for job in jobs:
         after = ", ".join(short.get(parent, parent[:8]) for parent in job.after)
         end = "" if job.id in parents else " (end)"
         row = (short[job.id] + end, job.entrypoint, str(job.status), after, str(job.attempts))
-        table.add_row(*row, age(job.created_at), headline(job.last_error or ""))
-    console.print(table)
+        rows.append((*row, age(job.created_at), headline(job.last_error or "")))
+    console.print(table_of(("id", "entrypoint", "status", "after", "attempts", "age", "error"), rows))
