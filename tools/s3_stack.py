@@ -3,6 +3,11 @@ holds every request for the round-trip time of a real object store (one time for
 HEAD, another for anything else), counts the requests by price class (``request_costs.py``),
 then forwards them unchanged (conditional headers and 412 answers pass through).
 
+The proxy also injects faults, for ``chaos_matrix.py``: set with ``set_faults`` (``FAULTS_PATH``),
+a fault answers a share (``rate``) of the requests itself, without forwarding them: ``slowdown``
+answers any request ``503 SlowDown``; ``conflict`` answers a conditional PUT (``If-Match`` or
+``If-None-Match``) ``409 ConditionalRequestConflict`` or ``412 PreconditionFailed``, in turn.
+
 ``python tools/s3_stack.py PORT TARGET GET_MS PUT_MS`` runs the proxy alone (``start_servers``
 starts it so).
 """
@@ -14,6 +19,7 @@ import asyncio
 import collections
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -49,6 +55,28 @@ def wait_listening(port: int, process: subprocess.Popen[bytes], what: str) -> No
 
 COUNTS_PATH = "/__request_counts"
 """The proxy's own route: the requests it forwarded so far, by price class (no bucket starts with ``_``)."""
+FAULTS_PATH = "/__faults"
+"""The proxy's route that sets the fault it injects: ``{"mode": MODE, "rate": SHARE}``."""
+FAULT_MODES = ("off", "slowdown", "conflict")
+_FAULT_ANSWERS = {
+    "slowdown": [(503, "SlowDown", "Please reduce your request rate.")],
+    "conflict": [
+        (409, "ConditionalRequestConflict", "A conflicting operation is in progress."),
+        (412, "PreconditionFailed", "At least one of the preconditions you specified did not hold."),
+    ],
+}
+
+
+def _faulted(mode: str, method: str, headers: Any) -> bool:
+    """Whether the fault ``mode`` applies to a request (before its share is drawn)."""
+    if mode == "conflict":
+        return method == "PUT" and ("If-Match" in headers or "If-None-Match" in headers)
+    return mode == "slowdown"
+
+
+def _error_body(code: str, message: str) -> bytes:
+    xml = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    return f"<?xml version='1.0' encoding='UTF-8'?>{xml}".encode()
 
 
 async def proxy(port: int, target: str, get_ms: float, put_ms: float) -> None:
@@ -61,8 +89,19 @@ async def proxy(port: int, target: str, get_ms: float, put_ms: float) -> None:
     hop = {"host", "content-length", "transfer-encoding", "connection"}
     counts: dict[str, Any] = dict.fromkeys(REQUEST_CLASSES, 0)
     counts["detail"] = detail = collections.Counter[str]()
+    counts["injected"] = 0
+    fault: dict[str, Any] = {"mode": "off", "rate": 0.0}
+    draw = random.Random(7)
 
     async def forward(request: web.Request) -> web.StreamResponse:
+        if _faulted(fault["mode"], request.method, request.headers) and draw.random() < fault["rate"]:
+            answers = _FAULT_ANSWERS[fault["mode"]]
+            status, code, message = answers[counts["injected"] % len(answers)]
+            counts["injected"] += 1
+            await request.read()
+            return web.Response(
+                status=status, body=_error_body(code, message), content_type="application/xml"
+            )
         counts[request_class(request.method, request.path, request.query_string)] += 1
         key = request.path.split("/", 3)[-1] if request.path.count("/") >= 3 else "(bucket)"
         detail[f"{request.method} {re.sub(r'[0-9a-f]{6,}|[0-9]+', '#', key)}"] += 1
@@ -79,8 +118,16 @@ async def proxy(port: int, target: str, get_ms: float, put_ms: float) -> None:
     async def counted(_: web.Request) -> web.Response:
         return web.json_response(counts)
 
+    async def set_fault(request: web.Request) -> web.Response:
+        asked = await request.json()
+        if asked.get("mode") not in FAULT_MODES or not 0 <= float(asked.get("rate", 0)) <= 1:
+            return web.json_response({"error": f"mode one of {FAULT_MODES}, rate in [0, 1]"}, status=400)
+        fault.update(mode=asked["mode"], rate=float(asked.get("rate", 0)))
+        return web.json_response(fault)
+
     app = web.Application(client_max_size=1 << 30)
     app.router.add_get(COUNTS_PATH, counted)
+    app.router.add_post(FAULTS_PATH, set_fault)
     app.router.add_route("*", "/{tail:.*}", forward)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -94,6 +141,15 @@ def request_counts(endpoint: str) -> dict[str, Any]:
     with urllib.request.urlopen(endpoint + COUNTS_PATH, timeout=30) as answer:
         counts: dict[str, Any] = json.load(answer)
     return counts
+
+
+def set_faults(endpoint: str, mode: str, rate: float = 1.0) -> None:
+    """Make the proxy at ``endpoint`` inject the fault ``mode`` (one of ``FAULT_MODES``) into a
+    share ``rate`` of the requests it applies to; ``"off"`` stops it."""
+    body = json.dumps({"mode": mode, "rate": rate}).encode()
+    request = urllib.request.Request(endpoint + FAULTS_PATH, data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=30):
+        pass
 
 
 def start_servers(args: argparse.Namespace, stack: list[subprocess.Popen[bytes]]) -> str:
@@ -137,6 +193,10 @@ class S3Stack:
     def new_root(self) -> str:
         """A root no run used before."""
         return f"s3://{BUCKET}/bench-{uuid.uuid4().hex[:8]}?endpoint_url={self.endpoint}&region={REGION}"
+
+    def faults(self, mode: str, rate: float = 1.0) -> None:
+        """Inject the fault ``mode`` into a share ``rate`` of requests (``set_faults``)."""
+        set_faults(self.endpoint, mode, rate)
 
     def counts(self) -> dict[str, int]:
         """The requests forwarded so far, by price class."""

@@ -5,14 +5,15 @@ processes enqueue batches through ``connect(ROOT, "q")`` and worker processes ru
 on the same. Every ``--every`` seconds the serving broker is, in turn, SIGKILLed (a new one is
 started in its place) or frozen with SIGSTOP for ``--freeze`` seconds and then let go with
 SIGCONT. After ``--faults`` faults the producers stop, the workers drain the queue, and the soak
-checks, from the files the clients wrote and the queue's own history:
+checks (``chaos_check.check``), from the histories the clients wrote (each call's start, end and
+answer) and the queue's own history:
 
-- every enqueue that returned was acked exactly once (one ack that returned, per job);
+- every enqueue that returned was finished, and no job was acked twice;
 - every ack that returned is in the history as acked;
 - no worker or producer exited before it was told to;
 
 and prints the longest stall of a client call (an enqueue, claim or ack). Exit status 1 if a
-check fails.
+check fails. ``Brokers`` and ``Load`` are the harness of ``chaos_matrix.py`` too.
 
 Example::
 
@@ -32,13 +33,13 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
+from chaos_check import Ack, Call, Histories, ack_line, call_line, check, read_client
 from jqueue import DirectQueue, Job, JobStatus, JQueueError, QueuePolicy, RemoteQueue, Worker
 from jqueue.adapters.service.host import root_storage
 from served import free_port
@@ -77,6 +78,8 @@ class Brokers:
     logs: Path
     started: int = 0
     alive: list[Broker] = field(default_factory=list)
+    env: Callable[[int], dict[str, str] | None] = lambda n: None
+    """The environment of the ``n``th broker started, if not this process's."""
 
     def start(self) -> Broker:
         port = free_port()
@@ -84,7 +87,9 @@ class Brokers:
         command = [sys.executable, "-m", "jqueue", "serve", "--storage", self.root]
         command += ["--listen", f"127.0.0.1:{port}", *FAST]
         with (self.logs / f"serve-{self.started}.log").open("wb") as log:
-            process = subprocess.Popen(command, stderr=log, start_new_session=True)
+            process = subprocess.Popen(
+                command, stderr=log, start_new_session=True, env=self.env(self.started)
+            )
         self.started += 1
         deadline = time.monotonic() + 60
         while _health(url) is None:
@@ -104,6 +109,31 @@ class Brokers:
             time.sleep(0.05)
         raise RuntimeError(f"no broker serves {self.root} within {within:g} s")
 
+    def kill(self) -> str:
+        """SIGKILL the serving broker and start another in its place; say what was done."""
+        serving = self.serving()
+        serving.process.kill()
+        serving.process.wait()
+        self.alive.remove(serving)
+        self.start()
+        return f"killed {serving.url}"
+
+    def freeze(self, seconds: float) -> str:
+        """SIGSTOP the serving broker for ``seconds``, then SIGCONT it; say what was done."""
+        serving = self.serving()
+        os.kill(serving.process.pid, signal.SIGSTOP)
+        time.sleep(seconds)
+        os.kill(serving.process.pid, signal.SIGCONT)
+        return f"froze {serving.url} for {seconds:g} s"
+
+    def restart_exited(self) -> list[str]:
+        """Start a broker in place of each that exited (as a service manager would)."""
+        exited = [broker for broker in self.alive if broker.process.poll() is not None]
+        for broker in exited:
+            self.alive.remove(broker)
+            self.start()
+        return [f"restarted {broker.url} (exited {broker.process.returncode})" for broker in exited]
+
     def stop(self) -> None:
         for broker in self.alive:
             with contextlib.suppress(ProcessLookupError):
@@ -120,52 +150,63 @@ def _queue(root: str) -> RemoteQueue:
     return RemoteQueue(root, "q", visibility_timeout=LEASE)
 
 
-async def produce(root: str, out: Path, stop: Path) -> None:
-    """Enqueue batches until ``stop`` exists; write ``ID`` for each job enqueued, and the longest
-    call as ``stall SECONDS``."""
-    longest, n = 0.0, 0
+async def produce(root: str, out: Path, stop: Path, batch: int = BATCH) -> None:
+    """Enqueue batches until ``stop`` exists, writing each call to ``out`` (``call_line``: its
+    start, end, and the jobs enqueued or the error it raised)."""
+    n = 0
     async with _queue(root) as queue:
         with out.open("a", buffering=1) as lines:
             while not stop.exists():  # noqa: ASYNC240 (a local file, seldom)
                 started = time.monotonic()
-                jobs = await queue.enqueue_many("work", [f"{n + k}".encode() for k in range(BATCH)])
-                longest = max(longest, time.monotonic() - started)
-                n += BATCH
-                lines.write("".join(f"{job.id}\n" for job in jobs))
+                try:
+                    jobs = await queue.enqueue_many("work", [f"{n + k}".encode() for k in range(batch)])
+                except JQueueError as error:
+                    lines.write(call_line("enqueue", started, time.monotonic(), [], repr(error)))
+                    await asyncio.sleep(0.05)
+                    continue
+                lines.write(call_line("enqueue", started, time.monotonic(), [job.id for job in jobs]))
+                n += batch
                 await asyncio.sleep(0.05)
-            lines.write(f"stall {longest:.3f}\n")
 
 
 class TimedQueue(RemoteQueue):
-    """A ``RemoteQueue`` that remembers its slowest claim or ack (a ``Worker``'s claims carry its
-    acks: ``ack_and_dequeue``)."""
+    """A ``RemoteQueue`` that writes each claim or ack to ``lines`` (a ``Worker``'s claims carry
+    its acks: ``ack_and_dequeue``)."""
 
-    longest: float = 0.0
+    lines: TextIO | None = None
 
-    async def _timed(self, call: Awaitable[T]) -> T:
+    async def _timed(self, name: str, call: Awaitable[T]) -> T:
         started = time.monotonic()
         try:
-            return await call
-        finally:
-            self.longest = max(self.longest, time.monotonic() - started)
+            answer = await call
+        except JQueueError as error:
+            self._write(call_line(name, started, time.monotonic(), [], repr(error)))
+            raise
+        jobs = answer if isinstance(answer, list) else answer[1] if isinstance(answer, tuple) else []
+        self._write(call_line(name, started, time.monotonic(), [job.id for job in jobs]))
+        return answer
+
+    def _write(self, line: str) -> None:
+        if self.lines is not None:
+            self.lines.write(line)
 
     async def dequeue(self, *args: Any, **kwargs: Any) -> list[Job]:
-        return await self._timed(super().dequeue(*args, **kwargs))
+        return await self._timed("dequeue", super().dequeue(*args, **kwargs))
 
     async def ack_and_dequeue(self, *args: Any, **kwargs: Any) -> tuple[list[JQueueError | None], list[Job]]:
-        return await self._timed(super().ack_and_dequeue(*args, **kwargs))
+        return await self._timed("ack_and_dequeue", super().ack_and_dequeue(*args, **kwargs))
 
     async def ack(self, *args: Any, **kwargs: Any) -> None:
-        await self._timed(super().ack(*args, **kwargs))
+        await self._timed("ack", super().ack(*args, **kwargs))
 
 
-async def work(root: str, out: Path, stop: Path) -> None:
-    """Run a ``Worker`` until ``stop`` exists and nothing is left; write ``acked ID`` for each ack
-    that returned, and the longest claim or ack as ``stall SECONDS``."""
+async def work(root: str, out: Path, stop: Path, concurrency: int = 8) -> None:
+    """Run a ``Worker`` until ``stop`` exists, writing each claim and ack call to ``out``
+    (``call_line``) and each ack that returned (``ack_line``)."""
     queue = TimedQueue(root, "q", visibility_timeout=LEASE)
     async with queue:
         worker = Worker(
-            queue, concurrency=8, visibility_timeout=LEASE, max_poll_interval=timedelta(seconds=0.5)
+            queue, concurrency=concurrency, visibility_timeout=LEASE, max_poll_interval=timedelta(seconds=0.5)
         )
 
         @worker.handler("work")
@@ -173,25 +214,21 @@ async def work(root: str, out: Path, stop: Path) -> None:
             await asyncio.sleep(0.01)
 
         with out.open("a", buffering=1) as lines:
+            queue.lines = lines
 
             @worker.on("after_job")
             def record(result: Any) -> None:
                 if result.outcome == "acked":
-                    lines.write(f"acked {result.job.id}\n")
+                    lines.write(ack_line(result.job.id, time.monotonic()))
 
             running = asyncio.create_task(worker.run(install_signals=False))
             while not stop.exists():  # noqa: ASYNC240
                 done, _ = await asyncio.wait({running}, timeout=0.2)
                 if done:
-                    running.result()  # a worker that stops on its own fails the soak
+                    running.result()  # a worker that stops on its own fails the run
                     raise RuntimeError("the worker stopped before it was told to")
             worker.stop()
             await running
-            lines.write(f"stall {queue.longest:.3f}\n")
-
-
-def _rows(path: Path) -> list[list[str]]:
-    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
 async def _history(root: str) -> tuple[dict[str, JobStatus], dict[str, str]]:
@@ -211,110 +248,136 @@ def root_in(scratch: Path, given: str | None) -> str:
     return str(scratch / "root")
 
 
+@dataclass
+class Load:
+    """Producer and worker processes on a root (``clients`` of each), each writing its history to
+    a file of ``work_dir``; ``env(name)`` is the environment of the client ``name``, if any."""
+
+    root: str
+    work_dir: Path
+    clients: int
+    batch: int = BATCH
+    concurrency: int = 8
+    env: Callable[[str], dict[str, str] | None] = lambda name: None
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self) -> None:
+        me = str(Path(__file__).resolve())
+        for n in range(self.clients):
+            for mode in ("produce", "work"):
+                name = f"{mode}-{n}"
+                command = [sys.executable, me, mode, self.root, str(self._file(name)), str(self._stop(mode))]
+                command.append(str(self.batch if mode == "produce" else self.concurrency))
+                self.processes[name] = subprocess.Popen(command, env=self.env(name))
+
+    def _file(self, name: str) -> Path:
+        return self.work_dir / f"{name}.jsonl"
+
+    def _stop(self, mode: str) -> Path:
+        return self.work_dir / f"stop-{mode}"
+
+    def drain(self, within: float) -> None:
+        """Stop the producers, wait (at most ``within`` seconds) until every job they enqueued
+        was acked, then stop the workers."""
+        self._stop("produce").write_text("")
+        for n in range(self.clients):
+            self.processes[f"produce-{n}"].wait(120)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            seen = self.seen()
+            if {i for c in seen.calls if c.call == "enqueue" for i in c.ids} <= {a.job_id for a in seen.acks}:
+                break
+            time.sleep(0.5)
+        self._stop("work").write_text("")
+        for n in range(self.clients):
+            self.processes[f"work-{n}"].wait(120)
+
+    def resumed(self, since: float, within: float) -> float | None:
+        """Wait (at most ``within`` seconds) until an enqueue that started at ``since`` or later has
+        returned jobs and an ack has returned after it; return when that enqueue returned, or
+        ``None`` if none did in time."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            seen = self.seen()
+            returned = [c.end for c in seen.calls if c.call == "enqueue" and c.start >= since and c.ids]
+            if returned and any(a.at >= min(returned) for a in seen.acks):
+                return min(returned)
+            time.sleep(0.1)
+        return None
+
+    def seen(self) -> Histories:
+        """What the clients wrote so far (no queue history)."""
+        calls: list[Call] = []
+        acks: list[Ack] = []
+        for path in sorted([*self.work_dir.glob("produce-*.jsonl"), *self.work_dir.glob("work-*.jsonl")]):
+            more_calls, more_acks = read_client(path)
+            calls += more_calls
+            acks += more_acks
+        return Histories(calls, acks, {}, {})
+
+    def histories(self) -> Histories:
+        """Every client's history and the queue's."""
+        seen = self.seen()
+        queue, live = asyncio.run(_history(self.root))
+        full = len(queue) >= QueuePolicy().history_limit
+        return Histories(seen.calls, seen.acks, queue, live, full)
+
+    def failures(self) -> list[str]:
+        """The clients that exited other than by being told to."""
+        return [
+            f"{name} exited with {p.returncode}" for name, p in self.processes.items() if p.returncode != 0
+        ]
+
+    def kill(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+
+
 def soak(root: str, work_dir: Path, faults: int, every: float, freeze: float, clients: int) -> list[str]:
     """Run the soak; return the checks that failed (none if it passed), printing what it saw."""
     brokers = Brokers(root, work_dir)
-    stop_producing, stop_working = work_dir / "stop-producing", work_dir / "stop-working"
-    processes: dict[str, subprocess.Popen[bytes]] = {}
-    me = str(Path(__file__).resolve())
+    load = Load(root, work_dir, clients)
     events: list[str] = []
     try:
         brokers.start()
         brokers.serving()
         brokers.start()
-        for n in range(clients):
-            for mode, stop in (("produce", stop_producing), ("work", stop_working)):
-                command = [sys.executable, me, mode, root, str(work_dir / f"{mode}-{n}.txt"), str(stop)]
-                processes[f"{mode}-{n}"] = subprocess.Popen(command)
+        load.start()
         for turn in range(faults):
             time.sleep(every)
-            serving = brokers.serving()
-            if turn % 2 == 0:
-                serving.process.kill()
-                serving.process.wait()
-                brokers.alive.remove(serving)
-                events.append(f"killed {serving.url}")
-                brokers.start()
-            else:
-                os.kill(serving.process.pid, signal.SIGSTOP)
-                events.append(f"froze {serving.url} for {freeze:g} s")
-                time.sleep(freeze)
-                os.kill(serving.process.pid, signal.SIGCONT)
-        stop_producing.write_text("")
-        for n in range(clients):
-            processes[f"produce-{n}"].wait(120)
-        produced = {
-            row[0] for n in range(clients) for row in _rows(work_dir / f"produce-{n}.txt") if len(row) == 1
-        }
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            acked = {
-                row[1]
-                for n in range(clients)
-                for row in _rows(work_dir / f"work-{n}.txt")
-                if row[0] == "acked"
-            }
-            if produced <= acked:
-                break
-            time.sleep(0.5)
-        stop_working.write_text("")
-        for n in range(clients):
-            processes[f"work-{n}"].wait(120)
-        history, live = asyncio.run(_history(root))
+            events.append(brokers.kill() if turn % 2 == 0 else brokers.freeze(freeze))
+        load.drain(120)
+        histories = load.histories()
     finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
+        load.kill()
         brokers.stop()
-    failures = [f"{name} exited with {p.returncode}" for name, p in processes.items() if p.returncode != 0]
-    acks = Counter(
-        row[1] for n in range(clients) for row in _rows(work_dir / f"work-{n}.txt") if row[0] == "acked"
-    )
-    stalls = [
-        float(row[1])
-        for n in range(clients)
-        for mode in ("produce", "work")
-        for row in _rows(work_dir / f"{mode}-{n}.txt")
-        if row[0] == "stall"
-    ]
-    missing = produced - set(acks)
-    twice = [job_id for job_id, count in acks.items() if count > 1]
-    # the history keeps the newest ``history_limit`` records: once it is full, an acked job
-    # missing from it was acked before its oldest record, unless the job is still in the queue
-    full = len(history) >= QueuePolicy().history_limit
-    unrecorded = [
-        job_id
-        for job_id in acks
-        if (history[job_id] is not JobStatus.ACKED if job_id in history else not full or job_id in live)
-    ]
-    strangers = set(acks) - produced
-    if missing:
+    verdict = check(histories)
+    failures = load.failures() + verdict.failures
+    if verdict.lost:
         print(
-            "never acked:", {job_id: history.get(job_id) or live.get(job_id, "nowhere") for job_id in missing}
+            "never acked:",
+            {j: histories.queue.get(j) or histories.live.get(j, "nowhere") for j in verdict.lost},
         )
-    for name, found in (
-        ("enqueued but never acked", missing),
-        ("acked twice", twice),
-        ("acked but not acked in the history", unrecorded),
-        ("acked but never enqueued", strangers),
-    ):
-        if found:
-            failures.append(f"{len(found)} jobs {name}, e.g. {sorted(found)[:3]}")
     print(f"{len(events)} broker faults: {'; '.join(events)}")
     print(
-        f"{len(produced)} jobs enqueued, {sum(acks.values())} acks returned, {len(history)} in the history"
-        + (" (full: the newest kept)" if full else "")
+        f"{verdict.enqueued} jobs enqueued, {len(histories.acks)} acks returned, "
+        f"{len(histories.queue)} in the history" + (" (full: the newest kept)" if histories.full else "")
     )
-    print(f"longest client stall: {max(stalls, default=0.0):.2f} s")
+    print(f"longest client stall: {verdict.stall:.2f} s")
     for failure in failures:
         print(f"FAILED: {failure}")
     return failures
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] in ("produce", "work"):
-        mode, root, out, stop = sys.argv[1:5]
-        asyncio.run((produce if mode == "produce" else work)(root, Path(out), Path(stop)))
+    if len(sys.argv) > 1 and sys.argv[1] == "produce":
+        root, out, stop, batch = sys.argv[2:6]
+        asyncio.run(produce(root, Path(out), Path(stop), int(batch)))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "work":
+        root, out, stop, concurrency = sys.argv[2:6]
+        asyncio.run(work(root, Path(out), Path(stop), int(concurrency)))
         return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
