@@ -85,17 +85,22 @@ def storage_from_url(url: str) -> ObjectStoragePort:
             from jqueue.adapters.storage.gcs import GCSStorage
 
             return GCSStorage(bucket, key)
-        unknown = set(options) - _S3_OPTIONS
-        if unknown:
-            raise InvalidURLError(url, f"unknown option(s) {sorted(unknown)}; allowed: {sorted(_S3_OPTIONS)}")
-        if any(len(values) != 1 or not values[0] for values in options.values()):
-            raise InvalidURLError(url, "each option must be given once, with a value")
-        from jqueue.adapters.storage.s3 import S3Storage
-
-        return S3Storage(
-            bucket,
-            key,
-            endpoint_url=options.get("endpoint_url", [None])[0],
-            region_name=options.get("region", [None])[0],
-        )
+        return _s3_storage(url, bucket, key, options)
     raise InvalidURLError(url, "the scheme must be one of memory, file, s3, gs")
+
+
+def _s3_storage(url: str, bucket: str, key: str, options: dict[str, list[str]]) -> ObjectStoragePort:
+    """The ``S3Storage`` of an ``s3://`` URL, with its options checked."""
+    unknown = set(options) - _S3_OPTIONS
+    if unknown:
+        raise InvalidURLError(url, f"unknown option(s) {sorted(unknown)}; allowed: {sorted(_S3_OPTIONS)}")
+    if any(len(values) != 1 or not values[0] for values in options.values()):
+        raise InvalidURLError(url, "each option must be given once, with a value")
+    from jqueue.adapters.storage.s3 import S3Storage
+
+    return S3Storage(
+        bucket,
+        key,
+        endpoint_url=options.get("endpoint_url", [None])[0],
+        region_name=options.get("region", [None])[0],
+    )
