@@ -11,6 +11,7 @@ import math
 import threading
 from datetime import timedelta
 from pathlib import Path
+from typing import Annotated
 
 import pydantic
 import pytest
@@ -214,3 +215,22 @@ async def test_a_result_that_cannot_be_kept_fails_its_job_once_whatever_the_hand
         assert refused.format("out_of_range", "float", "float") in reasons["out_of_range"]
         with pytest.raises(JobFailedError, match="its result was not kept"):
             await tasks[2].result(queue, jobs[3])
+
+
+async def test_annotated_constraints_hold_for_arguments_and_results(tmp_path: Path) -> None:
+    async def order(quantity: Annotated[int, pydantic.Field(gt=0)]) -> Annotated[int, pydantic.Field(lt=100)]:
+        return quantity * 10
+
+    async with BrokerQueue(LocalFileSystemStorage(tmp_path / "q.json")) as queue:
+        worker = Worker(queue, backoff=None)
+        task = worker.task(order)
+        with pytest.raises(pydantic.ValidationError, match="greater than 0"):
+            await task.defer(queue, quantity=0)  # refused at enqueue, nothing added
+        assert (await queue.read_state()).jobs == ()
+        small, big = await task.defer(queue, quantity=3), await task.defer(queue, quantity=20)
+        stats = await worker.burst()
+        assert (stats.acked, stats.outcomes[Outcome.DEAD]) == (1, 1)
+        assert await task.result(queue, small, timeout=timedelta(seconds=10)) == 30
+        [dead] = await queue.dead_letters()
+        assert dead.id == big.id
+        assert "less than 100" in (dead.last_error or "")

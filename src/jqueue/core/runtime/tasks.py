@@ -33,10 +33,15 @@ class _Arguments(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
 
 
+def _annotations(function: Callable[..., Any]) -> dict[str, Any]:
+    """``function``'s annotations, resolved, with their ``Annotated`` constraints (``Field(gt=0)``)."""
+    return get_type_hints(function, include_extras=True)
+
+
 def _model(function: Callable[..., Any], without: str | None = None) -> type[BaseModel]:
     """A pydantic model of ``function``'s parameters (keyword-compatible ones only), all but
     ``without``."""
-    hints = get_type_hints(function)
+    hints = _annotations(function)
     fields: dict[str, Any] = {}
     for name, parameter in inspect.signature(function).parameters.items():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD, parameter.POSITIONAL_ONLY):
@@ -69,7 +74,7 @@ class Task(Generic[P, R]):
         self.priority = priority
         self.arguments = _model(function)
         self.signature = inspect.signature(function)
-        self.returns: Any = get_type_hints(function).get("return", Any)
+        self.returns: Any = _annotations(function).get("return", Any)
         """The return annotation (of an async function, what it returns when awaited)."""
         self.stored_as = stored_as(self.returns)
         """How the worker keeps this task's results (``workflows.STORED``)."""
@@ -227,7 +232,7 @@ class Task(Generic[P, R]):
         """The validator of parameter ``name``'s annotation (built once each)."""
         adapter = self._adapters.get(name)
         if adapter is None:
-            adapter = self._adapters[name] = TypeAdapter(get_type_hints(self.function)[name])
+            adapter = self._adapters[name] = TypeAdapter(_annotations(self.function)[name])
         return adapter
 
     def handler(self) -> Callable[[Job], Awaitable[object]] | Callable[[Job], object]:
