@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 LOCK_WAIT_LIMIT = 30.0
 """Seconds a file operation waits for a lock another process holds before it fails."""
-STOPPED_HOLDER_LIMIT = 1.0
+STOPPED_HOLDER_LIMIT = 0.5
 """Seconds a waiter sees a lock's holder stopped (state ``T``) before it kills the holder."""
 _FIRST_PAUSE = 0.0001
 _LONGEST_PAUSE = 0.002
