@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jqueue import DirectQueue, Job, LocalFileSystemStorage, RemoteQueue, Worker, connect
+from jqueue import DirectQueue, Job, LeaseLostError, LocalFileSystemStorage, RemoteQueue, Worker, connect
 from jqueue.adapters.storage.file_lock import hold_flock, lock_holder
 from servers import LOOPBACK, jqueue_serve
 from test_broker_failover import FAST, get, wait_for
@@ -301,5 +301,34 @@ async def test_an_ack_that_landed_but_whose_answer_was_lost_is_reported_as_acked
                 await queue.ack(claimed, result=b"done")  # LeaseLostError before the fix
                 assert proxy.dropped == 1
                 assert await queue.result(job.id) == b"done"
+        finally:
+            await proxy.stop()
+
+
+async def test_an_ack_whose_lost_answer_follows_another_claims_ack_is_lease_lost(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "serve.log") as url:
+        proxy = AnswerDropper(int(url.rsplit(":", 1)[1]))
+        through = await proxy.start()
+        try:
+            async with connect(through, "q") as late, connect(url, "q") as other:
+                job = await late.enqueue("e", b"x")
+                [first] = await late.dequeue("e", visibility_timeout=timedelta(seconds=1))
+                second: list[Job] = []
+
+                async def claim_again() -> bool:
+                    second.extend(await other.dequeue("e"))  # once the first lease ran out
+                    return bool(second)
+
+                deadline = time.monotonic() + 30
+                while not await claim_again():
+                    assert time.monotonic() < deadline, "the first lease never ran out"
+                    await asyncio.sleep(0.2)
+                await other.ack(second[0], result=b"by the second claim")
+                with pytest.raises(LeaseLostError):  # its first answer is lost; the repeat learns why
+                    await late.ack(first, result=b"by the first claim")
+                assert proxy.dropped == 1
+                assert await other.result(job.id) == b"by the second claim"
         finally:
             await proxy.stop()

@@ -127,6 +127,9 @@ class HistoryRecord:
         Its parents' ids (``Job.after``), so that a workflow can be shown once it is done.
     tenant : str or None
         Whose job it was (``Job.tenant``).
+    lease : str or None
+        The lease of the claim it finished under (None for a job that finished unclaimed, or
+        one an earlier version recorded): which of its claims an ``ack`` landed for.
     """
 
     job_id: str = field(metadata=_kept(Kind.TEXT, job="id"))
@@ -142,6 +145,7 @@ class HistoryRecord:
     result: bytes | None = field(default=None, metadata=_kept(Kind.PAYLOAD))
     after: tuple[str, ...] = field(default=(), metadata=_kept(Kind.IDS, job="after"))
     tenant: str | None = field(default=None, metadata=_kept(Kind.TEXT, job="tenant"))
+    lease: str | None = field(default=None, metadata=_kept(Kind.TEXT))
 
     @property
     def created_at(self) -> datetime:
@@ -197,7 +201,7 @@ class HistoryRecord:
         r = record
         fields = (r.id, r.entrypoint, r.created, r.claims, finished, r.attempts, outcome)
         error = r.last_error if error is None else error
-        return cls(*fields, error, r.dead_reason, r.dedup_key, result, r.after, r.tenant)
+        return cls(*fields, error, r.dead_reason, r.dedup_key, result, r.after, r.tenant, r.lease)
 
     def public(self) -> dict[str, Any]:
         """Return the record's fields by their public names (times as datetimes)."""

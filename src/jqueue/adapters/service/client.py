@@ -272,7 +272,7 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
         job gone succeeded if the job ended acked."""
         if result.error is None:
             return result.cancelled
-        if repeated and verb == "ack" and await self._acked(ref.id):
+        if repeated and verb == "ack" and await self._acked(ref):
             return False  # the attempt that got no answer landed
         return raised(result.error)
 
@@ -318,12 +318,13 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
             jobs = []  # the acks landed: their answers stand, and the claim is asked again
         return outcomes, jobs
 
-    async def _acked(self, job_id: str) -> bool:
-        """Whether job ``job_id`` ended acked: what an ack repeated after an attempt that got no
-        answer (a failover) learns when its job is gone or its lease lost."""
+    async def _acked(self, ref: JobRef) -> bool:
+        """Whether the job ended acked (under the claim of ``ref``'s lease, when it has one): what
+        an ack repeated after an attempt that got no answer (a failover) learns when its job is
+        gone or its lease lost."""
         try:
             found: ResultResponse = await self.call(
-                "result", ResultRequest(id=job_id, wait_seconds=0), ResultResponse
+                "result", ResultRequest(id=ref.id, wait_seconds=0, lease=ref.lease), ResultResponse
             )
         except JQueueError:
             return False

@@ -16,6 +16,7 @@ from starlette.routing import Route
 from jqueue.adapters.service.answers import error_of, verb_of
 from jqueue.adapters.service.wire import (
     ACK_AND_DEQUEUE,
+    ACKED_BY_ANOTHER_CLAIM,
     WIRE_FORM,
     AckAndDequeueRequest,
     AckAndDequeueResponse,
@@ -168,6 +169,10 @@ class QueueRoutes:
             return ResultResponse("dead", error=exc.error, reason=exc.reason)
         except JobCancelledError as exc:
             return ResultResponse("cancelled", error=exc.reason)
+        if body.lease is not None:
+            record = await queue.finished(body.id)
+            if record is not None and record.lease not in (None, body.lease):
+                return ResultResponse(ACKED_BY_ANOTHER_CLAIM)
         return ResultResponse("acked", found)
 
     def _claimed(self, request: Request, jobs: Sequence[Any]) -> None:

@@ -195,18 +195,25 @@ class ChangesRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     wait_seconds: Annotated[float, msgspec.Meta(ge=0, le=MAX_WAIT_SECONDS)] = 10.0
 
 
-class ResultRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class ResultRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """``POST /v1/queues/{queue}/result``: wait until job ``id`` is finished, at most
-    ``wait_seconds`` (a long poll)."""
+    ``wait_seconds`` (a long poll). With the ``lease`` of a claim of the job, an ack under
+    another of its claims answers ``ACKED_BY_ANOTHER_CLAIM`` instead of ``acked``."""
 
     id: JobId
     wait_seconds: Annotated[float, msgspec.Meta(ge=0, le=MAX_WAIT_SECONDS)] = 10.0
+    lease: str | None = None
+
+
+ACKED_BY_ANOTHER_CLAIM = "acked_by_another_claim"
+"""The outcome of a job acked under a claim other than the one whose lease the caller gave: what
+an ack repeated after a lost answer learns when its claim's lease ran out and another finished it."""
 
 
 class ResultResponse(msgspec.Struct, omit_defaults=True):
     """How job ``id`` ended: ``outcome`` ``acked`` (with its handler's ``result``), ``dead``
-    (with its ``error`` and ``reason``), ``cancelled``, or ``running`` if it has not finished
-    within the wait."""
+    (with its ``error`` and ``reason``), ``cancelled``, ``running`` if it has not finished
+    within the wait, or ``ACKED_BY_ANOTHER_CLAIM``."""
 
     outcome: str
     result: bytes | None = None
