@@ -24,6 +24,7 @@ pytestmark = pytest.mark.slow
 _RUNS = re.compile(r"([ ─━])\1+")
 _VOLATILE = re.compile(
     r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # a job id
+    r"|\b[0-9a-f]{32}\b"  # a lease (a finished job's history record names its last)
     r"|\d{4}-\d\d-\d\dT[\d:.]+(Z|[+-]\d\d:\d\d)?"  # a time
     r"|\b\d+(\.\d)? (µs|ms|s)\b|\b\d+ [mhd] \d+ [smh]\b"  # an age (readable_span)
 )
