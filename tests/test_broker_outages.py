@@ -288,47 +288,44 @@ class AnswerDropper:
             self.server.close()
 
 
-async def test_an_ack_that_landed_but_whose_answer_was_lost_is_reported_as_acked(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def answers_dropped(tmp_path: Path) -> AsyncIterator[tuple[str, str, AnswerDropper]]:
+    """Run ``jqueue serve`` on a fresh root with an ``AnswerDropper`` in front of it; yield the
+    service's URL, the proxy's and the proxy."""
     root = tmp_path / "root"
     root.mkdir()
     with jqueue_serve(str(root), tmp_path / "serve.log") as url:
         proxy = AnswerDropper(int(url.rsplit(":", 1)[1]))
         through = await proxy.start()
         try:
-            async with connect(through, "q") as queue:
-                job = await queue.enqueue("e", b"x")
-                [claimed] = await queue.dequeue("e")
-                await queue.ack(claimed, result=b"done")  # LeaseLostError before the fix
-                assert proxy.dropped == 1
-                assert await queue.result(job.id) == b"done"
+            yield url, through, proxy
         finally:
             await proxy.stop()
+
+
+async def test_an_ack_that_landed_but_whose_answer_was_lost_is_reported_as_acked(tmp_path: Path) -> None:
+    async with answers_dropped(tmp_path) as (_, through, proxy), connect(through, "q") as queue:
+        job = await queue.enqueue("e", b"x")
+        [claimed] = await queue.dequeue("e")
+        await queue.ack(claimed, result=b"done")  # LeaseLostError before the fix
+        assert proxy.dropped == 1
+        assert await queue.result(job.id) == b"done"
 
 
 async def test_an_ack_whose_lost_answer_follows_another_claims_ack_is_lease_lost(tmp_path: Path) -> None:
-    root = tmp_path / "root"
-    root.mkdir()
-    with jqueue_serve(str(root), tmp_path / "serve.log") as url:
-        proxy = AnswerDropper(int(url.rsplit(":", 1)[1]))
-        through = await proxy.start()
-        try:
-            async with connect(through, "q") as late, connect(url, "q") as other:
-                job = await late.enqueue("e", b"x")
-                [first] = await late.dequeue("e", visibility_timeout=timedelta(seconds=1))
-                second: list[Job] = []
-
-                async def claim_again() -> bool:
-                    second.extend(await other.dequeue("e"))  # once the first lease ran out
-                    return bool(second)
-
-                deadline = time.monotonic() + 30
-                while not await claim_again():
-                    assert time.monotonic() < deadline, "the first lease never ran out"
-                    await asyncio.sleep(0.2)
-                await other.ack(second[0], result=b"by the second claim")
-                with pytest.raises(LeaseLostError):  # its first answer is lost; the repeat learns why
-                    await late.ack(first, result=b"by the first claim")
-                assert proxy.dropped == 1
-                assert await other.result(job.id) == b"by the second claim"
-        finally:
-            await proxy.stop()
+    async with (
+        answers_dropped(tmp_path) as (url, through, proxy),
+        connect(through, "q") as late,
+        connect(url, "q") as other,
+    ):
+        job = await late.enqueue("e", b"x")
+        [first] = await late.dequeue("e", visibility_timeout=timedelta(seconds=1))
+        deadline = time.monotonic() + 30
+        while not (second := await other.dequeue("e")):  # once the first lease ran out
+            assert time.monotonic() < deadline, "the first lease never ran out"
+            await asyncio.sleep(0.2)
+        await other.ack(second[0], result=b"by the second claim")
+        with pytest.raises(LeaseLostError):  # its first answer is lost; the repeat learns why
+            await late.ack(first, result=b"by the first claim")
+        assert proxy.dropped == 1
+        assert await other.result(job.id) == b"by the second claim"
