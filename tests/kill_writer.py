@@ -14,7 +14,7 @@ import sys
 from datetime import timedelta
 
 from jqueue import DirectQueue, LocalFileSystemStorage, LogSettings
-from jqueue.core.layout import Layout
+from jqueue.core.commits import Layout
 
 
 async def run(path: str, layout: Layout) -> None:

@@ -19,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from jqueue import BrokerQueue, LogSettings, storage_from_url
-from jqueue.core.layout import Layout
+from jqueue.core.commits import Layout
 
 STRESS = LogSettings(checkpoint_every=50, retention=timedelta(seconds=2))
 PATIENCE = 100

@@ -196,7 +196,7 @@ async def main() -> None:
 
 
 async def service() -> dict[str, Any]:
-    from jqueue.adapters.service.metrics import ServiceMetrics
+    from jqueue.adapters.service.server.metrics import ServiceMetrics
 
     metrics = ServiceMetrics()
     metrics.jobs("shop", "enqueued", [JobSpec("mail", b""), JobSpec("mail", b""), JobSpec("sms", b"")])

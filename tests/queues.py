@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from jqueue import BrokerQueue, DirectQueue, ObjectStoragePort
-from jqueue.core.formats.marker import ENTRY_PREFIX
+from jqueue.core.formats.entry import ENTRY_PREFIX
 from jqueue.ports.storage import KeyedStoragePort
 from jqueue.testing import CallKind
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from jqueue import BrokerQueue, DirectQueue, LocalFileSystemStorage, RemoteQueue, ServiceError, connect
-from jqueue.adapters.service.connection import Broker
+from jqueue.adapters.service.client.connection import Broker
 from servers import jqueue_serve
 from test_service import scrape
 

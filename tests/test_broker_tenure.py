@@ -14,9 +14,9 @@ import pytest
 
 from conftest import BUCKET, s3_env
 from jqueue import CorruptStateError, LocalFileSystemStorage, S3Storage
-from jqueue.adapters.service import finder as finder_module
-from jqueue.adapters.service.host import record_storage
-from jqueue.adapters.service.tenure import BrokerRecord, BrokerTenure, Role
+from jqueue.adapters.service.client import caller as finder_module
+from jqueue.adapters.service.server.tenure import BrokerTenure, Role
+from jqueue.adapters.service.wire.root import BrokerRecord, record_storage
 from jqueue.testing import instrumented
 from jqueue.testing.faults import InstrumentedStorage
 from servers import S3Endpoint

@@ -1,13 +1,14 @@
-"""A long run of adds is applied in bulk (``domain/bulk_adds.py``): the same index as one
+"""A long run of adds is applied in bulk (``IndexState.apply_all``): the same index as one
 ``apply`` an add, and undone as a whole."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
-from jqueue.domain.bulk_adds import BULK_ADDS
 from jqueue.domain.effects import Added, Claimed, Effect
-from jqueue.domain.index import QueueIndex
+from jqueue.domain.index import _APPLIERS, BULK_ADDS, QueueIndex
 from jqueue.domain.models import JobStatus
 from jqueue.domain.stats import stats_of
 
@@ -57,10 +58,10 @@ def test_a_run_in_bulk_builds_the_index_that_one_apply_an_add_builds() -> None:
 def test_a_run_in_bulk_is_undone_as_a_whole_and_refuses_duplicates() -> None:
     index = QueueIndex()
     index.apply_all(adds(3))
-    index.begin()
+    index.journal.begin()
     index.apply_all(adds(2 * BULK_ADDS, start=100))
-    assert len(index.pending_effects) == 2 * BULK_ADDS
-    index.rollback()
+    assert len(index.journal.effects) == 2 * BULK_ADDS
+    index.journal.rollback()
     assert sorted(index.records) == ["j0", "j1", "j2"]
     assert stats_of(index, T0).entrypoints.keys() == {"a", "b"}
     with pytest.raises(ValueError, match="added twice"):
@@ -77,3 +78,9 @@ def _same_key(key: str, number: int) -> Added:
     [added] = adds(1, start=number)
     added.dedup_key = key
     return added
+
+
+def test_every_kind_of_effect_is_applied_by_the_index() -> None:
+    """``IndexState.apply`` dispatches on the effect's type: a kind of effect added to
+    ``Effect`` without a way to apply it fails here, not in a replay."""
+    assert set(get_args(Effect)) == set(_APPLIERS)

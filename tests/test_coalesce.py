@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from jqueue.adapters.service.coalesce import SLOW_REQUEST, Coalescer
+from jqueue.adapters.service.client.remote_queue import SLOW_REQUEST, Coalescer
 
 
 async def test_calls_of_one_turn_share_a_request_and_later_ones_the_next() -> None:

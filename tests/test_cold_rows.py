@@ -19,8 +19,7 @@ from jqueue.core.formats.slab import OpenedSlab
 from jqueue.core.formats.slab_whole import slab_tree, tree_slab
 from jqueue.core.log.slabs import SlabSet
 from jqueue.core.log.store import LogStore
-from jqueue.domain.bulk_adds import BULK_ADDS
-from jqueue.domain.index import QueueIndex
+from jqueue.domain.index import BULK_ADDS, QueueIndex
 
 NEVER = LogSettings(checkpoint_every=10**9)  # only the checkpoints a test asks for
 SIZES = [4_000] * 6 + [500, 500]

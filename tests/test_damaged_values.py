@@ -18,7 +18,7 @@ from jqueue import (
     Layout,
     LocalFileSystemStorage,
 )
-from jqueue.core.formats.marker import ENTRY_PREFIX
+from jqueue.core.formats.entry import ENTRY_PREFIX
 
 BASES = ["../../etc/passwd", "/etc/passwd", "base/../../../x", "base/", "log/00000000000000000001", ""]
 

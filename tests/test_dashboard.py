@@ -24,7 +24,7 @@ from playwright.async_api import Page, ViewportSize, expect
 
 from browser import chromium, png_size
 from jqueue import BrokerQueue, Job, JobStatus, RemoteQueue, Worker, connect, current_job
-from jqueue.adapters.service.host import root_storage
+from jqueue.adapters.service.wire.root import root_storage
 from servers import LOOPBACK, free_port, jqueue_serve
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from jqueue import BrokerQueue, JobStatus
 from jqueue.adapters.dashboard.actions import RUNS
 from jqueue.adapters.service.app import create_app
-from jqueue.adapters.service.host import root_storage
+from jqueue.adapters.service.wire.root import root_storage
 from jqueue.domain.spec import LONGEST_SPAN
 from servers import jqueue_serve
 

@@ -17,7 +17,7 @@ from playwright.async_api import expect
 
 from browser import chromium
 from jqueue import Job, JobStatus, Worker, connect
-from jqueue.adapters.service.wire import CLIENT_HEADER, MAX_WORKER_HEADER, WORKER_HEADER
+from jqueue.adapters.service.wire.bodies import CLIENT_HEADER, MAX_WORKER_HEADER, WORKER_HEADER
 from servers import jqueue_serve
 from test_dashboard import WINDOW, shot
 

@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 import reference_model
 from jqueue.core.formats import checkpoint as checkpoint_format
 from jqueue.core.formats import entry as entry_format
-from jqueue.core.formats import marker as marker_format
 from jqueue.core.formats import payload_refs, slab_block, slab_whole
 from jqueue.core.formats import single as single_format
 from jqueue.core.formats import slab as slab_format
@@ -49,8 +48,8 @@ NOW = T0 + 600 * S
 SEQ = 5
 LOCATIONS = {
     "state": "memory://fuzz/queue.json",
-    "entry": f"memory://fuzz/queue.json.d/{marker_format.entry_name(SEQ)}",
-    "checkpoint": f"memory://fuzz/queue.json.d/{marker_format.checkpoint_name(SEQ, NOW)}",
+    "entry": f"memory://fuzz/queue.json.d/{entry_format.entry_name(SEQ)}",
+    "checkpoint": f"memory://fuzz/queue.json.d/{entry_format.checkpoint_name(SEQ, NOW)}",
     "slab": "memory://fuzz/queue.json.d/slab",
 }
 PayloadOf = Callable[[Payload], bytes]
@@ -214,7 +213,7 @@ def valid_effects(payload: Callable[[int], Payload]) -> list[fx.Effect]:
     ]  # fmt: skip
 
 
-PART = StoredPart(1 << 62 | 5, "bulk", str(uuid.UUID(int=7, version=4)), [0, -1, 2, 0, 1], None, None, 5)
+PART = StoredPart(1 << 62 | 5, "bulk", str(uuid.UUID(int=7, version=4)), 5, {"priority": [0, -1, 2, 0, 1]})
 
 
 def index_of(effects: list[fx.Effect]) -> QueueIndex:
@@ -229,7 +228,7 @@ def first_layout_checkpoint(written: Written) -> bytes:
     manifest = json.loads(written.manifest)
     blocks = slab_whole.slab_tree(written.content)["blocks"] if written.slab else []
     [block] = blocks or [json.loads(slab_block.encode_block([], {})[0])]
-    header = {"layout": marker_format.LAYOUT, "seq": manifest["seq"], "at": manifest["at"]}
+    header = {"layout": entry_format.LAYOUT, "seq": manifest["seq"], "at": manifest["at"]}
     kept = {name: manifest[name] for name in ("history", "controls") if name in manifest}
     return json.dumps({**header, **block, **kept}).encode()
 
@@ -294,7 +293,7 @@ EDGE_INTS = [
     -62_135_596_801 * S,
 ]
 WORDS = ["", "\ud800", "\udfff", "\x7f", *JobStatus, "add", "claim", "throttle", "j1", "k0", "b1",
-         marker_format.LAYOUT, "0001-01-01T00:00:00+01:00",
+         entry_format.LAYOUT, "0001-01-01T00:00:00+01:00",
          "9999-12-31T23:59:59.999999-01:00", "2026-01-01T00:00:00"]  # fmt: skip
 VALUES = st.one_of(
     st.sampled_from(EDGE_INTS),
@@ -372,7 +371,7 @@ def test_mutated_encodings_meet_the_contract(decoder: str, data: st.DataObject) 
 @given(data=st.binary(max_size=100) | st.sampled_from([b'{"layout":"\xff"}', b'{"layout":"\\ud800"}']))
 def test_any_bytes_are_a_marker_or_not(data: bytes) -> None:
     try:
-        is_log, base = marker_format.decode_marker(data, "memory://fuzz/queue.json")
+        is_log, base = entry_format.decode_marker(data, "memory://fuzz/queue.json")
     except CorruptStateError:  # a marker naming a base outside the queue
         return
     assert isinstance(is_log, bool)
@@ -406,7 +405,7 @@ JOB = {
 
 def checkpoint(rows: int = 1, **columns: Any) -> bytes:
     base = {
-        "layout": marker_format.LAYOUT,
+        "layout": entry_format.LAYOUT,
         "seq": SEQ,
         "at": NOW,
         "entrypoints": ["e"],

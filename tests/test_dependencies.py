@@ -33,8 +33,8 @@ from jqueue import (
     Worker,
     connect,
 )
-from jqueue.adapters.service.error_codes import body_of, code_of, raised
-from jqueue.adapters.service.wire import ErrorBody
+from jqueue.adapters.service.wire.bodies import ErrorBody
+from jqueue.adapters.service.wire.error_codes import body_of, code_of, raised
 from jqueue.domain.schema import PUBLIC_FORM
 from queues import open_queue
 from servers import jqueue_serve

@@ -147,13 +147,13 @@ def test_settles_undone_and_redone_across_freezes_keep_the_child_true() -> None:
     assert type(child.parent_results) is tuple
     assert child.awaiting == tuple(ids[10:])
     index.thaw()
-    index.begin()
+    index.journal.begin()
     for parent in ids[10:20]:
         index.remove(parent, None, at, parent.encode())
-    mark = index.savepoint()
+    mark = index.journal.savepoint()
     for parent in ids[20:25]:
         index.remove(parent, None, at, parent.encode())
-    index.rollback_to(mark)  # the five settles undone: their parents are awaited again
+    index.journal.rollback_to(mark)  # the five settles undone: their parents are awaited again
     record = index.job("child-0")
     assert record is not None
     assert record.awaiting == tuple(ids[20:])
@@ -164,7 +164,7 @@ def test_settles_undone_and_redone_across_freezes_keep_the_child_true() -> None:
     assert index.children_of(ids[15]) == []
     for parent in ids[20:]:
         index.remove(parent, None, at, parent.encode())
-    index.commit()
+    index.journal.commit()
     added = index.records["child-0"].as_added()
     assert (added.status, added.awaiting) == (JobStatus.QUEUED, ())
     assert added.parent_results == tuple(parent.encode() for parent in ids)

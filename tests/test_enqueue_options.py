@@ -19,8 +19,8 @@ import typer
 
 from jqueue import BrokerQueue, InMemoryStorage
 from jqueue.adapters.cli.app import build_app
-from jqueue.adapters.service.wire import NewJob, decode, encode, new_job, spec_of
-from jqueue.core.enqueue_calls import EnqueueCalls
+from jqueue.adapters.service.wire.bodies import NewJob, decode, encode, new_job, spec_of
+from jqueue.core.queue import EnqueueCalls
 from jqueue.domain.models import ParentFailure
 from jqueue.domain.spec import SPEC_FIELDS, EnqueueOptions, JobSpec, SpecField
 from jqueue.sync import SyncQueue

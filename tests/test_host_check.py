@@ -30,7 +30,7 @@ from playwright.async_api import expect
 
 from browser import chromium
 from jqueue import BrokerQueue, JobStatus
-from jqueue.adapters.service.host import root_storage
+from jqueue.adapters.service.wire.root import root_storage
 from jqueue.adapters.web.allowed_hosts import AllowedHosts
 from servers import LOOPBACK, free_port, jqueue_serve
 

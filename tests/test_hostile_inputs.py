@@ -28,8 +28,8 @@ from starlette.routing import Route
 
 from jqueue.adapters.dashboard.actions import RUNS, SPANS, WHOLE_NUMBERS
 from jqueue.adapters.service.app import create_app
-from jqueue.adapters.service.catalog import ENDPOINTS as ENDPOINT_NAMES
 from jqueue.adapters.service.openapi import ENDPOINTS
+from jqueue.adapters.service.server.catalog import ENDPOINTS as ENDPOINT_NAMES
 from servers import jqueue_serve
 
 pytestmark = pytest.mark.slow

@@ -16,9 +16,9 @@ def test_claims_and_heartbeats_leave_no_unbounded_trail() -> None:
     for n in range(40_000):  # 200,000 operations: add, claim, three beats, then an ack
         job_id = f"job-{n}"
         index.apply(Added(job_id, "work", 0, now, JobStatus.QUEUED, None, b""))
-        index.begin()
+        index.journal.begin()
         [claim] = index.claim(None, 1, now, now + 300_000_000, lambda: "lease")
-        index.commit()
+        index.journal.commit()
         assert claim.job_id == job_id
         index.apply_all([Beat(job_id, now + beat) for beat in (1, 2, 3)])
         if n % 100:
@@ -27,12 +27,12 @@ def test_claims_and_heartbeats_leave_no_unbounded_trail() -> None:
     live = len(index.records)
     assert live == 400
     assert index.heap_entries() <= HEAP_SLACK * index.order.live() + HEAP_FLOOR
-    index.begin()
+    index.journal.begin()
     assert {c.job_id for c in index.requeue_expired(now + 10**12)} == set(index.records)
-    index.commit()
-    index.begin()
+    index.journal.commit()
+    index.journal.begin()
     assert len(index.claim(None, 1000, now + 10**12, None)) == live  # the rebuilt heaps still work
-    index.commit()
+    index.journal.commit()
 
 
 def test_a_replayed_log_prunes_too() -> None:
@@ -55,20 +55,20 @@ def test_a_transaction_that_goes_on_as_the_next_prunes_too() -> None:
     """Commits applied ahead (ADR 0017) keep one transaction open from round to round."""
     index = QueueIndex()
     now = 1_000_000
-    index.begin()
+    index.journal.begin()
     for n in range(10_000):
         job_id = f"job-{n}"
         index.apply(Added(job_id, "work", 0, now, JobStatus.QUEUED, None, b""))
-        mark = index.savepoint()  # what follows is the next round, applied ahead
+        mark = index.journal.savepoint()  # what follows is the next round, applied ahead
         [claim] = index.claim(None, 1, now, now + 300_000_000, lambda: "lease")
         assert claim.job_id == job_id
         index.apply_all([Beat(job_id, now + beat) for beat in (1, 2, 3)])
         if n % 100:
             index.apply(Removed(job_id, now + 4))
-        index.commit_through(mark)
-        assert index.in_transaction
+        index.journal.commit_through(mark)
+        assert index.journal.open
         now += 10
-    index.commit()
+    index.journal.commit()
     live = len(index.records)
     assert live == 100
     assert index.heap_entries() <= HEAP_SLACK * index.order.live() + HEAP_FLOOR
@@ -92,9 +92,9 @@ def test_many_tenants_of_one_job_each_are_drained_without_rebuilding_again_and_a
         index.apply(Added(f"job-{n}", "work", 0, n, JobStatus.QUEUED, None, b"", tenant=f"tenant-{n}"))
     drained = 0
     while True:
-        index.begin()
+        index.journal.begin()
         claims = index.claim(None, 10, 10**6, None)
-        index.commit()
+        index.journal.commit()
         if not claims:
             break
         index.apply_all([Removed(claim.job_id, 10**6) for claim in claims])

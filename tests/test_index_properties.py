@@ -177,7 +177,7 @@ class IndexAgainstStates(RuleBasedStateMachine):
     @precondition(lambda self: self.in_transaction is None)
     @rule()
     def begin(self) -> None:
-        self.index.begin()
+        self.index.journal.begin()
         self.in_transaction = self.state
 
     @precondition(lambda self: self.in_transaction is not None)
@@ -185,9 +185,9 @@ class IndexAgainstStates(RuleBasedStateMachine):
     def end(self, keep: bool) -> None:
         assert self.in_transaction is not None
         if keep:
-            self.index.commit()
+            self.index.journal.commit()
         else:
-            self.index.rollback()
+            self.index.journal.rollback()
             self.state = self.in_transaction
         self.in_transaction = None
         self.savepoint = None
@@ -195,14 +195,14 @@ class IndexAgainstStates(RuleBasedStateMachine):
     @precondition(lambda self: self.in_transaction is not None)
     @rule()
     def mark(self) -> None:
-        self.savepoint = (self.index.savepoint(), self.state)
+        self.savepoint = (self.index.journal.savepoint(), self.state)
 
     @precondition(lambda self: self.savepoint is not None)
     @rule()
     def undo_to_mark(self) -> None:
         assert self.savepoint is not None
         mark, self.state = self.savepoint
-        self.index.rollback_to(mark)
+        self.index.journal.rollback_to(mark)
         self.savepoint = None
 
     @precondition(lambda self: self.frozen is None and self.in_transaction is None)  # as a store freezes

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jqueue import DirectQueue, InMemoryStorage, Job, JobSpec, JobStatus
-from jqueue.adapters.service.wire import WIRE_FORM, api_job, job_of
+from jqueue.adapters.service.wire.bodies import WIRE_FORM, api_job, job_of
 from jqueue.adapters.spark.reader import JOB_COLUMNS, JOBS_SCHEMA, job_row
 from jqueue.core.formats import entry as entry_format
 from jqueue.core.formats import single as single_format

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import Backend
 from jqueue import CommitUnknownError, DirectQueue, JobSpec, KeyedStoragePort, LogSettings
-from jqueue.core.formats.marker import CHECKPOINT_PREFIX, ENTRY_PREFIX, entry_name
+from jqueue.core.formats.entry import CHECKPOINT_PREFIX, ENTRY_PREFIX, entry_name
 from jqueue.testing import CallKind, Faults, InstrumentedKeyedStorage, InstrumentedStorage, instrumented
 from queues import entry_creates
 

@@ -16,6 +16,10 @@ SRC = Path(jqueue.__file__).resolve().parent
 CORE_PACKAGES = ("formats", "loop", "log", "runtime", "heartbeat")
 """The subpackages of ``core`` that are units of their own (the rest of ``core`` is one), and
 ``core/heartbeat.py``, the documented path of the runtime's ``HeartbeatManager``."""
+SERVICE_PACKAGES = ("wire", "server", "queued", "client")
+"""The subpackages of ``adapters/service`` that are units of their own: what both sides read
+(``wire``), the server, the queued-compatible API and the client. The package's own modules
+(``app``, ``openapi``) are the unit ``adapters.service``, which puts the server together."""
 ENGINE = {"core", "core.loop", "core.log", "core.formats"}
 """The commit engine: the queue (``core``), the commit loop, the log layout, the wire formats."""
 ARROWS: dict[str, set[str]] = {
@@ -35,15 +39,26 @@ ARROWS: dict[str, set[str]] = {
     "adapters.charts": {"domain"},
     "adapters.storage": {"domain", "ports", "adapters.optional"},
     "adapters.dashboard": {"domain", "ports", "core", "adapters.charts", "adapters.web"},
+    "adapters.service.wire": {"domain", "ports", "core.formats", "adapters.storage", "adapters.web"},
+    "adapters.service.client": {
+        "domain", "ports", "core", "core.loop", "adapters.optional", "adapters.web", "adapters.service.wire",
+    },
+    "adapters.service.server": {
+        "domain", "ports", "core", "core.loop", "version",
+        "adapters.storage", "adapters.web", "adapters.dashboard", "adapters.service.wire",
+    },
+    "adapters.service.queued": {
+        "domain", "core", "adapters.web", "adapters.service.wire", "adapters.service.server",
+    },
     "adapters.service": {
-        "domain", "ports", *ENGINE, "version",
-        "adapters.optional", "adapters.storage", "adapters.web", "adapters.dashboard",
+        "core.loop", "version", "adapters.web", "adapters.dashboard",
+        "adapters.service.wire", "adapters.service.server", "adapters.service.queued",
     },
     "adapters.worker_metrics": {"domain", "core.runtime", "adapters.optional"},
-    "sync": {"domain", "ports", "core", "adapters.storage", "adapters.service"},
+    "sync": {"domain", "ports", "core", "adapters.storage", "adapters.service.client"},
     "adapters.spark": {
         "domain", "ports", *ENGINE, "core.runtime", "sync",
-        "adapters.optional", "adapters.storage", "adapters.service",
+        "adapters.optional", "adapters.storage", "adapters.service.client",
     },
     "adapters.report": {"domain", "core", "adapters.charts", "adapters.storage", "adapters.spark"},
     "testing": {"domain", "ports", *ENGINE},
@@ -51,18 +66,21 @@ ARROWS: dict[str, set[str]] = {
     "adapters.cli": {
         "domain", "ports", "core", "core.runtime", "version", "bench",
         "adapters.optional", "adapters.storage", "adapters.web", "adapters.dashboard",
-        "adapters.service", "adapters.report", "adapters.worker_metrics", "adapters.event_loop",
+        "adapters.service", "adapters.service.wire", "adapters.service.server", "adapters.service.client",
+        "adapters.report", "adapters.worker_metrics", "adapters.event_loop",
     },
     "jqueue": {
         "domain", "ports", *ENGINE, "core.runtime", "version",
-        "adapters.storage", "adapters.service", "adapters.worker_metrics",
+        "adapters.storage", "adapters.service.client", "adapters.worker_metrics",
     },
     "spark": {"adapters.spark"},
     "__main__": {"adapters.cli"},
 }  # fmt: skip
 """Every unit of the package (a top-level package or module; ``core`` is the commit engine with
 its ``formats`` and ``log``, ``core.runtime`` the worker runtime; each adapter package or
-module) and the units it may import: the one statement of the layering, which has no cycle."""
+module, and each part of the service: ``wire`` is read by the client and the server, which
+never import each other) and the units it may import: the one statement of the layering,
+which has no cycle."""
 
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:
@@ -87,7 +105,8 @@ def unit_of(module: str) -> str | None:
     if len(parts) == 1:
         return "jqueue"
     if parts[1] == "adapters":
-        return ".".join(parts[1:3])
+        service_part = parts[2:3] == ["service"] and parts[3:4] and parts[3] in SERVICE_PACKAGES
+        return ".".join(parts[1:4] if service_part else parts[1:3])
     if parts[1] == "core":
         return f"core.{parts[2]}" if parts[2:3] and parts[2] in CORE_PACKAGES else "core"
     return parts[1]
@@ -142,3 +161,16 @@ def test_the_rule_sees_a_wrong_import(tmp_path: Path) -> None:
     [(_, name)] = imported_modules(module)
     assert unit_of(name) == "adapters.storage"
     assert "adapters.storage" not in ARROWS["core"]
+
+
+def test_the_client_and_the_server_of_the_service_never_import_each_other() -> None:
+    client, server = "adapters.service.client", "adapters.service.server"
+    assert unit_of("jqueue.adapters.service.client.x") == client
+    assert unit_of("jqueue.adapters.service.server.x") == server
+    assert unit_of("jqueue.adapters.service.app") == unit_of("jqueue.adapters.service") == "adapters.service"
+    assert server not in ARROWS[client]
+    assert client not in ARROWS[server]
+    assert "adapters.service.wire" in ARROWS[client] & ARROWS[server]
+    assert (
+        not {"adapters.service", client, server, "adapters.service.queued"} & ARROWS["adapters.service.wire"]
+    )

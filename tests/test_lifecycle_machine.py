@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from fairness import Turns
-from jqueue.core.adding import adding
 from jqueue.core.formats.checkpoint import HistoryEncoder, decode_manifest
 from jqueue.core.formats.entry import decode_entry, encode_entry
 from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.log.slab_load import loaded
 from jqueue.core.log.slab_plan import plan
 from jqueue.core.log.slabs import SlabSet
+from jqueue.core.queue import adding
 from jqueue.domain.effects import Added, Cancelled, Died, LimitSet, ParentSettled, PauseSet, ThrottleSet
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
 from jqueue.domain.index import QueueIndex
@@ -175,14 +175,14 @@ class Lifecycle(RuleBasedStateMachine):
 
     def commit(self, decide: Callable[[QueueIndex], object]) -> object:
         """Run one decision in a transaction, keep it, and replay it on the replica via the wire."""
-        self.index.begin()
+        self.index.journal.begin()
         try:
             answer = decide(self.index)
         except Exception:
-            self.index.rollback()
+            self.index.journal.rollback()
             raise
-        effects = list(self.index.pending_effects)
-        self.index.commit()
+        effects = list(self.index.journal.effects)
+        self.index.journal.commit()
         if effects:
             self.index.version += 1
             entry = decode_entry(
@@ -548,7 +548,7 @@ class Lifecycle(RuleBasedStateMachine):
     @rule(data=st.data())
     def a_lost_transaction_changes_nothing(self, data: st.DataObject) -> None:
         before = view(self.index), list(self.index.history), self.index.controls.to_dict()
-        self.index.begin()
+        self.index.journal.begin()
         now = self.clock + data.draw(st.integers(0, 30)) * SECOND
         self.index.requeue_expired(now, 1)
         self.index.claim(None, data.draw(st.integers(1, 4)), now, now + SECOND, lambda: "lost")
@@ -563,7 +563,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.index.apply(ThrottleSet(None, 1, WINDOW))
         retried = str(uuid.uuid4())  # a commit that lost its race is applied again, same job
         self.index.apply(Added(retried, "a", 0, now, JobStatus.QUEUED, None, b"p"))
-        self.index.rollback()
+        self.index.journal.rollback()
         assert (view(self.index), list(self.index.history), self.index.controls.to_dict()) == before
         rival = str(uuid.uuid4())  # committed first by another writer, with the same priority and time
         for job_id in (rival, retried):

@@ -23,7 +23,7 @@ from jqueue import (
     LocalFileSystemStorage,
     LogSettings,
 )
-from jqueue.core.formats.marker import CHECKPOINT_PREFIX, ENTRY_PREFIX, GENESIS, entry_name
+from jqueue.core.formats.entry import CHECKPOINT_PREFIX, ENTRY_PREFIX, GENESIS, entry_name
 from jqueue.testing import Faults, instrumented
 
 

@@ -21,14 +21,14 @@ from jqueue import (
     LocalFileSystemStorage,
     LogSettings,
 )
-from jqueue.core.formats.marker import (
+from jqueue.core.formats.entry import (
     CHECKPOINT_PREFIX,
     ENTRY_PREFIX,
     checkpoint_name,
     decode_marker,
     entry_name,
 )
-from jqueue.core.loop.settings import CHECKPOINT_INTERVAL_CAP, ENTRIES_PER_CHECKPOINT
+from jqueue.core.log.store import CHECKPOINT_INTERVAL_CAP, ENTRIES_PER_CHECKPOINT
 from jqueue.testing import instrumented
 from queues import log_entries
 

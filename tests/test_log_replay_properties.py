@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from jqueue import InMemoryStorage, Job, LogSettings, QueueState
-from jqueue.core.layout import StoreOpener
+from jqueue.core.commits import StoreOpener
 from jqueue.core.log.store import LogStore
 from jqueue.core.loop.retry import RetryPolicy
 from jqueue.domain.effects import Added

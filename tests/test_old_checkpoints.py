@@ -19,7 +19,7 @@ import pytest
 from conftest import Backend
 from jqueue import DirectQueue, JobStatus, KeyedStoragePort, LocalFileSystemStorage
 from jqueue.core.formats.checkpoint import MANIFEST_LAYOUT
-from jqueue.core.formats.marker import CHECKPOINT_PREFIX
+from jqueue.core.formats.entry import CHECKPOINT_PREFIX
 from jqueue.core.formats.slab import MAGIC
 
 FIXTURES = Path(__file__).parent / "fixtures"

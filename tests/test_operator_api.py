@@ -14,9 +14,9 @@ import msgspec
 import pytest
 
 from jqueue import DirectQueue, JobNotFoundError, LocalFileSystemStorage, ServiceError, connect
-from jqueue.adapters.service.client import RemoteQueue
-from jqueue.adapters.service.operator_wire import OPERATOR_CALLS, JobsRequest, request_of
-from jqueue.adapters.service.remote_operator import _binder
+from jqueue.adapters.service.client.remote_operator import _binder
+from jqueue.adapters.service.client.remote_queue import RemoteQueue
+from jqueue.adapters.service.wire.operator_calls import OPERATOR_CALLS, JobsRequest, request_of
 from jqueue.core.queue import JobQueue
 from jqueue.domain.models import JobStatus
 from servers import jqueue_serve

@@ -13,8 +13,7 @@ import pytest
 
 from conftest import Backend, Clock
 from jqueue import DirectQueue, JobSpec, JobStatus, LogSettings, QueuePausedError, QueuePolicy
-from jqueue.core.formats.entry import decode_entry
-from jqueue.core.formats.marker import ENTRY_PREFIX
+from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry
 from jqueue.core.formats.part_runs import ID_HEAD, PART_ROWS, AddPart
 from jqueue.core.log.parts import PART_PREFIX, PartRow, StoredPart, part_name, write_part
 from jqueue.domain.times import to_micros, utc_now

@@ -22,12 +22,12 @@ from jqueue import (
     LogSettings,
     StorageError,
 )
-from jqueue.core.formats.entry import decode_entry
-from jqueue.core.formats.marker import (
+from jqueue.core.formats.entry import (
     CHECKPOINT_PREFIX,
     ENTRY_PREFIX,
     checkpoint_key,
     checkpoint_name,
+    decode_entry,
     entry_name,
 )
 from jqueue.core.log.store import LogStore
@@ -74,23 +74,23 @@ async def replayed(storage: InstrumentedKeyedStorage, version: int) -> QueueInde
 
 def test_a_transaction_keeps_the_first_commit_and_leaves_the_next_one_open() -> None:
     index = QueueIndex()
-    index.begin()
-    first = index.transaction
+    index.journal.begin()
+    first = index.journal.transaction
     index.apply(PauseSet("a", True, False))
-    mark = index.savepoint()
+    mark = index.journal.savepoint()
     index.apply(PauseSet("b", True, False))
-    index.commit_through(mark)
-    assert index.in_transaction
-    assert index.transaction == first
-    assert index.pending_effects == [PauseSet("b", True, False)]
-    index.rollback()
-    assert not index.in_transaction
+    index.journal.commit_through(mark)
+    assert index.journal.open
+    assert index.journal.transaction == first
+    assert index.journal.effects == [PauseSet("b", True, False)]
+    index.journal.rollback()
+    assert not index.journal.open
     assert index.controls.claims_paused("a")
     assert not index.controls.claims_paused("b")
-    index.begin()
-    assert index.transaction == first + 1
-    index.commit_through(index.savepoint())  # nothing follows the mark: the transaction ends
-    assert not index.in_transaction
+    index.journal.begin()
+    assert index.journal.transaction == first + 1
+    index.journal.commit_through(index.journal.savepoint())  # nothing follows the mark: the transaction ends
+    assert not index.journal.open
 
 
 class OneAtATime(InstrumentedKeyedStorage):

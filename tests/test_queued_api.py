@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from jqueue import connect
-from jqueue.adapters.service.queued_parts import BINARY_ENTRYPOINT, QUEUED_ENTRYPOINT
+from jqueue.adapters.service.queued.parts import BINARY_ENTRYPOINT, QUEUED_ENTRYPOINT
 from servers import jqueue_serve
 
 pytestmark = pytest.mark.slow
@@ -326,7 +326,7 @@ def test_the_openapi_document_describes_every_route(tmp_path: Path) -> None:
 
 async def test_a_poll_tag_is_the_adapters_mapping_of_the_queues_wide_lease() -> None:
     from jqueue import BrokerQueue, InMemoryStorage
-    from jqueue.adapters.service.queued_parts import held, poll_tag
+    from jqueue.adapters.service.queued.parts import held, poll_tag
     from jqueue.core.queue import LEASE_BITS
     from jqueue.domain.errors import LeaseLostError
     from jqueue.domain.spec import JobSpec

@@ -96,7 +96,7 @@ async def test_a_client_acks_and_claims_in_one_request_or_as_two_calls_where_the
 ) -> None:
     url, root = served
     if route == "missing":  # as a service older than the route answers it: 404 not_found
-        monkeypatch.setattr("jqueue.adapters.service.client.ACK_AND_DEQUEUE", "no-such-route")
+        monkeypatch.setattr("jqueue.adapters.service.client.remote_queue.ACK_AND_DEQUEUE", "no-such-route")
     async with connect(url, "pairs") as queue:
         await queue.enqueue_many("work", [b"a", b"b", b"c"])
         a, b = await queue.dequeue("work", batch_size=2)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from jqueue import CorruptStateError, DirectQueue, InMemoryStorage, JobStatus, LogSettings
 from jqueue.core.formats.checkpoint import Manifest, decode_manifest
-from jqueue.core.formats.marker import CHECKPOINT_PREFIX
+from jqueue.core.formats.entry import CHECKPOINT_PREFIX
 from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.formats.slab import SLAB_PREFIX, id_hash, open_slab, row_key, slab_name
 from jqueue.core.formats.slab_block import BLOCK_ROWS

@@ -15,8 +15,8 @@ import msgspec
 import pytest
 
 from jqueue import ServiceError
-from jqueue.adapters.service import caller as caller_module
-from jqueue.adapters.service.caller import ServiceCaller
+from jqueue.adapters.service.client import caller as caller_module
+from jqueue.adapters.service.client.caller import ServiceCaller
 
 HERE, OTHER = "http://127.0.0.1:1", "http://127.0.0.1:2"
 PERIOD = 0.02

@@ -12,11 +12,12 @@ import pyarrow
 import pytest
 from pyspark import TaskContext
 from pyspark.sql import SparkSession, functions
-from pyspark.sql.types import ArrayType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, DoubleType, StringType, StructField, StructType
 
 from conftest import BUCKET
 from jqueue import DirectQueue, Job, JobSpec, JobStatus, storage_from_url
 from jqueue.adapters.spark.writer import PartWriting
+from jqueue.domain.spec import LONGEST_SPAN
 from jqueue.spark import run_workers
 from servers import S3Endpoint
 
@@ -330,6 +331,24 @@ def test_a_row_with_a_tenant_that_cannot_be_one_fails_its_task_naming_the_field(
             writing._rows(batch, 0)
     with pytest.raises(ValueError, match="no column 'client'"):
         PartWriting({**options, "tenantColumn": "client"}, schema)
+
+
+def test_a_delay_column_is_checked_as_enqueue_checks_a_delay(tmp_path: Path) -> None:
+    schema = StructType([StructField("payload", StringType()), StructField("wait", DoubleType())])
+    options = {"path": (tmp_path / "q.json").as_uri(), "entrypoint": "e", "delayColumn": "wait"}
+    writing = PartWriting(options, schema)
+    longest = LONGEST_SPAN.total_seconds()
+    good = pyarrow.RecordBatch.from_pydict({"payload": ["a", "b", "c"], "wait": [1.5, None, longest]})
+    assert [row.not_before for row in writing._rows(good, 10)] == [1_500_010, None, 10 + round(longest * 1e6)]
+    for bad, message in (
+        (-1.0, "delay must not be negative, got -1 s"),
+        (longest + 1, "delay must be at most 365000 days"),
+        (float("nan"), "delay must be a number of seconds, got nan"),
+        (float("inf"), "delay must be a number of seconds, got inf"),
+    ):
+        batch = pyarrow.RecordBatch.from_pydict({"payload": ["a"], "wait": [bad]})
+        with pytest.raises(ValueError, match=message):
+            writing._rows(batch, 0)
 
 
 def test_a_write_with_dependency_columns_makes_children_wait_whatever_the_partitions(

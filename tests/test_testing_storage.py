@@ -23,7 +23,7 @@ from jqueue import (
     ObjectStoragePort,
     StorageError,
 )
-from jqueue.core.formats.marker import ENTRY_PREFIX, checkpoint_name, decode_marker, entry_name
+from jqueue.core.formats.entry import ENTRY_PREFIX, checkpoint_name, decode_marker, entry_name
 from jqueue.testing import (
     READ_KINDS,
     WRITE_KINDS,

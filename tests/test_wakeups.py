@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from jqueue import BrokerQueue, DirectQueue, Job, LocalFileSystemStorage, Worker
-from jqueue.core.changes import ChangeFeed
+from jqueue.core.queue import ChangeFeed
 from jqueue.testing import instrumented
 
 SLOW_POLL = timedelta(seconds=20)

@@ -27,7 +27,7 @@ from jqueue import (
     connect,
     group,
 )
-from jqueue.adapters.service.host import root_storage
+from jqueue.adapters.service.wire.root import root_storage
 from queues import log_entries, open_queue
 from servers import jqueue_serve
 

@@ -61,7 +61,7 @@ from typing import Any
 
 from jqueue import DirectQueue, LogSettings
 from jqueue.adapters.storage.url import storage_at
-from jqueue.core.formats.marker import CHECKPOINT_PREFIX
+from jqueue.core.formats.entry import CHECKPOINT_PREFIX
 from jqueue.core.formats.part_runs import PART_ROWS
 from jqueue.core.log.parts import PartRow, write_part
 from jqueue.domain.figures import percentiles

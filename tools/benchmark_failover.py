@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 
 from jqueue import DirectQueue
-from jqueue.adapters.service.host import root_storage
+from jqueue.adapters.service.wire.root import root_storage
 from jqueue.testing import free_port
 
 LOAD_BATCH = 10_000

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from jqueue import DirectQueue, JobStatus, RemoteQueue, Task, Worker, current_job, group
-from jqueue.adapters.service.host import root_storage
+from jqueue.adapters.service.wire.root import root_storage
 from soak_failover import Brokers, root_in
 
 LEASE = timedelta(seconds=8)

@@ -29,7 +29,6 @@ from typing import Any, NamedTuple
 import jqueue
 from jqueue.core.formats import checkpoint as checkpoint_format
 from jqueue.core.formats import entry as entry_format
-from jqueue.core.formats import marker as marker_format
 from jqueue.core.formats import payload_refs, slab_block, slab_whole
 from jqueue.core.formats import single as single_format
 from jqueue.core.formats import slab as slab_format
@@ -58,7 +57,7 @@ INTS = [0, -1, 1, 2**24 - 1, 2**24, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 2**70, -
         -(2**70), 10**30, 10**400, 253_402_300_800 * S, -62_135_596_800 * S - 1]  # fmt: skip
 FLOATS = [0.5, -0.0, 1.0, 1e20, 1e308, float("inf"), float("nan")]
 STRINGS = ["", "\ud800", "\udfff", *SENTINELS, *JobStatus, "bogus", "add", "claim", "requeue", "remove",
-           "beat", "die", "publish", "discard", "forget", "pause", "throttle", marker_format.LAYOUT,
+           "beat", "die", "publish", "discard", "forget", "pause", "throttle", entry_format.LAYOUT,
            "jqueue-log/2", "job-1", "job-2", "email", "k0", "b1", "0001-01-01T00:00:00+01:00",
            "9999-12-31T23:59:59.999999-01:00", "2026-01-01T00:00:00", "AAAA", "\x00", "é"]  # fmt: skip
 
@@ -158,7 +157,7 @@ def first_layout_checkpoint(index: QueueIndex) -> bytes:
     blocks = slab_whole.slab_tree(plan.content)["blocks"] if plan.slab else []
     [block] = blocks or [json.loads(slab_block.encode_block([], {})[0])]
     kept = {name: manifest[name] for name in ("history", "controls") if name in manifest}
-    header = {"layout": marker_format.LAYOUT, "seq": manifest["seq"], "at": manifest["at"]}
+    header = {"layout": entry_format.LAYOUT, "seq": manifest["seq"], "at": manifest["at"]}
     return json.dumps({**header, **block, **kept}).encode()
 
 
@@ -204,7 +203,7 @@ def seeds(decoder: str) -> list[bytes]:
             return [plan.content for _, plan in plans if plan.slab is not None] + first_slabs
         first_layout = [first_layout_checkpoint(index_of(effects[:cut], SEQ)) for cut in cuts]
         return [manifest for manifest, _ in plans] + first_layout
-    return [marker_format.encode_marker(), marker_format.encode_marker("base/00000000000000000001")]
+    return [entry_format.encode_marker(), entry_format.encode_marker("base/00000000000000000001")]
 
 
 class Probe:
@@ -291,13 +290,13 @@ class Probe:
         self.exercise(loaded(manifest, [data], [location], location)[0], lambda _: b"")
 
     def marker(self, data: bytes, location: str) -> None:
-        marker_format.decode_marker(data, location)
+        entry_format.decode_marker(data, location)
 
 
 LOCATIONS = {
     "state": "memory://fuzz/queue.json",
-    "entry": f"memory://fuzz/{marker_format.entry_name(SEQ)}",
-    "checkpoint": f"memory://fuzz/{marker_format.checkpoint_name(SEQ, NOW)}",
+    "entry": f"memory://fuzz/{entry_format.entry_name(SEQ)}",
+    "checkpoint": f"memory://fuzz/{entry_format.checkpoint_name(SEQ, NOW)}",
     "slab": f"memory://fuzz/{slab_format.slab_name(SEQ, NOW, '0')}",
     "marker": "memory://fuzz/queue",
 }

@@ -41,7 +41,7 @@ from typing import Any, TextIO, TypeVar
 
 from chaos_check import Ack, Call, Histories, ack_line, call_line, check, read_client
 from jqueue import DirectQueue, Job, JobStatus, JQueueError, QueuePolicy, RemoteQueue, Worker
-from jqueue.adapters.service.host import root_storage
+from jqueue.adapters.service.wire.root import root_storage
 from served import free_port
 
 T = TypeVar("T")

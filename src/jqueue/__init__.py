@@ -16,10 +16,10 @@ from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.memory import InMemoryStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
+from jqueue.core.commits import Layout
 from jqueue.core.direct import DirectQueue
 from jqueue.core.group_commit import GroupCommitLoop
-from jqueue.core.layout import Layout
-from jqueue.core.loop.settings import LogSettings
+from jqueue.core.log.store import LogSettings
 from jqueue.core.runtime.context import JobContext, current_job
 from jqueue.core.runtime.heartbeat import HeartbeatManager
 from jqueue.core.runtime.outcomes import JobResult, Outcome, WorkerStats
@@ -55,8 +55,8 @@ from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 from jqueue.version import __version__
 
 if _typing.TYPE_CHECKING:
-    from jqueue.adapters.service.client import RemoteQueue as RemoteQueue
-    from jqueue.adapters.service.connection import connect as connect
+    from jqueue.adapters.service.client.connection import connect as connect
+    from jqueue.adapters.service.client.remote_queue import RemoteQueue as RemoteQueue
     from jqueue.adapters.storage.gcs import GCSStorage as GCSStorage
     from jqueue.adapters.storage.s3 import S3Storage as S3Storage
     from jqueue.adapters.worker_metrics import WorkerMetrics as WorkerMetrics
@@ -65,8 +65,8 @@ if _typing.TYPE_CHECKING:
 _LAZY = {
     "S3Storage": "jqueue.adapters.storage.s3",
     "GCSStorage": "jqueue.adapters.storage.gcs",
-    "RemoteQueue": "jqueue.adapters.service.client",
-    "connect": "jqueue.adapters.service.connection",
+    "RemoteQueue": "jqueue.adapters.service.client.remote_queue",
+    "connect": "jqueue.adapters.service.client.connection",
     "WorkerMetrics": "jqueue.adapters.worker_metrics",
 }
 

@@ -25,8 +25,8 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar, Unpack
 
-from jqueue.adapters.service.client import RemoteQueue
-from jqueue.adapters.service.connection import connect as async_connect
+from jqueue.adapters.service.client.connection import connect as async_connect
+from jqueue.adapters.service.client.remote_queue import RemoteQueue
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import QueueClosedError

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from jqueue.core.broker import BrokerQueue
+from jqueue.core.commits import Layout
 from jqueue.core.direct import DirectQueue
-from jqueue.core.layout import Layout
 from jqueue.core.queue import JobQueue
 from jqueue.domain.models import Job
 from jqueue.ports.storage import ObjectStoragePort

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jqueue.core.layout import Layout
+from jqueue.core.commits import Layout
 
 BACKENDS = ("memory", "file", "s3")
 QUEUES = ("direct", "broker")

@@ -13,16 +13,14 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from jqueue.core.adding import adding
-from jqueue.core.commits import Commits
+from jqueue.core.commits import Commits, StoreOpener
 from jqueue.core.formats.collections_paused import collections_paused
 from jqueue.core.formats.payload_refs import payload_place
-from jqueue.core.layout import StoreOpener
 from jqueue.core.log.parts import StoredPart, part_name, part_written_at
 from jqueue.core.log.store import LogStore
 from jqueue.core.numbered import IdSource, numbering
 from jqueue.domain.dependencies import parents_first
-from jqueue.domain.effects import Added, SinkMarked
+from jqueue.domain.effects import SinkMarked
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import Job
 from jqueue.domain.policy import QueuePolicy
@@ -119,18 +117,16 @@ class BulkWrites:
         with collections_paused():
             now = to_micros(utc_now())
             new = parents_first([job for part in parts for job in part.jobs(now)])
-            accepted: list[Added] = []
-            add = adding(
-                new, self.policy.history_retention, limit=self._queue.max_payload_bytes, accepted=accepted
-            )
+            retention, limit = self.policy.history_retention, self._queue.max_payload_bytes
 
             def operation(index: QueueIndex) -> int | None:
                 if mark is not None:
                     if index.controls.is_replay(*mark):
                         return None
                     index.apply(SinkMarked(*mark))
-                add(index)
-                return len(accepted)
+                clock = utc_now()
+                _, added = index.add(new, to_micros(clock), to_micros(clock - retention), limit=limit)
+                return len(added)
 
             return await self._commits.run(operation)
 

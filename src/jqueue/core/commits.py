@@ -5,7 +5,8 @@ An operation is a function of the index that applies its effects and returns the
 answer. Every commit first returns expired leases to the queue and, when it writes, drops
 history past its retention (``Housekeeping``). ``DirectCommits`` commits each operation on
 its own; ``GroupedCommits`` runs one writer task that folds every operation submitted while
-a commit is in flight into the next one.
+a commit is in flight into the next one. Both run on the store that ``StoreOpener`` opens on
+first use, in the layout it finds or is asked for (``Layout``), migrating to the log when asked.
 """
 
 from __future__ import annotations
@@ -15,14 +16,26 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
-from jqueue.core.layout import StoreOpener
-from jqueue.core.loop.store import CommitStore, StorageUse, located
-from jqueue.domain.errors import JQueueError, QueueClosedError
+from jqueue.core.formats.entry import decode_marker
+from jqueue.core.formats.single import decode_index
+from jqueue.core.log.migration import migrate
+from jqueue.core.log.store import LogSettings, LogStore
+from jqueue.core.loop.retry import RetryPolicy
+from jqueue.core.loop.store import (
+    CommitStore,
+    SingleObjectStore,
+    StorageUse,
+    check_not_empty,
+    describe,
+    located,
+)
+from jqueue.domain.errors import CASConflictError, CorruptStateError, JQueueError, QueueClosedError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.times import to_micros, utc_now
+from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 T = TypeVar("T")
 
@@ -35,6 +48,81 @@ HTTP, through ``jqueue serve``) are back by then, and ride in it instead of the 
 Operation = Callable[[QueueIndex], T]
 _NOT_SENT = "the queue stopped before this call was committed"
 logger = logging.getLogger("jqueue")
+
+
+Layout = Literal["auto", "log", "single"]
+LAYOUTS: tuple[Layout, ...] = ("auto", "log", "single")
+
+
+class StoreOpener:
+    """Opens a queue's store on first use, choosing (and if asked, migrating) its layout.
+
+    Parameters
+    ----------
+    storage : ObjectStoragePort
+        The backend.
+    retry : RetryPolicy
+        Commit retries, for the store.
+    layout : {"auto", "log", "single"}
+        Which layout to use; see the module documentation.
+    settings : LogSettings
+        Settings of the log layout.
+    """
+
+    def __init__(self, storage: ObjectStoragePort, retry: RetryPolicy, layout: Layout, settings: LogSettings):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        self.storage = storage
+        self.retry = retry
+        self.layout = layout
+        self.settings = settings
+        self._store: CommitStore | None = None
+        self._opening = asyncio.Lock()
+        self.on_commit: Callable[[], None] | None = None
+        """Given to the store, which calls it after each commit that landed."""
+
+    async def store(self) -> CommitStore:
+        """Return the store, opening it on the first call."""
+        if self._store is None:
+            async with self._opening:
+                if self._store is None:
+                    store = await self._open()
+                    if self.on_commit is not None:
+                        store.on_commit = self.on_commit
+                    self._store = store
+        return self._store
+
+    async def close(self) -> None:
+        """Let the store finish its background work."""
+        if self._store is not None:
+            await self._store.close()
+
+    async def _open(self) -> CommitStore:
+        storage, location = self.storage, describe(self.storage)
+        if not isinstance(storage, KeyedStoragePort):
+            if self.layout == "log":
+                raise TypeError(f"{location}: the log layout needs get, create, list_names and delete")
+            return SingleObjectStore(storage, self.retry)
+        for attempt in range(self.retry.max_retries + 1):
+            content, etag = await storage.read()
+            if etag is None:  # no queue yet: its first commit creates it, reads create nothing
+                if self.layout == "single":
+                    return SingleObjectStore(storage, self.retry)
+                return LogStore(storage, self.retry, self.settings, created=False)
+            check_not_empty(content, etag, location)
+            is_log, base = decode_marker(content, location)
+            if is_log:
+                if self.layout == "single":
+                    raise CorruptStateError(location, "this queue uses the log layout, not 'single'")
+                return LogStore(storage, self.retry, self.settings, base)
+            state = decode_index(content, location)
+            if self.layout != "log":
+                return SingleObjectStore(storage, self.retry)
+            migrated_base = await migrate(storage, state, etag)
+            if migrated_base is not None:
+                return LogStore(storage, self.retry, self.settings, migrated_base)
+            await self.retry.wait(attempt + 1)  # another writer changed the queue meanwhile
+        raise CASConflictError(f"{location}: the migration to the log layout lost every race")
 
 
 class Housekeeping:
@@ -52,7 +140,7 @@ class Housekeeping:
 
     def after(self, index: QueueIndex) -> None:
         """Drop the history past its retention, in a commit that writes anyway."""
-        if index.pending_effects:
+        if index.journal.effects:
             now = utc_now()
             index.forget(to_micros(now - self.policy.history_retention), self.policy.history_limit)
 
@@ -164,11 +252,11 @@ class _Round:
     def apply_ahead(self, index: QueueIndex) -> None:
         """Apply the waiting calls on top of the commit in flight; should that fail (the
         housekeeping, on a damaged state), undo them and leave the round to run as usual."""
-        mark = index.savepoint()
+        mark = index.journal.savepoint()
         try:
             self._apply_waiting(index)
         except Exception:
-            index.rollback_to(mark)
+            index.journal.rollback_to(mark)
             self._applied_in, self._failed = None, True
 
     def run(self, index: QueueIndex) -> list[RoundAnswer]:
@@ -182,10 +270,10 @@ class _Round:
         if self.grows:
             calls, self.commits._pending = self.commits._pending, []
         self.batch += calls  # first: whatever fails next, these calls are answered with the round
-        if self._applied_in != (index, index.transaction):  # first, or undone since
+        if self._applied_in != (index, index.journal.transaction):  # first, or undone since
             self._applied_in, self.outcomes = None, []
             self._swept = self.commits.housekeeping.before(index)
-            self._applied_in, calls = (index, index.transaction), self.batch
+            self._applied_in, calls = (index, index.journal.transaction), self.batch
         elif any(pending.operation is None for pending in calls):  # a sweep sees the leases of now
             self._swept += self.commits.housekeeping.before(index)
         for pending in calls:
@@ -194,11 +282,11 @@ class _Round:
     def _outcome(self, pending: _Pending, index: QueueIndex) -> RoundAnswer:
         if pending.operation is None:
             return True, self._swept
-        savepoint = index.savepoint()
+        savepoint = index.journal.savepoint()
         try:
             return True, pending.operation(index)
         except Exception as exc:
-            index.rollback_to(savepoint)  # a failed call leaves nothing behind
+            index.journal.rollback_to(savepoint)  # a failed call leaves nothing behind
             return False, located(exc, self.location)
 
 

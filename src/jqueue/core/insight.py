@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from jqueue.core.loop.commit_stats import CommitStats
+from jqueue.core.loop.store import CommitStats
 from jqueue.domain.figures import Throughput, Timings
 from jqueue.domain.insight import DeadGroup, dead_groups, throughput, timings
 from jqueue.domain.times import to_micros, utc_now

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from jqueue.core.adding import adding
 from jqueue.core.commits import Operation
 from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
+from jqueue.domain.times import to_micros, utc_now
 
 IdSource = Callable[[], int]
 """Returns a new candidate id at each call, never one it returned before."""
@@ -75,7 +75,8 @@ def numbering(
             candidate = _free_id(index, taken, ids, tries)
             taken.add(candidate)
             numbered.append(replace(job, id=candidate))
-        found = adding(numbered, retention, limit=limit)(index)
+        clock = utc_now()
+        found, _ = index.add(numbered, to_micros(clock), to_micros(clock - retention), limit=limit)
         # its id is free, so a job answered under another id was matched by its dedup key
         if any(answer.job_id != job.id for job, answer in zip(numbered, found, strict=True)):
             raise RuntimeError("a job under a free id was not added (its dedup key is held)")

@@ -4,43 +4,62 @@ Each call checks its arguments, then becomes an ``Operation``: a function that d
 the call's effects on the queue index (applying them) and returns the caller's answer.
 The queue's ``Commits`` (``jqueue.core.commits``) decide how operations reach the store:
 one commit per call (``DirectQueue``), or many folded into one (``GroupCommitLoop``,
-``BrokerQueue``). The calls that look at and steer a queue are in ``ManagementCalls``, those
-that settle claimed jobs in ``SettleCalls``.
+``BrokerQueue``). The class holds every call of the API in this one module, in its groups:
+the lifecycle, adding and claiming jobs, settling claimed ones (``ack``, ``nack``,
+``release``, ``heartbeat``), looking at and steering the queue, and workflows. The operations
+that are more than a closure are beside it (``adding``, ``claiming``, ``acking``: each hands a
+``QueueIndex`` decision to the commit), as are ``EnqueueCalls`` (the ``enqueue`` calls that
+``RemoteQueue`` shares) and ``ChangeFeed`` (what wakes a queue's idle callers).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import logging
 import os
-from collections.abc import Callable, Collection, Iterable, Sequence
-from datetime import timedelta
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Self, TypedDict, TypeVar
+from typing import Self, TypedDict, TypeVar, Unpack, overload
 
-from jqueue.core.adding import Found, adding
+from jqueue.core import telemetry
 from jqueue.core.bulk import BulkWrites
-from jqueue.core.changes import ChangeFeed
-from jqueue.core.commits import Commits, Housekeeping
-from jqueue.core.enqueue_calls import EnqueueCalls
+from jqueue.core.commits import Commits, Housekeeping, Layout, Operation, StoreOpener
 from jqueue.core.insight import QueueInsight
-from jqueue.core.layout import Layout, StoreOpener
+from jqueue.core.log.store import LogSettings
 from jqueue.core.loop.retry import RetryPolicy
-from jqueue.core.loop.settings import LogSettings
-from jqueue.core.loop.store import StorageUse, describe
-from jqueue.core.loop.timed import DEFAULT_STORAGE_TIMEOUT, timed
-from jqueue.core.management import entrypoint_set, fence
-from jqueue.core.settle_calls import SettleCalls, acking
+from jqueue.core.loop.store import DEFAULT_STORAGE_TIMEOUT, StorageUse, describe, timed
 from jqueue.core.spawn_guard import refuse_while_spawning
-from jqueue.core.workflow_calls import WorkflowCalls
-from jqueue.domain.effects import Added
-from jqueue.domain.errors import JQueueError, LeaseLostError
-from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import Job, QueueState
+from jqueue.domain.awaiting import results_size
+from jqueue.domain.effects import Added, Cancelled, LimitSet, PauseSet, ThrottleSet
+from jqueue.domain.errors import (
+    JobCancelledError,
+    JobFailedError,
+    JobNotFoundError,
+    JQueueError,
+    LeaseLostError,
+    PayloadTooLargeError,
+)
+from jqueue.domain.index import Found, QueueIndex
+from jqueue.domain.insight import (
+    browse,
+    matches,
+)
+from jqueue.domain.models import Job, JobStatus, QueueState
 from jqueue.domain.policy import QueuePolicy
-from jqueue.domain.schema import PUBLIC_FORM, JobForm
-from jqueue.domain.spec import JobSpec, checked_span
+from jqueue.domain.records import HistoryRecord, JobRecord
+from jqueue.domain.schema import PUBLIC_FORM, JobFields, JobForm
+from jqueue.domain.spec import ATTEMPTS, BATCH_SIZE, POSITIVE_SPAN, EnqueueOptions, JobSpec, checked_span
+from jqueue.domain.stats import QueueStats, stats_of
 from jqueue.domain.times import to_micros, utc_now
-from jqueue.ports.storage import ObjectStoragePort
+from jqueue.domain.values import checked_int64, checked_progress, checked_text, span, storable_text
+from jqueue.domain.workflows import Member, workflow_of
+from jqueue.ports.storage import ChangeSignalPort, ObjectStoragePort
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 DEFAULT_VISIBILITY_TIMEOUT = timedelta(minutes=5)
@@ -49,6 +68,75 @@ CLOCK_SAFE_VISIBILITY = timedelta(seconds=30)
 a lease sweeps leases that are still valid for their holders."""
 logger = logging.getLogger("jqueue")
 T = TypeVar("T")
+RESULT_POLL_FIRST = 0.05
+RESULT_POLL_LONGEST = 1.0
+"""``result`` looks again after these many seconds, doubling (at once on a commit of this process)."""
+
+
+def fence(job: Job | str) -> tuple[str, str | None]:
+    """Return the job id and, for a claimed ``Job``, the lease that fences the call."""
+    return (job, None) if isinstance(job, str) else (job.id, job.lease)
+
+
+def entrypoint_set(entrypoint: str | Collection[str] | None) -> Collection[str] | None:
+    """Return one entrypoint, several, or None (all) as a collection or None."""
+    return (entrypoint,) if isinstance(entrypoint, str) else entrypoint
+
+
+def _scope(entrypoint: str | None) -> None:
+    if entrypoint is not None:
+        checked_text("entrypoint", entrypoint)
+
+
+def _micros_before(age: timedelta | None) -> int | None:
+    """Return the epoch microseconds ``age`` ago, or None."""
+    return None if age is None else to_micros(utc_now() - age)
+
+
+CheckedAck = tuple[str, str | None, bytes | None] | JQueueError
+"""An ack ready for its commit (the job's id, the lease that fences it, the result), or the error
+that kept it out."""
+
+
+def acking(
+    checked: list[CheckedAck], limit: int | None = None
+) -> Callable[[QueueIndex], list[JQueueError | None]]:
+    """The operation that acks each of ``checked``, each under a savepoint of its own, and answers
+    None or the error, per ack. An ack whose result would take a waiting child's parent results
+    past ``limit`` bytes, summed, fails with ``PayloadTooLargeError`` naming the child."""
+
+    def operation(index: QueueIndex) -> list[JQueueError | None]:
+        now = to_micros(utc_now())
+        outcomes: list[JQueueError | None] = []
+        for item in checked:
+            if isinstance(item, JQueueError):
+                outcomes.append(item)
+                continue
+            job_id, lease, result = item
+            savepoint = index.journal.savepoint()
+            try:
+                children = index.children_of(job_id) if limit is not None and result else ()
+                index.remove(job_id, lease, now, result)
+                for child in children:
+                    _check_inputs(index, child.id, limit)
+                outcomes.append(None)
+            except JQueueError as exc:
+                index.journal.rollback_to(savepoint)  # a failed ack leaves nothing behind
+                outcomes.append(exc)
+        return outcomes
+
+    return operation
+
+
+def _check_inputs(index: QueueIndex, child_id: str, limit: int | None) -> None:
+    """Raise ``PayloadTooLargeError`` if the parent results ``child_id`` keeps, summed, are over
+    ``limit`` bytes."""
+    child = index.job(child_id)  # None: the ack's cascade ended it
+    if child is None or limit is None:
+        return
+    size = results_size(child.parent_results)
+    if size > limit:
+        raise PayloadTooLargeError(size, limit, child_id)
 
 
 LEASE_BITS = 128
@@ -68,8 +156,7 @@ def claiming(
     entrypoint: str | Collection[str] | None,
 ) -> Callable[[QueueIndex], list[Added]]:
     """The operation of ``queue.dequeue``'s claim, its arguments checked (``ValueError``)."""
-    if batch_size < 0:
-        raise ValueError(f"batch_size must not be negative, got {batch_size}")
+    BATCH_SIZE.check("batch_size", batch_size)
     visibility = queue.visibility_timeout
     if visibility_timeout is not None:
         visibility = checked_span("visibility_timeout", visibility_timeout)
@@ -99,7 +186,148 @@ class QueueOptions(TypedDict, total=False):
     storage_timeout: timedelta | None
 
 
-class JobQueue(SettleCalls, EnqueueCalls, WorkflowCalls):
+def adding(
+    new: list[Added],
+    retention: timedelta,
+    fresh: Container[str] = frozenset(),
+    limit: int | None = None,
+) -> Operation[list[Found]]:
+    """Return the operation that adds ``new`` jobs (``QueueIndex.add``) now, keeping acked dedup
+    keys for ``retention``."""
+
+    def operation(index: QueueIndex) -> list[Found]:
+        clock = utc_now()
+        return index.add(new, to_micros(clock), to_micros(clock - retention), fresh, limit)[0]
+
+    return operation
+
+
+class ChangeFeed:
+    """The changes of one queue.
+
+    Parameters
+    ----------
+    storage : ObjectStoragePort
+        The queue's backend; its change signal is used if it has one.
+    """
+
+    def __init__(self, storage: ObjectStoragePort) -> None:
+        self._storage = storage if isinstance(storage, ChangeSignalPort) else None
+        self._stop: Callable[[], None] | None = None
+        self._waiters: set[asyncio.Future[None]] = set()
+        self.generation = 0
+
+    @property
+    def signalled(self) -> bool:
+        """Whether commits of other processes are signalled too (else only this object's)."""
+        return self._watching()
+
+    def notify(self) -> None:
+        """Record a change and wake every waiter."""
+        self.generation += 1
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    async def wait(self, seen: int, seconds: float) -> int:
+        """Return the generation once it is past ``seen``, or after ``seconds``."""
+        self._watching()
+        if self.generation == seen:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.add(waiter)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter, seconds)
+            finally:
+                self._waiters.discard(waiter)
+        return self.generation
+
+    def _watching(self) -> bool:
+        if self._stop is None and self._storage is not None:
+            self._stop = self._storage.watch_changes(self.notify)
+        return self._stop is not None
+
+    def close(self) -> None:
+        """Stop listening to the backend's signal."""
+        if self._stop is not None:
+            self._stop()
+            self._stop = None
+
+
+_OPTIONS = EnqueueOptions.__optional_keys__ | EnqueueOptions.__required_keys__
+
+
+class EnqueueCalls(ABC):
+    """The documented ways to add jobs, over the one a queue implements (``_enqueue_specs``)."""
+
+    async def enqueue(
+        self,
+        entrypoint: str,
+        payload: bytes,
+        priority: int = 0,
+        **options: Unpack[EnqueueOptions],
+    ) -> Job:
+        """Add a job; returns it once it is durably committed.
+
+        The options (``delay``, ``not_before``, ``dedup_key``, ``max_attempts``, ``ttl``,
+        ``id``: ``EnqueueOptions``) are those of ``JobSpec``, by keyword. With a
+        ``dedup_key`` that a job in the queue holds, that job is returned and nothing is
+        added; for a key acked within the history's retention, the acked job is returned
+        (status ``ACKED``, empty payload).
+
+        Raises
+        ------
+        PayloadTooLargeError
+            If ``payload`` is over ``max_payload_bytes``.
+        QueuePausedError
+            If enqueues of ``entrypoint`` are paused.
+        """
+        if not options.keys() <= _OPTIONS:
+            raise TypeError(
+                f"enqueue() got an unexpected keyword argument {min(options.keys() - _OPTIONS)!r}"
+            )
+        spec = JobSpec(entrypoint, payload, priority, **options)
+        return (await self.enqueue_many([spec]))[0]
+
+    @overload
+    async def enqueue_many(self, jobs: Iterable[JobSpec], /) -> list[Job]: ...
+
+    @overload
+    async def enqueue_many(
+        self, entrypoint: str, payloads: Iterable[bytes], /, priority: int = 0
+    ) -> list[Job]: ...
+
+    async def enqueue_many(
+        self, jobs: str | Iterable[JobSpec], payloads: Iterable[bytes] = (), /, priority: int = 0
+    ) -> list[Job]:
+        """Add many jobs in one commit, all or none; returns them in order.
+
+        Either ``enqueue_many(entrypoint, payloads, priority=0)``, one job per payload,
+        or ``enqueue_many(specs)`` with a ``JobSpec`` per job. Dedup keys work as in
+        ``enqueue``, also between jobs of the same call.
+
+        Raises
+        ------
+        PayloadTooLargeError
+            If a payload is over ``max_payload_bytes``; then none is added.
+        QueuePausedError
+            If enqueues of one of the entrypoints are paused; then none is added.
+        """
+        if isinstance(jobs, str):
+            jobs = [JobSpec(jobs, payload, priority) for payload in payloads]
+        specs = list(jobs)
+        with telemetry.enqueuing(specs) as traceparent:
+            if traceparent is not None:  # the jobs run in this trace (unless one carries its own)
+                specs = [replace(spec, traceparent=spec.traceparent or traceparent) for spec in specs]
+            return await self._enqueue_specs(specs)
+
+    @abstractmethod
+    async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:
+        """Add the jobs of ``specs`` in one commit, all or none; return them in order."""
+
+
+class JobQueue(EnqueueCalls):
     """The queue API over a commit strategy: the documented calls, management and the lifecycle.
 
     ``DirectQueue``, ``GroupCommitLoop`` and ``BrokerQueue`` are this class with a strategy
@@ -339,3 +567,507 @@ class JobQueue(SettleCalls, EnqueueCalls, WorkflowCalls):
             return len(index.requeue_stale(to_micros(now - timeout), to_micros(now)))
 
         return await self._commits.run(operation)
+
+    # --- settling claimed jobs -------------------------------------------------------
+
+    def _checked(self, payload: bytes) -> bytes:
+        limit = self.max_payload_bytes
+        if limit is not None and len(payload) > limit:
+            raise PayloadTooLargeError(len(payload), limit)
+        return payload
+
+    async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
+        """Remove a finished job, leaving a history record (that keeps ``result``, what its
+        handler returned, for ``result()`` to read while the history holds it).
+
+        Pass the claimed ``Job`` to fence the call with its lease, or a job id to
+        remove the job whatever its state (as the documented jqueue does).
+
+        Raises
+        ------
+        PayloadTooLargeError
+            If ``result`` is over ``max_payload_bytes``; nothing changes.
+        LeaseLostError
+            Fenced, if the lease no longer holds the job (it expired and the job was
+            claimed again, or someone else acked or requeued it); nothing changes.
+        JobNotFoundError
+            Unfenced, if the job is not in the queue (for example, acked already).
+        """
+        [error] = await self.ack_each([(job_id, result)])
+        if error is not None:
+            raise error
+
+    async def ack_many(self, jobs: Iterable[Job | str]) -> None:
+        """Remove finished jobs, all in one commit, each fenced as in ``ack``.
+
+        If one of them cannot be acked (``LeaseLostError``, ``JobNotFoundError``), the
+        error is raised and none is removed.
+        """
+        fences = [fence(job) for job in jobs]
+
+        def operation(index: QueueIndex) -> None:
+            now = to_micros(utc_now())
+            for job_id, lease in fences:
+                index.remove(job_id, lease, now, None)
+
+        await self._commits.run(operation)
+
+    async def ack_each(self, acks: Sequence[tuple[Job | str, bytes | None]]) -> list[JQueueError | None]:
+        """Ack each job with its result (``ack`` with ``result``), all in one commit; returns, per
+        job, None or the error that kept it from being acked, as ``ack`` raises it. One job's
+        error leaves the others acked (``ack_many`` instead acks all or none)."""
+        checked = self._checked_acks(acks)
+        if all(isinstance(item, JQueueError) for item in checked):  # nothing to commit
+            return [item for item in checked if isinstance(item, JQueueError)]
+        return await self._commits.run(acking(checked, self.max_payload_bytes))
+
+    def _checked_acks(self, acks: Sequence[tuple[Job | str, bytes | None]]) -> list[CheckedAck]:
+        """Each ack's fence and result, or the error that keeps it from the commit."""
+        checked: list[CheckedAck] = []
+        for job, result in acks:
+            try:
+                checked.append((*fence(job), None if result is None else self._checked(bytes(result))))
+            except JQueueError as exc:
+                checked.append(exc)
+        return checked
+
+    async def nack(
+        self,
+        job_id: Job | str,
+        delay: timedelta | None = None,
+        error: str | None = None,
+        *,
+        max_attempts: int | None = None,
+        dead: bool = False,
+    ) -> None:
+        """Return a claimed job to the queue after a wait: ``delay``, else the queue's back-off
+        (none by default); a job that used its last attempt dies instead.
+
+        ``error`` is recorded as the job's last error (what UTF-8 cannot store is escaped).
+        ``max_attempts`` is the limit for a job without one of its own (by default the
+        queue policy's). With ``dead``, the claimed job goes to the dead letters at once
+        (``dead_reason`` ``failed``), whatever attempts it has left. Fenced when given the
+        claimed ``Job``, as in ``ack``.
+        """
+        await self.nack_many([job_id], delay, error, max_attempts=max_attempts, dead=dead)
+
+    async def nack_many(
+        self,
+        jobs: Iterable[Job | str],
+        delay: timedelta | None = None,
+        error: str | None = None,
+        *,
+        max_attempts: int | None = None,
+        dead: bool = False,
+    ) -> None:
+        """Return claimed jobs to the queue as ``nack`` does, all in one commit.
+
+        If one of them cannot be, the error is raised and none is.
+        """
+        if delay is not None:
+            checked_span("delay", delay)
+        if max_attempts is not None:
+            ATTEMPTS.check("max_attempts", checked_int64("max_attempts", max_attempts))
+        fences = [fence(job) for job in jobs]
+        policy = self.policy
+        limit = policy.max_attempts if max_attempts is None else max_attempts
+        text = None if error is None else storable_text(str(error))
+
+        def operation(index: QueueIndex) -> None:
+            now = utc_now()
+            for job_id, lease in fences:
+                record = index.records.get(job_id)  # a claimed job is never cold
+                wait = delay if delay is not None else policy.retry_delay(record.attempts if record else 1)
+                retry_at = None if not wait else to_micros(now + wait)
+                index.nack(job_id, lease, to_micros(now), retry_at, text, limit, dead)
+
+        await self._commits.run(operation)
+
+    async def release(self, job_id: Job | str) -> None:
+        """Return a claimed job to the queue at once, not as a failure (a worker shutting down);
+        fenced when given the claimed ``Job``."""
+        plain_id, lease = fence(job_id)
+        await self._commits.run(lambda index: index.release(plain_id, lease, to_micros(utc_now())))
+
+    async def heartbeat(
+        self,
+        job_id: Job | str,
+        *,
+        visibility_timeout: timedelta | None = None,
+        progress: float | None = None,
+        note: str | None = None,
+    ) -> None:
+        """Record that the worker on a job is alive, extending its lease by its visibility timeout
+        (or to ``visibility_timeout`` from now, when given), and with ``progress`` (0 to 1)
+        and ``note``, how far the job got.
+
+        Fenced when given the claimed ``Job``: a lost lease raises ``LeaseLostError``. A job
+        whose cancel was asked for raises ``JobCancelledError``: its worker is to stop it.
+        """
+        plain_id, lease = fence(job_id)
+        reported = (None, None) if progress is None else checked_progress(progress, note)
+        if visibility_timeout is not None:
+            checked_span("visibility_timeout", visibility_timeout)
+
+        def operation(index: QueueIndex) -> None:
+            now = utc_now()
+            expires = None if visibility_timeout is None else to_micros(now + visibility_timeout)
+            index.heartbeat(plain_id, to_micros(now), lease, expires, *reported)
+
+        await self._commits.run(operation)
+
+    # --- looking at and steering the queue --------------------------------------------
+
+    async def _view(self, look: Callable[[QueueIndex], T]) -> T:
+        return await (await self._opener.store()).view(look)
+
+    async def _jobs(self, snapshots: Sequence[JobFields]) -> list[Job]:
+        return await (await self._opener.store()).jobs(snapshots)
+
+    async def _jobs_as(self, form: JobForm[T], snapshots: Sequence[JobFields]) -> list[T]:
+        return await (await self._opener.store()).jobs_as(form, snapshots)
+
+    def _chosen(
+        self,
+        index: QueueIndex,
+        status: JobStatus | None,
+        entrypoint: str | None,
+        older_than: timedelta | None,
+    ) -> Iterator[JobRecord]:
+        statuses = None if status is None else {status}
+        return index.select(statuses, entrypoint_set(entrypoint), _micros_before(older_than))
+
+    def _selected(
+        self,
+        index: QueueIndex,
+        status: JobStatus | None,
+        entrypoint: str | None,
+        older_than: timedelta | None,
+    ) -> list[JobRecord]:
+        return list(self._chosen(index, status, entrypoint, older_than))
+
+    async def jobs(
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+        limit: int | None = 100,
+        part: tuple[int, int] | None = None,
+    ) -> list[Job]:
+        """Return jobs without claiming them, oldest enqueue first: those with ``status``, of
+        ``entrypoint``, enqueued more than ``older_than`` ago (each filter when given), at most
+        ``limit`` (None for all). ``part=(i, n)`` keeps the i-th of n disjoint parts (by
+        insertion order), for readers that split a large queue."""
+        if part is not None and not 0 <= part[0] < part[1]:
+            raise ValueError(f"part must be (i, n) with 0 <= i < n, got {part}")
+
+        def look(index: QueueIndex) -> list[JobRecord]:
+            chosen = self._chosen(index, status, entrypoint, older_than)
+            if part is not None:
+                chosen = (record for record in chosen if record.order % part[1] == part[0])
+            return list(itertools.islice(chosen, limit))
+
+        return await self._jobs([record.as_added() for record in await self._view(look)])
+
+    async def count(
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+    ) -> int:
+        """Return how many jobs ``jobs`` would list without a limit."""
+        if older_than is None:  # from the counts the index keeps, whatever the depth
+            return await self._view(lambda index: index.tally.jobs(status, entrypoint_set(entrypoint)))
+        return await self._view(lambda index: len(self._selected(index, status, entrypoint, older_than)))
+
+    async def peek(self, entrypoint: str | Collection[str] | None = None, limit: int = 1) -> list[Job]:
+        """Return the jobs a ``dequeue`` would claim now, in order, without claiming them."""
+        entrypoints = entrypoint_set(entrypoint)
+
+        def look(index: QueueIndex) -> list[JobRecord]:
+            return index.peek(entrypoints, limit, to_micros(utc_now()))
+
+        return await self._jobs([record.as_added() for record in await self._view(look)])
+
+    async def stats(self) -> QueueStats:
+        """Return counts per entrypoint and status, the oldest queued job, pauses and throttles."""
+        return await self._view(lambda index: stats_of(index, to_micros(utc_now())))
+
+    async def dead_letters(self, entrypoint: str | None = None, limit: int | None = 100) -> list[Job]:
+        """Return dead jobs (with their ``dead_reason`` and ``last_error``), oldest enqueue first."""
+        return await self.jobs(JobStatus.DEAD, entrypoint, limit=limit)
+
+    async def requeue_dead(self, ids: Iterable[str] | None = None) -> int:
+        """Return dead jobs (those of ``ids``, or all) to the queue with their attempts reset;
+        returns how many. Ids of jobs that are not dead are left alone.
+
+        Raises
+        ------
+        JobNotFoundError
+            If one of ``ids`` is not in the queue; then nothing changes.
+        """
+        chosen = None if ids is None else list(ids)
+        return await self._commits.run(lambda index: len(index.requeue_dead(chosen)))
+
+    async def requeue(self, ids: Iterable[str]) -> int:
+        """Make jobs claimable at once whatever their state (dead ones with attempts reset,
+        claimed ones released, delayed ones due now; one waiting for its parents stays
+        waiting); returns how many changed.
+
+        Raises
+        ------
+        JobNotFoundError
+            If one of ``ids`` is not in the queue; then nothing changes.
+        """
+        chosen = list(ids)
+        return await self._commits.run(lambda index: len(index.requeue(chosen)))
+
+    async def find(self, job_id: str) -> Job | None:
+        """Return one job as it is now, or None if it is not in the queue."""
+
+        def look(index: QueueIndex) -> list[JobRecord]:
+            record = index.job(job_id)
+            return [] if record is None else [record]
+
+        found = await self._jobs([record.as_added() for record in await self._view(look)])
+        return found[0] if found else None
+
+    async def cancel_requested(self, job_id: Job | str) -> bool:
+        """Whether a running job's cancel was asked for, or a finished one ended cancelled: read
+        (catching up with storage), never committed, so a worker can ask every few seconds."""
+        plain_id = fence(job_id)[0]
+
+        def look(index: QueueIndex) -> bool:
+            record = index.job(plain_id)
+            if record is not None:
+                return record.cancel_requested is not None
+            finished = index.history.finished(plain_id)
+            return finished is not None and finished.outcome is JobStatus.CANCELLED
+
+        return await self._view(look)
+
+    async def cancel(self, job_id: Job | str) -> bool:
+        """Cancel a job; True if it left the queue now (with a history record of outcome
+        ``cancelled``), False if it is running and its worker is asked to stop it.
+
+        A running job's worker learns of the cancel within seconds (``cancel_requested``, or
+        its next heartbeat), stops the handler and ends the job cancelled (so does the sweep
+        if its lease runs out first). Given the claimed ``Job``, the call is fenced: the
+        worker that holds it ends it cancelled now.
+
+        Raises
+        ------
+        JobNotFoundError
+            If the job is not in the queue (finished, or never there).
+        LeaseLostError
+            Fenced, if the lease no longer holds the job.
+        """
+        plain_id, lease = fence(job_id)
+
+        def operation(index: QueueIndex) -> bool:
+            done = index.cancel(plain_id, lease, to_micros(utc_now()))
+            return bool(done) and isinstance(done[0], Cancelled)
+
+        return await self._commits.run(operation)
+
+    async def result(self, job_id: str, timeout: timedelta | None = None) -> bytes | None:  # noqa: ASYNC109
+        """Wait until job ``job_id`` is finished and return what its handler returned (None
+        if nothing), while the history holds its record.
+
+        Raises
+        ------
+        JobFailedError
+            If the job died; its ``error`` has the last error and traceback.
+        JobCancelledError
+            If the job was cancelled.
+        JobNotFoundError
+            If the job is neither in the queue nor in the history.
+        TimeoutError
+            If it is not finished within ``timeout`` (None: wait as long as it takes).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
+        pause = RESULT_POLL_FIRST
+        while True:
+            seen = self.changes.generation
+            found = await self._view(lambda index: index.known(job_id))
+            if found is None:
+                raise JobNotFoundError(job_id)
+            if isinstance(found, HistoryRecord):
+                if found.outcome is JobStatus.DEAD:
+                    raise JobFailedError(job_id, found.error, found.reason)
+                if found.outcome is JobStatus.CANCELLED:
+                    raise JobCancelledError(job_id, found.error)
+                return found.result
+            if found.status is JobStatus.DEAD:  # a dead letter stays in the queue until purged
+                raise JobFailedError(job_id, found.last_error, found.dead_reason)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"job {job_id!r} did not finish within {span(timeout or timedelta(0))}")
+            await self.changes.wait(seen, pause if left is None else min(pause, left))
+            pause = min(RESULT_POLL_LONGEST, pause * 2)
+
+    async def finished(self, job_id: str) -> HistoryRecord | None:
+        """Return the newest history record of job ``job_id``, if the history holds one."""
+        return await self._view(lambda index: index.history.finished(job_id))
+
+    async def purge(
+        self,
+        status: JobStatus | None = JobStatus.DEAD,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> int:
+        """Delete jobs with ``status`` (dead letters by default; None for every status), of
+        ``entrypoint``, enqueued more than ``older_than`` ago, among ``ids`` (each filter when
+        given; ids not in the queue are skipped); returns how many. Purged jobs leave no
+        history record."""
+        wanted = None if ids is None else list(ids)
+
+        def operation(index: QueueIndex) -> int:
+            if wanted is None:
+                chosen = self._selected(index, status, entrypoint, older_than)
+            else:
+                before = _micros_before(older_than)
+                found = (index.job(job_id) for job_id in dict.fromkeys(wanted))
+                chosen = [r for r in found if r is not None and matches(r, status, entrypoint, before)]
+            now = to_micros(utc_now())
+            for record in chosen:
+                index.remove(record.id, now=now)
+            return len(chosen)
+
+        return await self._commits.run(operation)
+
+    async def pause(self, entrypoint: str | None = None, *, enqueues: bool = False) -> None:
+        """Stop handing out jobs of ``entrypoint`` (None: of the whole queue) to every process;
+        with ``enqueues``, refuse new jobs too (``QueuePausedError``)."""
+        _scope(entrypoint)
+
+        def operation(index: QueueIndex) -> None:
+            enqueues_paused = enqueues or entrypoint in index.controls.paused_enqueues
+            index.apply(PauseSet(entrypoint, True, enqueues_paused))
+
+        await self._commits.run(operation)
+
+    async def resume(self, entrypoint: str | None = None) -> None:
+        """Undo ``pause`` of ``entrypoint`` (None: of the whole queue): claims and enqueues."""
+        _scope(entrypoint)
+        await self._commits.run(lambda index: index.apply(PauseSet(entrypoint, False, False)))
+
+    async def throttle(
+        self, limit: int | None, per: timedelta, entrypoint: str | None = None, per_tenant: bool = False
+    ) -> None:
+        """Allow at most ``limit`` claims per window of ``per`` of ``entrypoint`` (None: of the
+        whole queue), shared by every process; ``limit=None`` lifts the throttle. With
+        ``per_tenant``, the throttle is a separate one that holds for each tenant's jobs apart.
+
+        Windows are fixed (counted from the epoch), so a burst may straddle two.
+        """
+        _scope(entrypoint)
+        if limit is not None and checked_int64("limit", limit) < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        POSITIVE_SPAN.check("per", per)
+        window = per // timedelta(microseconds=1)
+        if window < 1:
+            raise ValueError(f"per must be positive, got {span(per)}")
+        await self._commits.run(lambda index: index.apply(ThrottleSet(entrypoint, limit, window, per_tenant)))
+
+    async def limit(self, entrypoint: str | None, n: int | None, per_tenant: bool = False) -> None:
+        """Allow at most ``n`` jobs of ``entrypoint`` (None: of the whole queue) in progress at
+        once, however many workers claim, in every process; ``n=None`` lifts the limit. With
+        ``per_tenant``, the limit is a separate one that holds for each tenant's jobs apart.
+
+        The claim enforces it, as it does throttles: a claim hands out no job of an
+        entrypoint whose limit is reached until one of its jobs is acked, nacked, released
+        or dies.
+        """
+        _scope(entrypoint)
+        if n is not None and checked_int64("n", n) < 0:
+            raise ValueError(f"n must not be negative, got {n}")
+        await self._commits.run(lambda index: index.apply(LimitSet(entrypoint, n, per_tenant)))
+
+    async def history(
+        self,
+        entrypoint: str | None = None,
+        outcome: JobStatus | None = None,
+        since: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[HistoryRecord]:
+        """Return records of finished jobs, oldest first: of ``entrypoint``, with ``outcome``
+        (``ACKED`` or ``DEAD``), finished at or after ``since`` (each filter when given); the
+        newest ``limit`` if given."""
+        after = None if since is None else to_micros(since)
+
+        def look(index: QueueIndex) -> list[HistoryRecord]:
+            chosen = [
+                h
+                for h in index.history
+                if (entrypoint is None or h.entrypoint == entrypoint)
+                and (outcome is None or h.outcome is outcome)
+                and (after is None or h.finished >= after)
+            ]
+            return chosen if limit is None else chosen[len(chosen) - limit :] if limit else []
+
+        return await self._view(look)
+
+    async def browse(
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+        dedup_key: str | None = None,
+        cursor: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[Job], int | None]:
+        """Return one page of jobs (as ``jobs`` filters them, and by ``dedup_key``) from
+        ``cursor``, and the cursor of the next page (None at the end), in insertion order. A page
+        looks at the jobs held as records once and decodes a few of the slabs' blocks, whatever
+        the depth; the cursor is an insertion number, so a page starts where the last ended."""
+        before = _micros_before(older_than)
+
+        def look(index: QueueIndex) -> tuple[list[JobFields], int | None]:
+            page = browse(index, status, entrypoint, before, dedup_key, cursor, limit)
+            return [record.as_added() for record in page.records], page.next_cursor
+
+        snapshots, next_cursor = await self._view(look)
+        return await self._jobs(snapshots), next_cursor
+
+    # --- workflows -------------------------------------------------------------------
+
+    async def workflow(self, job_id: str) -> list[Job]:
+        """Return the jobs of ``job_id``'s workflow, parents before children: the jobs it waits for
+        (``after``), those that wait for it, theirs in turn, in the queue or, finished, as the
+        history keeps them (their payload is not kept: empty). It reads every job and history
+        record of the queue.
+
+        Raises
+        ------
+        JobNotFoundError
+            If the job is neither in the queue nor in its history.
+        """
+        return await self._members(await self._view(lambda index: workflow_of(index, job_id)))
+
+    async def cancel_workflow(self, job_id: str) -> list[Job]:
+        """Cancel every job of ``job_id``'s workflow still in the queue, in one commit (a running
+        one's worker is asked to stop it, as ``cancel`` does); returns the workflow as the
+        commit left it, as ``workflow`` does.
+
+        Raises
+        ------
+        JobNotFoundError
+            If the job is neither in the queue nor in its history.
+        """
+
+        def operation(index: QueueIndex) -> list[Member]:
+            now = to_micros(utc_now())
+            reason = f"its workflow was cancelled (by job {job_id})"
+            for member in reversed(workflow_of(index, job_id)):  # children first: each says why
+                if isinstance(member, JobRecord) and index.job(member.id) is not None:
+                    index.cancel(member.id, None, now, reason)
+            return workflow_of(index, job_id)
+
+        return await self._members(await self._commits.run(operation))
+
+    async def _members(self, members: Sequence[Member]) -> list[Job]:
+        live = await self._jobs([member.as_added() for member in members if isinstance(member, JobRecord)])
+        by_id = {job.id: job for job in live}
+        return [by_id[member.id] if isinstance(member, JobRecord) else member.as_job() for member in members]

@@ -1,5 +1,6 @@
 """``Dependencies``: the jobs that wait for parents (``after``), kept by parent, so that the
-commit that settles a parent settles its children in the same commit (ADR 0019)."""
+commit that settles a parent settles its children in the same commit (ADR 0019); and what a
+settle changes in a child."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from jqueue.domain.awaiting import Awaiting, after_settle, as_tuple, awaiting_change
 from jqueue.domain.effects import Added, ParentSettled
 from jqueue.domain.models import JobStatus
-from jqueue.domain.records import ClaimState, JobRecord
+from jqueue.domain.records import JobRecord
 
 ENDINGS = {JobStatus.DEAD: "died", JobStatus.CANCELLED: "was cancelled"}
 """How a parent failed, by the status it failed with, as a cancelled child's error says it."""
@@ -62,31 +63,35 @@ def parents_first(jobs: Sequence[Added]) -> list[Added]:
 
 
 class Dependencies:
-    """The children of each parent that is not settled yet, for an ``IndexState``."""
+    """The children of each parent that is not settled yet, kept by parent, for an index.
 
-    records: dict[str, JobRecord]
-    _children: dict[str, dict[str, None]]
-    _views: dict[str, None]
-    """The jobs whose ``awaiting`` may be a view (``flatten_waits`` makes tuples of them)."""
+    It holds no records: the index hands it the records whose ``awaiting`` changed.
+    """
 
-    def job(self, job_id: str) -> JobRecord | None:
-        raise NotImplementedError
+    def __init__(self, records: dict[str, JobRecord]) -> None:
+        self._records = records
+        self._children: dict[str, dict[str, None]] = {}
+        self._views: dict[str, None] = {}
+        """The jobs whose ``awaiting`` may be a view (``flatten`` makes tuples of them)."""
 
-    def _update(self, record: JobRecord, state: ClaimState) -> None:
-        raise NotImplementedError
+    def __bool__(self) -> bool:
+        """Whether any job awaits a parent."""
+        return bool(self._children)
 
     def children_of(self, parent_id: str) -> list[JobRecord]:
         """Return the jobs that await ``parent_id``, in insertion order (they are never cold)."""
         children = self._children.get(parent_id)
         if not children:
             return []
-        return sorted((self.records[child] for child in children), key=lambda record: record.order)
+        return sorted((self._records[child] for child in children), key=lambda record: record.order)
 
-    def _link(self, record: JobRecord, parents: Iterable[str] | None = None) -> None:
+    def link(self, record: JobRecord, parents: Iterable[str] | None = None) -> None:
+        """Count ``record`` among the children of ``parents`` (by default, those it awaits)."""
         for parent in record.awaiting if parents is None else parents:
             self._children.setdefault(parent, {})[record.id] = None
 
-    def _unlink(self, record: JobRecord, parents: Iterable[str] | None = None) -> None:
+    def unlink(self, record: JobRecord, parents: Iterable[str] | None = None) -> None:
+        """Stop counting ``record`` among the children of ``parents`` (by default, those it awaits)."""
         for parent in record.awaiting if parents is None else parents:
             children = self._children.get(parent)
             if children is not None:
@@ -94,44 +99,48 @@ class Dependencies:
                 if not children:
                     del self._children[parent]
 
-    def _relink(self, record: JobRecord, before: Sequence[str]) -> None:
+    def relink(self, record: JobRecord, before: Sequence[str]) -> None:
         """Follow a change of ``record.awaiting`` from ``before``: only the parents that differ,
         found in O(1) for a settle (``awaiting_change``), so that settling one parent of a
         fan-in costs no walk of the others."""
         lost, gained = awaiting_change(before, record.awaiting)
-        self._unlink(record, lost)
-        self._link(record, gained)
+        self.unlink(record, lost)
+        self.link(record, gained)
         if isinstance(record.awaiting, Awaiting):
             self._views[record.id] = None
 
-    def _settle(self, settled: ParentSettled) -> None:
-        """Apply ``settled``: the child keeps the parent's result, and a waiting child that
-        awaits no other parent becomes claimable. O(1), but for the child's first settle since
-        its fields were tuples (an add, a load, a freeze) and its last: O(its parents), once each
-        (``jqueue.domain.awaiting``)."""
-        record = self.job(settled.job_id)
-        if record is None:
-            raise ValueError(f"{settled} settles a parent that the job does not await")
-        try:
-            awaiting, results = after_settle(
-                record.after, record.awaiting, record.parent_results, settled.parent, settled.result
-            )
-        except ValueError:
-            raise ValueError(f"{settled} settles a parent that the job does not await") from None
-        changes: dict[str, object] = {"awaiting": awaiting, "parent_results": results}
-        if not awaiting:
-            changes.update(awaiting=(), parent_results=results.as_tuple())
-            if record.status is JobStatus.WAITING:
-                changes["status"] = JobStatus.QUEUED
-                changes["released"] = settled.at
-        self._update(record, record.changed(**changes))
-
-    def flatten_waits(self) -> None:
+    def flatten(self) -> None:
         """Hold the ``awaiting`` and ``parent_results`` of every job as tuples again (what a
         format encodes): O(the parents of the jobs settled since the last call)."""
         views, self._views = self._views, {}
         for job_id in views:
-            record = self.records.get(job_id)
+            record = self._records.get(job_id)
             if record is not None:
                 record.awaiting = as_tuple(record.awaiting)
                 record.parent_results = as_tuple(record.parent_results)
+
+
+def settled_changes(record: JobRecord, settled: ParentSettled) -> dict[str, object]:
+    """The changes of ``record`` that ``settled`` makes: the child keeps the parent's result,
+    and a waiting child that awaits no other parent becomes claimable. O(1), but for the
+    child's first settle since its fields were tuples (an add, a load, a freeze) and its last:
+    O(its parents), once each (``jqueue.domain.awaiting``).
+
+    Raises
+    ------
+    ValueError
+        If ``record`` does not await ``settled``'s parent.
+    """
+    try:
+        awaiting, results = after_settle(
+            record.after, record.awaiting, record.parent_results, settled.parent, settled.result
+        )
+    except ValueError:
+        raise ValueError(f"{settled} settles a parent that the job does not await") from None
+    changes: dict[str, object] = {"awaiting": awaiting, "parent_results": results}
+    if not awaiting:
+        changes.update(awaiting=(), parent_results=results.as_tuple())
+        if record.status is JobStatus.WAITING:
+            changes["status"] = JobStatus.QUEUED
+            changes["released"] = settled.at
+    return changes

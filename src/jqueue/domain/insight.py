@@ -11,10 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
-from jqueue.domain.cold_jobs import insertion
 from jqueue.domain.errors import headline
 from jqueue.domain.figures import Throughput, Timings, empty_throughput, timings_of
-from jqueue.domain.index import QueueIndex
+from jqueue.domain.index import QueueIndex, insertion
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.tally import DEAD

@@ -6,6 +6,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from jqueue.domain.spec import ATTEMPTS
 from jqueue.domain.values import span
 
 
@@ -86,8 +87,8 @@ class QueuePolicy:
     _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        if self.max_attempts is not None:
+            ATTEMPTS.check("max_attempts", self.max_attempts)
         _positive("ttl", self.ttl)
         _positive("history_retention", self.history_retention)
         _positive("staged_timeout", self.staged_timeout)

@@ -22,18 +22,6 @@ _changing = attrgetter(*CHANGING_FIELDS)
 _POSITIONS = {name: position for position, name in enumerate(CHANGING_FIELDS)}
 
 
-def _state_setter() -> Any:
-    # One unpacking assignment, generated from CHANGING_FIELDS: every claim, ack and heartbeat
-    # sets a record's state, and a loop of setattr over the fields costs about three times this.
-    namespace: dict[str, Any] = {}
-    targets = ", ".join(f"record.{name}" for name in CHANGING_FIELDS)
-    exec(f"def set_claim_state(record, state):\n    {targets}, = state\n", namespace)
-    return namespace["set_claim_state"]
-
-
-_set_state = _state_setter()
-
-
 @dataclass(slots=True, eq=False)
 class JobRecord(JobFields):
     """One job's mutable fields inside an index; times in epoch microseconds.
@@ -70,8 +58,31 @@ class JobRecord(JobFields):
         return tuple(state)
 
     def set_claim_state(self, state: ClaimState) -> None:
-        """Set the values of ``CHANGING_FIELDS``."""
-        _set_state(self, state)
+        """Set the values of ``CHANGING_FIELDS``.
+
+        Written out, as one assignment: every claim, ack and heartbeat sets a record's state, and
+        a loop of ``setattr`` over the fields costs about six times as much.
+        ``tests/test_schema_forms.py`` checks that it names them all, in order; a state of
+        another length fails here.
+        """
+        (
+            self.status,
+            self.heartbeat,
+            self.attempts,
+            self.lease,
+            self.expires,
+            self.not_before,
+            self.last_error,
+            self.dead_reason,
+            self.dead_at,
+            self.claims,
+            self.cancel_requested,
+            self.progress,
+            self.progress_note,
+            self.awaiting,
+            self.parent_results,
+            self.released,
+        ) = state
 
     def as_added(self) -> Added:
         """Return an immutable snapshot of this job as it is now (the effect that would add it)."""

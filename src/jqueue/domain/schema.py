@@ -2,10 +2,12 @@
 
 ``JobFields`` declares each field once: its name, type and default, and in its metadata
 (``FieldMeta``) its kind, the name of the public ``Job`` attribute that shows it, whether
-it changes after the add, and whether it is stored. The index's records, the ``Added``
-effect, the public ``Job``, the wire formats and the Spark schema all follow ``FIELDS``,
-so adding a field is one declaration here plus its meaning (the transitions that set it).
-``tests/test_job_schema.py`` fails when a form drifts from it.
+it changes after the add, whether it is stored, and whether a bulk write's rows set it. The
+index's records, the ``Added`` effect, the public ``Job``, the wire formats, the Spark schema
+and the Spark writer's columns all follow ``FIELDS``, so adding a field is one declaration
+here plus its meaning (the transitions that set it).
+``tests/test_job_schema.py`` fails when a form drifts from it, and ``tests/test_schema_forms.py``
+when one written out for speed does.
 """
 
 from __future__ import annotations
@@ -68,12 +70,20 @@ class FieldMeta:
     """Whether transitions after the add change it (claims, heartbeats, requeues, deaths)."""
     stored: bool = True
     """Whether the wire formats keep it."""
+    written: bool = False
+    """Whether a bulk write's rows may set it (a part's rows, a column of Spark's writer); the
+    write sets the others (or leaves them at their defaults)."""
 
 
 def _meta(
-    kind: Kind, public: str | None = None, *, changes: bool = False, stored: bool = True
+    kind: Kind,
+    public: str | None = None,
+    *,
+    changes: bool = False,
+    stored: bool = True,
+    written: bool = False,
 ) -> dict[str, FieldMeta]:
-    return {"jqueue": FieldMeta(kind, public, changes, stored)}
+    return {"jqueue": FieldMeta(kind, public, changes, stored, written)}
 
 
 Payload = bytes | int
@@ -86,20 +96,20 @@ class JobFields:
     """Everything about a job, with times in epoch microseconds: the order here is the order of
     the log layout's ``add`` array, so a new field goes last, with a default."""
 
-    id: str = field(metadata=_meta(Kind.TEXT))
+    id: str = field(metadata=_meta(Kind.TEXT, written=True))
     entrypoint: str = field(metadata=_meta(Kind.TEXT))
-    priority: int = field(metadata=_meta(Kind.INT64))
+    priority: int = field(metadata=_meta(Kind.INT64, written=True))
     created: int = field(metadata=_meta(Kind.TIME, "created_at"))
     status: JobStatus = field(metadata=_meta(Kind.STATUS, changes=True))
     heartbeat: int | None = field(metadata=_meta(Kind.TIME, "heartbeat_at", changes=True))
-    payload: Payload = field(metadata=_meta(Kind.PAYLOAD))
+    payload: Payload = field(metadata=_meta(Kind.PAYLOAD, written=True))
     attempts: int = field(default=0, metadata=_meta(Kind.COUNT, changes=True))
     lease: str | None = field(default=None, metadata=_meta(Kind.TEXT, changes=True))
     expires: int | None = field(default=None, metadata=_meta(Kind.TIME, "lease_expires_at", changes=True))
     max_attempts: int | None = field(default=None, metadata=_meta(Kind.COUNT))
-    not_before: int | None = field(default=None, metadata=_meta(Kind.TIME, changes=True))
+    not_before: int | None = field(default=None, metadata=_meta(Kind.TIME, changes=True, written=True))
     deadline: int | None = field(default=None, metadata=_meta(Kind.TIME))
-    dedup_key: str | None = field(default=None, metadata=_meta(Kind.TEXT))
+    dedup_key: str | None = field(default=None, metadata=_meta(Kind.TEXT, written=True))
     last_error: str | None = field(default=None, metadata=_meta(Kind.TEXT, changes=True))
     dead_reason: str | None = field(default=None, metadata=_meta(Kind.TEXT, changes=True))
     dead_at: int | None = field(default=None, metadata=_meta(Kind.TIME, changes=True))
@@ -110,13 +120,13 @@ class JobFields:
     )
     progress: float | None = field(default=None, metadata=_meta(Kind.FRACTION, changes=True))
     progress_note: str | None = field(default=None, metadata=_meta(Kind.TEXT, changes=True))
-    after: tuple[str, ...] = field(default=(), metadata=_meta(Kind.IDS))
-    on_parent_failure: str | None = field(default=None, metadata=_meta(Kind.TEXT))
+    after: tuple[str, ...] = field(default=(), metadata=_meta(Kind.IDS, written=True))
+    on_parent_failure: str | None = field(default=None, metadata=_meta(Kind.TEXT, written=True))
     awaiting: tuple[str, ...] = field(default=(), metadata=_meta(Kind.IDS, changes=True))
     parent_results: tuple[bytes | None, ...] = field(default=(), metadata=_meta(Kind.RESULTS, changes=True))
     traceparent: str | None = field(default=None, metadata=_meta(Kind.TEXT))
     released: int | None = field(default=None, metadata=_meta(Kind.TIME, "released_at", changes=True))
-    tenant: str | None = field(default=None, metadata=_meta(Kind.TEXT))
+    tenant: str | None = field(default=None, metadata=_meta(Kind.TEXT, written=True))
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,7 @@ class JobField(DeclaredField):
     public: str
     changes: bool
     stored: bool
+    written: bool
 
 
 def _resolved() -> tuple[JobField, ...]:
@@ -135,7 +146,14 @@ def _resolved() -> tuple[JobField, ...]:
         meta: FieldMeta = f.field.metadata["jqueue"]
         public = meta.public or f.name
         resolved.append(
-            JobField(**f.parts(), kind=meta.kind, public=public, changes=meta.changes, stored=meta.stored)
+            JobField(
+                **f.parts(),
+                kind=meta.kind,
+                public=public,
+                changes=meta.changes,
+                stored=meta.stored,
+                written=meta.written,
+            )
         )
     return tuple(resolved)
 
@@ -148,6 +166,9 @@ STORED_FIELDS = tuple(f for f in FIELDS if f.stored)
 CHANGING_FIELDS = tuple(f.name for f in FIELDS if f.changes)
 """The fields that change after a job is added."""
 TIME_FIELDS = tuple(f for f in FIELDS if f.kind in (Kind.TIME, Kind.TIMES))
+WRITTEN_FIELDS = tuple(f for f in FIELDS if f.written)
+"""The fields a bulk write's rows may set: a part's rows (``PartRow``) and columns, and the columns
+Spark's writer takes (a payload, a delay for ``not_before``, and an option for each other)."""
 
 _values = attrgetter(*FIELD_NAMES)
 
@@ -158,36 +179,48 @@ def field_values(job: JobFields) -> tuple[Any, ...]:
     return values
 
 
-def _converted(f: JobField, attribute: str, convert: str) -> str:
-    """The Python expression that reads ``job.<attribute>`` with its times passed through ``convert``."""
-    value = f"job.{attribute}"
-    if f.kind is Kind.TIMES:
-        return f"tuple(map({convert}, {value}))"
-    if f.kind is Kind.TIME:
-        return f"None if {value} is None else {convert}({value})" if f.nullable else f"{convert}({value})"
-    return value
-
-
-def _compile(name: str, body: str, target: Any = None) -> Any:
-    # Generated from FIELDS once, as dataclasses generate __init__: a dequeue builds one Job per
-    # claimed job, and a loop over the fields per job costs a third more than this.
-    namespace: dict[str, Any] = {"target": target, "from_micros": from_micros, "to_micros": to_micros}
-    exec(f"def {name}(job, payload=None):\n    return {body}\n", namespace)
-    return namespace[name]
-
-
-_BY_PUBLIC_NAME = {f.public: f for f in FIELDS}
-_KEYWORDS = ", ".join(  # in the order of Job's fields, the order of the __dict__ a Job gets
-    f"{name}=payload" if f.kind is Kind.PAYLOAD else f"{name}={_converted(f, f.name, 'from_micros')}"
-    for name, f in ((name, _BY_PUBLIC_NAME[name]) for name in Job.model_fields)
-)
-
-
 def public_constructor(target: Callable[..., T]) -> Callable[[JobFields, bytes], T]:
     """Return a function that calls ``target`` with a job's fields as keywords named as on ``Job``
     (times as datetimes) and ``payload``: the public form of a job, or a format's object of it."""
-    made: Callable[[JobFields, bytes], T] = _compile("public_form", f"target({_KEYWORDS})", target)
-    return made
+
+    def public_form(job: JobFields, payload: bytes | None = None) -> T:
+        # Written out rather than looped over FIELDS: a dequeue makes one of these per claimed job,
+        # the single format one per job per commit, and a loop costs half as much again.
+        # tests/test_schema_forms.py checks it against FIELDS: each field under its public name,
+        # in the order of Job's fields (the order of a Job's __dict__).
+        return target(
+            id=job.id,
+            entrypoint=job.entrypoint,
+            payload=payload,
+            status=job.status,
+            priority=job.priority,
+            created_at=from_micros(job.created),
+            heartbeat_at=None if job.heartbeat is None else from_micros(job.heartbeat),
+            attempts=job.attempts,
+            lease=job.lease,
+            lease_expires_at=None if job.expires is None else from_micros(job.expires),
+            max_attempts=job.max_attempts,
+            not_before=None if job.not_before is None else from_micros(job.not_before),
+            deadline=None if job.deadline is None else from_micros(job.deadline),
+            dedup_key=job.dedup_key,
+            last_error=job.last_error,
+            dead_reason=job.dead_reason,
+            dead_at=None if job.dead_at is None else from_micros(job.dead_at),
+            claimed_at=tuple(map(from_micros, job.claims)),
+            batch=job.batch,
+            cancel_requested_at=None if job.cancel_requested is None else from_micros(job.cancel_requested),
+            progress=job.progress,
+            progress_note=job.progress_note,
+            after=job.after,
+            on_parent_failure=job.on_parent_failure,
+            awaiting=job.awaiting,
+            parent_results=job.parent_results,
+            traceparent=job.traceparent,
+            released_at=None if job.released is None else from_micros(job.released),
+            tenant=job.tenant,
+        )
+
+    return public_form
 
 
 job_from = public_constructor(trusted_job)
@@ -219,8 +252,39 @@ def _itself(job: Job) -> Job:
 PUBLIC_FORM: JobForm[Job] = JobForm(job_from, _itself)
 """Answers as public ``Job`` objects: what every documented call returns."""
 
-domain_values: Callable[[Any], tuple[Any, ...]] = _compile(
-    "domain_values", "(" + "".join(f"{_converted(f, f.public, 'to_micros')}, " for f in FIELDS) + ")"
-)
-"""Return the values of ``FIELDS`` for a public ``Job``, or any object with its attribute names
-(the single format's job objects), with the payload as bytes."""
+
+def domain_values(job: Any) -> tuple[Any, ...]:
+    """Return the values of ``FIELDS`` for a public ``Job``, or any object with its attribute names
+    (the single format's job objects), with the payload as bytes."""
+    # Written out as public_form is, for the single format's reads (checked against FIELDS, in order).
+    return (
+        job.id,
+        job.entrypoint,
+        job.priority,
+        to_micros(job.created_at),
+        job.status,
+        None if job.heartbeat_at is None else to_micros(job.heartbeat_at),
+        job.payload,
+        job.attempts,
+        job.lease,
+        None if job.lease_expires_at is None else to_micros(job.lease_expires_at),
+        job.max_attempts,
+        None if job.not_before is None else to_micros(job.not_before),
+        None if job.deadline is None else to_micros(job.deadline),
+        job.dedup_key,
+        job.last_error,
+        job.dead_reason,
+        None if job.dead_at is None else to_micros(job.dead_at),
+        tuple(map(to_micros, job.claimed_at)),
+        job.batch,
+        None if job.cancel_requested_at is None else to_micros(job.cancel_requested_at),
+        job.progress,
+        job.progress_note,
+        job.after,
+        job.on_parent_failure,
+        job.awaiting,
+        job.parent_results,
+        job.traceparent,
+        None if job.released_at is None else to_micros(job.released_at),
+        job.tenant,
+    )

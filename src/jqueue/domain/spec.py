@@ -30,7 +30,9 @@ SPAN = Limit(ge=timedelta(0), le=LONGEST_SPAN)
 POSITIVE_SPAN = Limit(gt=timedelta(0), le=LONGEST_SPAN)
 """A span that must be positive (a ttl, a visibility timeout)."""
 ATTEMPTS = Limit(ge=1, le=INT64_MAX)
-"""A number of attempts."""
+"""A number of attempts (a job's, a policy's, a worker's ``max_attempts``)."""
+BATCH_SIZE = Limit(ge=0)
+"""How many jobs one claim asks for (``batch_size``; 0 claims none)."""
 INT64 = Limit(ge=INT64_MIN, le=INT64_MAX)
 JOB_ID = Limit(min_length=1, max_length=MAX_ID_LENGTH)
 PARENTS = Limit(max_length=MAX_PARENTS)

@@ -39,8 +39,12 @@ class Limit:
         return any(v is not None for v in (self.ge, self.gt, self.le, self.min_length, self.max_length))
 
     def check(self, name: str, value: Any) -> None:
-        """Raise ``ValueError`` naming ``name`` if ``value`` is out of range."""
-        if isinstance(value, str | list | tuple):
+        """Raise ``ValueError`` naming ``name`` if ``value`` is out of range: a text, list or tuple by
+        its length when the limit bounds one (else by value, so that one given for a number fails
+        as comparing it does)."""
+        if isinstance(value, str | list | tuple) and (
+            self.min_length is not None or self.max_length is not None
+        ):
             shortest, longest = self.min_length or 0, self.max_length
             if len(value) < shortest or (longest is not None and len(value) > longest):
                 wanted = f"at least {shortest}" if longest is None else f"{shortest} to {longest}"

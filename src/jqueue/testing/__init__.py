@@ -17,7 +17,6 @@ from jqueue.testing.faults import (
     Faults,
     InstrumentedKeyedStorage,
     InstrumentedStorage,
-    Kind,
     instrumented,
 )
 from jqueue.testing.serve import LOOPBACK, Served, free_port, serve
@@ -40,7 +39,6 @@ __all__ = [
     "Faults",
     "InstrumentedKeyedStorage",
     "InstrumentedStorage",
-    "Kind",
     "Served",
     "StorageContractError",
     "StorageContractReport",

@@ -43,7 +43,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Literal, Self, TypeVar, overload
 
-from jqueue.core.formats.marker import ENTRY_PREFIX
+from jqueue.core.formats.entry import ENTRY_PREFIX
 from jqueue.core.loop.store import describe
 from jqueue.domain.errors import CASConflictError, StorageError
 from jqueue.domain.values import span
@@ -53,8 +53,6 @@ T = TypeVar("T")
 
 CallKind = Literal["read", "write", "get", "create", "list", "delete"]
 """The kind of a storage call: ``list`` is ``list_names``, the others are the methods' names."""
-Kind = CallKind
-"""The former name of ``CallKind`` (``Kind`` is a stored value's kind, ``jqueue.domain.schema``)."""
 
 READ_KINDS: frozenset[CallKind] = frozenset({"read", "get", "list"})
 """The calls that only look: ``Faults.read_latency`` applies to them."""

@@ -21,9 +21,10 @@ from rich.table import Table
 from rich.text import Text
 
 from jqueue.adapters.event_loop import run_event_loop
-from jqueue.adapters.service.caller import ServiceCaller
-from jqueue.adapters.service.client import RemoteQueue
-from jqueue.adapters.service.wire import TOKEN_VARIABLE
+from jqueue.adapters.service.client.caller import ServiceCaller
+from jqueue.adapters.service.client.remote_queue import RemoteQueue
+from jqueue.adapters.service.wire.bodies import TOKEN_VARIABLE
+from jqueue.adapters.service.wire.error_codes import NO_BROKER, QUEUE_NOT_FOUND, UNAUTHORIZED, UNREACHABLE
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.broker import BrokerQueue
@@ -180,12 +181,12 @@ async def serving(queue: RemoteQueue) -> AsyncIterator[RemoteQueue]:
                 hint = did_you_mean(queue.queue, await queue.queue_names())
                 errors.print(f"created {queue.location}: it did not exist{hint}", highlight=False)
         except ServiceError as exc:
-            if exc.code in ("unreachable", "no_broker"):
+            if exc.code in (UNREACHABLE.code, NO_BROKER.code):
                 fail(f"no jqueue serve took the call within {SERVER_WAIT.seconds} s: {exc}")
-            if exc.code == "unauthorized":
+            if exc.code == UNAUTHORIZED.code:
                 given = "was refused" if os.environ.get(TOKEN_VARIABLE) else "is not set"
                 fail(f"{queue.location} needs its token: {TOKEN_VARIABLE} {given}")
-            if exc.code != "queue_not_found":
+            if exc.code != QUEUE_NOT_FOUND.code:
                 raise
             fail(
                 f"{queue.location} does not exist: nothing was ever enqueued there (jqueue queues lists them)"

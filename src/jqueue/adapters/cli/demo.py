@@ -8,6 +8,7 @@ import logging
 import random
 import signal
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
@@ -56,14 +57,7 @@ async def run_demo(
         n = json.loads(job.payload)["n"]
         squares[n] = n * n
 
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not live,
-    )
+    progress = _progress(live)
     pool: list[Worker] = []
     interrupted = asyncio.Event()
 
@@ -75,28 +69,12 @@ async def run_demo(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
-    enqueued = 0
     async with BrokerQueue(storage_from_url(url), policy=POLICY) as queue:
         await queue.purge(status=None, entrypoint=ENTRYPOINT)  # a clean run, also after an interrupted one
         started = time.perf_counter()
         with progress:
-            enqueueing = progress.add_task("enqueue", total=jobs)
-            for start in range(0, jobs, 500):
-                if interrupted.is_set():
-                    break
-                payloads = [json.dumps({"n": n}).encode() for n in range(start, min(jobs, start + 500))]
-                await queue.enqueue_many(ENTRYPOINT, payloads)
-                enqueued += len(payloads)
-                progress.update(enqueueing, advance=len(payloads))
-            finishing = progress.add_task("process", total=jobs)
-
-            def count(result: JobResult) -> None:
-                outcomes[result.outcome] += 1
-                if result.outcome in (Outcome.ACKED, Outcome.DEAD):
-                    progress.update(finishing, advance=1)
-                retried, dead = outcomes[Outcome.RETRIED], outcomes[Outcome.DEAD]
-                progress.update(finishing, description=f"process (retries {retried}, dead {dead})")
-
+            enqueued = await _enqueue_numbers(queue, jobs, progress, interrupted)
+            count = _counter(progress, jobs, outcomes)
             if not interrupted.is_set():
                 pool += [Worker(queue, {ENTRYPOINT: square}, concurrency=concurrency) for _ in range(workers)]
             logging.getLogger("jqueue.worker").addFilter(_not_job_lines)  # the table counts them
@@ -121,6 +99,50 @@ async def run_demo(
         "seconds": round(seconds, 3),
         "jobs_per_second": round(len(squares) / seconds, 1),
     }
+
+
+def _progress(live: bool) -> Progress:
+    """The demo's progress bars (none unless ``live``)."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not live,
+    )
+
+
+async def _enqueue_numbers(
+    queue: BrokerQueue, jobs: int, progress: Progress, interrupted: asyncio.Event
+) -> int:
+    """Enqueue the jobs numbered 0 to ``jobs - 1``, 500 per commit, until all are in or
+    ``interrupted`` is set; return how many were."""
+    enqueueing = progress.add_task("enqueue", total=jobs)
+    enqueued = 0
+    for start in range(0, jobs, 500):
+        if interrupted.is_set():
+            break
+        payloads = [json.dumps({"n": n}).encode() for n in range(start, min(jobs, start + 500))]
+        await queue.enqueue_many(ENTRYPOINT, payloads)
+        enqueued += len(payloads)
+        progress.update(enqueueing, advance=len(payloads))
+    return enqueued
+
+
+def _counter(progress: Progress, jobs: int, outcomes: dict[Outcome, int]) -> Callable[[JobResult], None]:
+    """Add the bar of finished jobs to ``progress``; return the workers' ``after_job`` hook,
+    which counts each outcome in ``outcomes`` and shows it on the bar."""
+    finishing = progress.add_task("process", total=jobs)
+
+    def count(result: JobResult) -> None:
+        outcomes[result.outcome] += 1
+        if result.outcome in (Outcome.ACKED, Outcome.DEAD):
+            progress.update(finishing, advance=1)
+        retried, dead = outcomes[Outcome.RETRIED], outcomes[Outcome.DEAD]
+        progress.update(finishing, description=f"process (retries {retried}, dead {dead})")
+
+    return count
 
 
 def demo(

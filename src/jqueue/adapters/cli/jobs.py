@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -126,49 +127,13 @@ def enqueue(
         async with direct_queue(ctx) as queue:
             return [await queue.enqueue(entrypoint, data, priority, **options)]
 
-    skipped = 0
-
     def specs(lines: list[bytes]) -> list[JobSpec]:
         return [JobSpec(entrypoint, line, priority, **options) for line in lines]
 
-    async def many() -> list[Job]:
-        nonlocal skipped
-        added: list[Job] = []
-
-        def stop(where: str, problem: object) -> None:
-            kept = "nothing was committed" if atomic else f"{_jobs(len(added))} committed before it"
-            fail(f"{where}: {problem}; {kept}")
-
-        async with broker_queue(ctx) as queue:
-            limit = queue.max_payload_bytes if isinstance(queue, BrokerQueue) else None  # else: the service's
-            with Progress(console=console, transient=True, disable=as_json) as progress:
-                task = progress.add_task("enqueueing", total=None)
-                lines: list[bytes] = []
-                first = number = 1
-                for number, line in enumerate(sys.stdin.buffer, start=1):
-                    payload = line.rstrip(b"\r\n")
-                    if not payload.strip() and not allow_empty:
-                        skipped += 1
-                        continue
-                    if limit is not None and len(payload) > limit:
-                        over = f"a payload of {len(payload)} bytes is over the limit of {limit}"
-                        stop(f"line {number}", over)
-                    lines.append(payload)
-                    if len(lines) == batch and not atomic:
-                        try:
-                            added += await queue.enqueue_many(specs(lines))
-                        except JQueueError as exc:
-                            stop(f"lines {first}-{number}", exc)
-                        progress.update(task, advance=len(lines))
-                        lines, first = [], number + 1
-                if lines:
-                    try:
-                        added += await queue.enqueue_many(specs(lines))
-                    except JQueueError as exc:
-                        stop(f"lines {first}-{number}", exc)
-        return added
-
-    jobs = run(many() if stdin else one())
+    if stdin:
+        jobs, skipped = run(_enqueue_lines(ctx, specs, batch, atomic, allow_empty, quiet=as_json))
+    else:
+        jobs, skipped = run(one()), 0
     if as_json:
         print_json([job_json(job) for job in jobs])
     elif stdin:
@@ -176,6 +141,57 @@ def enqueue(
         console.print(f"enqueued {_jobs(len(jobs))} to {entrypoint!r}{blank}", highlight=False)
     else:
         console.print(jobs[0].id)
+
+
+async def _enqueue_lines(
+    ctx: typer.Context,
+    specs: Callable[[list[bytes]], list[JobSpec]],
+    batch: int,
+    atomic: bool,
+    allow_empty: bool,
+    *,
+    quiet: bool,
+) -> tuple[list[Job], int]:
+    """Enqueue the jobs ``specs`` makes of the lines of standard input, ``batch`` lines per
+    commit (``atomic``: all in one); return them and the number of blank lines skipped.
+
+    Blank lines are skipped unless ``allow_empty``; ``quiet`` hides the progress bar.
+    """
+    added: list[Job] = []
+    skipped = 0
+
+    def stop(where: str, problem: object) -> None:
+        kept = "nothing was committed" if atomic else f"{_jobs(len(added))} committed before it"
+        fail(f"{where}: {problem}; {kept}")
+
+    async with broker_queue(ctx) as queue:
+        limit = queue.max_payload_bytes if isinstance(queue, BrokerQueue) else None  # else: the service's
+        with Progress(console=console, transient=True, disable=quiet) as progress:
+            task = progress.add_task("enqueueing", total=None)
+            lines: list[bytes] = []
+            first = number = 1
+            for number, line in enumerate(sys.stdin.buffer, start=1):
+                payload = line.rstrip(b"\r\n")
+                if not payload.strip() and not allow_empty:
+                    skipped += 1
+                    continue
+                if limit is not None and len(payload) > limit:
+                    over = f"a payload of {len(payload)} bytes is over the limit of {limit}"
+                    stop(f"line {number}", over)
+                lines.append(payload)
+                if len(lines) == batch and not atomic:
+                    try:
+                        added += await queue.enqueue_many(specs(lines))
+                    except JQueueError as exc:
+                        stop(f"lines {first}-{number}", exc)
+                    progress.update(task, advance=len(lines))
+                    lines, first = [], number + 1
+            if lines:
+                try:
+                    added += await queue.enqueue_many(specs(lines))
+                except JQueueError as exc:
+                    stop(f"lines {first}-{number}", exc)
+    return added, skipped
 
 
 _FLAG_NAMES = re.compile(r"\b(" + "|".join(f.name for f in SPEC_FIELDS[2:]) + r")\b")

@@ -28,7 +28,7 @@ from jqueue.adapters.cli.common import (
     run,
     storage_url,
 )
-from jqueue.adapters.service.client import RemoteQueue
+from jqueue.adapters.service.client.remote_queue import RemoteQueue
 from jqueue.adapters.storage.url import is_url
 from jqueue.bench.settings import QUEUES, SCENARIOS, name_list
 from jqueue.core.queue import JobQueue

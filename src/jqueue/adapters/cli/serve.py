@@ -12,8 +12,8 @@ import typer
 
 from jqueue.adapters.cli.common import errors, fail, run, shared_storage, storage_url
 from jqueue.adapters.optional import require
-from jqueue.adapters.service.tenure import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER
-from jqueue.adapters.service.wire import DEFAULT_MAX_BODY_BYTES, TOKEN_VARIABLE
+from jqueue.adapters.service.server.tenure import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER
+from jqueue.adapters.service.wire.bodies import DEFAULT_MAX_BODY_BYTES, TOKEN_VARIABLE
 from jqueue.adapters.storage.url import is_url
 from jqueue.adapters.web.host_names import is_loopback
 from jqueue.domain.errors import InvalidURLError

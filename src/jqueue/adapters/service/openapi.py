@@ -7,8 +7,9 @@ from typing import Any
 
 import msgspec
 
-from jqueue.adapters.service import operator_wire, wire
-from jqueue.adapters.service import queued_wire as queued
+from jqueue.adapters.service.queued import bodies as queued
+from jqueue.adapters.service.wire import bodies as wire
+from jqueue.adapters.service.wire import operator_calls
 
 
 @dataclass(frozen=True)
@@ -18,8 +19,8 @@ class Endpoint:
     method: str
     path: str
     summary: str
-    request: type[Any] | None = None
-    response: type[Any] | None = None
+    request: type[object] | None = None
+    response: type[object] | None = None
 
 
 _NATIVE = "/v1/queues/{queue}"
@@ -65,10 +66,10 @@ ENDPOINTS = (
         wire.ResultRequest,
         wire.ResultResponse,
     ),
-    Endpoint("get", "/v1/queues", "Every queue of the root.", None, operator_wire.QueueNamesResponse),
+    Endpoint("get", "/v1/queues", "Every queue of the root.", None, operator_calls.QueueNamesResponse),
     *(
         Endpoint("post", f"{_NATIVE}/{call.verb}", call.summary, call.request, call.response)
-        for call in operator_wire.OPERATOR_CALLS
+        for call in operator_calls.OPERATOR_CALLS
     ),
     Endpoint("get", "/queues", "queued: every queue of the root.", None, queued.QueuesResponse),
     Endpoint("get", "/api-keys", "queued: the API keys and their prefixes.", None, queued.ApiKeysResponse),

@@ -26,8 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from jqueue.adapters.spark.writer import keyed_storage
-from jqueue.core.formats.entry import decode_entry
-from jqueue.core.formats.marker import ENTRY_PREFIX, entry_name, entry_seq
+from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry, entry_name, entry_seq
 from jqueue.domain.effects import Added, Cancelled, Died, Discarded, Effect, Published, Removed
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.times import from_micros

@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from jqueue.adapters.service.client import RemoteQueue
+from jqueue.adapters.service.client.remote_queue import RemoteQueue
 from jqueue.adapters.spark.reader import job_rows, job_schema
 from jqueue.adapters.spark.writer import keyed_storage
 from jqueue.core.broker import BrokerQueue

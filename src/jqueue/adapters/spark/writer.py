@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from itertools import repeat
 from typing import Any
 
@@ -31,7 +32,8 @@ from jqueue.core.formats.part_runs import PART_ROWS
 from jqueue.core.log.parts import PART_BYTES, PartRow, StoredPart, write_part
 from jqueue.core.queue import DEFAULT_MAX_PAYLOAD_BYTES
 from jqueue.domain.errors import PayloadTooLargeError
-from jqueue.domain.spec import LONGEST_SPAN, check_field, check_not_own_parent, stored_parent_failure
+from jqueue.domain.schema import WRITTEN_FIELDS
+from jqueue.domain.spec import check_field, check_not_own_parent, stored_parent_failure
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.domain.values import checked_text
 from jqueue.ports.storage import KeyedStoragePort
@@ -55,21 +57,25 @@ def keyed_storage(url: str) -> KeyedStoragePort:
 
 
 def _micros(delay: Any) -> int:
+    """Return a delay column's value, in seconds, in microseconds, checked as ``JobSpec`` checks a delay."""
     seconds = float(delay)
-    if not 0 <= seconds <= LONGEST_SPAN.total_seconds():
-        raise ValueError(f"a delay must be 0 to {LONGEST_SPAN.days} days in seconds, got {delay}")
+    try:
+        wait = timedelta(seconds=seconds)
+    except (OverflowError, ValueError):  # not a number, infinite, or longer than any timedelta
+        raise ValueError(f"delay must be a number of seconds, got {delay}") from None
+    check_field("delay", wait)
     return round(seconds * 1_000_000)
 
 
-_FIELD_OPTIONS = {
-    "priority": "priorityColumn",
-    "dedup_key": "dedupKeyColumn",
-    "tenant": "tenantColumn",
-    "id": "idColumn",
-    "after": "afterColumn",
-    "on_parent_failure": "onParentFailureColumn",
-}
-"""The option that names the column of each field a row may set (besides its payload and delay)."""
+def _option(field: str) -> str:
+    """Return the option that names the column of ``field`` (``dedup_key``: ``dedupKeyColumn``)."""
+    first, *rest = field.split("_")
+    return "".join([first, *(word.title() for word in rest), "Column"])
+
+
+_FIELD_OPTIONS = {f.name: _option(f.name) for f in WRITTEN_FIELDS if f.name not in ("payload", "not_before")}
+"""The option that names the column of each field a row may set (besides its payload, in
+``payloadColumn``, and ``not_before``, set by a delay in ``delayColumn``)."""
 
 
 def _checked(field: str, values: list[Any]) -> list[Any]:

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import msgspec
 
 from jqueue.core.formats.collections_paused import collections_paused
-from jqueue.core.formats.marker import LAYOUT, MAX_SEQ
+from jqueue.core.formats.entry import LAYOUT, MAX_SEQ
 from jqueue.core.formats.slab import slab_written_at
 from jqueue.core.formats.slab_block import BLOCK_FIELDS, OPTIONAL_BLOCK_FIELDS, block_columns
 from jqueue.core.formats.wire import (

@@ -11,6 +11,7 @@ run's status (only a queued run's jobs may wait).
 
 from __future__ import annotations
 
+from itertools import repeat
 from operator import attrgetter
 from typing import TypeVar
 
@@ -20,7 +21,7 @@ from jqueue.core.formats.payload_refs import POSITIONS_PER_SEGMENT, payload_plac
 from jqueue.core.formats.wire import Count, Int64, Micros
 from jqueue.domain.effects import Added
 from jqueue.domain.models import JobStatus
-from jqueue.domain.schema import STORED_FIELDS
+from jqueue.domain.schema import FIELD_NAMES, STORED_FIELDS
 
 T = TypeVar("T")
 
@@ -28,30 +29,6 @@ PART_ROWS = 100_000
 """The most jobs in one part (so in one ``add_part`` run)."""
 ID_HEAD = 28
 """A part job's id is the first 28 characters of its part's seed (a UUID), then its row in 8 hex digits."""
-_COLUMNS = (
-    "priority",
-    "dedup_key",
-    "not_before",
-    "tenant",
-    "after",
-    "on_parent_failure",
-    "awaiting",
-    "parent_results",
-)
-"""The fields a run keeps as columns, each by row."""
-_VARYING = ("id", "payload", *_COLUMNS)
-_COMMON = ("entrypoint", "created", "status", "batch")
-_LINKS = {
-    "id": "ids",
-    "after": "afters",
-    "on_parent_failure": "on_parent_failures",
-    "awaiting": "awaitings",
-    "parent_results": "parent_results",
-}
-"""The fields of a run's jobs that only some writes set (their ids, parents), by their column."""
-_DEFAULT_NAMES = tuple(f.name for f in STORED_FIELDS if f.name not in _VARYING + _COMMON)
-_defaults_of = attrgetter(*_DEFAULT_NAMES)
-_DEFAULTS = tuple(f.default for f in STORED_FIELDS if f.name in _DEFAULT_NAMES)
 
 
 def part_job_id(head: str, row: int) -> str:
@@ -60,7 +37,11 @@ def part_job_id(head: str, row: int) -> str:
 
 
 class AddPart(msgspec.Struct, tag="add_part", array_like=True, omit_defaults=True):
-    """Jobs added from one part, on the wire."""
+    """Jobs added from one part, on the wire: the fields common to its jobs, then (after
+    ``batch``) a column of each field that varies by row, named as the field's plural
+    (``COLUMN_OF``). A field without a column has its default in every row (the id: one made
+    from ``id_head``; the priority: 0).
+    """
 
     segment: Count
     id_head: str
@@ -98,48 +79,61 @@ class AddPart(msgspec.Struct, tag="add_part", array_like=True, omit_defaults=Tru
             raise ValueError(f"an add_part holds more than a part's {PART_ROWS} rows")
         rows = [row for start, end in self.rows for row in range(start, end)]
         count = len(rows)
-        priorities = self.priorities or [0] * count
-        keys = self.dedup_keys or [None] * count
-        not_befores = self.not_befores or [None] * count
-        tenants = self.tenants or [None] * count
-        links = {name: getattr(self, column) for name, column in _LINKS.items() if getattr(self, column)}
-        columns = (priorities, keys, not_befores, tenants, *links.values())
-        if any(len(column) != count for column in columns):
+        columns = {name: values for name, column in COLUMN_OF.items() if (values := getattr(self, column))}
+        if any(len(values) != count for values in columns.values()):
             raise ValueError("an add_part's columns differ in length")
         if self.awaitings and self.status is not JobStatus.QUEUED:
             raise ValueError(f"an add_part's {self.status} jobs wait for parents")
-        head, entrypoint, created, status, batch = (
+        head, entrypoint, created, status, batch, segment = (
             self.id_head,
             self.entrypoint,
             self.created,
             self.status,
             self.batch,
+            self.segment,
         )
+        ids = columns.pop("id", None) or repeat(None)
         effects = [
             Added(
-                part_job_id(head, row),
+                chosen or part_job_id(head, row),
                 entrypoint,
-                priorities[i],
+                0,
                 created,
                 status,
                 None,
-                payload_ref(self.segment, row),
-                not_before=not_befores[i],
-                dedup_key=keys[i],
+                payload_ref(segment, row),
                 batch=batch,
-                tenant=tenants[i],
             )
-            for i, row in enumerate(rows)
+            for chosen, row in zip(ids, rows, strict=False)
         ]
-        for name, column in links.items():  # the fields that only jobs of some writes vary
-            for effect, value in zip(effects, column, strict=True):
-                if value:
-                    setattr(effect, name, value)
+        for name, values in columns.items():
+            for effect, value in zip(effects, values, strict=True):
+                setattr(effect, name, value)
         if self.awaitings:
             for effect in effects:
                 if effect.awaiting:
                     effect.status = JobStatus.WAITING
         return effects
+
+
+def _field_of(column: str) -> str:
+    """Return the job field whose values ``AddPart``'s ``column`` holds: the column's singular."""
+    for name in (column, column.removesuffix("s"), column.removesuffix("ies") + "y"):
+        if name in FIELD_NAMES:
+            return name
+    raise TypeError(f"AddPart.{column} is no job field's column")
+
+
+_FIRST_COLUMN = AddPart.__struct_fields__.index("batch") + 1
+COLUMN_OF = {_field_of(column): column for column in AddPart.__struct_fields__[_FIRST_COLUMN:]}
+"""The job fields a run keeps as columns, each by row, and the ``AddPart`` attribute of each."""
+_BLANK = AddPart(0, "", "", 0, JobStatus.QUEUED, [(0, 1)]).effects()[0]
+_COLUMN_DEFAULTS = {name: getattr(_BLANK, name) for name in COLUMN_OF if name != "id"}
+"""Each column's value in a row that the run leaves out of it (the ids are ``_ids``)."""
+_COMMON = ("entrypoint", "created", "status", "batch")
+_DEFAULT_NAMES = tuple(f.name for f in STORED_FIELDS if f.name not in ("payload", *COLUMN_OF, *_COMMON))
+_defaults_of = attrgetter(*_DEFAULT_NAMES)
+_DEFAULTS = tuple(f.default for f in STORED_FIELDS if f.name in _DEFAULT_NAMES)
 
 
 class PartRun:
@@ -182,27 +176,12 @@ class PartRun:
         """Return the run on the wire."""
         entrypoint, created, status, batch = self.common
         head, ids = _ids(self.jobs, self.numbers)
-        priorities, keys, not_befores, tenants, afters, failures, awaitings, results = (
-            [getattr(job, name) for job in self.jobs] for name in _COLUMNS
-        )
-        return AddPart(
-            self.segment,
-            head,
-            entrypoint,
-            created,
-            status,
-            [(start, end) for start, end in self.rows],
-            batch,
-            priorities if any(priorities) else None,
-            _sparse(keys, None),
-            _sparse(not_befores, None),
-            _sparse(tenants, None),
-            ids,
-            _sparse(afters, ()),
-            _sparse(failures, None),
-            _sparse(awaitings, ()),
-            _sparse(results, ()),
-        )
+        columns = {
+            COLUMN_OF[name]: _sparse([getattr(job, name) for job in self.jobs], default)
+            for name, default in _COLUMN_DEFAULTS.items()
+        }
+        rows = [(start, end) for start, end in self.rows]
+        return AddPart(self.segment, head, entrypoint, created, status, rows, batch, ids=ids, **columns)
 
 
 def _ids(jobs: list[Added], rows: list[int]) -> tuple[str, list[str | None] | None]:

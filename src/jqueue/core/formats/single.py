@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from jqueue.core.formats import wire as shared
-from jqueue.core.formats.marker import decode_marker
+from jqueue.core.formats.entry import decode_marker
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
@@ -68,7 +68,7 @@ def encode_index(index: QueueIndex, version: int, commit_id: str | None) -> byte
     state at ``version``, tagged with the commit that writes it (so that two writers producing
     the same state never produce the same object)."""
     jobs = []
-    index.flatten_waits()
+    index.dependencies.flatten()
     for record in index.in_order():
         if not isinstance(record.payload, bytes):
             raise ValueError(f"payload of {record.id} is not in memory")

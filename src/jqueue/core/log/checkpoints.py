@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from jqueue.core.formats.checkpoint import HistoryEncoder, decode_manifest
 from jqueue.core.formats.collections_paused import collections_paused
@@ -22,7 +23,6 @@ from jqueue.core.log.slab_load import loaded
 from jqueue.core.log.slab_plan import Plan, plan
 from jqueue.core.log.slabs import SlabSet
 from jqueue.core.loop.retry import RetryPolicy
-from jqueue.core.loop.settings import LogSettings
 from jqueue.core.loop.store import describe_named
 from jqueue.core.loop.switching import quick_switches
 from jqueue.domain.errors import CorruptStateError
@@ -30,6 +30,9 @@ from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import Frozen
 from jqueue.domain.times import to_micros, utc_now
 from jqueue.ports.storage import KeyedStoragePort, MappedStoragePort
+
+if TYPE_CHECKING:
+    from jqueue.core.log.store import LogSettings
 
 _READ_CONCURRENCY = 8
 

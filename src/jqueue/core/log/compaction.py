@@ -20,7 +20,7 @@ import asyncio
 from datetime import timedelta
 
 from jqueue.core.formats.checkpoint import named_slabs
-from jqueue.core.formats.marker import (
+from jqueue.core.formats.entry import (
     CHECKPOINT_PREFIX,
     ENTRY_PREFIX,
     checkpoint_key,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from jqueue.core.formats.entry import encode_entry
-from jqueue.core.formats.marker import BASE_PREFIX, encode_marker
+from jqueue.core.formats.entry import BASE_PREFIX, encode_entry, encode_marker
 from jqueue.domain.effects import Effect
 from jqueue.domain.errors import CASConflictError
 from jqueue.domain.index import QueueIndex

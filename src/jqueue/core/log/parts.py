@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from jqueue.core.formats.entry import encode_entry
-from jqueue.core.formats.part_runs import ID_HEAD, PART_ROWS, AddPart, part_job_id
+from jqueue.core.formats.part_runs import COLUMN_OF, ID_HEAD, PART_ROWS, AddPart, part_job_id
 from jqueue.core.formats.payload_refs import POSITIONS_PER_SEGMENT
 from jqueue.domain.effects import Added
 from jqueue.domain.errors import CASConflictError
@@ -67,7 +67,8 @@ def part_written_at(segment: int) -> int:
 
 
 class PartRow(NamedTuple):
-    """A job of a part, as a writer gives it."""
+    """A job of a part, as a writer gives it: the fields a bulk write's rows may set
+    (``WRITTEN_FIELDS``), the payload first; ``tests/test_schema_forms.py`` checks the two agree."""
 
     payload: bytes
     priority: int = 0
@@ -87,56 +88,48 @@ class StoredPart:
     payloads stay in the part.
 
     Job ids are ``seed`` with the row number in its last eight hex digits (``part_job_id``),
-    unless the writer chose them (``ids``), so that the fields travel to the committer as a
-    few columns (None: every row has the default), and a commit's entry holds them as few
-    (``AddPart``).
+    unless the writer chose them (an ``id`` column), so that the fields travel to the committer
+    as a few columns, and a commit's entry holds them as few (``AddPart``).
+
+    Attributes
+    ----------
+    columns : dict
+        By field of ``PartRow`` (but the payload), its values by row; a field that every row
+        has at its default has none.
     """
 
     segment: int
     entrypoint: str
     seed: str
-    priorities: list[int] | None
-    dedup_keys: list[str | None] | None
-    not_befores: list[int | None] | None
     count: int
-    tenants: list[str | None] | None = None
-    ids: list[str | None] | None = None
-    afters: list[tuple[str, ...]] | None = None
-    on_parent_failures: list[str | None] | None = None
+    columns: dict[str, list[Any]] = field(default_factory=dict)
 
     def job_ids(self) -> list[str]:
         """Return the ids of this part's jobs, by row."""
-        head, ids = self.seed[:ID_HEAD], self.ids or [None] * self.count
+        head, ids = self.seed[:ID_HEAD], self.columns.get("id") or [None] * self.count
         return [ids[row] or part_job_id(head, row) for row in range(self.count)]
 
     def jobs(self, created: int) -> list[Added]:
         """Return the effects that add this part's jobs at ``created`` (epoch microseconds; the
         part's own time is when it was written), payloads as references into it: what the
         entry's ``AddPart`` of the whole part decodes to."""
-        run = AddPart(
-            self.segment,
-            self.seed[:ID_HEAD],
-            self.entrypoint,
-            created,
-            JobStatus.QUEUED,
-            [(0, self.count)],
-            None,
-            self.priorities,
-            self.dedup_keys,
-            self.not_befores,
-            self.tenants,
-            self.ids,
-            self.afters,
-            self.on_parent_failures,
-            self.afters,  # every parent is awaited until the commit's add looks them up
-        )
-        return run.effects()
+        columns: dict[str, Any] = {COLUMN_OF[name]: values for name, values in self.columns.items()}
+        if "after" in self.columns:  # every parent is awaited until the commit's add looks them up
+            columns[COLUMN_OF["awaiting"]] = self.columns["after"]
+        head, rows = self.seed[:ID_HEAD], [(0, self.count)]
+        return AddPart(
+            self.segment, head, self.entrypoint, created, JobStatus.QUEUED, rows, **columns
+        ).effects()
 
 
-def _column(rows: list[PartRow], name: str, default: Any) -> list[Any] | None:
-    """Return the rows' ``name`` field by row, or None if every row has the ``default``."""
-    values = [getattr(row, name) for row in rows]
-    return None if values.count(default) == len(values) else values
+def _columns(rows: list[PartRow]) -> dict[str, list[Any]]:
+    """Return the rows' fields (but the payload) by row, leaving out those every row has at its default."""
+    columns = {}
+    for name, default in PartRow._field_defaults.items():
+        values = [getattr(row, name) for row in rows]
+        if values.count(default) != len(values):
+            columns[name] = values
+    return columns
 
 
 def part_seed() -> str:
@@ -154,20 +147,9 @@ async def write_part(
     again if it is taken."""
     if not 0 < len(rows) <= min(PART_ROWS, POSITIONS_PER_SEGMENT):
         raise ValueError(f"a part holds 1 to {PART_ROWS} jobs, not {len(rows)}")
+    columns = _columns(rows)
     for _ in range(_NAME_ATTEMPTS):
-        part = StoredPart(
-            new_part_segment(created // 1_000_000),
-            entrypoint,
-            part_seed(),
-            _column(rows, "priority", 0),
-            _column(rows, "dedup_key", None),
-            _column(rows, "not_before", None),
-            len(rows),
-            _column(rows, "tenant", None),
-            _column(rows, "id", None),
-            _column(rows, "after", ()),
-            _column(rows, "on_parent_failure", None),
-        )
+        part = StoredPart(new_part_segment(created // 1_000_000), entrypoint, part_seed(), len(rows), columns)
         jobs = part.jobs(created)
         for job, row in zip(jobs, rows, strict=True):
             job.payload = row.payload

@@ -12,15 +12,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from jqueue.core.formats.checkpoint import Manifest
-from jqueue.core.formats.marker import checkpoint_name
+from jqueue.core.formats.entry import checkpoint_name
 from jqueue.core.formats.payload_refs import columns_from_refs
 from jqueue.core.formats.slab import is_slab, open_slab
 from jqueue.core.formats.slab_block import BLOCK_ROWS, concatenated
 from jqueue.core.formats.slab_whole import decode_slab
 from jqueue.core.log.slabs import Slab, SlabSet, numbers
 from jqueue.domain.errors import CorruptStateError
-from jqueue.domain.index import QueueIndex
-from jqueue.domain.index_state import REQUIRED_COLUMNS
+from jqueue.domain.index import REQUIRED_COLUMNS, QueueIndex
 
 Columns = dict[str, list[Any]]
 Loaded = tuple[QueueIndex, SlabSet, set[int]]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import msgspec
 
 from jqueue.core.formats.checkpoint import HistoryEncoder, encode_manifest
-from jqueue.core.formats.marker import checkpoint_name
+from jqueue.core.formats.entry import checkpoint_name
 from jqueue.core.formats.slab import RowKey, SlabWriter, id_hash, open_slab, row_key, slab_name
 from jqueue.core.formats.slab_block import BLOCK_ROWS
 from jqueue.core.log.slabs import Slab, SlabSet, numbers, record_at, segments_of

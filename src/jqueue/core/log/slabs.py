@@ -27,7 +27,7 @@ from jqueue.core.formats.payload_refs import payload_place
 from jqueue.core.formats.slab import OpenedSlab, id_hash, order_bounds
 from jqueue.core.formats.slab_block import BLOCK_ROWS
 from jqueue.domain.cold import ClaimKey
-from jqueue.domain.index_state import COLUMN_DEFAULTS, IndexState
+from jqueue.domain.index import COLUMN_DEFAULTS, IndexState
 from jqueue.domain.lines import Line
 from jqueue.domain.records import RECORD_COLUMNS, JobRecord
 

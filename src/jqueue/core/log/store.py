@@ -16,6 +16,10 @@ whose view of the log is older than half the retention looks for a newer checkpo
 before it commits, and a create or a catch-up that answers later than that is checked
 against the checkpoints, so no commit that re-created a compacted entry is acknowledged.
 That assumes clocks agree to well within half the retention (docs/architecture.md, §6).
+
+A payload stays in the object that first carried it (a log entry, a bulk write's part, or the
+base of a migrated queue); ``PayloadReader`` reads it by reference, recent segments from a
+``SegmentCache``, others fetched once however many callers wait.
 """
 
 from __future__ import annotations
@@ -26,33 +30,40 @@ import logging
 import math
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 
-from jqueue.core.formats.entry import Entry, decode_entry, encode_entry, entry_commit_id
-from jqueue.core.formats.marker import (
+from jqueue.core.formats.entry import (
     CHECKPOINT_PREFIX,
     ENTRY_PREFIX,
     GENESIS,
+    Entry,
     checkpoint_key,
     checkpoint_name,
+    decode_entry,
     decode_marker,
+    decode_payloads,
+    encode_entry,
     encode_genesis,
     encode_marker,
+    entry_commit_id,
     entry_name,
     entry_seq,
 )
-from jqueue.core.formats.payload_refs import payload_ref
+from jqueue.core.formats.payload_refs import payload_place, payload_ref
 from jqueue.core.log.checkpoints import Checkpoints, Pending, SlabsLostError
 from jqueue.core.log.compaction import checkpoint_covers
-from jqueue.core.log.payload_reader import PayloadReader, segment_name
+from jqueue.core.log.parts import is_part, part_name
 from jqueue.core.loop.retry import RetryPolicy
-from jqueue.core.loop.settings import LogSettings
-from jqueue.core.loop.store import CommitStore, check_not_empty
+from jqueue.core.loop.store import CommitStore, check_not_empty, describe_named
 from jqueue.domain.effects import Added, Effect
 from jqueue.domain.errors import CASConflictError, CommitUnknownError, CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.schema import Payload
 from jqueue.domain.times import to_micros, utc_now
+from jqueue.domain.values import span
 from jqueue.ports.storage import KeyedStoragePort
 
 logger = logging.getLogger("jqueue")
@@ -61,6 +72,179 @@ _FETCH_CONCURRENCY = 16
 _SEQUENTIAL_CATCH_UP = 8
 """Entries a refresh reads one by one before it lists the rest (and the newest checkpoint) and
 fetches them in parallel."""
+
+
+def segment_name(segment: int, base: str | None, location: str) -> str:
+    """Return the name of the object holding payload segment ``segment``: a part, an entry, or
+    for segment 0 the ``base`` of a migrated queue (a queue at ``location`` without one has none)."""
+    if is_part(segment):
+        return part_name(segment)
+    if segment == 0:
+        if base is None:
+            raise CorruptStateError(location, "a payload refers to a base object it does not have")
+        return base
+    return entry_name(segment)
+
+
+class PayloadReader:
+    """Reads payloads by reference, through a cache of recent segments.
+
+    Parameters
+    ----------
+    keyed : KeyedStoragePort
+        The queue's storage.
+    location : str
+        The queue's main object, for messages.
+    cache_bytes : int
+        Payload bytes of recent segments kept in memory.
+    """
+
+    def __init__(self, keyed: KeyedStoragePort, location: str, cache_bytes: int) -> None:
+        self.keyed = keyed
+        self.location = location
+        self.cache = SegmentCache(cache_bytes)
+        self._loading: dict[int, asyncio.Future[list[bytes]]] = {}
+
+    def where(self, name: str) -> str:
+        """Return the location of a named object of the queue, for messages."""
+        return describe_named(self.keyed, name)
+
+    async def payloads(self, payloads: Sequence[Payload], base: str | None) -> list[bytes]:
+        """Return each payload's bytes, reading the segments that are not cached (``base``: the
+        object of segment 0, if the queue was migrated)."""
+        found: list[bytes] = []
+        for payload in payloads:
+            if isinstance(payload, bytes):
+                found.append(payload)
+                continue
+            segment, position = payload_place(payload)
+            payloads_there = self.cache.get(segment) or await self._load(segment, base)
+            if position >= len(payloads_there):
+                name = segment_name(segment, base, self.location)
+                raise CorruptStateError(self.where(name), f"has no payload {position}")
+            found.append(payloads_there[position])
+        return found
+
+    async def _load(self, segment: int, base: str | None) -> list[bytes]:
+        """Fetch a segment once, however many callers need it at the same time."""
+        loading = self._loading.get(segment)
+        if loading is None:
+            loading = self._loading[segment] = asyncio.ensure_future(self._fetch(segment, base))
+            loading.add_done_callback(lambda _: self._loading.pop(segment, None))
+        return await asyncio.shield(loading)
+
+    async def _fetch(self, segment: int, base: str | None) -> list[bytes]:
+        name = segment_name(segment, base, self.location)
+        data = await self.keyed.get(name)
+        if data is None:
+            raise CorruptStateError(self.where(name), "a live job's payload entry is missing")
+        payloads = decode_payloads(data, segment, self.where(name))
+        self.cache.put(segment, payloads)
+        return payloads
+
+
+MIN_RETENTION = timedelta(seconds=1)
+JOBS_PER_CHECKPOINT_CHANGE = 20
+CHECKPOINT_INTERVAL_CAP = 50_000
+"""The most changes a deep queue leaves between checkpoints (unless ``checkpoint_every`` says
+more): what a new reader replays, and holds as records, before its first call."""
+ENTRIES_PER_CHECKPOINT = 64
+"""The fewest log entries between checkpoints (or ``checkpoint_every``, if fewer), unless the
+changes reach ``CHECKPOINT_INTERVAL_CAP``: a checkpoint costs several requests on object
+storage, and a group commit folds hundreds of changes into one entry."""
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """How a log-structured queue checkpoints, compacts and caches.
+
+    Attributes
+    ----------
+    checkpoint_every : int
+        Changes (effects: an enqueue, a claim, an ack...) between checkpoints of the
+        jobs' metadata, at least, in at least ``ENTRIES_PER_CHECKPOINT`` log entries (or
+        this many, if fewer). A checkpoint writes the rows of the jobs changed since
+        the last one, plus a manifest of a byte per stored row (compressed), and a new
+        reader replays every change after it, so a deep queue waits for one change per
+        ``JOBS_PER_CHECKPOINT_CHANGE`` live jobs, up to ``CHECKPOINT_INTERVAL_CAP``
+        changes: the manifests stay flat per change, and so does a new reader's replay.
+    retention : timedelta
+        How long entries and checkpoints stay after a newer checkpoint covers them
+        (the history that readers and analytics can still see), at least one second.
+        Writers whose view is older than half of it look for a newer checkpoint before
+        committing; a commit answered later than that is acknowledged only if no
+        checkpoint covers it (else ``CommitUnknownError``), so the clocks of all
+        processes must agree to well within half of it.
+    payload_cache_bytes : int
+        Payload bytes of recent entries kept in memory to answer dequeues.
+    part_lifetime : timedelta
+        How long a bulk write's part (payloads written beside the queue) may wait to be
+        linked: ``stage_parts`` refuses older parts, and compaction deletes a part that no
+        job refers to once it is this old (the parts of writes that died, too).
+    """
+
+    checkpoint_every: int = 1000
+    retention: timedelta = timedelta(hours=1)
+    payload_cache_bytes: int = 64 * 1024 * 1024
+    part_lifetime: timedelta = timedelta(days=1)
+
+    def interval(self, live_jobs: int) -> int:
+        """Return how many changes to leave between checkpoints of ``live_jobs`` jobs."""
+        deep = min(live_jobs // JOBS_PER_CHECKPOINT_CHANGE, CHECKPOINT_INTERVAL_CAP)
+        return max(self.checkpoint_every, deep)
+
+    def checkpoint_due(self, changes: int, entries: int, live_jobs: int) -> bool:
+        """Whether ``changes`` in ``entries`` log entries since the last checkpoint call for the
+        next one, with ``live_jobs`` jobs (``interval``, ``ENTRIES_PER_CHECKPOINT``)."""
+        if changes < self.interval(live_jobs):
+            return False
+        return (
+            entries >= min(ENTRIES_PER_CHECKPOINT, self.checkpoint_every)
+            or changes >= CHECKPOINT_INTERVAL_CAP
+        )
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
+        if self.retention < MIN_RETENTION:
+            raise ValueError(f"retention must be at least {MIN_RETENTION}, got {span(self.retention)}")
+        if self.part_lifetime <= timedelta(0):
+            raise ValueError(f"part_lifetime must be positive, got {span(self.part_lifetime)}")
+
+
+class SegmentCache:
+    """Least-recently-used payload lists by segment number, up to ``max_bytes`` of payload.
+
+    Parameters
+    ----------
+    max_bytes : int
+        Payload bytes kept at most; a segment larger than that is not kept.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._segments: OrderedDict[int, list[bytes]] = OrderedDict()
+        self._sizes: dict[int, int] = {}
+        self._total = 0
+
+    def get(self, segment: int) -> list[bytes] | None:
+        """Return the payloads of ``segment`` if cached."""
+        payloads = self._segments.get(segment)
+        if payloads is not None:
+            self._segments.move_to_end(segment)
+        return payloads
+
+    def put(self, segment: int, payloads: list[bytes]) -> None:
+        """Keep the payloads of ``segment``, evicting the least recently used."""
+        size = sum(len(p) for p in payloads)
+        if not payloads or size > self.max_bytes or segment in self._segments:
+            return
+        self._segments[segment] = payloads
+        self._sizes[segment] = size
+        self._total += size
+        while self._total > self.max_bytes:
+            evicted, _ = self._segments.popitem(last=False)
+            self._total -= self._sizes.pop(evicted)
 
 
 class LogStore(CommitStore):
@@ -335,7 +519,7 @@ class LogStore(CommitStore):
         return due and idle and not self._explicit.locked() and not self.index.frozen
 
     def _maybe_checkpoint(self) -> None:
-        if self.wants_quiet_landing() and not self.index.in_transaction:
+        if self.wants_quiet_landing() and not self.index.journal.open:
             snapshot = self._freeze()
             self._background = asyncio.create_task(self._checkpoint_and_compact(snapshot))
 

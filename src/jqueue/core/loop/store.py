@@ -11,30 +11,36 @@ since a stale state could make that answer wrong. A layout supplies ``refresh``,
 While a commit is in flight, the next one's calls may be applied ahead, on top of it (a ``Follower``,
 ADR 0017): applied in the same transaction after a mark, committed once it has landed, and
 undone with it if it does not. Writes stay one at a time, each on a state known to be durable.
+
+Every storage call the loop makes is bounded in time (``TimedStorage``, ``timed``), and the
+storage's client is held open while a queue is open (``StorageUse``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import timedelta
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 from jqueue.core.formats.single import decode_index, encode_index
-from jqueue.core.loop.commit_stats import CommitStats
 from jqueue.core.loop.retry import RetryPolicy
-from jqueue.domain.effects import Added, Effect
-from jqueue.domain.errors import CASConflictError, CorruptStateError
+from jqueue.domain.effects import Added, Died, Effect, Requeued
+from jqueue.domain.errors import CASConflictError, CorruptStateError, StorageError
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.models import Job, QueueState
+from jqueue.domain.models import LEASE_EXPIRED, Job, QueueState
 from jqueue.domain.schema import PUBLIC_FORM, JobFields, JobForm, Payload
 from jqueue.domain.times import TimeRangeError
-from jqueue.ports.storage import ObjectStoragePort
+from jqueue.domain.values import span
+from jqueue.ports.storage import KeyedStoragePort, MappedStoragePort, ObjectStoragePort
 
 T = TypeVar("T")
 logger = logging.getLogger("jqueue")
@@ -68,6 +74,125 @@ def check_not_empty(content: bytes, etag: str | None, location: str) -> None:
     object is never empty, and reading one as a new queue would lose every job."""
     if etag is not None and not content:
         raise CorruptStateError(location, "the object is empty (0 bytes)")
+
+
+DEFAULT_STORAGE_TIMEOUT = timedelta(seconds=60)
+
+
+class TimedStorage:
+    """A storage whose calls fail with ``StorageError`` (cause ``TimeoutError``) past ``timeout``.
+
+    A write that timed out may still land; the queue treats it like any failed write
+    (a later read shows whether it did).
+    """
+
+    def __init__(self, inner: ObjectStoragePort, timeout: timedelta) -> None:
+        if timeout <= timedelta(0):
+            raise ValueError(f"storage_timeout must be positive, got {span(timeout)}")
+        self.inner = inner
+        self.url = describe(inner)
+        self.seconds = timeout.total_seconds()
+
+    async def _within(self, what: str, call: Awaitable[T]) -> T:
+        try:
+            async with asyncio.timeout(self.seconds):
+                return await call
+        except TimeoutError:
+            late = TimeoutError(f"no answer within {self.seconds:g} s")
+            raise StorageError(f"{what} {self.url} failed", late) from None
+
+    async def read(self) -> tuple[bytes, str | None]:
+        """Read the main object within the time limit."""
+        return await self._within("reading", self.inner.read())
+
+    async def write(self, content: bytes, if_match: str | None = None) -> str:
+        """Write the main object within the time limit."""
+        return await self._within("writing", self.inner.write(content, if_match))
+
+
+class TimedKeyedStorage(TimedStorage):
+    """``TimedStorage`` for a backend with named objects too."""
+
+    def __init__(self, inner: KeyedStoragePort, timeout: timedelta) -> None:
+        super().__init__(inner, timeout)
+        self.keyed = inner
+
+    def named_url(self, name: str) -> str:
+        """Where the wrapped storage keeps ``name``, for messages."""
+        return describe_named(self.keyed, name)
+
+    async def get(self, name: str) -> bytes | None:
+        """Read a named object within the time limit."""
+        return await self._within(f"reading {name} of", self.keyed.get(name))
+
+    async def create(self, name: str, content: bytes) -> None:
+        """Create a named object within the time limit."""
+        await self._within(f"creating {name} of", self.keyed.create(name, content))
+
+    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
+        """List named objects within the time limit."""
+        return await self._within(f"listing {prefix} of", self.keyed.list_names(prefix, start_after))
+
+    async def delete(self, name: str) -> None:
+        """Delete a named object within the time limit."""
+        await self._within(f"deleting {name} of", self.keyed.delete(name))
+
+
+class TimedMappedStorage(TimedKeyedStorage):
+    """``TimedKeyedStorage`` for a backend that maps its named objects too."""
+
+    async def mapped(self, name: str) -> memoryview | None:
+        """Map a named object within the time limit."""
+        assert isinstance(self.keyed, MappedStoragePort)
+        return await self._within(f"mapping {name} of", self.keyed.mapped(name))
+
+
+def timed(storage: ObjectStoragePort, timeout: timedelta | None) -> ObjectStoragePort:
+    """Return ``storage`` with a time limit on each call (itself when ``timeout`` is None)."""
+    if timeout is None:
+        return storage
+    if isinstance(storage, KeyedStoragePort) and isinstance(storage, MappedStoragePort):
+        return TimedMappedStorage(storage, timeout)
+    if isinstance(storage, KeyedStoragePort):
+        return TimedKeyedStorage(storage, timeout)
+    return TimedStorage(storage, timeout)
+
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Upper bounds (seconds) of the commit-latency histogram; one more bucket holds the rest."""
+
+
+@dataclass
+class CommitStats:
+    """Counts of the commits that landed: how long each took (from the call's turn to its
+    landing, retries included), the conflicts lost on the way, and the jobs they killed or
+    whose leases they found expired."""
+
+    commits: int = 0
+    conflicts: int = 0
+    seconds: float = 0.0
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    conflict_counts: dict[int, int] = field(default_factory=dict)
+    died: int = 0
+    expired_leases: int = 0
+
+    def landed(self, seconds: float, conflicts: int, effects: Sequence[Effect]) -> None:
+        """Count one commit that landed after ``conflicts`` lost races."""
+        self.commits += 1
+        self.conflicts += conflicts
+        self.seconds += seconds
+        self.buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.conflict_counts[conflicts] = self.conflict_counts.get(conflicts, 0) + 1
+        for effect in effects:
+            if isinstance(effect, Died):
+                self.died += 1
+                self.expired_leases += effect.error == LEASE_EXPIRED
+            elif isinstance(effect, Requeued) and effect.error == LEASE_EXPIRED:
+                self.expired_leases += 1
+
+    def failed(self, conflicts: int) -> None:
+        """Count the lost races of a commit that gave up."""
+        self.conflicts += conflicts
 
 
 class StorageUse:
@@ -210,8 +335,11 @@ class CommitStore(ABC):
         return await self.jobs_as(PUBLIC_FORM, snapshots)
 
     async def jobs_as(self, form: JobForm[T], snapshots: Sequence[JobFields]) -> list[T]:
-        """Return the answers in ``form`` of record snapshots, with their payloads."""
-        payloads = await self.payloads([snapshot.payload for snapshot in snapshots])
+        """Return the answers in ``form`` of record snapshots, with their payloads (fetched
+        only for those the store keeps: an add's answer still holds its bytes)."""
+        kept = [snapshot.payload for snapshot in snapshots]
+        in_memory = all(isinstance(payload, bytes) for payload in kept)
+        payloads = cast(list[bytes], kept) if in_memory else await self.payloads(kept)
         of_record = form.of_record
         return [of_record(snapshot, payload) for snapshot, payload in zip(snapshots, payloads, strict=True)]
 
@@ -253,25 +381,25 @@ class CommitStore(ABC):
 
     def drop_ahead(self) -> None:
         """Undo what a follower applied ahead, if it was left open."""
-        if self.index.in_transaction:
-            self.index.rollback()
+        if self.index.journal.open:
+            self.index.journal.rollback()
 
     async def _apply(self, transition: Callable[[QueueIndex], T], follower: Follower | None) -> T:
         started = time.monotonic()
         # Calls applied ahead on a commit that landed ran on a durable state: as good as a refresh.
-        verified = self.index.in_transaction
+        verified = self.index.journal.open
         if not verified and self.needs_refresh():
             await self.refresh()
             self._loaded = verified = True
         retries = 0
         while True:
             index = self.index  # a refresh may replace it
-            if not index.in_transaction:
-                index.begin()
+            if not index.journal.open:
+                index.journal.begin()
             try:
                 answer = transition(index)
             except Exception as exc:
-                index.rollback()
+                index.journal.rollback()
                 if verified:
                     error = located(exc, self.location)
                     if error is exc:
@@ -280,9 +408,9 @@ class CommitStore(ABC):
                 await self.refresh()
                 verified = True
                 continue
-            effects = index.pending_effects
+            effects = index.journal.effects
             if not effects:
-                index.commit()
+                index.journal.commit()
                 if verified:
                     return answer
                 await self.refresh()
@@ -291,7 +419,7 @@ class CommitStore(ABC):
             try:
                 await self._commit_following(index, follower, started, retries)
             except CASConflictError:
-                index.rollback()
+                index.journal.rollback()
                 retries += 1
                 if retries > self.retry.max_retries:
                     self.stats.failed(retries)
@@ -301,7 +429,7 @@ class CommitStore(ABC):
                 verified = True
                 continue
             except BaseException:
-                index.rollback()  # what it wrote is kept by then: this undoes what came after
+                index.journal.rollback()  # what it wrote is kept by then: this undoes what came after
                 raise
             return answer
 
@@ -310,9 +438,9 @@ class CommitStore(ABC):
     ) -> None:
         """Commit the open transaction's effects and keep them, applying ``follower`` ahead on
         top of them meanwhile (its changes stay open)."""
-        kept = index.savepoint()
+        kept = index.journal.savepoint()
         if follower is None or not self.applies_ahead:
-            await self._commit(index.pending_effects)
+            await self._commit(index.journal.effects)
             self._keep(index, kept, started, retries)
             return
         arrived = follower.arrived
@@ -326,7 +454,7 @@ class CommitStore(ABC):
             if not task.cancelled():
                 task.exception()  # retrieved here: the caller may be gone (cancelled) by now
 
-        writing = asyncio.ensure_future(write(index.pending_effects[:]))
+        writing = asyncio.ensure_future(write(index.journal.effects[:]))
         writing.add_done_callback(written)
         try:
             while not writing.done():  # once it is, the transaction may have ended with it
@@ -341,8 +469,8 @@ class CommitStore(ABC):
 
     def _keep(self, index: QueueIndex, kept: tuple[int, int], started: float, retries: int) -> None:
         """A commit of the changes before ``kept`` landed: keep them and do the bookkeeping."""
-        effects = index.pending_effects[: kept[1]]
-        index.commit_through(kept)
+        effects = index.journal.effects[: kept[1]]
+        index.journal.commit_through(kept)
         self.stats.landed(time.monotonic() - started, retries, effects)
         try:
             self._landed(effects)

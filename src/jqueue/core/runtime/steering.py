@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from jqueue.domain.spec import LONGEST_SPAN
-from jqueue.domain.values import span
+from jqueue.domain.spec import checked_span
 
 
 class HandlerFailure(Exception):  # noqa: N818 - a failure, named as such
@@ -28,8 +27,8 @@ class Retry(Exception):  # noqa: N818 - the name users of other queues know
     """
 
     def __init__(self, delay: timedelta | None = None, reason: str = "retry requested") -> None:
-        if delay is not None and not timedelta(0) <= delay <= LONGEST_SPAN:
-            raise ValueError(f"delay must be between 0 and {LONGEST_SPAN.days} days, got {span(delay)}")
+        if delay is not None:
+            checked_span("delay", delay)
         super().__init__(delay, reason)
         self.delay = delay
         self.reason = reason

@@ -40,6 +40,7 @@ from jqueue.domain.errors import (
 )
 from jqueue.domain.models import Job
 from jqueue.domain.policy import Backoff
+from jqueue.domain.spec import ATTEMPTS
 from jqueue.domain.times import utc_now
 from jqueue.ports.queue import ChangeSource, Queue, SupportsAckAndDequeue
 
@@ -109,8 +110,8 @@ class Worker(Settling):
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if not timedelta(0) < poll_interval <= max_poll_interval:
             raise ValueError("poll intervals need 0 < poll_interval <= max_poll_interval")
-        if max_attempts is not None and max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if max_attempts is not None:
+            ATTEMPTS.check("max_attempts", max_attempts)
         self.queues = [queues] if isinstance(queues, Queue) else list(queues)
         if not self.queues:
             raise ValueError("a worker needs a queue")

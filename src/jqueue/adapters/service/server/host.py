@@ -1,0 +1,142 @@
+"""``QueueHost``: the queues under one storage root, each served by one group-commit loop."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from jqueue.adapters.service.server.catalog import CATALOG_NAME, Catalog, added, removed
+from jqueue.adapters.service.wire.root import queue_location, root_location, root_storage
+from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
+from jqueue.adapters.storage.url import is_url, storage_at
+from jqueue.adapters.web.queue_names import QUEUE_NAME, UnknownQueueError
+from jqueue.core.broker import BrokerQueue
+from jqueue.domain.errors import InvalidURLError
+
+
+def checked_root(root: str) -> str:
+    """Return ``root`` if queues can live under it; a plain path (or a ``file://`` URL, returned
+    as its path) must be a directory."""
+    if is_url(root):
+        checked = storage_at(queue_location(root, "check"))  # InvalidURLError for a bad URL
+        if not isinstance(checked, LocalFileSystemStorage):
+            return root
+        root = str(checked.path.parent)  # a directory whose queue files can be listed
+    if not Path(root).is_dir():
+        raise InvalidURLError(
+            root, "is not a directory (create it, or give a URL such as s3://bucket/prefix)"
+        )
+    return str(Path(root).absolute())
+
+
+class QueueHost:
+    """Opens the queues under ``root`` on first use and keeps them open until ``close``; the
+    root's ``Catalog`` says which queues exist.
+
+    Parameters
+    ----------
+    root : str
+        A directory, or a storage URL prefix (``s3://bucket/prefix``, ``gs://bucket/prefix``).
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = checked_root(root)
+        where = root_location(self.root, CATALOG_NAME)
+        self.catalog = Catalog(storage_at(where), where)
+        self._open: dict[str, BrokerQueue] = {}
+        self._lock = asyncio.Lock()
+        self._epoch = -1
+
+    async def serve_epoch(self, epoch: int) -> None:
+        """Read the catalog afresh when this process starts serving ``epoch``: the broker
+        before it may have changed it."""
+        if epoch != self._epoch:
+            async with self._lock:
+                if epoch != self._epoch:
+                    await self.catalog.load()
+                    self._epoch = epoch
+
+    async def get(self, name: str, *, create: bool = False) -> BrokerQueue:
+        """Return the open queue ``name``; unless ``create`` (an enqueue, whose commit creates
+        the queue, or a queued ``PUT``), it must exist.
+
+        A queue exists if the catalog lists it, or if its storage holds a queue that the
+        catalog does not say was deleted (one made by the Python API); that one is listed.
+
+        Raises
+        ------
+        BadQueueNameError
+            For a name that is not ``QUEUE_NAME``.
+        UnknownQueueError
+            If the queue does not exist and ``create`` is false.
+        """
+        queue = self._open.get(name)
+        if queue is not None:
+            return queue
+        async with self._lock:
+            if (queue := self._open.get(name)) is not None:
+                return queue
+            listed = name in self.catalog.record.queues
+            if not listed and not create and not await self._in_storage(name):
+                raise UnknownQueueError(name)
+            queue = BrokerQueue(root_storage(self.root, name))
+            await queue.start()  # a file that is not a queue fails here, before the catalog lists it
+            if not listed:
+                try:
+                    await self.catalog.change(added(name))
+                except BaseException:
+                    await queue.stop()
+                    raise
+            self._open[name] = queue
+            return queue
+
+    async def exists(self, name: str) -> bool:
+        """Whether queue ``name`` exists (as ``get`` judges it)."""
+        if name in self._open or name in self.catalog.record.queues:
+            return True
+        return await self._in_storage(name)
+
+    async def _in_storage(self, name: str) -> bool:
+        if name in self.catalog.record.deleted:
+            return False
+        return (await root_storage(self.root, name).read())[1] is not None
+
+    async def delete(self, name: str) -> None:
+        """Delete queue ``name``: purge its jobs, close it and mark it deleted in the catalog
+        (its storage stays, empty, for any process that still has it open)."""
+        queue = await self.get(name)
+        await queue.purge(status=None)
+        async with self._lock:
+            self._open.pop(name, None)
+            await self.catalog.change(removed(name))
+        await queue.stop()
+
+    def names(self) -> list[str]:
+        """The queues the catalog lists, sorted."""
+        return sorted(self.catalog.record.queues)
+
+    def found(self) -> list[str]:
+        """The queues the catalog lists and, under a directory root (a path or ``file://``), the
+        queue files made by the Python API or the CLI that it does not say were deleted; sorted.
+        (Object-store roots are not listed: their queues appear once used through the service.)"""
+        names = set(self.catalog.record.queues)
+        if not is_url(self.root):
+            on_disk = {
+                path.stem for path in Path(self.root).glob("*.json") if QUEUE_NAME.fullmatch(path.stem)
+            }
+            names |= on_disk - set(self.catalog.record.deleted)
+        return sorted(names)
+
+    def is_open(self, name: str) -> bool:
+        """Whether queue ``name`` is open (it exists)."""
+        return name in self._open
+
+    def open_queues(self) -> dict[str, BrokerQueue]:
+        """The queues opened so far, by name."""
+        return dict(self._open)
+
+    async def close(self) -> None:
+        """Commit what was submitted and close every open queue."""
+        queues, self._open = list(self._open.values()), {}
+        for queue in queues:
+            await queue.stop()

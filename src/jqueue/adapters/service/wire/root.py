@@ -1,0 +1,72 @@
+"""What ``jqueue serve`` and its clients both read under a storage root: where each queue lives
+(``ROOT/NAME.json``), and the broker record (``ROOT/_broker.json``) that names the process
+serving the root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
+
+from jqueue.adapters.storage.url import is_url, storage_at
+from jqueue.adapters.web.queue_names import QUEUE_NAME, BadQueueNameError
+from jqueue.domain.errors import CorruptStateError
+from jqueue.ports.storage import ObjectStoragePort
+
+RECORD_NAME = "_broker.json"
+"""The broker record's name under the root (no queue name starts with ``_``)."""
+
+
+class BrokerRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """The record: who serves the root (its advertised URL), since which epoch, a beat that
+    every renewal raises, and whether its broker stopped (then anyone may take over at once)."""
+
+    address: str
+    epoch: int
+    beat: int
+    owner: str
+    renewed_at: str
+    released: bool = False
+
+
+_decoder = msgspec.json.Decoder(BrokerRecord)
+
+
+def broker_record(content: bytes, where: str) -> BrokerRecord:
+    """Return the broker record stored as ``content`` at ``where``.
+
+    Raises
+    ------
+    CorruptStateError
+        If ``content`` is not a broker record.
+    """
+    try:
+        return _decoder.decode(content)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise CorruptStateError(where, f"not a broker record: {exc}") from exc
+
+
+def root_location(root: str, filename: str) -> str:
+    """Return where ``filename`` lives under ``root``: a path, or a storage URL."""
+    if not is_url(root):
+        return str(Path(root) / filename)
+    parts = urlsplit(root)
+    return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{filename}"))
+
+
+def queue_location(root: str, name: str) -> str:
+    """Return where queue ``name`` lives under ``root``: a path, or a storage URL."""
+    if not QUEUE_NAME.fullmatch(name):
+        raise BadQueueNameError(f"{name!r} is not a queue name (letters, digits, '_' and '-', at most 128)")
+    return root_location(root, f"{name}.json")
+
+
+def root_storage(root: str, name: str) -> ObjectStoragePort:
+    """Return the storage of queue ``name`` under ``root``."""
+    return storage_at(queue_location(root, name))
+
+
+def record_storage(root: str) -> ObjectStoragePort:
+    """Return the storage of the root's broker record (``ROOT/_broker.json``)."""
+    return storage_at(root_location(root, RECORD_NAME))
