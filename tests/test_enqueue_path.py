@@ -9,6 +9,7 @@ path fails here; one that shortens it lowers the limit.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
@@ -52,3 +53,18 @@ def test_one_enqueue_enters_at_most_the_limit_of_modules(paths: dict[str, Any], 
         f"one enqueue ({mode}) enters {len(modules)} jqueue modules, over {LIMITS[mode]}:\n"
         + "\n".join(modules)
     )
+
+
+def test_the_cpu_tool_measures_and_adds_up_the_layers() -> None:
+    """``tools/enqueue_cpu.py``: a CPU figure per job, and with ``--layers`` every profiled layer
+    with its share, the shares adding up to the whole and the jqueue layers among them."""
+    done = run_tool("enqueue_cpu.py", "--jobs", "40", "--layers", timeout=300)
+    assert done.returncode == 0, done.stderr
+    first, *layers, total = done.stdout.strip().splitlines()
+    assert re.fullmatch(
+        r"direct, 40 sequential enqueues: CPU [0-9.]+ ms/job \(user [0-9.]+, system [0-9.]+\)", first
+    )
+    shares = {line[:24].strip(): float(line[24:].split("%")[0]) for line in layers}
+    assert {"jqueue.core", "jqueue.domain", "jqueue.adapters", "system calls (disk)"} <= shares.keys()
+    assert sum(shares.values()) == pytest.approx(100, abs=0.5)
+    assert float(total.split()[1]) > 100  # calls per job: an enqueue is a few hundred calls

@@ -593,8 +593,10 @@ class IndexState:
             if not ids:
                 del self._staged[record.batch or ""]
 
-    def _add(self, added: Added) -> None:
-        if self.job(added.id) is not None:
+    def _add(self, added: Added, id_looked_up: bool = False) -> None:
+        """Apply ``added``; with ``id_looked_up``, the caller found no job holding its id, cold
+        ones included, so only the records are looked at again."""
+        if (self.records.get(added.id) if id_looked_up else self.job(added.id)) is not None:
             raise ValueError(f"{added.id} is added twice")
         if added.dedup_key is not None and added.dedup_key in self._dedup:
             raise ValueError(f"{added.id} reuses the dedup key of {self._dedup[added.dedup_key]}")
@@ -610,8 +612,11 @@ class IndexState:
 
     def _add_run(self, run: list[Added], ids_looked_up: bool) -> None:
         if len(run) < BULK_ADDS:
+            journal = self.journal
             for added in run:
-                self.apply(added)
+                if journal.undos is not None:
+                    journal.effects.append(added)
+                self._add(added, ids_looked_up)
             return
         keys = [a.dedup_key for a in run if a.dedup_key is not None]
         cold = not ids_looked_up and self.cold is not None and any(self.job(a.id) is not None for a in run)

@@ -114,7 +114,9 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         for name in _CHECKS:
-            check_field(name, getattr(self, name))
+            value = getattr(self, name)
+            if value is not None or name in _NOT_NULL:  # what check_field passes, without the call
+                check_field(name, value)
         if self.delay is not None and self.not_before is not None:
             raise ValueError("give delay or not_before, not both")
         if self.traceparent is not None and not TRACE_CONTEXT.fullmatch(self.traceparent):
@@ -225,6 +227,7 @@ _CHECKS = {
     f.name: (f.nullable, _TYPE_CHECKS[get_origin(f.base) or f.base], f.limit if f.limit.bounds else None)
     for f in SPEC_FIELDS
 }
+_NOT_NULL = frozenset(name for name, (nullable, _, _) in _CHECKS.items() if not nullable)
 
 
 def check_field(name: str, value: object) -> None:
