@@ -337,7 +337,7 @@ def _sample_effect(effect: type[Any], n: int) -> Any:
     from typing import Annotated, Union, get_args, get_origin, get_type_hints
 
     plain = {bool: True, str: f"text-{n}", bytes: b"bytes"}
-    by_kind = {Kind.TIME: T0 + n, Kind.COUNT: 5 + n, Kind.FRACTION: 0.25, Kind.WINDOW: 1_000_000}
+    by_kind = {Kind.TIME: T0 + n, Kind.COUNT: 5 + n, Kind.FRACTION: 0.25, Kind.SPAN: 1_000_000}
     arguments = []
     for hint in get_type_hints(effect, include_extras=True).values():
         if get_origin(hint) in (Union, types.UnionType):

@@ -46,7 +46,7 @@ def distinct(field: JobField, n: int) -> Any:
         Kind.STATUS: JobStatus.IN_PROGRESS,
         Kind.PAYLOAD: b"payload-%d" % n,
         Kind.FRACTION: 1 / (n + 2),
-        Kind.WINDOW: 5 + n,
+        Kind.SPAN: 5 + n,
         Kind.IDS: (f"{field.name}-{n}",),
         Kind.RESULTS: (b"result-%d" % n, None),
     }

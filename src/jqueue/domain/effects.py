@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jqueue.domain.schema import Counted, EpochMicros, JobFields, Share, Window
+from jqueue.domain.schema import Counted, EpochMicros, JobFields, Share, Span
 
 
 @dataclass(slots=True)
@@ -110,7 +110,7 @@ class ThrottleSet:
 
     scope: str | None
     limit: Counted | None
-    window: Window
+    window: Span
     per_tenant: bool = False
 
 

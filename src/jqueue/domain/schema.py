@@ -41,8 +41,8 @@ class Kind(StrEnum):
     """Bytes in memory, or a handle (an int) under which a store keeps them."""
     FRACTION = "fraction"
     """A number from 0 to 1."""
-    WINDOW = "window"
-    """A positive span in microseconds."""
+    SPAN = "span"
+    """A positive span of time: microseconds in the domain; a ``timedelta`` in ``Job``."""
     IDS = "ids"
     """A tuple of job ids."""
     RESULTS = "results"
@@ -55,8 +55,8 @@ Counted = Annotated[int, Kind.COUNT]
 """A non-negative integer."""
 Share = Annotated[float, Kind.FRACTION]
 """A number from 0 to 1."""
-Window = Annotated[int, Kind.WINDOW]
-"""A positive span in microseconds."""
+Span = Annotated[int, Kind.SPAN]
+"""A positive span of time in microseconds, as effects and records hold it."""
 
 
 @dataclass(frozen=True)

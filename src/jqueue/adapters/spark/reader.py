@@ -50,7 +50,7 @@ SPARK_TYPES = {
     Kind.STATUS: "string",
     Kind.PAYLOAD: "binary",
     Kind.FRACTION: "double",
-    Kind.WINDOW: "bigint",
+    Kind.SPAN: "interval day to second",
     Kind.IDS: "array<string>",
     Kind.RESULTS: "array<binary>",
 }

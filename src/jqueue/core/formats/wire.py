@@ -8,7 +8,7 @@ is rejected before anything could overwrite it.
 from __future__ import annotations
 
 import operator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -27,15 +27,17 @@ AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
 Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
-Window = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
+Span = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
+"""A span of time on the wire: positive microseconds."""
 
 UNDECODABLE = (msgspec.DecodeError, UnicodeDecodeError)
 """What msgspec raises for bytes that are not the expected JSON (invalid UTF-8 included)."""
 
 
 def kind_type(kind: Kind, time: Any = Micros) -> Any:
-    """Return the msgspec type of a value of ``kind``, with times as ``time`` (``Micros`` or
-    ``AwareDatetime``)."""
+    """Return the msgspec type of a value of ``kind``, with times as ``time``: ``Micros`` (the
+    domain's form: spans in microseconds too) or ``AwareDatetime`` (the public form: spans as
+    ``timedelta``)."""
     kinds: dict[Kind, Any] = {
         Kind.TEXT: str,
         Kind.INT64: Int64,
@@ -45,7 +47,7 @@ def kind_type(kind: Kind, time: Any = Micros) -> Any:
         Kind.STATUS: JobStatus,
         Kind.PAYLOAD: bytes,
         Kind.FRACTION: Fraction,
-        Kind.WINDOW: Window,
+        Kind.SPAN: Span if time is Micros else timedelta,
         Kind.IDS: tuple[str, ...],
         Kind.RESULTS: tuple[bytes | None, ...],
     }
@@ -75,11 +77,11 @@ class WireControls(msgspec.Struct):
 
     paused_claims: list[str | None] = []
     paused_enqueues: list[str | None] = []
-    throttles: list[tuple[str | None, Count, Window]] = []
+    throttles: list[tuple[str | None, Count, Span]] = []
     usage: list[tuple[str | None, Count, Count]] = []
     limits: list[tuple[str | None, Count]] = []
     marks: list[tuple[str, Count]] = []
-    tenant_throttles: list[tuple[str | None, Count, Window]] = []
+    tenant_throttles: list[tuple[str | None, Count, Span]] = []
     tenant_usage: list[tuple[str | None, Count, str | None, Count]] = []
     tenant_limits: list[tuple[str | None, Count]] = []
 
