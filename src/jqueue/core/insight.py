@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from jqueue.core.loop.store import CommitStats
 from jqueue.domain.figures import Throughput, Timings
 from jqueue.domain.insight import DeadGroup, dead_groups, throughput, timings
-from jqueue.domain.times import to_micros, utc_now
+from jqueue.domain.times import span_micros, to_micros, utc_now
 
 if TYPE_CHECKING:
     from jqueue.core.queue import JobQueue
@@ -30,12 +30,11 @@ class QueueInsight:
     ) -> Throughput:
         """Return how many jobs were acked and how many died in each ``bucket`` of the last
         ``window``, from the history (at a cost bounded by ``HISTORY_BUDGET`` records)."""
-        micros = timedelta(microseconds=1)
         if bucket <= timedelta(0) or window <= timedelta(0):
             raise ValueError("window and bucket must be positive")
         now = to_micros(utc_now())
         return await self._queue._view(
-            lambda index: throughput(index, now, window // micros, bucket // micros)
+            lambda index: throughput(index, now, span_micros(window), span_micros(bucket))
         )
 
     async def timings(self, sample: int = 1_000) -> dict[str, Timings]:

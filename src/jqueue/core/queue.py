@@ -56,7 +56,7 @@ from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.schema import PUBLIC_FORM, JobFields, JobForm
 from jqueue.domain.spec import ATTEMPTS, BATCH_SIZE, POSITIVE_SPAN, EnqueueOptions, JobSpec, checked_span
 from jqueue.domain.stats import QueueStats, stats_of
-from jqueue.domain.times import to_micros, utc_now
+from jqueue.domain.times import span_micros, to_micros, utc_now
 from jqueue.domain.values import checked_int64, checked_progress, checked_text, span, storable_text
 from jqueue.domain.workflows import Member, workflow_of
 from jqueue.ports.storage import ChangeSignalPort, ObjectStoragePort
@@ -966,7 +966,7 @@ class JobQueue(EnqueueCalls):
         if limit is not None and checked_int64("limit", limit) < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
         POSITIVE_SPAN.check("per", per)
-        window = per // timedelta(microseconds=1)
+        window = span_micros(per)
         if window < 1:
             raise ValueError(f"per must be positive, got {span(per)}")
         await self._commits.run(lambda index: index.apply(ThrottleSet(entrypoint, limit, window, per_tenant)))

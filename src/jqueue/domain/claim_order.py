@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Collection, Iterator
-from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -22,9 +21,10 @@ from jqueue.domain.controls import Controls
 from jqueue.domain.lines import BEST_PRIORITY, Line, Lines, Tenant
 from jqueue.domain.models import UNLEASED_CLAIM_TIMEOUT, JobStatus
 from jqueue.domain.records import JobRecord
+from jqueue.domain.times import span_micros
 
 _NO_HEARTBEAT = -(2**63)
-_UNLEASED_MICROS = UNLEASED_CLAIM_TIMEOUT // timedelta(microseconds=1)
+_UNLEASED_MICROS = span_micros(UNLEASED_CLAIM_TIMEOUT)
 
 HEAP_SLACK = 4
 HEAP_FLOOR = 1024

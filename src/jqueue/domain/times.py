@@ -39,3 +39,13 @@ def to_micros(moment: datetime) -> int:
 def from_micros(micros: int) -> datetime:
     """Return integer microseconds since the epoch as an aware UTC datetime."""
     return _EPOCH + timedelta(microseconds=micros)
+
+
+def span_micros(span: timedelta) -> int:
+    """Return a span of time as whole microseconds (rounded down)."""
+    return span // _MICROSECOND
+
+
+def span_of(micros: int) -> timedelta:
+    """Return a span of microseconds as a ``timedelta``."""
+    return timedelta(microseconds=micros)

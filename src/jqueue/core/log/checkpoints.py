@@ -28,7 +28,7 @@ from jqueue.core.loop.switching import quick_switches
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.records import Frozen
-from jqueue.domain.times import to_micros, utc_now
+from jqueue.domain.times import span_micros, to_micros, utc_now
 from jqueue.ports.storage import KeyedStoragePort, MappedStoragePort
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class Checkpoints:
         self.slabs = SlabSet()
         self.history = HistoryEncoder()
         """Encodes the history of this queue's checkpoints (in the plan's thread)."""
-        self._retention = int(settings.retention.total_seconds() * 1_000_000)
+        self._retention = span_micros(settings.retention)
 
     async def read(self, name: str) -> QueueIndex | str:
         """Return the index a checkpoint holds, or the name of the object that is gone if it or

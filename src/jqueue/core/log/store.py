@@ -62,7 +62,7 @@ from jqueue.domain.effects import Added, Effect
 from jqueue.domain.errors import CASConflictError, CommitUnknownError, CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.schema import Payload
-from jqueue.domain.times import to_micros, utc_now
+from jqueue.domain.times import span_micros, to_micros, utc_now
 from jqueue.domain.values import span
 from jqueue.ports.storage import KeyedStoragePort
 
@@ -530,8 +530,7 @@ class LogStore(CommitStore):
     async def _checkpoint_and_compact(self, frozen: Pending) -> None:
         try:
             await self._write_checkpoint(frozen)
-            retention = int(self.settings.retention.total_seconds() * 1_000_000)
-            await self.compact(to_micros(utc_now()) - retention)
+            await self.compact(to_micros(utc_now()) - span_micros(self.settings.retention))
         except Exception as exc:
             logger.warning("checkpoint or compaction of %s failed: %r", self.location, exc)
 
