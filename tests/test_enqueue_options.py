@@ -123,7 +123,18 @@ LIMITED = [(f, value) for f in SPEC_FIELDS for value in _out_of_range(f)]
 
 def test_every_declared_limit_is_checked() -> None:
     limited = {
-        *("entrypoint", "priority", "delay", "max_attempts", "ttl", "id", "traceparent", "tenant", "after")
+        *(
+            "entrypoint",
+            "priority",
+            "delay",
+            "max_attempts",
+            "ttl",
+            "id",
+            "traceparent",
+            "tenant",
+            "after",
+            "timeout",
+        )
     }
     assert {f.name for f, _ in LIMITED} == limited
 

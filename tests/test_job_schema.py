@@ -61,6 +61,7 @@ def sample(field: JobField, n: int) -> Any:
         Kind.STATUS: JobStatus.IN_PROGRESS,
         Kind.PAYLOAD: b"payload-%d" % n,
         Kind.FRACTION: 1 / (n + 2),
+        Kind.SPAN: 1_000_000 + n,
         Kind.IDS: (f"{field.name}-{n}", f"{field.name}-{n + 1}"),
         Kind.RESULTS: (b"result-%d" % n, None),
     }

@@ -30,7 +30,7 @@ from jqueue.domain.schema import (
     public_constructor,
 )
 from jqueue.domain.spec import LONGEST_SPAN
-from jqueue.domain.times import from_micros, to_micros
+from jqueue.domain.times import from_micros, span_micros, span_of, to_micros
 
 T0 = 1_800_000_000_000_000
 
@@ -63,7 +63,7 @@ def only_required_set() -> Added:
 
 def public_keywords(job: JobFields, payload: bytes) -> dict[str, Any]:
     """What ``public_constructor`` must pass, derived from ``FIELDS``: each field under its public
-    name, in the order of ``Job``'s fields, times as datetimes."""
+    name, in the order of ``Job``'s fields, times as datetimes and spans as timedeltas."""
     by_public = {f.public: f for f in FIELDS}
     keywords = {}
     for name in Job.model_fields:
@@ -75,6 +75,8 @@ def public_keywords(job: JobFields, payload: bytes) -> dict[str, Any]:
             value = from_micros(value)
         elif f.kind is Kind.TIMES:
             value = tuple(map(from_micros, value))
+        elif f.kind is Kind.SPAN and value is not None:
+            value = span_of(value)
         keywords[name] = value
     return keywords
 
@@ -88,6 +90,8 @@ def values_of_public(job: Any) -> tuple[Any, ...]:
             value = to_micros(value)
         elif f.kind is Kind.TIMES:
             value = tuple(map(to_micros, value))
+        elif f.kind is Kind.SPAN and value is not None:
+            value = span_micros(value)
         values.append(value)
     return tuple(values)
 

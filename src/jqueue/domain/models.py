@@ -151,6 +151,9 @@ class Job(BaseModel):
     tenant : str or None
         Whose job it is (a customer, say): claims serve an entrypoint's tenants in turn, at
         each priority, and limits may count per tenant.
+    timeout : timedelta or None
+        How long one attempt may run: a worker stops its handler past it (in place of the
+        handler's own ``timeout``), and the attempt fails as a timeout.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -184,6 +187,7 @@ class Job(BaseModel):
     traceparent: str | None = None
     released_at: AwareDatetime | None = None
     tenant: str | None = None
+    timeout: timedelta | None = None
 
     @field_validator("payload", mode="before")
     @classmethod

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from jqueue.domain.declared import DeclaredField, declared_fields
 from jqueue.domain.models import Job, JobStatus, trusted_job
-from jqueue.domain.times import from_micros, to_micros
+from jqueue.domain.times import from_micros, span_micros, span_of, to_micros
 
 T = TypeVar("T")
 
@@ -127,6 +127,7 @@ class JobFields:
     traceparent: str | None = field(default=None, metadata=_meta(Kind.TEXT))
     released: int | None = field(default=None, metadata=_meta(Kind.TIME, "released_at", changes=True))
     tenant: str | None = field(default=None, metadata=_meta(Kind.TEXT, written=True))
+    timeout: int | None = field(default=None, metadata=_meta(Kind.SPAN))
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,7 @@ def public_constructor(target: Callable[..., T]) -> Callable[[JobFields, bytes],
             traceparent=job.traceparent,
             released_at=None if job.released is None else from_micros(job.released),
             tenant=job.tenant,
+            timeout=None if job.timeout is None else span_of(job.timeout),
         )
 
     return public_form
@@ -287,4 +289,5 @@ def domain_values(job: Any) -> tuple[Any, ...]:
         job.traceparent,
         None if job.released_at is None else to_micros(job.released_at),
         job.tenant,
+        None if job.timeout is None else span_micros(job.timeout),
     )

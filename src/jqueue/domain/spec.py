@@ -13,7 +13,7 @@ from typing import TypedDict, get_origin
 from jqueue.domain.declared import DeclaredField, declared_fields
 from jqueue.domain.effects import Added
 from jqueue.domain.models import JobStatus, ParentFailure, new_job_id
-from jqueue.domain.times import to_micros
+from jqueue.domain.times import span_micros, to_micros
 from jqueue.domain.values import INT64_MAX, INT64_MIN, Limit, checked_int64, checked_text
 
 MAX_ID_LENGTH = 256
@@ -96,6 +96,9 @@ class JobSpec:
     tenant : str or None
         Whose job it is: claims serve an entrypoint's tenants in turn at each priority (None
         is a tenant like any other), and ``limit`` and ``throttle`` may count per tenant.
+    timeout : timedelta or None
+        How long one attempt may run before its worker stops it (else the handler's own time
+        limit, if it has one).
     """
 
     entrypoint: str = field(metadata={"limit": ENTRYPOINT})
@@ -111,6 +114,7 @@ class JobSpec:
     on_parent_failure: ParentFailure | str | None = None
     traceparent: str | None = field(default=None, metadata={"limit": TRACEPARENT})
     tenant: str | None = field(default=None, metadata={"limit": TENANT})
+    timeout: timedelta | None = field(default=None, metadata={"limit": POSITIVE_SPAN})
 
     def __post_init__(self) -> None:
         for name in _CHECKS:
@@ -153,6 +157,7 @@ class JobSpec:
             awaiting=after,
             traceparent=self.traceparent,
             tenant=self.tenant,
+            timeout=None if self.timeout is None else span_micros(self.timeout),
         )
 
 
@@ -169,6 +174,7 @@ class EnqueueOptions(TypedDict, total=False):
     on_parent_failure: ParentFailure | str | None
     traceparent: str | None
     tenant: str | None
+    timeout: timedelta | None
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,9 @@ def enqueue(
     tenant: Annotated[
         str | None, typer.Option(help="Whose job it is: claims serve the tenants in turn.")
     ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds one attempt may run before its worker stops it.")
+    ] = None,
     batch: Annotated[int, typer.Option(help="Jobs per commit with --stdin.")] = 1000,
     atomic: Annotated[
         bool, typer.Option("--atomic", help="With --stdin: all lines in one commit, or none.")
@@ -116,6 +119,7 @@ def enqueue(
         on_parent_failure=on_parent_failure,
         traceparent=traceparent,
         tenant=tenant,
+        timeout=seconds(timeout),
     )
     try:
         JobSpec(entrypoint, b"", priority, **options)

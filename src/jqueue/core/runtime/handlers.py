@@ -186,7 +186,8 @@ class HandlerPools:
         return self._threads
 
     async def call(self, spec: HandlerSpec, job: Job) -> object:
-        """Run the handler on ``job`` within its time limit; return what it returned.
+        """Run the handler on ``job`` within its time limit (the job's ``timeout``, else the
+        handler's); return what it returned.
 
         Raises
         ------
@@ -194,7 +195,8 @@ class HandlerPools:
             If it ran past its time limit: an async handler is cancelled and a process
             killed; a thread cannot be stopped, so its result is dropped.
         """
-        seconds = None if spec.timeout is None else spec.timeout.total_seconds()
+        limit_of_job = job.timeout if job.timeout is not None else spec.timeout
+        seconds = None if limit_of_job is None else limit_of_job.total_seconds()
         async with asyncio.timeout(seconds) as limit:
             try:
                 if spec.run_in == "loop":
