@@ -106,7 +106,7 @@ def test_new_job_has_a_field_per_spec_field_with_its_default() -> None:
 
 
 def _out_of_range(spec_field: SpecField) -> list[Any]:
-    limit, values = spec_field.limit, []
+    limit, values = spec_field.bounds, []
     for bound, step in ((limit.ge, -1), (limit.gt, 0), (limit.le, 1)):
         if bound is not None:
             unit = timedelta(seconds=1) if isinstance(bound, timedelta) else 1

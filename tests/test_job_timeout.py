@@ -18,6 +18,7 @@ from jqueue.core.commits import Layout
 from servers import jqueue_serve
 from test_service import post
 
+
 @pytest.mark.parametrize("layout", ["log", "single"])
 async def test_a_jobs_timeout_stops_a_handler_that_has_none(tmp_path: Path, layout: Layout) -> None:
     storage = LocalFileSystemStorage(tmp_path / "q.json")

@@ -117,7 +117,7 @@ class BulkWrites:
         with collections_paused():
             now = to_micros(utc_now())
             new = parents_first([job for part in parts for job in part.jobs(now)])
-            retention, limit = self.policy.history_retention, self._queue.max_payload_bytes
+            retention, max_bytes = self.policy.history_retention, self._queue.max_payload_bytes
 
             def operation(index: QueueIndex) -> int | None:
                 if mark is not None:
@@ -125,7 +125,7 @@ class BulkWrites:
                         return None
                     index.apply(SinkMarked(*mark))
                 clock = utc_now()
-                _, added = index.add(new, to_micros(clock), to_micros(clock - retention), limit=limit)
+                _, added = index.add(new, to_micros(clock), to_micros(clock - retention), max_bytes=max_bytes)
                 return len(added)
 
             return await self._commits.run(operation)

@@ -57,7 +57,7 @@ class TimeOrderedIds:
 
 
 def numbering(
-    new: list[Added], retention: timedelta, ids: IdSource, limit: int | None = None
+    new: list[Added], retention: timedelta, ids: IdSource, max_bytes: int | None = None
 ) -> Operation[list[Added]]:
     """Return the operation that adds ``new`` jobs (their ids are replaced), each under an id
     drawn from ``ids`` that no job of the index has and no earlier job of ``new`` took; it
@@ -76,7 +76,7 @@ def numbering(
             taken.add(candidate)
             numbered.append(replace(job, id=candidate))
         clock = utc_now()
-        found, _ = index.add(numbered, to_micros(clock), to_micros(clock - retention), limit=limit)
+        found, _ = index.add(numbered, to_micros(clock), to_micros(clock - retention), max_bytes=max_bytes)
         # its id is free, so a job answered under another id was matched by its dedup key
         if any(answer.job_id != job.id for job, answer in zip(numbered, found, strict=True)):
             raise RuntimeError("a job under a free id was not added (its dedup key is held)")

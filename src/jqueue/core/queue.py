@@ -99,11 +99,11 @@ that kept it out."""
 
 
 def acking(
-    checked: list[CheckedAck], limit: int | None = None
+    checked: list[CheckedAck], max_bytes: int | None = None
 ) -> Callable[[QueueIndex], list[JQueueError | None]]:
     """The operation that acks each of ``checked``, each under a savepoint of its own, and answers
     None or the error, per ack. An ack whose result would take a waiting child's parent results
-    past ``limit`` bytes, summed, fails with ``PayloadTooLargeError`` naming the child."""
+    past ``max_bytes`` bytes, summed, fails with ``PayloadTooLargeError`` naming the child."""
 
     def operation(index: QueueIndex) -> list[JQueueError | None]:
         now = to_micros(utc_now())
@@ -115,10 +115,10 @@ def acking(
             job_id, lease, result = item
             savepoint = index.journal.savepoint()
             try:
-                children = index.children_of(job_id) if limit is not None and result else ()
+                children = index.children_of(job_id) if max_bytes is not None and result else ()
                 index.remove(job_id, lease, now, result)
                 for child in children:
-                    _check_inputs(index, child.id, limit)
+                    _check_inputs(index, child.id, max_bytes)
                 outcomes.append(None)
             except JQueueError as exc:
                 index.journal.rollback_to(savepoint)  # a failed ack leaves nothing behind
@@ -128,15 +128,15 @@ def acking(
     return operation
 
 
-def _check_inputs(index: QueueIndex, child_id: str, limit: int | None) -> None:
+def _check_inputs(index: QueueIndex, child_id: str, max_bytes: int | None) -> None:
     """Raise ``PayloadTooLargeError`` if the parent results ``child_id`` keeps, summed, are over
-    ``limit`` bytes."""
+    ``max_bytes`` bytes."""
     child = index.job(child_id)  # None: the ack's cascade ended it
-    if child is None or limit is None:
+    if child is None or max_bytes is None:
         return
     size = results_size(child.parent_results)
-    if size > limit:
-        raise PayloadTooLargeError(size, limit, child_id)
+    if size > max_bytes:
+        raise PayloadTooLargeError(size, max_bytes, child_id)
 
 
 LEASE_BITS = 128
@@ -190,14 +190,14 @@ def adding(
     new: list[Added],
     retention: timedelta,
     fresh: Container[str] = frozenset(),
-    limit: int | None = None,
+    max_bytes: int | None = None,
 ) -> Operation[list[Found]]:
     """Return the operation that adds ``new`` jobs (``QueueIndex.add``) now, keeping acked dedup
     keys for ``retention``."""
 
     def operation(index: QueueIndex) -> list[Found]:
         clock = utc_now()
-        return index.add(new, to_micros(clock), to_micros(clock - retention), fresh, limit)[0]
+        return index.add(new, to_micros(clock), to_micros(clock - retention), fresh, max_bytes)[0]
 
     return operation
 
@@ -670,7 +670,7 @@ class JobQueue(EnqueueCalls):
             ATTEMPTS.check("max_attempts", checked_int64("max_attempts", max_attempts))
         fences = [fence(job) for job in jobs]
         policy = self.policy
-        limit = policy.max_attempts if max_attempts is None else max_attempts
+        attempts_allowed = policy.max_attempts if max_attempts is None else max_attempts
         text = None if error is None else storable_text(str(error))
 
         def operation(index: QueueIndex) -> None:
@@ -679,7 +679,7 @@ class JobQueue(EnqueueCalls):
                 record = index.records.get(job_id)  # a claimed job is never cold
                 wait = delay if delay is not None else policy.retry_delay(record.attempts if record else 1)
                 retry_at = None if not wait else to_micros(now + wait)
-                index.nack(job_id, lease, to_micros(now), retry_at, text, limit, dead)
+                index.nack(job_id, lease, to_micros(now), retry_at, text, attempts_allowed, dead)
 
         await self._commits.run(operation)
 
@@ -752,19 +752,20 @@ class JobQueue(EnqueueCalls):
         entrypoint: str | None = None,
         older_than: timedelta | None = None,
         limit: int | None = 100,
-        part: tuple[int, int] | None = None,
+        partition: tuple[int, int] | None = None,
     ) -> list[Job]:
         """Return jobs without claiming them, oldest enqueue first: those with ``status``, of
         ``entrypoint``, enqueued more than ``older_than`` ago (each filter when given), at most
-        ``limit`` (None for all). ``part=(i, n)`` keeps the i-th of n disjoint parts (by
-        insertion order), for readers that split a large queue."""
-        if part is not None and not 0 <= part[0] < part[1]:
-            raise ValueError(f"part must be (i, n) with 0 <= i < n, got {part}")
+        ``limit`` (None for all). ``partition=(i, n)`` keeps the i-th of n disjoint partitions
+        (by insertion order), for readers that split a large queue (Spark's)."""
+        if partition is not None and not 0 <= partition[0] < partition[1]:
+            raise ValueError(f"partition must be (i, n) with 0 <= i < n, got {partition}")
 
         def look(index: QueueIndex) -> list[JobRecord]:
             chosen = self._chosen(index, status, entrypoint, older_than)
-            if part is not None:
-                chosen = (record for record in chosen if record.order % part[1] == part[0])
+            if partition is not None:
+                index_of, count = partition
+                chosen = (record for record in chosen if record.order % count == index_of)
             return list(itertools.islice(chosen, limit))
 
         return await self._jobs([record.as_added() for record in await self._view(look)])

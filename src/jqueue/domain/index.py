@@ -925,7 +925,7 @@ class QueueIndex(IndexState):
         now: int,
         acked_since: int,
         fresh: Container[str] = frozenset(),
-        limit: int | None = None,
+        max_bytes: int | None = None,
     ) -> tuple[list[Found], list[Added]]:
         """Add ``new`` jobs at ``now``: each is answered with the job it adds, or with the job that
         holds its id or its dedup key already (live, or acked at ``acked_since`` or later); returns
@@ -933,7 +933,7 @@ class QueueIndex(IndexState):
         (``new_job_id``): no job holds them.
 
         A job with parents (``after``) waits for those not settled yet; those settled already give
-        their results (at most ``limit`` bytes, summed, else ``PayloadTooLargeError``), and one
+        their results (at most ``max_bytes`` bytes, summed, else ``PayloadTooLargeError``), and one
         that failed cancels the job in the same commit (unless its policy is to run anyway). A
         parent may be a job earlier in the same call.
         """
@@ -959,7 +959,7 @@ class QueueIndex(IndexState):
                 answered[job.id] = match.job_id if isinstance(match, HistoryRecord) else match.id
             else:
                 if job.after:
-                    job, failure = self._with_parents(job, ids, answered, limit)
+                    job, failure = self._with_parents(job, ids, answered, max_bytes)
                     if failure is not None:
                         doomed.append((job.id, failure))
                     waiting.append(len(found))
@@ -984,7 +984,7 @@ class QueueIndex(IndexState):
         job: Added,
         earlier: Mapping[str, Added],
         answered: Mapping[str, str],
-        limit: int | None,
+        max_bytes: int | None,
     ) -> tuple[Added, str | None]:
         """Return ``job`` with the parents it still awaits and the results of those acked, and the
         failure that cancels it (None if none does).
@@ -994,7 +994,7 @@ class QueueIndex(IndexState):
         JobNotFoundError
             If a parent is neither in the queue, nor in its history, nor earlier in the call.
         PayloadTooLargeError
-            If the results of the parents acked already are over ``limit`` bytes, summed.
+            If the results of the parents acked already are over ``max_bytes`` bytes, summed.
         ValueError
             If a parent is staged by a bulk write not yet published (its discard would leave the
             job waiting for nothing), or the job itself is staged (a failed parent would cancel one
@@ -1034,8 +1034,8 @@ class QueueIndex(IndexState):
             elif failure is None and not runs_anyway:
                 failure = parent_failure(parent, ENDINGS[outcome])
         size = sum(len(result) for result in results if result is not None)
-        if limit is not None and size > limit:
-            raise PayloadTooLargeError(size, limit, job.id)
+        if max_bytes is not None and size > max_bytes:
+            raise PayloadTooLargeError(size, max_bytes, job.id)
         settled = len(awaiting) < len(after)
         status = JobStatus.WAITING if awaiting else JobStatus.QUEUED
         changed = dataclasses.replace(

@@ -14,7 +14,7 @@ from jqueue.domain.declared import DeclaredField, declared_fields
 from jqueue.domain.effects import Added
 from jqueue.domain.models import JobStatus, ParentFailure, new_job_id
 from jqueue.domain.times import span_micros, to_micros
-from jqueue.domain.values import INT64_MAX, INT64_MIN, Limit, checked_int64, checked_text
+from jqueue.domain.values import INT64_MAX, INT64_MIN, Bounds, checked_int64, checked_text
 
 MAX_ID_LENGTH = 256
 """The longest job id a ``JobSpec`` takes."""
@@ -25,24 +25,24 @@ LONGEST_SPAN = timedelta(days=365 * 1000)
 """The longest ``delay`` or ``ttl`` a job takes (a time past it would not fit a datetime)."""
 
 
-SPAN = Limit(ge=timedelta(0), le=LONGEST_SPAN)
+SPAN = Bounds(ge=timedelta(0), le=LONGEST_SPAN)
 """A span a caller hands over (a delay, a lease, which 0 ends at once): 0 to ``LONGEST_SPAN``."""
-POSITIVE_SPAN = Limit(gt=timedelta(0), le=LONGEST_SPAN)
+POSITIVE_SPAN = Bounds(gt=timedelta(0), le=LONGEST_SPAN)
 """A span that must be positive (a ttl, a visibility timeout)."""
-ATTEMPTS = Limit(ge=1, le=INT64_MAX)
+ATTEMPTS = Bounds(ge=1, le=INT64_MAX)
 """A number of attempts (a job's, a policy's, a worker's ``max_attempts``)."""
-BATCH_SIZE = Limit(ge=0)
+BATCH_SIZE = Bounds(ge=0)
 """How many jobs one claim asks for (``batch_size``; 0 claims none)."""
-INT64 = Limit(ge=INT64_MIN, le=INT64_MAX)
-JOB_ID = Limit(min_length=1, max_length=MAX_ID_LENGTH)
-PARENTS = Limit(max_length=MAX_PARENTS)
+INT64 = Bounds(ge=INT64_MIN, le=INT64_MAX)
+JOB_ID = Bounds(min_length=1, max_length=MAX_ID_LENGTH)
+PARENTS = Bounds(max_length=MAX_PARENTS)
 """A job's parents: at most ``MAX_PARENTS`` ids."""
-TRACEPARENT = Limit(min_length=1, max_length=512)
-TENANT = Limit(min_length=1, max_length=200)
+TRACEPARENT = Bounds(min_length=1, max_length=512)
+TENANT = Bounds(min_length=1, max_length=200)
 """A trace context: ``version-traceid-spanid-flags`` is 55 characters; later versions may add."""
 TRACE_CONTEXT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[0-9a-zA-Z._-]*)?")
 """The W3C ``traceparent`` header's form (a later version may add fields after a dash)."""
-ENTRYPOINT = Limit(min_length=1)
+ENTRYPOINT = Bounds(min_length=1)
 """An entrypoint is never empty: an empty one would read as "every entrypoint" in a filter."""
 
 
@@ -56,7 +56,7 @@ def checked_span(name: str, value: timedelta) -> timedelta:
 class JobSpec:
     r"""One job for ``enqueue_many``, with the options ``enqueue`` takes.
 
-    The fields, their types and their ``Limit``\ s are the one declaration of a job's options:
+    The fields, their types and their ``Bounds`` are the one declaration of a job's options:
     ``enqueue``'s keywords (``EnqueueOptions``), the HTTP API's ``NewJob`` and the checks
     here all follow them.
 
@@ -101,20 +101,20 @@ class JobSpec:
         limit, if it has one).
     """
 
-    entrypoint: str = field(metadata={"limit": ENTRYPOINT})
+    entrypoint: str = field(metadata={"bounds": ENTRYPOINT})
     payload: bytes
-    priority: int = field(default=0, metadata={"limit": INT64})
-    delay: timedelta | None = field(default=None, metadata={"limit": SPAN})
+    priority: int = field(default=0, metadata={"bounds": INT64})
+    delay: timedelta | None = field(default=None, metadata={"bounds": SPAN})
     not_before: datetime | None = None
     dedup_key: str | None = None
-    max_attempts: int | None = field(default=None, metadata={"limit": ATTEMPTS})
-    ttl: timedelta | None = field(default=None, metadata={"limit": POSITIVE_SPAN})
-    id: str | None = field(default=None, metadata={"limit": JOB_ID})
-    after: Sequence[str] | None = field(default=None, metadata={"limit": PARENTS})
+    max_attempts: int | None = field(default=None, metadata={"bounds": ATTEMPTS})
+    ttl: timedelta | None = field(default=None, metadata={"bounds": POSITIVE_SPAN})
+    id: str | None = field(default=None, metadata={"bounds": JOB_ID})
+    after: Sequence[str] | None = field(default=None, metadata={"bounds": PARENTS})
     on_parent_failure: ParentFailure | str | None = None
-    traceparent: str | None = field(default=None, metadata={"limit": TRACEPARENT})
-    tenant: str | None = field(default=None, metadata={"limit": TENANT})
-    timeout: timedelta | None = field(default=None, metadata={"limit": POSITIVE_SPAN})
+    traceparent: str | None = field(default=None, metadata={"bounds": TRACEPARENT})
+    tenant: str | None = field(default=None, metadata={"bounds": TENANT})
+    timeout: timedelta | None = field(default=None, metadata={"bounds": POSITIVE_SPAN})
 
     def __post_init__(self) -> None:
         for name in _CHECKS:
@@ -179,14 +179,15 @@ class EnqueueOptions(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class SpecField(DeclaredField):
-    """One field of ``JobSpec``, resolved, with its ``Limit``."""
+    """One field of ``JobSpec``, resolved, with its ``Bounds``."""
 
-    limit: Limit
+    bounds: Bounds
 
 
 def _resolved() -> tuple[SpecField, ...]:
     return tuple(
-        SpecField(**f.parts(), limit=f.field.metadata.get("limit", Limit())) for f in declared_fields(JobSpec)
+        SpecField(**f.parts(), bounds=f.field.metadata.get("bounds", Bounds()))
+        for f in declared_fields(JobSpec)
     )
 
 
@@ -230,7 +231,7 @@ _TYPE_CHECKS: dict[type, Callable[[str, object], object]] = {
 SPEC_FIELDS = _resolved()
 """The fields of ``JobSpec``, in order: ``EnqueueOptions`` are those after ``priority``."""
 _CHECKS = {
-    f.name: (f.nullable, _TYPE_CHECKS[get_origin(f.base) or f.base], f.limit if f.limit.bounds else None)
+    f.name: (f.nullable, _TYPE_CHECKS[get_origin(f.base) or f.base], f.bounds if f.bounds.given else None)
     for f in SPEC_FIELDS
 }
 _NOT_NULL = frozenset(name for name, (nullable, _, _) in _CHECKS.items() if not nullable)

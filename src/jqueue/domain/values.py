@@ -15,7 +15,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)
-class Limit:
+class Bounds:
     """The range of a value a caller hands over, declared once beside the value and read by its
     check (``check``) and by every wire form that restates it (as constraints of its type).
 
@@ -34,13 +34,13 @@ class Limit:
     max_length: int | None = None
 
     @property
-    def bounds(self) -> bool:
-        """Whether the limit bounds anything."""
+    def given(self) -> bool:
+        """Whether any bound is given."""
         return any(v is not None for v in (self.ge, self.gt, self.le, self.min_length, self.max_length))
 
     def check(self, name: str, value: Any) -> None:
         """Raise ``ValueError`` naming ``name`` if ``value`` is out of range: a text, list or tuple by
-        its length when the limit bounds one (else by value, so that one given for a number fails
+        its length when the bounds bound one (else by value, so that one given for a number fails
         as comparing it does)."""
         if isinstance(value, str | list | tuple) and (
             self.min_length is not None or self.max_length is not None

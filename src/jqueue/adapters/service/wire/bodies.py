@@ -28,7 +28,7 @@ from jqueue.domain.spec import (
     SpecField,
     payload_bytes,
 )
-from jqueue.domain.values import Limit
+from jqueue.domain.values import Bounds
 
 T = TypeVar("T")
 
@@ -61,16 +61,16 @@ def _number(bound: Any) -> Any:
     return bound.total_seconds() if isinstance(bound, timedelta) else bound
 
 
-def constraints(limit: Limit) -> msgspec.Meta:
-    """Return ``limit`` as msgspec's constraints of a wire value, spans in seconds."""
-    bounds: dict[str, Any] = {
-        "ge": _number(limit.ge),
-        "gt": _number(limit.gt),
-        "le": _number(limit.le),
-        "min_length": limit.min_length,
-        "max_length": limit.max_length,
+def constraints(bounds: Bounds) -> msgspec.Meta:
+    """Return ``bounds`` as msgspec's constraints of a wire value, spans in seconds."""
+    given: dict[str, Any] = {
+        "ge": _number(bounds.ge),
+        "gt": _number(bounds.gt),
+        "le": _number(bounds.le),
+        "min_length": bounds.min_length,
+        "max_length": bounds.max_length,
     }
-    meta: msgspec.Meta = msgspec.Meta(**bounds)
+    meta: msgspec.Meta = msgspec.Meta(**given)
     return meta
 
 
@@ -106,7 +106,7 @@ def _wire_name(spec_field: SpecField) -> str:
 
 
 def _new_job_field(spec_field: SpecField) -> tuple[str, object] | tuple[str, object, object]:
-    name, base, limit = _wire_name(spec_field), _WIRE_BASES[spec_field.base], constraints(spec_field.limit)
+    name, base, limit = _wire_name(spec_field), _WIRE_BASES[spec_field.base], constraints(spec_field.bounds)
     if spec_field.nullable:
         return name, Annotated[base, limit] | None, None
     kind: object = Annotated[base, limit]

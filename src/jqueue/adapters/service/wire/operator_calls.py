@@ -31,7 +31,7 @@ from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.stats import EntrypointStats, QueueStats
 
-Limit = Annotated[int, msgspec.Meta(ge=1)]
+AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
 """At most so many (None, where a call takes it: all)."""
 
 
@@ -42,13 +42,13 @@ class StatsRequest(msgspec.Struct, forbid_unknown_fields=True):
 class JobsRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``jobs`` and ``count``: the jobs with ``status``, of ``entrypoint``, enqueued more than
     ``older_than_seconds`` ago (each filter when given); for ``jobs``, at most ``limit`` (None:
-    all), and with ``part`` ``[i, n]`` the i-th of n disjoint parts."""
+    all), and with ``partition`` ``[i, n]`` the i-th of n disjoint partitions."""
 
     status: JobStatus | None = None
     entrypoint: str | None = None
     older_than_seconds: Seconds | None = None
-    limit: Limit | None = 100
-    part: tuple[Count, Limit] | None = None
+    limit: AtLeastOne | None = 100
+    partition: tuple[Count, AtLeastOne] | None = None
 
 
 class BrowseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -157,7 +157,7 @@ class DeadLettersRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     """``dead_letters``: dead jobs of ``entrypoint``, oldest enqueue first, at most ``limit``."""
 
     entrypoint: str | None = None
-    limit: Limit | None = 100
+    limit: AtLeastOne | None = 100
 
 
 class RequeueDeadRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
