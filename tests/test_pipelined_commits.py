@@ -1,6 +1,6 @@
 """Calls applied ahead while a commit is in flight (ADR 0017): applied on top of the commit before them,
 answered only once their own entry has landed, undone with that commit if it does not land; a
-checkpoint never holds them, and a reader waiting for the store's turn is let in."""
+checkpoint never holds them, and a reader waiting for the store's lock is let in."""
 
 from __future__ import annotations
 

@@ -166,17 +166,17 @@ class Commits(Protocol):
 
 
 class DirectCommits:
-    """Each operation is its own commit; calls of one queue take turns, so they never conflict
+    """Each operation is its own commit; calls of one queue go one at a time, so they never conflict
     with each other. Without ``open``, each call holds the storage open for itself."""
 
     def __init__(self, opener: StoreOpener, housekeeping: Housekeeping, storage_use: StorageUse) -> None:
         self.opener = opener
         self.housekeeping = housekeeping
         self.storage_use = storage_use
-        self._turn = asyncio.Lock()
+        self._one_at_a_time = asyncio.Lock()
 
     async def _apply(self, transition: Callable[[QueueIndex], T]) -> T:
-        async with self._turn, self.storage_use:
+        async with self._one_at_a_time, self.storage_use:
             store = await self.opener.store()
             return await store.apply(transition)
 
@@ -374,7 +374,7 @@ class GroupedCommits:
         first, self._pending = self._pending, []  # answered with the round, whatever fails
         following: _Round | None = _Round(self, first, store.location, grows=True)
         current: _Round | None = None
-        async with store.turn:
+        async with store.lock:
             try:
                 while following is not None:
                     if self._gather and current is not None and not self._stopping:
@@ -395,7 +395,7 @@ class GroupedCommits:
 
     async def _commit_round(self, store: CommitStore, current: _Round, following: _Round | None) -> None:
         try:
-            outcomes = await store.apply_in_turn(current.run, following)
+            outcomes = await store.apply_locked(current.run, following)
         except asyncio.CancelledError:
             closed = "the queue stopped while this call's commit was in flight; it may have landed"
             _fail(current.batch, QueueClosedError(closed))

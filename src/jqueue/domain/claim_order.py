@@ -95,7 +95,7 @@ class ClaimOrder:
         self._enter(ready)
 
     def attach(self, cold: ColdRows) -> None:
-        """Reach the cold rows ``cold`` too, their lines standing at the back of the round."""
+        """Reach the cold rows ``cold`` too, their lines standing at the back of the rotation."""
         self.cold = cold
         for entrypoint, tenant in cold.lines():
             self._lines.setdefault(entrypoint, Lines()).enter(tenant, BEST_PRIORITY)
@@ -106,7 +106,7 @@ class ClaimOrder:
 
     def live(self) -> int:
         """How many entries would stay in a rebuild: a job's, a line's (an empty line stays in
-        its round until its turn comes: many tenants of a job or two each leave many)."""
+        its rotation until its turn comes: many tenants of a job or two each leave many)."""
         return len(self.records) + sum(len(lines.entered) for lines in self._lines.values())
 
     def prune(self) -> None:
@@ -217,13 +217,13 @@ class ClaimOrder:
         return None if best is None else best[1][0][1]
 
     def unpark(self, tenant: Tenant) -> None:
-        """Put ``tenant``'s parked lines back in their rounds: a job of it stopped running."""
+        """Put ``tenant``'s parked lines back in their rotations: a job of it stopped running."""
         for lines in self._lines.values():
             if lines.parked:
                 lines.unpark(tenant)
 
     def unpark_all(self) -> None:
-        """Put every parked line back in its round: the limits or throttles changed, or were
+        """Put every parked line back in its rotation: the limits or throttles changed, or were
         undone with the claims that counted against them."""
         for lines in self._lines.values():
             if lines.parked:
@@ -254,7 +254,7 @@ class ClaimOrder:
 
     def _pop(self, entrypoint: str, tenant: Tenant, cold: bool) -> tuple[str, Callable[[], None]]:
         """Take the job ``_head`` found for a line (``cold`` as it said), in the same turn, and
-        send the line to the back of the round."""
+        send the line to the back of the rotation."""
         line = (entrypoint, tenant)
         undo = self._lines[entrypoint].served(tenant)
         if cold:

@@ -3,7 +3,7 @@ serve the lines in turn (ADR 0021).
 
 A heap holds an entry per line, by (its head's priority, its turn): priority comes first, and
 at one priority the line served longest ago (or the one that came in first) goes next. A
-served line, or a new one, goes to the back of the round (a new turn). An entry may say a
+served line, or a new one, goes to the back of the rotation (a new turn). An entry may say a
 better priority than its line's head has now (a head taken by id, say): ``top`` finds that
 out when the entry comes up, and puts it back with the right one; an entry never says a worse
 priority, since a job pushed ahead of its line's head moves the entry up (``enter``). Entries
@@ -54,7 +54,7 @@ class Lines:
 
     def enter(self, tenant: Tenant, priority: int) -> None:
         """Make sure ``tenant``'s line comes up no later than a head of ``priority`` would: a
-        new line goes to the back of the round, and a line whose head gets better keeps its turn."""
+        new line goes to the back of the rotation, and a line whose head gets better keeps its turn."""
         current = self.entered.get(tenant)
         if current is None:
             self._clock += 1
@@ -100,13 +100,13 @@ class Lines:
         return None
 
     def parked_places(self) -> Iterator[tuple[tuple[int, int], Tenant]]:
-        """Yield the parked lines still in the round: each one's (priority, turn), and tenant."""
+        """Yield the parked lines still in the rotation: each one's (priority, turn), and tenant."""
         for tenant, (entry, _) in self.parked.items():
             if self.entered.get(tenant) == entry[:2]:
                 yield entry[:2], tenant
 
     def unpark(self, tenant: Tenant) -> None:
-        """Put ``tenant``'s line back in the round if it is parked (its block may have ended)."""
+        """Put ``tenant``'s line back in the rotation if it is parked (its block may have ended)."""
         parked = self.parked.pop(tenant, None)
         if parked is not None:
             heapq.heappush(self.heap, parked[0])
@@ -120,14 +120,14 @@ class Lines:
         self._soonest_unblocked = min((until for _, until in self.parked.values()), default=INT64_MAX)
 
     def unpark_all(self) -> None:
-        """Put every parked line back in the round."""
+        """Put every parked line back in the rotation."""
         for entry, _ in self.parked.values():
             heapq.heappush(self.heap, entry)
         self.parked.clear()
         self._soonest_unblocked = INT64_MAX
 
     def served(self, tenant: Tenant) -> Callable[[], None]:
-        """Send ``tenant``'s line to the back of the round; return the undo."""
+        """Send ``tenant``'s line to the back of the rotation; return the undo."""
         before = self.entered[tenant]
         self._clock += 1
         after = (before[0], self._clock)

@@ -539,7 +539,7 @@ class LogStore(CommitStore):
             await self._checkpoints.write(frozen)
         except SlabsLostError as exc:
             logger.warning("%s; writing a checkpoint of every job", exc)
-            async with self.turn:  # between transactions
+            async with self.lock:  # between transactions
                 frozen = self._freeze()
             await self._checkpoints.write(frozen)
 
@@ -548,7 +548,7 @@ class LogStore(CommitStore):
         async with self._explicit:  # no background checkpoint starts meanwhile
             if self._background is not None:
                 await self._background
-            async with self.turn:
+            async with self.lock:
                 await self.refresh()
                 self._loaded = True
                 frozen = self._freeze()

@@ -164,7 +164,7 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 @dataclass
 class CommitStats:
-    """Counts of the commits that landed: how long each took (from the call's turn to its
+    """Counts of the commits that landed: how long each took (from the call taking the store's lock to its
     landing, retries included), the conflicts lost on the way, and the jobs they killed or
     whose leases they found expired."""
 
@@ -216,7 +216,7 @@ class StorageUse:
             await self._storage.__aexit__(exc_type, exc, tb)
 
 
-class Turn:
+class StoreLock:
     """The right to use a store's state: a lock that knows how many wait for it (a writer that
     keeps it across commits lets them in between)."""
 
@@ -225,7 +225,7 @@ class Turn:
         self.waiting = 0
 
     def locked(self) -> bool:
-        """Whether someone holds the turn."""
+        """Whether someone holds the lock."""
         return self._lock.locked()
 
     async def __aenter__(self) -> None:
@@ -288,7 +288,7 @@ class CommitStore(ABC):
         self.location = describe(storage)
         self.index = QueueIndex()
         self._loaded = False
-        self.turn = Turn()  # a refresh must never run inside another call's transaction
+        self.lock = StoreLock()  # a refresh must never run inside another call's transaction
         self.on_commit: Callable[[], None] = _nothing
         """Called after each commit that landed (the queue wakes its idle callers)."""
         self.stats = CommitStats()
@@ -325,7 +325,7 @@ class CommitStore(ABC):
 
     async def view(self, look: Callable[[QueueIndex], T]) -> T:
         """Catch up with storage and return what ``look`` finds in the state (it must not change it)."""
-        async with self.turn:
+        async with self.lock:
             await self.refresh()
             self._loaded = True
             return look(self.index)
@@ -368,15 +368,15 @@ class CommitStore(ABC):
         CASConflictError
             When every retry lost its race.
         """
-        async with self.turn:
+        async with self.lock:
             return await self._apply(transition, None)
 
-    async def apply_in_turn(self, transition: Callable[[QueueIndex], T], follower: Follower | None) -> T:
-        """``apply``, for a caller that holds ``turn``, applying ``follower`` ahead while the commit is
+    async def apply_locked(self, transition: Callable[[QueueIndex], T], follower: Follower | None) -> T:
+        """``apply``, for a caller that holds ``lock``, applying ``follower`` ahead while the commit is
         in flight (if the layout can). What it applied ahead is left open when the commit lands: the
-        caller's next ``apply_in_turn`` continues it, or ``drop_ahead`` undoes it."""
-        if not self.turn.locked():
-            raise RuntimeError("apply_in_turn needs the store's turn")
+        caller's next ``apply_locked`` continues it, or ``drop_ahead`` undoes it."""
+        if not self.lock.locked():
+            raise RuntimeError("apply_locked needs the store's lock")
         return await self._apply(transition, follower)
 
     def drop_ahead(self) -> None:
@@ -458,7 +458,7 @@ class CommitStore(ABC):
         writing.add_done_callback(written)
         try:
             while not writing.done():  # once it is, the transaction may have ended with it
-                if follower.waiting and not self.turn.waiting and not self.wants_quiet_landing():
+                if follower.waiting and not self.lock.waiting and not self.wants_quiet_landing():
                     follower.apply_ahead(index)
                 await arrived.wait()
                 arrived.clear()

@@ -134,7 +134,7 @@ class CommitCollector(Collector):
         """The families, as of the last ``ServiceMetrics.render``."""
         latency = HistogramMetricFamily(
             "jqueue_commit_seconds",
-            "Time from a call's turn to its commit landing, by queue.",
+            "Time from a call taking its store's lock to its commit landing, by queue.",
             labels=["queue"],
         )
         conflicts = HistogramMetricFamily(
