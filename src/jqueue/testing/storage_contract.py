@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, TypeVar, cast
+from typing import Literal, NamedTuple, TypedDict, TypeVar, Unpack, cast
 
 from jqueue.domain.errors import CASConflictError
 from jqueue.ports.storage import ChangeSignalPort, KeyedStoragePort, MappedStoragePort, ObjectStoragePort
@@ -106,6 +106,16 @@ class StorageContractError(AssertionError):
     def checks(self) -> tuple[str, ...]:
         """The names of the failed checks."""
         return tuple(failure.check for failure in self.failures)
+
+
+class ContractOptions(TypedDict, total=False):
+    """The options of ``check_storage`` (and ``check_storage_sync``), by keyword."""
+
+    keyed: bool | None
+    racers: int
+    race_rounds: int
+    large_object_bytes: int
+    check_timeout: float
 
 
 async def check_storage(
@@ -187,28 +197,13 @@ async def check_storage(
 
 
 def check_storage_sync(
-    open_storage: Callable[[str], ObjectStoragePort],
-    *,
-    keyed: bool | None = None,
-    racers: int = 10,
-    race_rounds: int = 3,
-    large_object_bytes: int = 8 * 1024 * 1024,
-    check_timeout: float = 60.0,
+    open_storage: Callable[[str], ObjectStoragePort], **options: Unpack[ContractOptions]
 ) -> StorageContractReport:
     """``check_storage`` for code without an event loop: runs it in a new one (``asyncio.run``).
 
     The parameters, result and errors are those of ``check_storage``.
     """
-    return asyncio.run(
-        check_storage(
-            open_storage,
-            keyed=keyed,
-            racers=racers,
-            race_rounds=race_rounds,
-            large_object_bytes=large_object_bytes,
-            check_timeout=check_timeout,
-        )
-    )
+    return asyncio.run(check_storage(open_storage, **options))
 
 
 @dataclass(frozen=True)

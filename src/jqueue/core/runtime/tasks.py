@@ -100,14 +100,8 @@ class Task(Generic[P, R]):
         """Return a signature of a call with these arguments, for a workflow (``chain``,
         ``group``): the first parameter without a default that they leave unbound gets the
         parents' results (the one result, or the list of a group's); if there is none, the
-        step runs without them (``Job.parent_results`` still has them).
-
-        Raises
-        ------
-        TypeError
-            If the arguments do not fit the signature.
-        pydantic.ValidationError
-            If a value does not fit its annotation.
+        step runs without them (``Job.parent_results`` still has them). It raises as ``spec``
+        does.
         """
         bound = self.signature.bind_partial(*args, **kwargs)
         receiver = next(

@@ -55,22 +55,7 @@ STORAGE_UNAVAILABLE = ErrorCode("storage_unavailable", 503, errors.StorageError)
 CORRUPT_STATE = ErrorCode("corrupt_state", 500, errors.CorruptStateError, ("location",))
 BAD_BODY = ErrorCode("bad_body", 400, msgspec.DecodeError, raised=False)
 INVALID_ARGUMENT = ErrorCode("invalid_argument", 400, ValueError)
-ERROR_CODES = (
-    BAD_QUEUE_NAME,
-    QUEUE_NOT_FOUND,
-    JOB_NOT_FOUND,
-    LEASE_LOST,
-    CANCELLED,
-    PAUSED,
-    PAYLOAD_TOO_LARGE,
-    CONFLICT,
-    CLOSING,
-    STORAGE_UNAVAILABLE,
-    CORRUPT_STATE,
-    BAD_BODY,
-    INVALID_ARGUMENT,
-)
-"""Each error a call can raise, by the first class that matches."""
+
 
 NOT_BROKER = ErrorCode("not_broker", 503)
 """This process is not the broker of its root, or not the one the caller's root names (the body
@@ -100,26 +85,17 @@ NO_BROKER = ErrorCode("no_broker", 0)
 """No broker is registered for the root."""
 BAD_ANSWER = ErrorCode("bad_answer", 0)
 """An answer that is not a ``jqueue serve``'s (raised with the status it came with)."""
-SERVICE_CODES = (
-    NOT_BROKER,
-    UNAUTHORIZED,
-    UNSUPPORTED_MEDIA_TYPE,
-    BODY_TOO_LARGE,
-    NOT_FOUND,
-    METHOD_NOT_ALLOWED,
-    BAD_REQUEST,
-    CLIENT_CLOSED_REQUEST,
-    INTERNAL,
-    QUEUE_EXISTS,
-    MESSAGE_NOT_FOUND,
-    SUSPENDED,
-    THROTTLED,
-    UNSUPPORTED,
-    UNREACHABLE,
-    NO_ANSWER,
-    NO_BROKER,
-    BAD_ANSWER,
-)
+
+
+def _declared(raised_by_calls: bool) -> tuple[ErrorCode, ...]:
+    """The codes declared above, in their order: those of an exception a call raises, or the others."""
+    codes = (value for value in globals().values() if isinstance(value, ErrorCode))
+    return tuple(code for code in codes if (code.kind is not None) is raised_by_calls)
+
+
+ERROR_CODES = _declared(raised_by_calls=True)
+"""Each error a call can raise, by the first class that matches (their order above)."""
+SERVICE_CODES = _declared(raised_by_calls=False)
 """The codes of no exception of the queue's."""
 
 _BY_CODE = {entry.code: entry for entry in (*ERROR_CODES, *SERVICE_CODES)}
