@@ -36,6 +36,7 @@ from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.store import DEFAULT_STORAGE_TIMEOUT, StorageUse, describe, timed
 from jqueue.core.spawn_guard import refuse_while_spawning
 from jqueue.domain.awaiting import results_size
+from jqueue.domain.controls import JOBS_ALLOWED
 from jqueue.domain.effects import Added, Cancelled, LimitSet, PauseSet, ThrottleSet
 from jqueue.domain.errors import (
     JobCancelledError,
@@ -368,8 +369,7 @@ class JobQueue(EnqueueCalls):
         policy: QueuePolicy | None = None,
         storage_timeout: timedelta | None = DEFAULT_STORAGE_TIMEOUT,
     ) -> None:
-        if checked_span("visibility_timeout", visibility_timeout) == timedelta(0):
-            raise ValueError("visibility_timeout must be positive, got 0 s")
+        POSITIVE_SPAN.check("visibility_timeout", visibility_timeout)
         if visibility_timeout < CLOCK_SAFE_VISIBILITY:
             logger.warning(
                 "a visibility timeout of %s is short: leases assume that the clocks of all processes "
@@ -964,12 +964,10 @@ class JobQueue(EnqueueCalls):
         Windows are fixed (counted from the epoch), so a burst may straddle two.
         """
         _scope(entrypoint)
-        if limit is not None and checked_int64("limit", limit) < 0:
-            raise ValueError(f"limit must not be negative, got {limit}")
-        POSITIVE_SPAN.check("per", per)
+        if limit is not None:
+            JOBS_ALLOWED.check("limit", checked_int64("limit", limit))
+        POSITIVE_SPAN.check("per", per)  # so at least a microsecond: a timedelta's least step
         window = span_micros(per)
-        if window < 1:
-            raise ValueError(f"per must be positive, got {span(per)}")
         await self._commits.run(lambda index: index.apply(ThrottleSet(entrypoint, limit, window, per_tenant)))
 
     async def limit(self, entrypoint: str | None, n: int | None, per_tenant: bool = False) -> None:
@@ -982,8 +980,8 @@ class JobQueue(EnqueueCalls):
         or dies.
         """
         _scope(entrypoint)
-        if n is not None and checked_int64("n", n) < 0:
-            raise ValueError(f"n must not be negative, got {n}")
+        if n is not None:
+            JOBS_ALLOWED.check("n", checked_int64("n", n))
         await self._commits.run(lambda index: index.apply(LimitSet(entrypoint, n, per_tenant)))
 
     async def history(

@@ -17,7 +17,10 @@ from typing import Any
 
 from jqueue.domain.effects import LimitSet, PauseSet, SinkMarked, ThrottleSet
 from jqueue.domain.lines import Tenant
-from jqueue.domain.values import INT64_MAX
+from jqueue.domain.values import INT64_MAX, Bounds
+
+JOBS_ALLOWED = Bounds(ge=0, le=INT64_MAX)
+"""The bounds of a throttle's or a limit's number of jobs (0 stops them all)."""
 
 Scope = str | None
 

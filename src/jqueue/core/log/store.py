@@ -62,8 +62,9 @@ from jqueue.domain.effects import Added, Effect
 from jqueue.domain.errors import CASConflictError, CommitUnknownError, CorruptStateError
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.schema import Payload
+from jqueue.domain.spec import POSITIVE_SPAN
 from jqueue.domain.times import span_micros, to_micros, utc_now
-from jqueue.domain.values import span
+from jqueue.domain.values import Bounds
 from jqueue.ports.storage import KeyedStoragePort
 
 logger = logging.getLogger("jqueue")
@@ -144,6 +145,10 @@ class PayloadReader:
 
 
 MIN_RETENTION = timedelta(seconds=1)
+RETENTION = Bounds(ge=MIN_RETENTION)
+"""The bounds of ``LogSettings.retention``."""
+CHECKPOINT_EVERY = Bounds(ge=1)
+"""The bounds of ``LogSettings.checkpoint_every``."""
 JOBS_PER_CHECKPOINT_CHANGE = 20
 CHECKPOINT_INTERVAL_CAP = 50_000
 """The most changes a deep queue leaves between checkpoints (unless ``checkpoint_every`` says
@@ -204,12 +209,9 @@ class LogSettings:
         )
 
     def __post_init__(self) -> None:
-        if self.checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
-        if self.retention < MIN_RETENTION:
-            raise ValueError(f"retention must be at least {MIN_RETENTION}, got {span(self.retention)}")
-        if self.part_lifetime <= timedelta(0):
-            raise ValueError(f"part_lifetime must be positive, got {span(self.part_lifetime)}")
+        CHECKPOINT_EVERY.check("checkpoint_every", self.checkpoint_every)
+        RETENTION.check("retention", self.retention)
+        POSITIVE_SPAN.check("part_lifetime", self.part_lifetime)
 
 
 class SegmentCache:

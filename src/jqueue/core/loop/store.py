@@ -38,8 +38,8 @@ from jqueue.domain.errors import CASConflictError, CorruptStateError, StorageErr
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import LEASE_EXPIRED, Job, QueueState
 from jqueue.domain.schema import PUBLIC_FORM, JobFields, JobForm, Payload
+from jqueue.domain.spec import POSITIVE_SPAN
 from jqueue.domain.times import TimeRangeError
-from jqueue.domain.values import span
 from jqueue.ports.storage import KeyedStoragePort, MappedStoragePort, ObjectStoragePort
 
 T = TypeVar("T")
@@ -87,8 +87,7 @@ class TimedStorage:
     """
 
     def __init__(self, inner: ObjectStoragePort, timeout: timedelta) -> None:
-        if timeout <= timedelta(0):
-            raise ValueError(f"storage_timeout must be positive, got {span(timeout)}")
+        POSITIVE_SPAN.check("storage_timeout", timeout)
         self.inner = inner
         self.url = describe(inner)
         self.seconds = timeout.total_seconds()
