@@ -27,18 +27,22 @@ from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.schema import PUBLIC_FORM, JobForm
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.times import to_micros, utc_now
-from jqueue.domain.values import checked_text, span
+from jqueue.domain.values import Bounds, checked_text, span
 
 if TYPE_CHECKING:
-    from jqueue.core.queue import JobQueue
+    from jqueue.core.queue import Adding
 
 
 T = TypeVar("T")
 
+BATCH_NAME = Bounds(min_length=1)
+"""The bounds of a bulk write's name (``stage_many``'s ``batch``): never empty."""
+BATCH_ID = Bounds(ge=0)
+"""The bounds of a streaming sink's batch id (``add_parts``'s ``mark``)."""
+
 
 def _batch_name(batch: str) -> str:
-    if not checked_text("batch", batch):
-        raise ValueError("a bulk write needs a name")
+    BATCH_NAME.check("batch", checked_text("batch", batch))
     return batch
 
 
@@ -47,18 +51,18 @@ class BulkWrites:
     name and published in one commit, jobs of parts written beside the queue (Spark's), and
     jobs under numeric ids drawn inside the commit (queued's API)."""
 
-    def __init__(self, queue: JobQueue) -> None:
-        self._queue = queue
-        self._commits: Commits = queue._commits
-        self._opener: StoreOpener = queue._opener
-        self.policy: QueuePolicy = queue.policy
+    def __init__(self, adding: Adding, commits: Commits, opener: StoreOpener) -> None:
+        self._adding = adding
+        self._commits = commits
+        self._opener = opener
+        self.policy: QueuePolicy = adding.policy
 
     async def stage_many(self, jobs: Iterable[JobSpec], batch: str) -> list[Job]:
         """Add jobs as part of bulk write ``batch``, staged: stored, but not claimable until
         ``publish(batch)`` makes every job of the batch claimable in one commit (or
         ``discard(batch)`` drops them). A bulk write too large for one commit stages its jobs
         in several calls; dedup keys work as in ``enqueue_many``."""
-        return await self._queue._add(jobs, _batch_name(batch), PUBLIC_FORM)
+        return await self._adding.add(jobs, _batch_name(batch), PUBLIC_FORM)
 
     async def enqueue_numbered(self, form: JobForm[T], specs: Iterable[JobSpec], ids: IdSource) -> list[T]:
         """Add jobs in one commit, all or none, each under a numeric id drawn from ``ids`` inside
@@ -74,13 +78,13 @@ class BulkWrites:
         specs = list(specs)
         if any(spec.id is not None or spec.dedup_key is not None for spec in specs):
             raise ValueError("numbered jobs take neither an id nor a dedup key")
-        new = self._queue._built(specs, None)
+        new = self._adding.built(specs, None)
         if not new:
             return []
         found = await self._commits.run(
-            numbering(new, self.policy.history_retention, ids, self._queue.max_payload_bytes)
+            numbering(new, self.policy.history_retention, ids, self._adding.max_payload_bytes)
         )
-        return await self._queue._resolved(list(found), form)
+        return await self._adding.answers(list(found), form)
 
     async def add_parts(self, parts: Sequence[StoredPart], mark: tuple[str, int] | None = None) -> int | None:
         """Add the jobs of parts already written beside the queue (``write_part``), claimable at
@@ -105,8 +109,7 @@ class BulkWrites:
         """
         if mark is not None:
             checked_text("sink", mark[0])
-            if mark[1] < 0:
-                raise ValueError(f"a batch id must not be negative, got {mark[1]}")
+            BATCH_ID.check("a batch id", mark[1])
         store = await self._log_store()
         lifetime = store.settings.part_lifetime
         oldest = utc_now().timestamp() - lifetime.total_seconds()
@@ -117,7 +120,7 @@ class BulkWrites:
         with collections_paused():
             now = to_micros(utc_now())
             new = parents_first([job for part in parts for job in part.jobs(now)])
-            retention, max_bytes = self.policy.history_retention, self._queue.max_payload_bytes
+            retention, max_bytes = self.policy.history_retention, self._adding.max_payload_bytes
 
             def operation(index: QueueIndex) -> int | None:
                 if mark is not None:

@@ -176,6 +176,63 @@ Strategy = Callable[[StoreOpener, Housekeeping, StorageUse], Commits]
 """Makes a queue's commit strategy: ``DirectCommits`` or ``GroupedCommits``."""
 
 
+class Adding:
+    """How a queue adds jobs: built from their specs (each payload within ``max_payload_bytes``),
+    committed by ``adding`` and answered in a ``JobForm``. ``JobQueue``'s enqueues and
+    ``queue.bulk``'s writes share it.
+
+    Parameters
+    ----------
+    commits : Commits
+        The queue's commit strategy.
+    opener : StoreOpener
+        The queue's store, for the answers' payloads.
+    policy : QueuePolicy
+        The queue's defaults (time to live, history retention).
+    max_payload_bytes : int or None
+        The largest payload (or result) the queue takes; None for no bound.
+    """
+
+    def __init__(
+        self, commits: Commits, opener: StoreOpener, policy: QueuePolicy, max_payload_bytes: int | None
+    ) -> None:
+        self.commits = commits
+        self.opener = opener
+        self.policy = policy
+        self.max_payload_bytes = max_payload_bytes
+
+    def checked(self, payload: bytes) -> bytes:
+        """Return ``payload`` if it is within ``max_payload_bytes``, else raise ``PayloadTooLargeError``."""
+        max_bytes = self.max_payload_bytes
+        if max_bytes is not None and len(payload) > max_bytes:
+            raise PayloadTooLargeError(len(payload), max_bytes)
+        return payload
+
+    def built(self, specs: Iterable[JobSpec], batch: str | None) -> list[Added]:
+        """The jobs of ``specs``, enqueued now (staged under ``batch``, if given)."""
+        now = utc_now()
+        new = [spec.build(now, self.policy.ttl, batch) for spec in specs]
+        for job in new:
+            if isinstance(job.payload, bytes):
+                self.checked(job.payload)
+        return new
+
+    async def add(self, jobs: Iterable[JobSpec], batch: str | None, form: JobForm[T]) -> list[T]:
+        """Add the jobs of ``jobs`` in one commit; return each one's answer in ``form``."""
+        specs = list(jobs)
+        new = self.built(specs, batch)
+        fresh = {job.id for spec, job in zip(specs, new, strict=True) if spec.id is None}
+        operation = adding(new, self.policy.history_retention, fresh, self.max_payload_bytes)
+        return await self.answers(await self.commits.run(operation), form) if new else []
+
+    async def answers(self, found: list[Found], form: JobForm[T]) -> list[T]:
+        """The answers in ``form`` to what an add found: each job added, or the one that held its
+        id or dedup key (a finished one from the history)."""
+        live = [item for item in found if isinstance(item, Added)]
+        jobs = iter(await (await self.opener.store()).jobs_as(form, live))
+        return [next(jobs) if isinstance(item, Added) else form.of_job(item.as_job()) for item in found]
+
+
 class QueueOptions(TypedDict, total=False):
     """The settings every kind of queue takes by keyword, their defaults ``JobQueue``'s:
     ``max_payload_bytes``, ``layout``, ``log``, ``policy`` and ``storage_timeout``."""
@@ -386,6 +443,7 @@ class JobQueue(EnqueueCalls):
         """Wakes idle callers when the queue may have changed (see ``Worker``)."""
         self._opener.on_commit = self.changes.notify
         self._commits = strategy(self._opener, Housekeeping(self.policy), StorageUse(storage))
+        self._adding = Adding(self._commits, self._opener, self.policy, max_payload_bytes)
 
     @property
     def location(self) -> str:
@@ -414,43 +472,23 @@ class JobQueue(EnqueueCalls):
         return await (await self._opener.store()).read_state()
 
     async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:
-        return await self._add(specs, None, PUBLIC_FORM)
+        return await self._adding.add(specs, None, PUBLIC_FORM)
 
     async def enqueue_as(self, form: JobForm[T], specs: list[JobSpec]) -> list[T]:
         """``enqueue_many(specs)``, answered in ``form``: an adapter's own form of each job (the
         service's wire form), made without a public ``Job`` in between."""
-        return await self._add(specs, None, form)
-
-    def _built(self, specs: Iterable[JobSpec], batch: str | None) -> list[Added]:
-        now = utc_now()
-        new = [spec.build(now, self.policy.ttl, batch) for spec in specs]
-        for job in new:
-            if isinstance(job.payload, bytes):
-                self._checked(job.payload)
-        return new
-
-    async def _add(self, jobs: Iterable[JobSpec], batch: str | None, form: JobForm[T]) -> list[T]:
-        specs = list(jobs)
-        new = self._built(specs, batch)
-        fresh = {job.id for spec, job in zip(specs, new, strict=True) if spec.id is None}
-        operation = adding(new, self.policy.history_retention, fresh, self.max_payload_bytes)
-        return await self._resolved(await self._commits.run(operation), form) if new else []
+        return await self._adding.add(specs, None, form)
 
     @property
     def bulk(self) -> BulkWrites:
         """The writes of bulk loaders and adapters (``BulkWrites``): staged batches, parts, numbered jobs."""
-        return BulkWrites(self)
+        return BulkWrites(self._adding, self._commits, self._opener)
 
     @property
     def insight(self) -> QueueInsight:
         """What the dashboard and the metrics read (``QueueInsight``): throughput, timings, dead
         letters grouped by error, commit counts."""
-        return QueueInsight(self)
-
-    async def _resolved(self, found: list[Found], form: JobForm[T]) -> list[T]:
-        live = [item for item in found if isinstance(item, Added)]
-        jobs = iter(await self._jobs_as(form, live))
-        return [next(jobs) if isinstance(item, Added) else form.of_job(item.as_job()) for item in found]
+        return QueueInsight(self._opener)
 
     async def dequeue(
         self,
@@ -570,12 +608,6 @@ class JobQueue(EnqueueCalls):
 
     # --- settling claimed jobs -------------------------------------------------------
 
-    def _checked(self, payload: bytes) -> bytes:
-        limit = self.max_payload_bytes
-        if limit is not None and len(payload) > limit:
-            raise PayloadTooLargeError(len(payload), limit)
-        return payload
-
     async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
         """Remove a finished job, leaving a history record (that keeps ``result``, what its
         handler returned, for ``result()`` to read while the history holds it).
@@ -626,7 +658,7 @@ class JobQueue(EnqueueCalls):
         checked: list[CheckedAck] = []
         for job, result in acks:
             try:
-                checked.append((*fence(job), None if result is None else self._checked(bytes(result))))
+                checked.append((*fence(job), None if result is None else self._adding.checked(bytes(result))))
             except JQueueError as exc:
                 checked.append(exc)
         return checked
