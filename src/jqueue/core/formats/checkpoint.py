@@ -14,7 +14,7 @@ import operator
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
@@ -36,6 +36,9 @@ from jqueue.domain.controls import Controls
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.records import HistoryRecord
 
+if TYPE_CHECKING:
+    from jqueue.core.formats.wire import DerivedStruct
+
 MANIFEST_LAYOUT = "jqueue-log/2"
 FIRST_LAYOUT = LAYOUT
 """The layout of a checkpoint that holds its jobs inline (read, never written)."""
@@ -48,21 +51,27 @@ class _SlabEntry(msgspec.Struct, array_like=True, omit_defaults=True):
     segments: list[tuple[Count, Count]] = []
 
 
-_Checkpoint: Any = msgspec.defstruct(
-    "_Checkpoint",
-    [
-        ("layout", str),
-        ("seq", Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)]),
-        ("at", Micros),
-        ("slabs", list[_SlabEntry] | None, None),
-        ("history", WireHistories, []),
-        ("controls", WireControls | None, None),
-        *((name, kind | None, None) for name, kind in BLOCK_FIELDS),
-        *OPTIONAL_BLOCK_FIELDS,
-    ],
-    kw_only=True,
-    omit_defaults=True,
-)
+if TYPE_CHECKING:
+
+    class _Checkpoint(DerivedStruct):
+        """A checkpoint on the wire: its own fields, then the columns of a block (first layout)."""
+
+else:
+    _Checkpoint = msgspec.defstruct(
+        "_Checkpoint",
+        [
+            ("layout", str),
+            ("seq", Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)]),
+            ("at", Micros),
+            ("slabs", list[_SlabEntry] | None, None),
+            ("history", WireHistories, []),
+            ("controls", WireControls | None, None),
+            *((name, kind | None, None) for name, kind in BLOCK_FIELDS),
+            *OPTIONAL_BLOCK_FIELDS,
+        ],
+        kw_only=True,
+        omit_defaults=True,
+    )
 _checkpoint_decoder = msgspec.json.Decoder(_Checkpoint)
 
 

@@ -15,7 +15,7 @@ import re
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
@@ -27,14 +27,20 @@ from jqueue.domain.declared import declared_fields
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.schema import STORED_FIELDS, field_values
 
-_Add: Any = msgspec.defstruct(
-    "_Add",
-    [(f.name, wire_type(f)) if f.required else (f.name, wire_type(f), f.default) for f in STORED_FIELDS],
-    tag="add",
-    array_like=True,
-    omit_defaults=True,
-)
-"""An added job on the wire: its fields in ``JobFields`` order, trailing defaults left out."""
+if TYPE_CHECKING:
+    from jqueue.core.formats.wire import DerivedStruct
+
+    class _Add(DerivedStruct):
+        """An added job on the wire: its fields in ``JobFields`` order, trailing defaults left out."""
+
+else:
+    _Add = msgspec.defstruct(
+        "_Add",
+        [(f.name, wire_type(f)) if f.required else (f.name, wire_type(f), f.default) for f in STORED_FIELDS],
+        tag="add",
+        array_like=True,
+        omit_defaults=True,
+    )
 _add_values = operator.attrgetter(*(f.name for f in STORED_FIELDS))
 """The stored fields of an ``_Add``: a prefix of ``JobFields`` (see ``STORED_FIELDS``)."""
 
@@ -142,7 +148,7 @@ def _field_type(hint: Any) -> Any:
     return hint
 
 
-def _wire_struct(effect: type[Any], tag: str) -> Any:
+def _wire_struct(effect: type[Any], tag: str) -> type[msgspec.Struct]:
     shapes = [
         (f.name, _field_type(f.hint)) if f.required else (f.name, _field_type(f.hint), f.default)
         for f in declared_fields(effect, include_extras=True)
@@ -161,7 +167,7 @@ _WIRE = {effect: (_wire_struct(effect, tag), _values(effect)) for effect, tag in
 _EFFECT = {wire: effect for effect, (wire, _) in _WIRE.items()}
 
 if TYPE_CHECKING:
-    _WireEffect = Any
+    _WireEffect = _Add | AddPart | msgspec.Struct
 else:
     _WireEffect = functools.reduce(operator.or_, [_Add, AddPart, *_EFFECT])
 
@@ -213,7 +219,17 @@ def encode_entry(seq: int, commit_id: str, at: int, effects: Sequence[fx.Effect]
     return msgspec.json.encode(_Entry(seq, commit_id, at, items))
 
 
-def _entry_of(decoder: msgspec.json.Decoder[Any], data: bytes, seq: int, location: str) -> Any:
+class _Numbered(Protocol):
+    """A decoded entry, as far as ``_entry_of`` reads it."""
+
+    @property
+    def seq(self) -> int: ...
+
+
+_N = TypeVar("_N", bound=_Numbered)
+
+
+def _entry_of(decoder: msgspec.json.Decoder[_N], data: bytes, seq: int, location: str) -> _N:
     """Decode log entry ``seq`` with ``decoder`` (of a struct with its ``seq``)."""
     try:
         wire = decoder.decode(data)
@@ -253,28 +269,36 @@ def decode_entry(data: bytes, seq: int, location: str) -> Entry:
 
 
 _PAYLOAD_AT = [f.name for f in STORED_FIELDS].index("payload")
-_AddPayload: Any = msgspec.defstruct(
-    "_AddPayload",
-    [
-        *((f.name, msgspec.Raw) for f in STORED_FIELDS[:_PAYLOAD_AT]),
-        ("payload", wire_type(STORED_FIELDS[_PAYLOAD_AT])),
-    ],
-    tag="add",
-    array_like=True,
-)
-"""An added job read only up to its payload (the rest of its array is skipped)."""
-_Skipped = functools.reduce(
-    operator.or_,
-    [
-        msgspec.defstruct(f"_Skip{i}", [], tag=tag, array_like=True)
-        for i, tag in enumerate([*TAGS.values(), "add_part"])
-    ],
-)
+if TYPE_CHECKING:
+
+    class _AddPayload(DerivedStruct):
+        """An added job read only up to its payload (the rest of its array is skipped)."""
+
+else:
+    _AddPayload = msgspec.defstruct(
+        "_AddPayload",
+        [
+            *((f.name, msgspec.Raw) for f in STORED_FIELDS[:_PAYLOAD_AT]),
+            ("payload", wire_type(STORED_FIELDS[_PAYLOAD_AT])),
+        ],
+        tag="add",
+        array_like=True,
+    )
+if TYPE_CHECKING:
+    _Skipped = msgspec.Struct
+else:
+    _Skipped = functools.reduce(
+        operator.or_,
+        [
+            msgspec.defstruct(f"_Skip{i}", [], tag=tag, array_like=True)
+            for i, tag in enumerate([*TAGS.values(), "add_part"])
+        ],
+    )
 
 
 class _Payloads(msgspec.Struct):
     seq: Count
-    effects: list[_AddPayload | _Skipped]  # type: ignore[valid-type]
+    effects: list[_AddPayload | _Skipped]
 
 
 _payloads_decoder = msgspec.json.Decoder(_Payloads)

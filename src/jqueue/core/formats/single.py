@@ -15,7 +15,7 @@ or damaged object is rejected before anything could overwrite it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -31,29 +31,29 @@ _DOCUMENTED = ("id", "entrypoint", "payload", "status", "priority", "created_at"
 """The documented fields, first and in the documented order; the others follow in ``JobFields`` order."""
 _FIELDS = sorted(STORED_FIELDS, key=lambda f: _DOCUMENTED.index(f.public) if f.public in _DOCUMENTED else 99)
 
-_WireJob: Any = msgspec.defstruct(
-    "_WireJob",
-    [
-        (f.public, shared.wire_type(f, shared.AwareDatetime))
-        if f.required and not f.nullable
-        else (f.public, shared.wire_type(f, shared.AwareDatetime), f.default)
-        for f in _FIELDS
-    ],
-    kw_only=True,
-)
-"""A job on the wire: its ``Job`` attribute names, times as ISO 8601; a nullable field may be missing."""
-_JOB_FIELDS: tuple[str, ...] = _WireJob.__struct_fields__
-_wire_job = public_constructor(_WireJob)
-
 if TYPE_CHECKING:
-    _WireJobs = list[Any]
+
+    class _WireJob(shared.DerivedStruct):
+        """A job on the wire: its ``Job`` attribute names, times as ISO 8601; a nullable field may
+        be missing."""
+
 else:
-    _WireJobs = list[_WireJob]
+    _WireJob = msgspec.defstruct(
+        "_WireJob",
+        [
+            (f.public, shared.wire_type(f, shared.AwareDatetime))
+            if f.required and not f.nullable
+            else (f.public, shared.wire_type(f, shared.AwareDatetime), f.default)
+            for f in _FIELDS
+        ],
+        kw_only=True,
+    )
+_wire_job = public_constructor(_WireJob)
 
 
 class _WireState(msgspec.Struct, omit_defaults=True):
     version: shared.Count
-    jobs: _WireJobs
+    jobs: list[_WireJob]
     commit: str | None = None
     history: shared.WireHistories = []
     controls: shared.WireControls | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import chain, repeat
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -19,6 +19,9 @@ from jqueue.core.formats.payload_refs import columns_from_refs, refs_from_column
 from jqueue.core.formats.wire import UNDECODABLE, Count, wire_type
 from jqueue.domain.records import ClaimState, JobRecord
 from jqueue.domain.schema import CHANGING_FIELDS, STORED_FIELDS
+
+if TYPE_CHECKING:
+    from jqueue.core.formats.wire import DerivedStruct
 
 BLOCK_ROWS = 4096
 """Rows a block holds at most: encoding one takes about a millisecond."""
@@ -44,8 +47,14 @@ OPTIONAL_BLOCK_FIELDS: list[tuple[str, Any, None]] = [
     for f in _OPTIONAL
 ]
 
-_Block: Any = msgspec.defstruct("_Block", [*BLOCK_FIELDS, *OPTIONAL_BLOCK_FIELDS])
-BLOCK_TYPE: Any = _Block
+if TYPE_CHECKING:
+
+    class _Block(DerivedStruct):
+        """A block on the wire: ``BLOCK_FIELDS``, then ``OPTIONAL_BLOCK_FIELDS``."""
+
+else:
+    _Block = msgspec.defstruct("_Block", [*BLOCK_FIELDS, *OPTIONAL_BLOCK_FIELDS])
+BLOCK_TYPE = _Block
 """The decoded form of a block (``block_columns`` turns it into columns)."""
 _block_decoder = msgspec.json.Decoder(_Block)
 _changing_positions = [(name, position) for position, name in enumerate(CHANGING_FIELDS)]
@@ -90,7 +99,7 @@ def encode_block(records: Sequence[JobRecord], saved: Mapping[str, ClaimState]) 
     return msgspec.json.encode(block), segments
 
 
-def block_columns(block: Any) -> dict[str, list[Any]]:
+def block_columns(block: DerivedStruct) -> dict[str, list[Any]]:
     """Return one column per record field (and ``order``) of a decoded block, or of a checkpoint
     of the first layout, which holds its jobs as one block; an optional column left out of it
     is left out here too.

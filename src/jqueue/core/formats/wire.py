@@ -60,16 +60,28 @@ def wire_type(job_field: JobField | HistoryField, time: Any = Micros) -> Any:
     return base | None if job_field.nullable else base
 
 
-WireHistory: Any = msgspec.defstruct(
-    "WireHistory",
-    [(f.name, wire_type(f)) if f.required else (f.name, wire_type(f), f.default) for f in HISTORY_FIELDS],
-    array_like=True,
-)
-"""A history record on the wire: the fields of ``HistoryRecord``, in order."""
+# The formats' structs whose fields come from the one declaration of a record's fields are made
+# by ``msgspec.defstruct`` at import; the type checker sees each as a ``DerivedStruct`` subclass
+# of its name: built by position or keyword, read by name (its fields typed ``Any``).
 if TYPE_CHECKING:
-    WireHistories = list[Any]
+
+    class DerivedStruct(msgspec.Struct):
+        """A struct made from a declaration of fields (the type checker's view; not at run time)."""
+
+        def __init__(self, *values: Any, **fields: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    class WireHistory(DerivedStruct):
+        """A history record on the wire: the fields of ``HistoryRecord``, in order."""
+
 else:
-    WireHistories = list[WireHistory]
+    WireHistory = msgspec.defstruct(
+        "WireHistory",
+        [(f.name, wire_type(f)) if f.required else (f.name, wire_type(f), f.default) for f in HISTORY_FIELDS],
+        array_like=True,
+    )
+WireHistories = list[WireHistory]
 
 
 class WireControls(msgspec.Struct):

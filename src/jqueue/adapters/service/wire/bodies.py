@@ -116,20 +116,13 @@ def _new_job_field(spec_field: SpecField) -> tuple[str, object] | tuple[str, obj
 # Both structs are made from the one declaration of their fields (``Job``'s and ``JobSpec``'s);
 # the type checker sees what the service does with them: build them by keyword, read them by name.
 if TYPE_CHECKING:
+    from jqueue.core.formats.wire import DerivedStruct
 
-    class ApiJob(msgspec.Struct, kw_only=True):
+    class ApiJob(DerivedStruct):
         """A job in a response: every attribute of ``Job``, by the same names."""
 
-        def __init__(self, **attributes: Any) -> None: ...
-
-        def __getattr__(self, name: str) -> Any: ...
-
-    class NewJob(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    class NewJob(DerivedStruct):
         """One job to enqueue: the fields of ``JobSpec``, spans in seconds."""
-
-        def __init__(self, **fields: Any) -> None: ...
-
-        def __getattr__(self, name: str) -> Any: ...
 
 else:
     ApiJob = msgspec.defstruct(
