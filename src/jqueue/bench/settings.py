@@ -8,10 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jqueue.core.commits import Layout
+from jqueue.domain.values import Bounds
 
 BACKENDS = ("memory", "file", "s3")
 QUEUES = ("direct", "broker")
 SCENARIOS = ("enqueue-seq", "enqueue-c10", "enqueue-c50", "dequeue-seq", "mixed-c50")
+OPS = Bounds(ge=1)
+"""The bounds of ``Settings.ops``."""
+PAYLOAD_BYTES = Bounds(ge=0)
+"""The bounds of ``Settings.payload_bytes``."""
+REPEAT = Bounds(ge=1)
+"""The bounds of ``Settings.repeat``."""
 
 
 def name_list(kind: str, text: str, allowed: Sequence[str]) -> list[str]:
@@ -66,8 +73,9 @@ class Settings:
     url: str | None = None
 
     def __post_init__(self) -> None:
-        if self.ops < 1 or self.repeat < 1 or self.payload_bytes < 0:
-            raise ValueError("ops and repeat must be at least 1, payload_bytes at least 0")
+        OPS.check("ops", self.ops)
+        PAYLOAD_BYTES.check("payload_bytes", self.payload_bytes)
+        REPEAT.check("repeat", self.repeat)
         if not all(math.isfinite(ms) and ms >= 0 for ms in (self.get_latency_ms, self.put_latency_ms)):
             raise ValueError("a latency must be a finite number of milliseconds, at least 0")
 

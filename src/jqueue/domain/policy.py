@@ -6,8 +6,11 @@ import random
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from jqueue.domain.spec import ATTEMPTS
-from jqueue.domain.values import span
+from jqueue.domain.spec import ATTEMPTS, POSITIVE_SPAN
+from jqueue.domain.values import Bounds
+
+HISTORY_LIMIT = Bounds(ge=0)
+"""The bounds of ``QueuePolicy.history_limit`` (0 keeps no history)."""
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,6 @@ class Backoff:
         return timedelta(seconds=ceiling * spread)
 
 
-def _positive(name: str, value: timedelta | None) -> None:
-    if value is not None and value <= timedelta(0):
-        raise ValueError(f"{name} must be positive, got {span(value)}")
-
-
 @dataclass(frozen=True)
 class QueuePolicy:
     """A queue's defaults for its jobs' lifecycle; the defaults behave as the documented jqueue.
@@ -89,11 +87,11 @@ class QueuePolicy:
     def __post_init__(self) -> None:
         if self.max_attempts is not None:
             ATTEMPTS.check("max_attempts", self.max_attempts)
-        _positive("ttl", self.ttl)
-        _positive("history_retention", self.history_retention)
-        _positive("staged_timeout", self.staged_timeout)
-        if self.history_limit < 0:
-            raise ValueError(f"history_limit must be >= 0, got {self.history_limit}")
+        if self.ttl is not None:
+            POSITIVE_SPAN.check("ttl", self.ttl)
+        POSITIVE_SPAN.check("history_retention", self.history_retention)
+        POSITIVE_SPAN.check("staged_timeout", self.staged_timeout)
+        HISTORY_LIMIT.check("history_limit", self.history_limit)
 
     def retry_delay(self, attempts: int) -> timedelta | None:
         """Return how long a job that failed after ``attempts`` attempts waits; None for no wait."""

@@ -46,7 +46,8 @@ from typing import Literal, Self, TypeVar, overload
 from jqueue.core.formats.entry import ENTRY_PREFIX
 from jqueue.core.loop.store import describe
 from jqueue.domain.errors import CASConflictError, StorageError
-from jqueue.domain.values import span
+from jqueue.domain.spec import SPAN
+from jqueue.domain.values import Bounds
 from jqueue.ports.storage import KeyedStoragePort, ObjectStoragePort
 
 T = TypeVar("T")
@@ -59,6 +60,9 @@ READ_KINDS: frozenset[CallKind] = frozenset({"read", "get", "list"})
 
 WRITE_KINDS: frozenset[CallKind] = frozenset({"write", "create", "delete"})
 """The calls that change something: ``Faults.write_latency`` applies to them."""
+
+FAIL_RATE = Bounds(ge=0, le=1)
+"""The bounds of ``Faults.fail_rate``: a share of the calls."""
 
 
 def every_call(kind: CallKind, name: str) -> bool:
@@ -100,11 +104,9 @@ class Faults:
     gate: asyncio.Event | None = None
 
     def __post_init__(self) -> None:
-        for label, latency in (("read_latency", self.read_latency), ("write_latency", self.write_latency)):
-            if latency < timedelta(0):
-                raise ValueError(f"{label} must not be negative, got {span(latency)}")
-        if not 0.0 <= self.fail_rate <= 1.0:
-            raise ValueError(f"fail_rate must be between 0 and 1, got {self.fail_rate}")
+        SPAN.check("read_latency", self.read_latency)
+        SPAN.check("write_latency", self.write_latency)
+        FAIL_RATE.check("fail_rate", self.fail_rate)
 
 
 class InstrumentedStorage:

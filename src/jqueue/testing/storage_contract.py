@@ -36,12 +36,21 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, TypedDict, TypeVar, Unpack, cast
 
 from jqueue.domain.errors import CASConflictError
+from jqueue.domain.values import Bounds
 from jqueue.ports.storage import ChangeSignalPort, KeyedStoragePort, MappedStoragePort, ObjectStoragePort
 
 T = TypeVar("T")
 
 SIGNAL_WAIT = 10.0
 """Seconds a change signal may take to call back after another handle's ``create``."""
+RACERS = Bounds(ge=2)
+"""The bounds of ``check_storage``'s ``racers``: a race needs two."""
+RACE_ROUNDS = Bounds(ge=1)
+"""The bounds of ``check_storage``'s ``race_rounds``."""
+LARGE_OBJECT_BYTES = Bounds(ge=0)
+"""The bounds of ``check_storage``'s ``large_object_bytes``."""
+CHECK_TIMEOUT = Bounds(gt=0)
+"""The bounds of ``check_storage``'s ``check_timeout``, in seconds."""
 
 Needs = Literal["object", "keyed", "mapped", "signal"]
 """The port a check needs: ``object`` is every storage, ``keyed`` adds ``KeyedStoragePort``,
@@ -216,14 +225,10 @@ class _Options:
     check_timeout: float
 
     def __post_init__(self) -> None:
-        if self.racers < 2:
-            raise ValueError(f"racers must be at least 2, got {self.racers}")
-        if self.race_rounds < 1:
-            raise ValueError(f"race_rounds must be at least 1, got {self.race_rounds}")
-        if self.large_object_bytes < 0:
-            raise ValueError(f"large_object_bytes must not be negative, got {self.large_object_bytes}")
-        if not self.check_timeout > 0:
-            raise ValueError(f"check_timeout must be positive, got {self.check_timeout}")
+        RACERS.check("racers", self.racers)
+        RACE_ROUNDS.check("race_rounds", self.race_rounds)
+        LARGE_OBJECT_BYTES.check("large_object_bytes", self.large_object_bytes)
+        CHECK_TIMEOUT.check("check_timeout", self.check_timeout)
 
 
 _WITHOUT: dict[Needs, str] = {

@@ -33,11 +33,13 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from jqueue.adapters.service.client.remote_queue import RemoteQueue
-from jqueue.adapters.spark.reader import job_rows, job_schema
+from jqueue.adapters.spark.reader import PARTITIONS, job_rows, job_schema
 from jqueue.adapters.spark.writer import keyed_storage
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import CASConflictError, CorruptStateError, JQueueError
 from jqueue.domain.models import Job
+from jqueue.domain.spec import LONGEST_SPAN
+from jqueue.domain.values import Bounds
 from jqueue.ports.storage import KeyedStoragePort
 from jqueue.sync import SyncQueue, open_queue
 
@@ -58,6 +60,10 @@ CONSUMED_COLUMNS = (
 CONSUMED_SCHEMA = job_schema(CONSUMED_COLUMNS)
 logger = logging.getLogger("jqueue")
 DEFAULT_PER_TRIGGER = 1000
+PER_TRIGGER = Bounds(ge=1)
+"""The bounds of the ``maxJobsPerTrigger`` option: the most jobs one micro-batch claims."""
+LEASE_SECONDS = Bounds(gt=0, le=LONGEST_SPAN.total_seconds())
+"""The bounds of the ``leaseSeconds`` option: a visibility timeout (``POSITIVE_SPAN``) in seconds."""
 MANIFEST_PREFIX = "stream/"
 _JOBS = TypeAdapter(list[Job])
 
@@ -94,8 +100,9 @@ class ConsumerReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.per_trigger = int(options.get("maxJobsPerTrigger", str(DEFAULT_PER_TRIGGER)))
         self.lease_seconds = float(options.get("leaseSeconds", "600"))
         self.partition_count = int(options.get("partitions", "4"))
-        if self.per_trigger < 1 or self.lease_seconds <= 0 or self.partition_count < 1:
-            raise ValueError("maxJobsPerTrigger, leaseSeconds and partitions must be positive")
+        PER_TRIGGER.check("maxJobsPerTrigger", self.per_trigger)
+        LEASE_SECONDS.check("leaseSeconds", self.lease_seconds)
+        PARTITIONS.check("partitions", self.partition_count)
         self._queue: SyncQueue[BrokerQueue] | None = None
         self._storage: KeyedStoragePort | None = None
         self._in_flight: dict[int, list[Job]] = {}

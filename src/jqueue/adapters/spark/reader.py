@@ -22,6 +22,7 @@ from jqueue.core.direct import DirectQueue
 from jqueue.domain.models import Job
 from jqueue.domain.records import HISTORY_FIELDS, HistoryRecord
 from jqueue.domain.schema import FIELDS, Kind
+from jqueue.domain.values import Bounds
 
 JOB_COLUMNS = (
     "id",
@@ -105,6 +106,8 @@ _HISTORY_TYPES = {f.public: SPARK_TYPES[f.kind] for f in HISTORY_FIELDS} | {
 }
 HISTORY_SCHEMA = ", ".join(f"{name} {_HISTORY_TYPES[name]}" for name in HISTORY_COLUMNS)
 TABLES = {"jobs": JOBS_SCHEMA, "history": HISTORY_SCHEMA}
+PARTITIONS = Bounds(ge=1)
+"""The bounds of the ``partitions`` option: how many parts a read (or a micro-batch) splits into."""
 
 
 @dataclass
@@ -135,8 +138,7 @@ class JQueueReader(DataSourceReader):
         if self.table not in TABLES:
             raise ValueError(f"table must be one of {sorted(TABLES)}, not {self.table!r}")
         self.count = int(options.get("partitions", "4"))
-        if self.count < 1:
-            raise ValueError("partitions must be at least 1")
+        PARTITIONS.check("partitions", self.count)
 
     def partitions(self) -> list[Part]:
         """Split the read into ``partitions`` parts."""

@@ -21,6 +21,7 @@ from jqueue.core.runtime.handlers import Handler
 from jqueue.core.runtime.outcomes import Outcome, WorkerStats
 from jqueue.core.runtime.worker import Worker
 from jqueue.domain.policy import QueuePolicy
+from jqueue.domain.values import Bounds
 
 STATS_SCHEMA = (
     "task int, attempt int, host string, pid int, claimed long, "
@@ -28,6 +29,8 @@ STATS_SCHEMA = (
     + "timed_out long, seconds double"
 )
 """A task's row: a column per ``Outcome`` besides the counts of ``WorkerStats``."""
+PARALLELISM = Bounds(ge=1)
+"""The bounds of ``run_workers``'s ``parallelism``: how many tasks run a worker."""
 
 
 async def _run_one(
@@ -58,8 +61,7 @@ def run_workers(
     ``concurrency``). With ``until_empty`` each task stops once nothing is claimable.
     Returns one row per task: its claims, outcomes and duration.
     """
-    if parallelism < 1:
-        raise ValueError(f"parallelism must be at least 1, got {parallelism}")
+    PARALLELISM.check("parallelism", parallelism)
 
     def task(indexes: Iterable[int]) -> Iterator[Row]:
         context = TaskContext.get()

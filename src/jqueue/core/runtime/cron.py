@@ -19,7 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from jqueue.domain.errors import JQueueError, missing_extra
-from jqueue.domain.spec import JobSpec
+from jqueue.domain.spec import POSITIVE_SPAN, JobSpec
 from jqueue.domain.times import utc_now
 from jqueue.domain.values import checked_text
 from jqueue.ports.queue import Queue
@@ -63,8 +63,8 @@ class Schedule:
         checked_text("entrypoint", self.entrypoint)
         if (self.expression is None) == (self.every is None):
             raise ValueError("give a cron expression or every=timedelta, not both or neither")
-        if self.every is not None and self.every <= timedelta(0):
-            raise ValueError(f"every must be positive, got {self.every}")
+        if self.every is not None:
+            POSITIVE_SPAN.check("every", self.every)
         if self.expression is not None and not _croniter().is_valid(self.expression):
             raise ValueError(f"{self.expression!r} is not a cron expression")
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from jqueue.core.spawn_guard import GUARD_HINT, refuse_while_spawning
 from jqueue.domain.models import Job
-from jqueue.domain.values import span
+from jqueue.domain.spec import POSITIVE_SPAN
 
 Handler = Callable[[Job], Awaitable[object]] | Callable[[Job], object]
 """A job handler: ``async def handle(job)`` runs on the event loop, ``def handle(job)`` in a
@@ -66,8 +66,8 @@ class HandlerSpec:
     @classmethod
     def of(cls, function: Handler, timeout: timedelta | None, in_process: bool) -> HandlerSpec:
         """Return the spec of ``function``: where it runs follows from what it is."""
-        if timeout is not None and timeout <= timedelta(0):
-            raise ValueError(f"timeout must be positive, got {span(timeout)}")
+        if timeout is not None:
+            POSITIVE_SPAN.check("timeout", timeout)
         label = getattr(function, "__qualname__", type(function).__name__)
         if inspect.iscoroutinefunction(function):
             if in_process:

@@ -13,6 +13,7 @@ from typing import cast
 from jqueue.core.runtime.context import JobContext
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, JQueueError, LeaseLostError
 from jqueue.domain.models import Job
+from jqueue.domain.spec import POSITIVE_SPAN
 from jqueue.ports.queue import SupportsCancelCheck, SupportsHeartbeat, SupportsProgress
 
 logger = logging.getLogger("jqueue")
@@ -74,8 +75,7 @@ class HeartbeatManager:
         *,
         context: JobContext | None = None,
     ) -> None:
-        if interval <= timedelta(0):
-            raise ValueError(f"interval must be positive, got {interval}")
+        POSITIVE_SPAN.check("interval", interval)
         self.queue = queue
         self.job = job_id
         self.job_id = job_id if isinstance(job_id, str) else job_id.id

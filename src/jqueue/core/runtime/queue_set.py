@@ -9,9 +9,13 @@ from collections.abc import Collection, Sequence
 from datetime import timedelta
 
 from jqueue.domain.models import Job
+from jqueue.domain.values import Bounds
 from jqueue.ports.queue import Queue
 
 logger = logging.getLogger("jqueue")
+
+SET_BATCH_SIZE = Bounds(ge=1)
+"""The bounds of ``QueueSet.dequeue``'s ``batch_size`` (a queue's own ``dequeue`` takes 0 too)."""
 
 
 class QueueSet:
@@ -47,8 +51,7 @@ class QueueSet:
         that fails is skipped (and logged), so jobs claimed from the others are never
         lost; only when every queue fails is its error raised.
         """
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        SET_BATCH_SIZE.check("batch_size", batch_size)
         looks = await asyncio.gather(
             *(q.peek(entrypoint, batch_size) for q in self.queues), return_exceptions=True
         )

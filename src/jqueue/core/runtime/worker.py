@@ -42,12 +42,15 @@ from jqueue.domain.models import Job
 from jqueue.domain.policy import Backoff
 from jqueue.domain.spec import ATTEMPTS
 from jqueue.domain.times import utc_now
+from jqueue.domain.values import Bounds
 from jqueue.ports.queue import ChangeSource, Queue, SupportsAckAndDequeue
 
 logger = logging.getLogger("jqueue.worker")
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BACKOFF = Backoff()
+CONCURRENCY = Bounds(ge=1)
+"""The bounds of a worker's ``concurrency``."""
 CLAIM_GRACE = timedelta(seconds=5)
 """How long a claim under way when the worker is told to stop may still take to answer (at most
 the grace period): what it claimed is then released at once."""
@@ -106,8 +109,7 @@ class Worker(Settling):
         backoff: Backoff | None = DEFAULT_BACKOFF,
         max_outage: timedelta = timedelta(minutes=5),
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        CONCURRENCY.check("concurrency", concurrency)
         if not timedelta(0) < poll_interval <= max_poll_interval:
             raise ValueError("poll intervals need 0 < poll_interval <= max_poll_interval")
         if max_attempts is not None:

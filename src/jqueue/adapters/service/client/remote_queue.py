@@ -56,7 +56,7 @@ from jqueue.domain.errors import JobCancelledError, JobFailedError, JQueueError,
 from jqueue.domain.models import Job, JobStatus, new_job_id
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.spec import BATCH_SIZE, JobSpec
-from jqueue.domain.values import checked_progress, span
+from jqueue.domain.values import Bounds, checked_progress, span
 from jqueue.ports.queue import WorkerReport
 
 T = TypeVar("T")
@@ -435,6 +435,8 @@ Answer = TypeVar("Answer")
 
 SLOW_REQUEST = 0.02
 """Seconds: a request this long makes the next calls of its key go in requests of their own."""
+MAX_IN_FLIGHT = Bounds(ge=1)
+"""The bounds of ``Coalescer``'s ``max_in_flight``."""
 
 Send = Callable[[Key, list[Item]], Awaitable[Sequence[Answer | BaseException]]]
 """Sends the items of one key in one request; returns an answer (or an error) per item."""
@@ -456,8 +458,7 @@ class Coalescer(Generic[Key, Item, Answer]):
     """
 
     def __init__(self, send: Send[Key, Item, Answer], max_in_flight: int = 8) -> None:
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+        MAX_IN_FLIGHT.check("max_in_flight", max_in_flight)
         self._send = send
         self._max_in_flight = max_in_flight
         self._pending: dict[Key, list[tuple[Item, asyncio.Future[Answer]]]] = {}

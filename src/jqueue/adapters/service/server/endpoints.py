@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -141,6 +142,42 @@ class MakeEndpoint(Protocol):
         ...
 
 
+class Sightings:
+    """When each worker last called each queue, and its last report (for the dashboard)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, dict[str, Sighting]] = {}
+
+    def saw(self, queue: str, route: str, request: Request) -> None:
+        """Note a call of ``route`` on ``queue``, if a worker made it: a claim, or a call that
+        carries a ``WORKER_HEADER``. The client is named by ``CLIENT_HEADER``, or by its address."""
+        header = request.headers.get(WORKER_HEADER)
+        if header is None and route != "dequeue":
+            return
+        client = request.headers.get(CLIENT_HEADER) or (request.client.host if request.client else "?")
+        seen = self._seen.setdefault(queue, {})
+        before = seen.pop(client, None)  # re-inserted last: the dict stays ordered by last sighting
+        report = _report(header) if header is not None else before.report if before else None
+        if report is not None and report.stopped:
+            return  # its last word: it is gone
+        seen[client] = Sighting(queue, client, time.time(), report)
+        if len(seen) > MOST_CLIENTS:
+            del seen[next(iter(seen))]
+
+    def of(self, queue: str) -> list[Sighting]:
+        """Return the workers seen calling ``queue`` within ``FORGET_AFTER`` seconds, the latest first."""
+        seen = self._seen.get(queue, {})
+        cutoff = time.time() - FORGET_AFTER
+        while seen and next(iter(seen.values())).seen < cutoff:
+            del seen[next(iter(seen))]
+        return list(reversed(seen.values()))
+
+    def everyone(self) -> list[Sighting]:
+        """Return the workers seen calling any queue (one that does not exist yet included)."""
+        return [seen for queue in sorted(self._seen) for seen in self.of(queue)]
+
+
+@dataclass(eq=False)
 class Service:
     """The gate of every route of the native API over the queues of ``host``: authorization, the
     broker check, the endpoint wrapper and its metrics; and the service's own routes.
@@ -157,19 +194,12 @@ class Service:
         Larger request bodies are refused with 413.
     """
 
-    def __init__(
-        self,
-        host: QueueHost,
-        tenure: BrokerTenure,
-        token: str | None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    ) -> None:
-        self.host = host
-        self.tenure = tenure
-        self.token = token
-        self.max_body_bytes = max_body_bytes
-        self.metrics = ServiceMetrics()
-        self.sightings = Sightings()
+    host: QueueHost
+    tenure: BrokerTenure
+    token: str | None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    metrics: ServiceMetrics = field(default_factory=ServiceMetrics, init=False)
+    sightings: Sightings = field(default_factory=Sightings, init=False)
 
     def routes(self) -> list[Route]:
         """The service's own routes, for a Starlette application (``QueueRoutes`` has the queues',
@@ -280,41 +310,6 @@ class Service:
 
 MOST_CLIENTS = 1_000
 """The most clients remembered per queue; the longest unseen go first."""
-
-
-class Sightings:
-    """When each worker last called each queue, and its last report (for the dashboard)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, dict[str, Sighting]] = {}
-
-    def saw(self, queue: str, route: str, request: Request) -> None:
-        """Note a call of ``route`` on ``queue``, if a worker made it: a claim, or a call that
-        carries a ``WORKER_HEADER``. The client is named by ``CLIENT_HEADER``, or by its address."""
-        header = request.headers.get(WORKER_HEADER)
-        if header is None and route != "dequeue":
-            return
-        client = request.headers.get(CLIENT_HEADER) or (request.client.host if request.client else "?")
-        seen = self._seen.setdefault(queue, {})
-        before = seen.pop(client, None)  # re-inserted last: the dict stays ordered by last sighting
-        report = _report(header) if header is not None else before.report if before else None
-        if report is not None and report.stopped:
-            return  # its last word: it is gone
-        seen[client] = Sighting(queue, client, time.time(), report)
-        if len(seen) > MOST_CLIENTS:
-            del seen[next(iter(seen))]
-
-    def of(self, queue: str) -> list[Sighting]:
-        """Return the workers seen calling ``queue`` within ``FORGET_AFTER`` seconds, the latest first."""
-        seen = self._seen.get(queue, {})
-        cutoff = time.time() - FORGET_AFTER
-        while seen and next(iter(seen.values())).seen < cutoff:
-            del seen[next(iter(seen))]
-        return list(reversed(seen.values()))
-
-    def everyone(self) -> list[Sighting]:
-        """Return the workers seen calling any queue (one that does not exist yet included)."""
-        return [seen for queue in sorted(self._seen) for seen in self.of(queue)]
 
 
 @functools.lru_cache(maxsize=MOST_CLIENTS)
