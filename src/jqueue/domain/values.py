@@ -54,6 +54,8 @@ class Bounds:
                 wanted = f"at most {longest}" if not shortest and longest is not None else wanted
                 raise ValueError(f"{name} must hold {wanted} items, got {len(value)}")
             return
+        if value != value and (self.ge, self.gt, self.le) != (None, None, None):  # NaN: no comparison fails
+            raise ValueError(f"{name} must be a number, got nan")
         if self.ge is not None and value < self.ge:
             word = "not be negative" if not self.ge else f"be at least {_shown(self.ge)}"
             raise ValueError(f"{name} must {word}, got {_shown(value)}")

@@ -37,7 +37,11 @@ from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import Job, JobStatus, ParentFailure
 from jqueue.domain.spec import SPEC_FIELDS, EnqueueOptions, JobSpec
+from jqueue.domain.values import Bounds
 from jqueue.domain.workflows import LEFT
+
+STDIN_BATCH = Bounds(ge=1)
+"""The bounds of ``jqueue enqueue --stdin --batch``: jobs per commit."""
 
 
 def enqueue(
@@ -106,8 +110,10 @@ def enqueue(
         fail("give at most one of PAYLOAD, --file or --stdin")
     if stdin and (dedup_key, job_id) != (None, None):
         fail("--dedup-key and --id name one job; they do not go with --stdin")
-    if batch < 1:
-        fail("--batch must be at least 1")
+    try:
+        STDIN_BATCH.check("--batch", batch)
+    except ValueError as exc:
+        fail(str(exc))
     options = EnqueueOptions(
         delay=seconds(delay),
         not_before=_time(not_before),

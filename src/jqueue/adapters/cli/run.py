@@ -36,6 +36,7 @@ from jqueue.core.runtime.outcomes import WorkerStats
 from jqueue.core.runtime.worker import DEFAULT_BACKOFF, DEFAULT_MAX_ATTEMPTS, Worker
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.policy import Backoff
+from jqueue.domain.spec import POSITIVE_SPAN
 
 BurstFlag = Annotated[bool, typer.Option("--burst", help="Stop when nothing is left to claim.")]
 MaxAttemptsOption = Annotated[
@@ -173,9 +174,11 @@ def _configure(
     if concurrency is not None:
         chosen.concurrency = concurrency
     if timeout is not None:
-        if timeout <= 0:
-            fail("--timeout must be more than 0 seconds")
         limit = timedelta(seconds=timeout)
+        try:
+            POSITIVE_SPAN.check("--timeout", limit)
+        except ValueError as exc:
+            fail(str(exc))
         chosen.timeout = limit
         chosen.handlers = {
             name: replace(spec, timeout=spec.timeout or limit) for name, spec in chosen.handlers.items()

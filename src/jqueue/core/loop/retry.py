@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from jqueue.domain.errors import StorageError
+from jqueue.domain.values import Bounds
 from jqueue.ports.storage import KeyedStoragePort, MappedStoragePort
 
 T = TypeVar("T")
@@ -17,6 +18,10 @@ GROUPED_MAX_RETRIES = 20
 """Conflicting commits a group-commit queue retries (the documented default)."""
 DIRECT_MAX_RETRIES = 10
 """Conflicting commits a ``DirectQueue`` retries (the documented default)."""
+
+
+MAX_RETRIES = Bounds(ge=0)
+"""The bounds of ``RetryPolicy.max_retries`` (0 tries once)."""
 
 
 @dataclass(frozen=True)
@@ -38,8 +43,7 @@ class RetryPolicy:
     max_delay: float = 0.32
 
     def __post_init__(self) -> None:
-        if self.max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        MAX_RETRIES.check("max_retries", self.max_retries)
 
     async def get(self, keyed: KeyedStoragePort, name: str) -> bytes | None:
         """Read a named object, retrying failed reads as this policy allows (not one that timed

@@ -72,7 +72,8 @@ class WorkerSetup:
     ) -> None:
         """Run ``function`` for jobs of ``entrypoint``, with its own time limit if given; a sync
         function runs in a thread, or in a process with ``in_process``."""
-        self.handlers[entrypoint] = HandlerSpec.of(function, timeout or self.timeout, in_process)
+        limit = self.timeout if timeout is None else timeout
+        self.handlers[entrypoint] = HandlerSpec.of(function, limit, in_process)
 
     def cron(
         self,
