@@ -35,17 +35,10 @@ from jqueue.core.log.store import LogSettings
 from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.store import DEFAULT_STORAGE_TIMEOUT, StorageUse, describe, timed
 from jqueue.core.spawn_guard import refuse_while_spawning
+from jqueue.domain import errors
 from jqueue.domain.awaiting import results_size
 from jqueue.domain.controls import JOBS_ALLOWED
 from jqueue.domain.effects import Added, Cancelled, LimitSet, PauseSet, ThrottleSet
-from jqueue.domain.errors import (
-    JobCancelledError,
-    JobFailedError,
-    JobNotFoundError,
-    JQueueError,
-    LeaseLostError,
-    PayloadTooLargeError,
-)
 from jqueue.domain.index import Found, QueueIndex
 from jqueue.domain.insight import (
     browse,
@@ -94,23 +87,23 @@ def _micros_before(age: timedelta | None) -> int | None:
     return None if age is None else to_micros(utc_now() - age)
 
 
-CheckedAck = tuple[str, str | None, bytes | None] | JQueueError
+CheckedAck = tuple[str, str | None, bytes | None] | errors.JQueueError
 """An ack ready for its commit (the job's id, the lease that fences it, the result), or the error
 that kept it out."""
 
 
 def acking(
     checked: list[CheckedAck], max_bytes: int | None = None
-) -> Callable[[QueueIndex], list[JQueueError | None]]:
+) -> Callable[[QueueIndex], list[errors.JQueueError | None]]:
     """The operation that acks each of ``checked``, each under a savepoint of its own, and answers
     None or the error, per ack. An ack whose result would take a waiting child's parent results
     past ``max_bytes`` bytes, summed, fails with ``PayloadTooLargeError`` naming the child."""
 
-    def operation(index: QueueIndex) -> list[JQueueError | None]:
+    def operation(index: QueueIndex) -> list[errors.JQueueError | None]:
         now = to_micros(utc_now())
-        outcomes: list[JQueueError | None] = []
+        outcomes: list[errors.JQueueError | None] = []
         for item in checked:
-            if isinstance(item, JQueueError):
+            if isinstance(item, errors.JQueueError):
                 outcomes.append(item)
                 continue
             job_id, lease, result = item
@@ -121,7 +114,7 @@ def acking(
                 for child in children:
                     _check_inputs(index, child.id, max_bytes)
                 outcomes.append(None)
-            except JQueueError as exc:
+            except errors.JQueueError as exc:
                 index.journal.rollback_to(savepoint)  # a failed ack leaves nothing behind
                 outcomes.append(exc)
         return outcomes
@@ -137,7 +130,7 @@ def _check_inputs(index: QueueIndex, child_id: str, max_bytes: int | None) -> No
         return
     size = results_size(child.parent_results)
     if size > max_bytes:
-        raise PayloadTooLargeError(size, max_bytes, child_id)
+        raise errors.PayloadTooLargeError(size, max_bytes, child_id)
 
 
 LEASE_BITS = 128
@@ -205,7 +198,7 @@ class Adding:
         """Return ``payload`` if it is within ``max_payload_bytes``, else raise ``PayloadTooLargeError``."""
         max_bytes = self.max_payload_bytes
         if max_bytes is not None and len(payload) > max_bytes:
-            raise PayloadTooLargeError(len(payload), max_bytes)
+            raise errors.PayloadTooLargeError(len(payload), max_bytes)
         return payload
 
     def built(self, specs: Iterable[JobSpec], batch: str | None) -> list[Added]:
@@ -336,7 +329,7 @@ class EnqueueCalls(ABC):
 
         Raises
         ------
-        PayloadTooLargeError
+        errors.PayloadTooLargeError
             If ``payload`` is over ``max_payload_bytes``.
         QueuePausedError
             If enqueues of ``entrypoint`` are paused.
@@ -367,7 +360,7 @@ class EnqueueCalls(ABC):
 
         Raises
         ------
-        PayloadTooLargeError
+        errors.PayloadTooLargeError
             If a payload is over ``max_payload_bytes``; then none is added.
         QueuePausedError
             If enqueues of one of the entrypoints are paused; then none is added.
@@ -531,7 +524,7 @@ class JobQueue(EnqueueCalls):
         *,
         batch_size: int = 1,
         visibility_timeout: timedelta | None = None,
-    ) -> tuple[list[JQueueError | None], list[Job]]:
+    ) -> tuple[list[errors.JQueueError | None], list[Job]]:
         """``ack_each(acks)``, then ``dequeue(entrypoint, batch_size=..., visibility_timeout=...)``,
         in one commit: a worker settles the jobs that just ended and claims the next ones with
         one write (and, through ``jqueue serve``, one request). Returns both answers."""
@@ -547,13 +540,13 @@ class JobQueue(EnqueueCalls):
         *,
         batch_size: int = 1,
         visibility_timeout: timedelta | None = None,
-    ) -> tuple[list[JQueueError | None], list[T]]:
+    ) -> tuple[list[errors.JQueueError | None], list[T]]:
         """``ack_and_dequeue``, answered in ``form`` (see ``enqueue_as``)."""
         acks_checked = self._checked_acks(acks)
         acks_operation = acking(acks_checked, self.max_payload_bytes)
         claims_operation = claiming(self, batch_size, visibility_timeout, entrypoint)
 
-        def operation(index: QueueIndex) -> tuple[list[JQueueError | None], list[Added]]:
+        def operation(index: QueueIndex) -> tuple[list[errors.JQueueError | None], list[Added]]:
             return acks_operation(index), claims_operation(index) if batch_size else []
 
         outcomes, claimed = await self._commits.run(operation)
@@ -566,9 +559,9 @@ class JobQueue(EnqueueCalls):
 
         Raises
         ------
-        LeaseLostError
+        errors.LeaseLostError
             If ``job``'s lease no longer holds it.
-        JobCancelledError
+        errors.JobCancelledError
             If its cancel was asked for.
         """
         plain_id, lease = fence(job)
@@ -580,7 +573,7 @@ class JobQueue(EnqueueCalls):
             now = utc_now()
             expires = None if visibility_timeout is None else to_micros(now + visibility_timeout)
             if not index.heartbeat(plain_id, to_micros(now), lease, expires, new_lease=renewed):
-                raise LeaseLostError(plain_id)  # not claimed: no lease of it holds
+                raise errors.LeaseLostError(plain_id)  # not claimed: no lease of it holds
             return index.records[plain_id].as_added()
 
         return (await self._jobs([await self._commits.run(operation)]))[0]
@@ -617,12 +610,12 @@ class JobQueue(EnqueueCalls):
 
         Raises
         ------
-        PayloadTooLargeError
+        errors.PayloadTooLargeError
             If ``result`` is over ``max_payload_bytes``; nothing changes.
-        LeaseLostError
+        errors.LeaseLostError
             Fenced, if the lease no longer holds the job (it expired and the job was
             claimed again, or someone else acked or requeued it); nothing changes.
-        JobNotFoundError
+        errors.JobNotFoundError
             Unfenced, if the job is not in the queue (for example, acked already).
         """
         [error] = await self.ack_each([(job_id, result)])
@@ -644,13 +637,15 @@ class JobQueue(EnqueueCalls):
 
         await self._commits.run(operation)
 
-    async def ack_each(self, acks: Sequence[tuple[Job | str, bytes | None]]) -> list[JQueueError | None]:
+    async def ack_each(
+        self, acks: Sequence[tuple[Job | str, bytes | None]]
+    ) -> list[errors.JQueueError | None]:
         """Ack each job with its result (``ack`` with ``result``), all in one commit; returns, per
         job, None or the error that kept it from being acked, as ``ack`` raises it. One job's
         error leaves the others acked (``ack_many`` instead acks all or none)."""
         checked = self._checked_acks(acks)
-        if all(isinstance(item, JQueueError) for item in checked):  # nothing to commit
-            return [item for item in checked if isinstance(item, JQueueError)]
+        if all(isinstance(item, errors.JQueueError) for item in checked):  # nothing to commit
+            return [item for item in checked if isinstance(item, errors.JQueueError)]
         return await self._commits.run(acking(checked, self.max_payload_bytes))
 
     def _checked_acks(self, acks: Sequence[tuple[Job | str, bytes | None]]) -> list[CheckedAck]:
@@ -659,7 +654,7 @@ class JobQueue(EnqueueCalls):
         for job, result in acks:
             try:
                 checked.append((*fence(job), None if result is None else self._adding.checked(bytes(result))))
-            except JQueueError as exc:
+            except errors.JQueueError as exc:
                 checked.append(exc)
         return checked
 
@@ -836,7 +831,7 @@ class JobQueue(EnqueueCalls):
 
         Raises
         ------
-        JobNotFoundError
+        errors.JobNotFoundError
             If one of ``ids`` is not in the queue; then nothing changes.
         """
         chosen = None if ids is None else list(ids)
@@ -849,7 +844,7 @@ class JobQueue(EnqueueCalls):
 
         Raises
         ------
-        JobNotFoundError
+        errors.JobNotFoundError
             If one of ``ids`` is not in the queue; then nothing changes.
         """
         chosen = list(ids)
@@ -890,9 +885,9 @@ class JobQueue(EnqueueCalls):
 
         Raises
         ------
-        JobNotFoundError
+        errors.JobNotFoundError
             If the job is not in the queue (finished, or never there).
-        LeaseLostError
+        errors.LeaseLostError
             Fenced, if the lease no longer holds the job.
         """
         plain_id, lease = fence(job_id)
@@ -909,11 +904,11 @@ class JobQueue(EnqueueCalls):
 
         Raises
         ------
-        JobFailedError
+        errors.JobFailedError
             If the job died; its ``error`` has the last error and traceback.
-        JobCancelledError
+        errors.JobCancelledError
             If the job was cancelled.
-        JobNotFoundError
+        errors.JobNotFoundError
             If the job is neither in the queue nor in the history.
         TimeoutError
             If it is not finished within ``timeout`` (None: wait as long as it takes).
@@ -924,15 +919,15 @@ class JobQueue(EnqueueCalls):
             seen = self.changes.generation
             found = await self._view(lambda index: index.known(job_id))
             if found is None:
-                raise JobNotFoundError(job_id)
+                raise errors.JobNotFoundError(job_id)
             if isinstance(found, HistoryRecord):
                 if found.outcome is JobStatus.DEAD:
-                    raise JobFailedError(job_id, found.error, found.reason)
+                    raise errors.JobFailedError(job_id, found.error, found.reason)
                 if found.outcome is JobStatus.CANCELLED:
-                    raise JobCancelledError(job_id, found.error)
+                    raise errors.JobCancelledError(job_id, found.error)
                 return found.result
             if found.status is JobStatus.DEAD:  # a dead letter stays in the queue until purged
-                raise JobFailedError(job_id, found.last_error, found.dead_reason)
+                raise errors.JobFailedError(job_id, found.last_error, found.dead_reason)
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"job {job_id!r} did not finish within {span(timeout or timedelta(0))}")
@@ -1072,7 +1067,7 @@ class JobQueue(EnqueueCalls):
 
         Raises
         ------
-        JobNotFoundError
+        errors.JobNotFoundError
             If the job is neither in the queue nor in its history.
         """
         return await self._members(await self._view(lambda index: workflow_of(index, job_id)))
@@ -1084,7 +1079,7 @@ class JobQueue(EnqueueCalls):
 
         Raises
         ------
-        JobNotFoundError
+        errors.JobNotFoundError
             If the job is neither in the queue nor in its history.
         """
 

@@ -23,29 +23,7 @@ from jqueue.adapters.service.server.endpoints import (
 )
 from jqueue.adapters.service.server.host import QueueHost
 from jqueue.adapters.service.server.metrics import ServiceMetrics
-from jqueue.adapters.service.wire.bodies import (
-    ACK_AND_DEQUEUE,
-    ACKED_BY_ANOTHER_CLAIM,
-    RUNNING,
-    WIRE_FORM,
-    AckAndDequeueRequest,
-    AckAndDequeueResponse,
-    ApiJob,
-    ChangesRequest,
-    ChangesResponse,
-    DequeueRequest,
-    EnqueueRequest,
-    ItemResult,
-    JobRef,
-    JobsResponse,
-    PeekRequest,
-    ResultRequest,
-    ResultResponse,
-    ResultsResponse,
-    SettleRequest,
-    api_job,
-    spec_of,
-)
+from jqueue.adapters.service.wire import bodies as wire
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import JobCancelledError, JobFailedError
 from jqueue.domain.models import Job, JobStatus, fencing_job
@@ -53,7 +31,7 @@ from jqueue.domain.models import Job, JobStatus, fencing_job
 T = TypeVar("T")
 
 
-def fenced(ref: JobRef) -> Job | str:
+def fenced(ref: wire.JobRef) -> Job | str:
     """The argument that fences a call with the ref's lease (the id alone when it has none): the
     queue reads only the id and the lease of a ``Job`` it is given to fence a call."""
     if ref.lease is None:
@@ -79,7 +57,7 @@ class QueueRoutes:
         """The routes, for a Starlette application."""
         calls: dict[str, QueueCall] = {
             "dequeue": self._dequeue,
-            ACK_AND_DEQUEUE: self._ack_and_dequeue,
+            wire.ACK_AND_DEQUEUE: self._ack_and_dequeue,
             "peek": self._peek,
             "changes": self._changes,
             "ack": self._settle,
@@ -108,62 +86,64 @@ class QueueRoutes:
     async def _body(self, request: Request, kind: type[T]) -> T:
         return await read_body(request, kind, self._max_body_bytes)
 
-    async def _nothing_claimed(self, request: Request) -> JobsResponse:
-        kind = DequeueRequest if verb_of(request) == "dequeue" else PeekRequest
+    async def _nothing_claimed(self, request: Request) -> wire.JobsResponse:
+        kind = wire.DequeueRequest if verb_of(request) == "dequeue" else wire.PeekRequest
         await self._body(request, kind)
-        return JobsResponse([])
+        return wire.JobsResponse([])
 
-    async def _no_change(self, request: Request) -> ChangesResponse:
-        body = await self._body(request, ChangesRequest)
+    async def _no_change(self, request: Request) -> wire.ChangesResponse:
+        body = await self._body(request, wire.ChangesRequest)
         name = request.path_params["queue"]
         deadline = time.monotonic() + body.wait_seconds
         while time.monotonic() < deadline and not await self._host.exists(name):
             await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-        return ChangesResponse(body.seen)
+        return wire.ChangesResponse(body.seen)
 
-    async def _enqueue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
-        body = await self._body(request, EnqueueRequest)
-        jobs = await queue.enqueue_as(WIRE_FORM, [spec_of(job) for job in body.jobs])
+    async def _enqueue(self, queue: BrokerQueue, request: Request) -> wire.JobsResponse:
+        body = await self._body(request, wire.EnqueueRequest)
+        jobs = await queue.enqueue_as(wire.WIRE_FORM, [wire.spec_of(job) for job in body.jobs])
         self._count(request, "enqueued", jobs)
-        return JobsResponse(jobs)
+        return wire.JobsResponse(jobs)
 
-    async def _dequeue(self, queue: BrokerQueue, request: Request) -> JobsResponse:
-        body = await self._body(request, DequeueRequest)
+    async def _dequeue(self, queue: BrokerQueue, request: Request) -> wire.JobsResponse:
+        body = await self._body(request, wire.DequeueRequest)
         jobs = await queue.dequeue_as(
-            WIRE_FORM,
+            wire.WIRE_FORM,
             body.entrypoints,
             batch_size=body.batch_size,
             visibility_timeout=_span(body.visibility_timeout_seconds),
         )
         self._claimed(request, jobs)
-        return JobsResponse(jobs)
+        return wire.JobsResponse(jobs)
 
-    async def _ack_and_dequeue(self, queue: BrokerQueue, request: Request) -> AckAndDequeueResponse:
-        body = await self._body(request, AckAndDequeueRequest)
+    async def _ack_and_dequeue(self, queue: BrokerQueue, request: Request) -> wire.AckAndDequeueResponse:
+        body = await self._body(request, wire.AckAndDequeueRequest)
         outcomes, jobs = await queue.ack_and_dequeue_as(
-            WIRE_FORM,
+            wire.WIRE_FORM,
             [(fenced(ref), ref.result) for ref in body.acks],
             body.entrypoints,
             batch_size=body.batch_size,
             visibility_timeout=_span(body.visibility_timeout_seconds),
         )
         self._claimed(request, jobs)
-        return AckAndDequeueResponse(jobs, self._settled(request, "ack", outcomes))
+        return wire.AckAndDequeueResponse(jobs, self._settled(request, "ack", outcomes))
 
-    async def _peek(self, queue: BrokerQueue, request: Request) -> JobsResponse:
-        body = await self._body(request, PeekRequest)
-        return JobsResponse([api_job(job) for job in await queue.peek(body.entrypoints, body.limit)])
+    async def _peek(self, queue: BrokerQueue, request: Request) -> wire.JobsResponse:
+        body = await self._body(request, wire.PeekRequest)
+        return wire.JobsResponse(
+            [wire.api_job(job) for job in await queue.peek(body.entrypoints, body.limit)]
+        )
 
-    async def _changes(self, queue: BrokerQueue, request: Request) -> ChangesResponse:
-        body = await self._body(request, ChangesRequest)
-        return ChangesResponse(await queue.changes.wait(body.seen, body.wait_seconds))
+    async def _changes(self, queue: BrokerQueue, request: Request) -> wire.ChangesResponse:
+        body = await self._body(request, wire.ChangesRequest)
+        return wire.ChangesResponse(await queue.changes.wait(body.seen, body.wait_seconds))
 
-    async def _settle(self, queue: BrokerQueue, request: Request) -> ResultsResponse:
-        body = await self._body(request, SettleRequest)
+    async def _settle(self, queue: BrokerQueue, request: Request) -> wire.ResultsResponse:
+        body = await self._body(request, wire.SettleRequest)
         verb = verb_of(request)
         delay = _span(body.delay_seconds)
 
-        def call(ref: JobRef) -> Awaitable[object]:
+        def call(ref: wire.JobRef) -> Awaitable[object]:
             target = fenced(ref)
             if verb == "nack":
                 return queue.nack(target, delay, body.error, max_attempts=body.max_attempts, dead=body.dead)
@@ -175,34 +155,34 @@ class QueueRoutes:
             outcomes: Sequence[object] = await queue.ack_each([(fenced(j), j.result) for j in body.jobs])
         else:
             outcomes = await asyncio.gather(*(call(ref) for ref in body.jobs), return_exceptions=True)
-        return ResultsResponse(self._settled(request, verb, outcomes))
+        return wire.ResultsResponse(self._settled(request, verb, outcomes))
 
-    async def _result(self, queue: BrokerQueue, request: Request) -> ResultResponse:
-        body = await self._body(request, ResultRequest)
+    async def _result(self, queue: BrokerQueue, request: Request) -> wire.ResultResponse:
+        body = await self._body(request, wire.ResultRequest)
         try:
             found = await queue.result(body.id, timeout=timedelta(seconds=body.wait_seconds))
         except TimeoutError:
-            return ResultResponse(RUNNING)
+            return wire.ResultResponse(wire.RUNNING)
         except JobFailedError as exc:
-            return ResultResponse(JobStatus.DEAD, error=exc.error, reason=exc.reason)
+            return wire.ResultResponse(JobStatus.DEAD, error=exc.error, reason=exc.reason)
         except JobCancelledError as exc:
-            return ResultResponse(JobStatus.CANCELLED, error=exc.reason)
+            return wire.ResultResponse(JobStatus.CANCELLED, error=exc.reason)
         if body.lease is not None:
             record = await queue.finished(body.id)
             if record is not None and record.lease not in (None, body.lease):
-                return ResultResponse(ACKED_BY_ANOTHER_CLAIM)
-        return ResultResponse(JobStatus.ACKED, found)
+                return wire.ResultResponse(wire.ACKED_BY_ANOTHER_CLAIM)
+        return wire.ResultResponse(JobStatus.ACKED, found)
 
-    def _claimed(self, request: Request, jobs: Sequence[ApiJob]) -> None:
+    def _claimed(self, request: Request, jobs: Sequence[wire.ApiJob]) -> None:
         self._count(request, "claimed", jobs)
         if not jobs:
             self._metrics.empty_polls.labels(request.path_params["queue"]).inc()
 
-    def _count(self, request: Request, action: str, jobs: Sequence[ApiJob]) -> None:
+    def _count(self, request: Request, action: str, jobs: Sequence[wire.ApiJob]) -> None:
         self._metrics.batch_size.labels(verb_of(request)).observe(len(jobs))
         self._metrics.jobs(request.path_params["queue"], action, jobs)
 
-    def _settled(self, request: Request, verb: str, outcomes: Sequence[object]) -> list[ItemResult]:
+    def _settled(self, request: Request, verb: str, outcomes: Sequence[object]) -> list[wire.ItemResult]:
         """Each outcome's wire form, counted in the settle metrics as ``verb``."""
         results, name, metrics = _results(outcomes), request.path_params["queue"], self._metrics
         metrics.batch_size.labels(verb).observe(len(results))
@@ -218,11 +198,11 @@ def _span(seconds: float | None) -> timedelta | None:
     return None if seconds is None else timedelta(seconds=seconds)
 
 
-def _results(outcomes: Sequence[object]) -> list[ItemResult]:
+def _results(outcomes: Sequence[object]) -> list[wire.ItemResult]:
     results = []
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
-            results.append(ItemResult(error_of(outcome)[1]))
+            results.append(wire.ItemResult(error_of(outcome)[1]))
         else:
-            results.append(ItemResult(cancelled=outcome is True))
+            results.append(wire.ItemResult(cancelled=outcome is True))
     return results
