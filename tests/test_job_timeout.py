@@ -109,7 +109,13 @@ def test_the_cli_sets_and_shows_a_timeout(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     [job] = json.loads(done.stdout)
-    assert job["timeout"] == "PT2.5S"
+    assert job["timeout"] == "PT2.5S"  # ISO 8601, as over HTTP
+    shown = subprocess.run(
+        [*command, "show", job["id"]], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if " timeout " in line)
+    assert row.split("│")[2].strip() == "2.5 s"  # a person reads a span as the CLI writes spans
     wrong = subprocess.run(
         [*command, "enqueue", "work", "x", "--timeout", "0"],
         env=env,
