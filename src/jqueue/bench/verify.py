@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from jqueue.bench.scenarios import RunCalls
@@ -65,34 +65,61 @@ def verify(scenario: str, ops: int, tally: RunCalls, state: QueueState, prefille
     check(len(all_ids) == len(state.jobs), "duplicate job ids in the state")
     check(len(queued) + len(in_progress) == len(state.jobs), "jobs in an unexpected status")
     check(len(set(tally.claimed)) == len(tally.claimed), "a job was claimed twice")
+    seen = _Seen(queued, in_progress, all_ids)
     if scenario.startswith("enqueue-"):
-        check(len(tally.enqueued) == ops, f"{len(tally.enqueued)} enqueues succeeded, expected {ops}")
-        check(queued == set(tally.enqueued), f"{len(queued)} jobs queued, expected the {ops} enqueued")
-        check(not in_progress, f"{len(in_progress)} jobs in progress, expected 0")
-        summary = f"{len(queued)} queued"
+        summary = _enqueued(ops, tally, seen, check)
     elif scenario == "dequeue-seq":
-        check(len(prefilled) == ops, f"prefilled {len(prefilled)} jobs, expected {ops}")
-        check(tally.empty_dequeues == 0, f"{tally.empty_dequeues} dequeues came back empty")
-        check(set(tally.claimed) == set(prefilled), "the claimed jobs are not the prefilled ones")
-        check(not queued, f"{len(queued)} jobs still queued, expected 0")
-        check(in_progress == set(tally.claimed), f"{len(in_progress)} jobs in progress, expected {ops}")
-        summary = f"0 queued, {len(in_progress)} in progress"
+        summary = _dequeued(ops, tally, seen, prefilled, check)
     elif scenario == "mixed-c50":
-        enqueued, claimed, acked = set(tally.enqueued), set(tally.claimed), set(tally.acked)
-        check(claimed <= enqueued, "claimed a job that this run did not enqueue")
-        check(acked <= claimed, "acked a job that was not claimed")
-        check(all_ids == enqueued - acked, f"{len(all_ids)} jobs left, expected {len(enqueued - acked)}")
-        check(queued == enqueued - claimed, f"{len(queued)} queued, expected {len(enqueued - claimed)}")
-        check(
-            in_progress == claimed - acked, f"{len(in_progress)} in progress, expected {len(claimed - acked)}"
-        )
-        summary = (
-            f"{len(enqueued)} enqueued, {len(tally.claimed)} claimed "
-            f"({tally.empty_dequeues} empty dequeues), {len(acked)} acked; "
-            f"{len(queued)} queued, {len(in_progress)} in progress"
-        )
+        summary = _mixed(tally, seen, check)
     else:
         raise ValueError(f"unknown scenario {scenario!r}")
     if problems:
         return Verdict(False, "; ".join(problems), len(state.jobs), len(queued), len(in_progress))
     return Verdict(True, summary, len(state.jobs), len(queued), len(in_progress))
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """The jobs of the state read back: queued, in progress, and every id."""
+
+    queued: set[str]
+    in_progress: set[str]
+    all_ids: set[str]
+
+
+Check = Callable[[bool, str], None]
+"""Records a mismatch (the message) when the condition is False."""
+
+
+def _enqueued(ops: int, tally: RunCalls, seen: _Seen, check: Check) -> str:
+    check(len(tally.enqueued) == ops, f"{len(tally.enqueued)} enqueues succeeded, expected {ops}")
+    check(seen.queued == set(tally.enqueued), f"{len(seen.queued)} jobs queued, expected the {ops} enqueued")
+    check(not seen.in_progress, f"{len(seen.in_progress)} jobs in progress, expected 0")
+    return f"{len(seen.queued)} queued"
+
+
+def _dequeued(ops: int, tally: RunCalls, seen: _Seen, prefilled: Sequence[str], check: Check) -> str:
+    check(len(prefilled) == ops, f"prefilled {len(prefilled)} jobs, expected {ops}")
+    check(tally.empty_dequeues == 0, f"{tally.empty_dequeues} dequeues came back empty")
+    check(set(tally.claimed) == set(prefilled), "the claimed jobs are not the prefilled ones")
+    check(not seen.queued, f"{len(seen.queued)} jobs still queued, expected 0")
+    check(seen.in_progress == set(tally.claimed), f"{len(seen.in_progress)} jobs in progress, expected {ops}")
+    return f"0 queued, {len(seen.in_progress)} in progress"
+
+
+def _mixed(tally: RunCalls, seen: _Seen, check: Check) -> str:
+    enqueued, claimed, acked = set(tally.enqueued), set(tally.claimed), set(tally.acked)
+    queued, in_progress = seen.queued, seen.in_progress
+    check(claimed <= enqueued, "claimed a job that this run did not enqueue")
+    check(acked <= claimed, "acked a job that was not claimed")
+    check(
+        seen.all_ids == enqueued - acked, f"{len(seen.all_ids)} jobs left, expected {len(enqueued - acked)}"
+    )
+    check(queued == enqueued - claimed, f"{len(queued)} queued, expected {len(enqueued - claimed)}")
+    check(in_progress == claimed - acked, f"{len(in_progress)} in progress, expected {len(claimed - acked)}")
+    return (
+        f"{len(enqueued)} enqueued, {len(tally.claimed)} claimed "
+        f"({tally.empty_dequeues} empty dequeues), {len(acked)} acked; "
+        f"{len(queued)} queued, {len(in_progress)} in progress"
+    )

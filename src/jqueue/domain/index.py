@@ -1010,25 +1010,11 @@ class QueueIndex(IndexState):
         failure = None
         runs_anyway = job.on_parent_failure == ParentFailure.RUN
         for position, parent in enumerate(after):
-            if parent in earlier:
+            ended = None if parent in earlier else self._ending_of(parent)
+            if ended is None:
                 awaiting.append(parent)
                 continue
-            live = self.job(parent)
-            if live is not None:
-                if live.status is JobStatus.STAGED:
-                    raise ValueError(
-                        f"job {parent!r} is staged by a bulk write not yet published; it cannot be a parent"
-                    )
-                if live.status is not JobStatus.DEAD:
-                    awaiting.append(parent)
-                    continue
-                outcome: JobStatus = JobStatus.DEAD
-                result = None
-            else:
-                finished = self.history.finished(parent)
-                if finished is None:
-                    raise JobNotFoundError(parent)
-                outcome, result = finished.outcome, finished.result
+            outcome, result = ended
             if outcome is JobStatus.ACKED:
                 results[position] = result
             elif failure is None and not runs_anyway:
@@ -1046,6 +1032,28 @@ class QueueIndex(IndexState):
             status=status,
         )
         return changed, failure
+
+    def _ending_of(self, parent: str) -> tuple[JobStatus, bytes | None] | None:
+        """How job ``parent`` ended (its outcome and result), or None while it is yet to settle.
+
+        Raises
+        ------
+        JobNotFoundError
+            If it is neither in the queue nor in its history.
+        ValueError
+            If it is staged by a bulk write not yet published.
+        """
+        live = self.job(parent)
+        if live is None:
+            finished = self.history.finished(parent)
+            if finished is None:
+                raise JobNotFoundError(parent)
+            return finished.outcome, finished.result
+        if live.status is JobStatus.STAGED:
+            raise ValueError(
+                f"job {parent!r} is staged by a bulk write not yet published; it cannot be a parent"
+            )
+        return (JobStatus.DEAD, None) if live.status is JobStatus.DEAD else None
 
     def cancel_added(self, job_id: str, now: int, failure: str) -> fx.Cancelled:
         """Cancel a job added in this commit whose parent had failed already (``failure`` says

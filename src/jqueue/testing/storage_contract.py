@@ -136,7 +136,8 @@ async def check_storage(
     large_object_bytes: int = 8 * 1024 * 1024,
     check_timeout: float = 60.0,
 ) -> StorageContractReport:
-    """Run every check of the storage contract that applies to a storage.
+    """Run every check of the storage contract that applies to a storage; return a
+    ``StorageContractReport`` of the checks that passed and those that did not apply.
 
     Each check works on objects of its own, with fresh names; every check runs, even after
     one fails (but none runs on an object without ``read`` and ``write``). A handle that is
@@ -162,11 +163,6 @@ async def check_storage(
     check_timeout : float
         Seconds each check may take; a check that takes longer fails.
 
-    Returns
-    -------
-    StorageContractReport
-        The checks that passed and those that did not apply.
-
     Raises
     ------
     StorageContractError
@@ -181,13 +177,29 @@ async def check_storage(
         seen = f"{storage} has no async read() and write(content, if_match=None)"
         raise StorageContractError(StorageContractReport(storage, ()), [CheckFailure("object-port", seen)])
     has = _ports(probe, keyed)
-    passed: list[str] = ["object-port"]
-    skipped: dict[str, str] = {}
     failures: list[CheckFailure] = []
     if keyed and not has["keyed"]:
         failures.append(
             CheckFailure("keyed-port", f"keyed=True, but {storage} has no {_missing_keyed(probe)}")
         )
+    passed, skipped = await _run_checks(open_storage, options, has, keyed, failures)
+    report = StorageContractReport(storage, ("object-port", *passed), skipped)
+    if failures:
+        raise StorageContractError(report, failures)
+    return report
+
+
+async def _run_checks(
+    open_storage: Callable[[str], ObjectStoragePort],
+    options: _Options,
+    has: Mapping[Needs, bool],
+    keyed: bool | None,
+    failures: list[CheckFailure],
+) -> tuple[list[str], dict[str, str]]:
+    """Run each check the storage's ports allow, in order; return those that passed and those
+    skipped (with why), adding each failure to ``failures``."""
+    passed: list[str] = []
+    skipped: dict[str, str] = {}
     for check in _CHECKS:
         if not has[check.needs]:
             skipped[check.name] = _WITHOUT[check.needs] if keyed is not False else "keyed=False"
@@ -199,10 +211,7 @@ async def check_storage(
             passed.append(check.name)
         else:
             skipped[check.name] = outcome
-    report = StorageContractReport(storage, tuple(passed), skipped)
-    if failures:
-        raise StorageContractError(report, failures)
-    return report
+    return passed, skipped
 
 
 def check_storage_sync(

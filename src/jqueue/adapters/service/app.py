@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 
 from starlette.applications import Starlette
@@ -39,6 +39,43 @@ ROUTING_CODES = {code.status: code for code in (NOT_FOUND, METHOD_NOT_ALLOWED)}
 ``BAD_REQUEST``)."""
 
 
+def _lifespan(
+    tenure: BrokerTenure, host: QueueHost
+) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    """The application's lifespan: it keeps the broker record while it serves, and closes the
+    queues and releases the record when it stops."""
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with StorageUse(tenure.storage):  # one client for the record's looks, not one each
+            with contextlib.suppress(TimeoutError):  # a first look before the first request
+                await asyncio.wait_for(tenure.look(), tenure.stale_after)
+            keeping = asyncio.create_task(tenure.run(), name="jqueue-broker-tenure")
+            try:
+                yield
+            finally:
+                keeping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeping
+                await host.close()
+                await tenure.release()
+
+    return lifespan
+
+
+async def _not_routed(request: Request, exc: Exception) -> Response:
+    """The answer to a request no route takes (an unknown path or method)."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    code = ROUTING_CODES.get(status, BAD_REQUEST).code
+    body = ErrorResponse(ErrorBody(code, f"{request.method} {request.scope['path']}: {exc}"))
+    return answer(body, wants_msgpack(request.headers), status)
+
+
+async def _openapi(request: Request) -> Response:
+    """``GET /openapi.json``."""
+    return answer(openapi_document(__version__), False)
+
+
 def create_app(
     root: str,
     *,
@@ -63,42 +100,17 @@ def create_app(
         record_storage(host.root), address, renew_every=renew_every, stale_after=stale_after
     )
     service = Service(host, tenure, token, max_body_bytes)
-
-    @asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        async with StorageUse(tenure.storage):  # one client for the record's looks, not one each
-            with contextlib.suppress(TimeoutError):  # a first look before the first request
-                await asyncio.wait_for(tenure.look(), tenure.stale_after)
-            keeping = asyncio.create_task(tenure.run(), name="jqueue-broker-tenure")
-            try:
-                yield
-            finally:
-                keeping.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeping
-                await host.close()
-                await tenure.release()
-
-    async def not_routed(request: Request, exc: Exception) -> Response:
-        status = exc.status_code if isinstance(exc, HTTPException) else 500
-        code = ROUTING_CODES.get(status, BAD_REQUEST).code
-        body = ErrorResponse(ErrorBody(code, f"{request.method} {request.scope['path']}: {exc}"))
-        return answer(body, wants_msgpack(request.headers), status)
-
-    async def openapi(request: Request) -> Response:
-        return answer(openapi_document(__version__), False)
-
     dashboard = Dashboard(ServedQueues(service), token)
     return Starlette(
         routes=[
-            Route("/openapi.json", openapi, methods=["GET"]),
+            Route("/openapi.json", _openapi, methods=["GET"]),
             *service.routes(),
             *QueueRoutes(service.endpoint, host, service.metrics, max_body_bytes).routes(),
             *OperatorRoutes(service.endpoint, max_body_bytes).routes(),
             *QueuedRoutes(service).routes(),
             *dashboard.routes(),
         ],
-        lifespan=lifespan,
-        exception_handlers={HTTPException: not_routed},
+        lifespan=_lifespan(tenure, host),
+        exception_handlers={HTTPException: _not_routed},
         middleware=[Middleware(HostCheck, allowed=allowed)],
     )
