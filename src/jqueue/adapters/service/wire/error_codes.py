@@ -61,22 +61,32 @@ NOT_BROKER = ErrorCode("not_broker", 503)
 """This process is not the broker of its root, or not the one the caller's root names (the body
 names the broker to call instead, when known)."""
 UNAUTHORIZED = ErrorCode("unauthorized", 401)
+"""The request carries neither the service's token nor an API key that covers its queue."""
 UNSUPPORTED_MEDIA_TYPE = ErrorCode("unsupported_media_type", 415)
+"""A body in a media type the route does not read (JSON and MessagePack are read)."""
 BODY_TOO_LARGE = ErrorCode("body_too_large", 413)
+"""A body larger than the service's ``max_body_bytes``."""
 NOT_FOUND = ErrorCode("not_found", 404)
 """No such route (a service older than it), or a queued resource that does not exist."""
 METHOD_NOT_ALLOWED = ErrorCode("method_not_allowed", 405)
+"""A route asked with a method it does not take."""
 BAD_REQUEST = ErrorCode("bad_request", 400)
 """Another request the routing refused."""
 CLIENT_CLOSED_REQUEST = ErrorCode("client_closed_request", 499)
 """Counted for a request whose client hung up before it sent its whole body (nginx's "client
 closed request"): no error of the service, and no answer reaches the client."""
 INTERNAL = ErrorCode("internal", 500)
+"""An error of the service itself (its message names the exception)."""
 QUEUE_EXISTS = ErrorCode("queue_exists", 409)
+"""The queued API: creating a queue that exists."""
 MESSAGE_NOT_FOUND = ErrorCode("message_not_found", 404)
+"""The queued API: a message that no job of the queue is (or a poll tag that no lease begins with)."""
 SUSPENDED = ErrorCode("suspended", 503)
+"""The queued API: the endpoint is suspended for the queue."""
 THROTTLED = ErrorCode("throttled", 429)
+"""The queued API: the queue's poll throttle refused the poll."""
 UNSUPPORTED = ErrorCode("unsupported", 400)
+"""The queued API: an option this service does not offer."""
 UNREACHABLE = ErrorCode("unreachable", 0)
 """No connection to the service: nothing was sent."""
 NO_ANSWER = ErrorCode("no_answer", 0)
