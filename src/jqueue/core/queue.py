@@ -427,16 +427,29 @@ class JobQueue(EnqueueCalls):
                 visibility_timeout,
             )
         self.storage = storage
-        self.max_payload_bytes = max_payload_bytes
         self.visibility_timeout = visibility_timeout
         self.storage_timeout = storage_timeout
-        self.policy = policy or QueuePolicy()
+        policy = policy or QueuePolicy()
         self._opener = StoreOpener(timed(storage, storage_timeout), retry, layout, log or LogSettings())
         self.changes = ChangeFeed(storage)
         """Wakes idle callers when the queue may have changed (see ``Worker``)."""
         self._opener.on_commit = self.changes.notify
-        self._commits = strategy(self._opener, Housekeeping(self.policy), StorageUse(storage))
-        self._adding = Adding(self._commits, self._opener, self.policy, max_payload_bytes)
+        self._commits = strategy(self._opener, Housekeeping(policy), StorageUse(storage))
+        self._adding = Adding(self._commits, self._opener, policy, max_payload_bytes)
+
+    @property
+    def max_payload_bytes(self) -> int | None:
+        """The largest payload (or result) the queue takes; None for no bound."""
+        return self._adding.max_payload_bytes
+
+    @max_payload_bytes.setter
+    def max_payload_bytes(self, value: int | None) -> None:
+        self._adding.max_payload_bytes = value
+
+    @property
+    def policy(self) -> QueuePolicy:
+        """The queue's defaults for retries, back-off, time to live and history."""
+        return self._adding.policy
 
     @property
     def location(self) -> str:
@@ -779,19 +792,19 @@ class JobQueue(EnqueueCalls):
         entrypoint: str | None = None,
         older_than: timedelta | None = None,
         limit: int | None = 100,
-        partition: tuple[int, int] | None = None,
+        part: tuple[int, int] | None = None,
     ) -> list[Job]:
         """Return jobs without claiming them, oldest enqueue first: those with ``status``, of
         ``entrypoint``, enqueued more than ``older_than`` ago (each filter when given), at most
-        ``limit`` (None for all). ``partition=(i, n)`` keeps the i-th of n disjoint partitions
-        (by insertion order), for readers that split a large queue (Spark's)."""
-        if partition is not None and not 0 <= partition[0] < partition[1]:
-            raise ValueError(f"partition must be (i, n) with 0 <= i < n, got {partition}")
+        ``limit`` (None for all). ``part=(i, n)`` keeps the i-th of n disjoint parts of the
+        listing (by insertion order), for readers that split a large queue (Spark's)."""
+        if part is not None and not 0 <= part[0] < part[1]:
+            raise ValueError(f"part must be (i, n) with 0 <= i < n, got {part}")
 
         def look(index: QueueIndex) -> list[JobRecord]:
             chosen = self._chosen(index, status, entrypoint, older_than)
-            if partition is not None:
-                index_of, count = partition
+            if part is not None:
+                index_of, count = part
                 chosen = (record for record in chosen if record.order % count == index_of)
             return list(itertools.islice(chosen, limit))
 

@@ -42,7 +42,6 @@ from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.stats import QueueStats
 from jqueue.domain.times import utc_now
-from jqueue.domain.values import span
 
 
 def _status_and_due(job: Job) -> tuple[str, str]:
@@ -190,8 +189,7 @@ def show(ctx: typer.Context, job_id: str, as_json: JsonFlag = False) -> None:
     else:
         fields = job_json(found)
         status, due = _status_and_due(found)
-        spans = {name: span(value) for name, value in found if isinstance(value, timedelta)}
-        shown = fields | spans | {
+        shown = fields | {
             "status": f"{status} ({due})" if due else status,
             "payload": preview(found.payload, 2000),
         }

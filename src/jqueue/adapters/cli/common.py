@@ -23,7 +23,7 @@ from rich.text import Text
 from jqueue.adapters.event_loop import run_event_loop
 from jqueue.adapters.service.client.caller import ServiceCaller
 from jqueue.adapters.service.client.remote_queue import RemoteQueue
-from jqueue.adapters.service.wire.bodies import TOKEN_VARIABLE
+from jqueue.adapters.service.wire.bodies import SPAN_ATTRIBUTES, TOKEN_VARIABLE
 from jqueue.adapters.service.wire.error_codes import NO_BROKER, QUEUE_NOT_FOUND, UNAUTHORIZED, UNREACHABLE
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
@@ -325,8 +325,14 @@ def cell(value: object) -> str:
 
 
 def job_json(job: Job) -> dict[str, Any]:
-    """Return a job as JSON data (payload in base64)."""
-    return job.model_dump(mode="json")
+    """Return a job as JSON data: payload in base64, and a span as ``<name>_seconds`` (as over
+    HTTP, ``SPAN_ATTRIBUTES``)."""
+    data = job.model_dump(mode="json")
+    for name in SPAN_ATTRIBUTES:
+        span = getattr(job, name)
+        del data[name]
+        data[f"{name}_seconds"] = None if span is None else span.total_seconds()
+    return data
 
 
 def preview(payload: bytes, width: int = 40) -> str:

@@ -155,7 +155,7 @@ class JQueueReader(DataSourceReader):
             if self.table == "history":
                 records = await queue.history()
                 return [history_row(r) for r in records[partition.index :: partition.count]]
-            jobs = await queue.jobs(limit=None, partition=(partition.index, partition.count))
+            jobs = await queue.jobs(limit=None, part=(partition.index, partition.count))
         return [job_row(job) for job in jobs]
 
 

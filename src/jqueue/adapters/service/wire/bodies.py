@@ -17,7 +17,7 @@ import msgspec
 
 from jqueue.core.formats.wire import AwareDatetime, Fraction, Int64, wire_type
 from jqueue.domain.models import Job, ParentFailure, trusted_job
-from jqueue.domain.schema import FIELDS, JobForm, public_constructor
+from jqueue.domain.schema import FIELDS, JobForm, Kind, public_constructor
 from jqueue.domain.spec import (
     ATTEMPTS,
     JOB_ID,
@@ -89,6 +89,15 @@ MAX_BATCH = 10_000
 BatchSize = Annotated[int, msgspec.Meta(ge=1, le=MAX_BATCH)]
 
 _BY_PUBLIC = {f.public: f for f in FIELDS}
+SPAN_ATTRIBUTES = tuple(f.public for f in FIELDS if f.kind is Kind.SPAN)
+"""The ``Job`` attributes that are spans of time: on the wire ``<name>_seconds``, a number of
+seconds, as a request's spans are (a job's ``timeout`` is ``timeout_seconds``)."""
+
+
+def _api_job_field(name: str) -> tuple[str, object]:
+    if name in SPAN_ATTRIBUTES:
+        return f"{name}_seconds", PositiveSeconds | None
+    return name, wire_type(_BY_PUBLIC[name], AwareDatetime)
 _WIRE_BASES: dict[object, object] = {
     str: str,
     bytes: bytes,
@@ -127,10 +136,11 @@ if TYPE_CHECKING:
 else:
     ApiJob = msgspec.defstruct(
         "ApiJob",
-        [(name, wire_type(_BY_PUBLIC[name], AwareDatetime)) for name in Job.model_fields],
+        [_api_job_field(name) for name in Job.model_fields],
         kw_only=True,
     )
-    """A job in a response: every attribute of ``Job``, by the same names."""
+    """A job in a response: every attribute of ``Job``, by the same names (a span as seconds,
+    ``SPAN_ATTRIBUTES``)."""
     NewJob = msgspec.defstruct(
         "NewJob",
         [_new_job_field(spec_field) for spec_field in SPEC_FIELDS],
@@ -316,19 +326,31 @@ class AckAndDequeueResponse(JobsResponse):
     results: list[ItemResult]
 
 
+def _api_job_of(**attributes: Any) -> ApiJob:
+    """The wire form of a job's public attributes: its spans as seconds."""
+    for name in SPAN_ATTRIBUTES:
+        span = attributes.pop(name)
+        attributes[f"{name}_seconds"] = None if span is None else span.total_seconds()
+    return ApiJob(**attributes)
+
+
 def api_job(job: Job) -> ApiJob:
     """Return the wire form of a job."""
-    return ApiJob(**job.__dict__)
+    return _api_job_of(**job.__dict__)
 
 
-WIRE_FORM: JobForm[ApiJob] = JobForm(public_constructor(ApiJob), api_job)
+WIRE_FORM: JobForm[ApiJob] = JobForm(public_constructor(_api_job_of), api_job)
 """The service's answers: each job's wire form, made from its record (``JobQueue.dequeue_as``)."""
 
 
 def job_of(wire: ApiJob) -> Job:
     """Return the ``Job`` of a decoded wire job (msgspec checked every field's type; ``ApiJob``
-    has the fields of ``Job``, by the same names)."""
-    return trusted_job(**msgspec.structs.asdict(wire))
+    has the fields of ``Job``, by the same names, spans as seconds)."""
+    attributes = msgspec.structs.asdict(wire)
+    for name in SPAN_ATTRIBUTES:
+        seconds = attributes.pop(f"{name}_seconds")
+        attributes[name] = None if seconds is None else timedelta(seconds=seconds)
+    return trusted_job(**attributes)
 
 
 _json_encoder = msgspec.json.Encoder()

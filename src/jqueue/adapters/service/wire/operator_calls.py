@@ -42,13 +42,13 @@ class StatsRequest(msgspec.Struct, forbid_unknown_fields=True):
 class JobsRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``jobs`` and ``count``: the jobs with ``status``, of ``entrypoint``, enqueued more than
     ``older_than_seconds`` ago (each filter when given); for ``jobs``, at most ``limit`` (None:
-    all), and with ``partition`` ``[i, n]`` the i-th of n disjoint partitions."""
+    all), and with ``part`` ``[i, n]`` the i-th of n disjoint parts."""
 
     status: JobStatus | None = None
     entrypoint: str | None = None
     older_than_seconds: Seconds | None = None
     limit: AtLeastOne | None = 100
-    partition: tuple[Count, AtLeastOne] | None = None
+    part: tuple[Count, AtLeastOne] | None = None
 
 
 class BrowseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
