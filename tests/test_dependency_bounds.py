@@ -160,8 +160,8 @@ def test_settles_undone_and_redone_across_freezes_keep_the_child_true() -> None:
     snapshot = record.as_added()
     assert type(snapshot.awaiting) is tuple
     assert snapshot.parent_results == tuple(parent.encode() for parent in ids[:20]) + (None,) * 30
-    assert [child.id for child in index.children_of(ids[22])] == ["child-0"]
-    assert index.children_of(ids[15]) == []
+    assert [child.id for child in index.dependencies.children_of(ids[22])] == ["child-0"]
+    assert index.dependencies.children_of(ids[15]) == []
     for parent in ids[20:]:
         index.remove(parent, None, at, parent.encode())
     index.journal.commit()

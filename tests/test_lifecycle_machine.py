@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -28,7 +27,6 @@ from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.log.slab_load import loaded
 from jqueue.core.log.slab_plan import plan
 from jqueue.core.log.slabs import SlabSet
-from jqueue.core.queue import adding
 from jqueue.domain.effects import Added, Cancelled, Died, LimitSet, ParentSettled, PauseSet, ThrottleSet
 from jqueue.domain.errors import JobCancelledError, JobNotFoundError, LeaseLostError
 from jqueue.domain.index import QueueIndex
@@ -37,6 +35,7 @@ from jqueue.domain.records import RECORD_COLUMNS, JobRecord
 from jqueue.domain.schema import FIELD_NAMES
 from jqueue.domain.stats import stats_of
 from jqueue.domain.tally import DEAD
+from jqueue.domain.times import to_micros, utc_now
 
 SECOND = 1_000_000
 T0 = 1_800_000_000 * SECOND
@@ -291,9 +290,9 @@ class Lifecycle(RuleBasedStateMachine):
         new.append(Added(*fields, after=tuple(chosen), on_parent_failure=policy, awaiting=tuple(chosen)))
         if refusal is not None:
             with pytest.raises(refusal):
-                self.commit(lambda index: adding(new, timedelta(seconds=60))(index))
+                self.commit(lambda index: index.add(new, to_micros(utc_now()), 60 * SECOND)[0])
             return
-        self.commit(lambda index: adding(new, timedelta(seconds=60))(index))
+        self.commit(lambda index: index.add(new, to_micros(utc_now()), 60 * SECOND)[0])
         for added in new:
             self.enqueued.add(added.id)
             self.attempts[added.id] = 0
@@ -614,7 +613,7 @@ class Lifecycle(RuleBasedStateMachine):
                 assert live[parent].status is not JobStatus.DEAD
                 assert (record.id, parent) not in self.settled
         assert {r.id for r in live.values() if r.awaiting} == {
-            child.id for parent in live for child in self.index.children_of(parent)
+            child.id for parent in live for child in self.index.dependencies.children_of(parent)
         }
 
     def staged_ids(self) -> set[str]:

@@ -20,7 +20,7 @@ NOT_APPLICABLE = {
 async def test_every_backend_meets_the_storage_contract(backend: Backend) -> None:
     # SeaweedFS stalls ~3 s per round of ten racing writers, so it races one round.
     rounds = 1 if backend.name == "s3-seaweedfs" else 3
-    report = await check_storage(backend.handle, keyed=True, racers=10, race_rounds=rounds)
+    report = await check_storage(backend.handle, keyed=True, racers=10, races=rounds)
     skipped = NOT_APPLICABLE[backend.name]
     assert report.passed == ("object-port", *(check for check in STORAGE_CHECKS if check not in skipped))
     assert set(report.skipped) == skipped

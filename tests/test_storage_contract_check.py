@@ -43,12 +43,12 @@ class Options(TypedDict, total=False):
 
     keyed: bool | None
     racers: int
-    race_rounds: int
+    races: int
     large_object_bytes: int
     check_timeout: float
 
 
-FAST = Options(race_rounds=2, large_object_bytes=64 * 1024)
+FAST = Options(races=2, large_object_bytes=64 * 1024)
 """Sizes that keep the checks of in-memory storages quick."""
 
 
@@ -348,7 +348,7 @@ async def test_an_object_that_is_no_storage_fails_the_port_check_alone() -> None
     ("option", "value", "message"),
     [
         ("racers", 1, "racers must be at least 2, got 1"),
-        ("race_rounds", 0, "race_rounds must be at least 1, got 0"),
+        ("races", 0, "races must be at least 1, got 0"),
         ("large_object_bytes", -1, "large_object_bytes must not be negative, got -1"),
         ("check_timeout", 0, "check_timeout must be positive, got 0"),
     ],

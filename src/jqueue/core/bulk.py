@@ -26,7 +26,7 @@ from jqueue.domain.models import Job
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.schema import PUBLIC_FORM, JobForm
 from jqueue.domain.spec import JobSpec
-from jqueue.domain.times import to_micros, utc_now
+from jqueue.domain.times import span_micros, to_micros, utc_now
 from jqueue.domain.values import Bounds, checked_text, span
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ T = TypeVar("T")
 
 BATCH_NAME = Bounds(min_length=1)
 """The bounds of a bulk write's name (``stage_many``'s ``batch``): never empty."""
-BATCH_ID = Bounds(ge=0)
+SINK_BATCH_ID = Bounds(ge=0)
 """The bounds of a streaming sink's batch id (``add_parts``'s ``mark``)."""
 
 
@@ -109,7 +109,7 @@ class BulkWrites:
         """
         if mark is not None:
             checked_text("sink", mark[0])
-            BATCH_ID.check("a batch id", mark[1])
+            SINK_BATCH_ID.check("a batch id", mark[1])
         store = await self._log_store()
         lifetime = store.settings.part_lifetime
         oldest = utc_now().timestamp() - lifetime.total_seconds()
@@ -120,15 +120,14 @@ class BulkWrites:
         with collections_paused():
             now = to_micros(utc_now())
             new = parents_first([job for part in parts for job in part.jobs(now)])
-            retention, max_bytes = self.policy.history_retention, self._adding.max_payload_bytes
+            retention, max_bytes = span_micros(self.policy.history_retention), self._adding.max_payload_bytes
 
             def operation(index: QueueIndex) -> int | None:
                 if mark is not None:
                     if index.controls.is_replay(*mark):
                         return None
                     index.apply(SinkMarked(*mark))
-                clock = utc_now()
-                _, added = index.add(new, to_micros(clock), to_micros(clock - retention), max_bytes=max_bytes)
+                _, added = index.add(new, to_micros(utc_now()), retention, max_bytes=max_bytes)
                 return len(added)
 
             return await self._commits.run(operation)

@@ -227,11 +227,11 @@ RoundAnswer = tuple[bool, Any]
 class _Round:
     """The calls of one commit. It runs as the store's transition; before that, while the commit
     before it is in flight, it applies ahead the calls that arrive (a ``Follower``). One that ``grows``
-    takes every call waiting when it applies ahead or runs; one that does not keeps its batch."""
+    takes every call waiting when it applies ahead or runs; one that does not keeps the calls it was given."""
 
-    def __init__(self, commits: GroupedCommits, batch: list[_Pending], location: str, grows: bool) -> None:
+    def __init__(self, commits: GroupedCommits, calls: list[_Pending], location: str, grows: bool) -> None:
         self.commits = commits
-        self.batch = batch
+        self.calls = calls
         self.location = location
         self.grows = grows
         self.outcomes: list[RoundAnswer] = []
@@ -269,11 +269,11 @@ class _Round:
         calls: list[_Pending] = []
         if self.grows:
             calls, self.commits._pending = self.commits._pending, []
-        self.batch += calls  # first: whatever fails next, these calls are answered with the round
+        self.calls += calls  # first: whatever fails next, these calls are answered with the round
         if self._applied_in != (index, index.journal.transaction):  # first, or undone since
             self._applied_in, self.outcomes = None, []
             self._swept = self.commits.housekeeping.before(index)
-            self._applied_in, calls = (index, index.journal.transaction), self.batch
+            self._applied_in, calls = (index, index.journal.transaction), self.calls
         elif any(pending.operation is None for pending in calls):  # a sweep sees the leases of now
             self._swept += self.commits.housekeeping.before(index)
         for pending in calls:
@@ -384,11 +384,11 @@ class GroupedCommits:
                     await self._commit_round(store, current, following)
                     took = time.monotonic() - started
                     self._gather = min(MAX_GATHER, took * GATHER_SHARE) if took >= SLOW_ROUND else 0.0
-                    if not following.batch:
+                    if not following.calls:
                         following = None
             except BaseException:
                 if following is not None:
-                    _fail(following.batch, QueueClosedError(_NOT_SENT))
+                    _fail(following.calls, QueueClosedError(_NOT_SENT))
                 raise
             finally:
                 store.drop_ahead()
@@ -398,13 +398,13 @@ class GroupedCommits:
             outcomes = await store.apply_locked(current.run, following)
         except asyncio.CancelledError:
             closed = "the queue stopped while this call's commit was in flight; it may have landed"
-            _fail(current.batch, QueueClosedError(closed))
+            _fail(current.calls, QueueClosedError(closed))
             raise
         except JQueueError as exc:  # the storage's answer: every call of the round shares it
-            logger.warning("group commit of %d operations failed: %r", len(current.batch), exc)
-            outcomes = [(False, exc)] * len(current.batch)
+            logger.warning("group commit of %d operations failed: %r", len(current.calls), exc)
+            outcomes = [(False, exc)] * len(current.calls)
         except Exception as exc:
-            batch = current.batch
+            batch = current.calls
             if len(batch) > 1:  # one call's effects broke the commit (say, a value the encoder refuses)
                 logger.warning("a group commit failed, committing its %d calls alone: %r", len(batch), exc)
                 for number, pending in enumerate(batch):
@@ -415,7 +415,7 @@ class GroupedCommits:
                         raise
                 return
             outcomes = [(False, exc)] * len(batch)
-        for pending, (ok, value) in zip(current.batch, outcomes, strict=True):
+        for pending, (ok, value) in zip(current.calls, outcomes, strict=True):
             if pending.future.done():
                 continue
             if ok:

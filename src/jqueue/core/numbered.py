@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from jqueue.core.commits import Operation
 from jqueue.domain.effects import Added
 from jqueue.domain.index import QueueIndex
-from jqueue.domain.times import to_micros, utc_now
+from jqueue.domain.times import span_micros, to_micros, utc_now
 
 IdSource = Callable[[], int]
 """Returns a new candidate id at each call, never one it returned before."""
@@ -75,8 +75,7 @@ def numbering(
             candidate = _free_id(index, taken, ids, tries)
             taken.add(candidate)
             numbered.append(replace(job, id=candidate))
-        clock = utc_now()
-        found, _ = index.add(numbered, to_micros(clock), to_micros(clock - retention), max_bytes=max_bytes)
+        found, _ = index.add(numbered, to_micros(utc_now()), span_micros(retention), max_bytes=max_bytes)
         # its id is free, so a job answered under another id was matched by its dedup key
         if any(answer.job_id != job.id for job, answer in zip(numbered, found, strict=True)):
             raise RuntimeError("a job under a free id was not added (its dedup key is held)")

@@ -109,7 +109,7 @@ def acking(
             job_id, lease, result = item
             savepoint = index.journal.savepoint()
             try:
-                children = index.children_of(job_id) if max_bytes is not None and result else ()
+                children = index.dependencies.children_of(job_id) if max_bytes is not None and result else ()
                 index.remove(job_id, lease, now, result)
                 for child in children:
                     _check_inputs(index, child.id, max_bytes)
@@ -215,8 +215,17 @@ class Adding:
         specs = list(jobs)
         new = self.built(specs, batch)
         fresh = {job.id for spec, job in zip(specs, new, strict=True) if spec.id is None}
-        operation = adding(new, self.policy.history_retention, fresh, self.max_payload_bytes)
-        return await self.answers(await self.commits.run(operation), form) if new else []
+        return await self.answers(await self.commits.run(self.operation(new, fresh)), form) if new else []
+
+    def operation(self, new: list[Added], fresh: Container[str] = frozenset()) -> Operation[list[Found]]:
+        """The operation that adds ``new`` now (``QueueIndex.add``): acked dedup keys count for the
+        history's retention; the ids in ``fresh`` were made for this call (no job holds them)."""
+        retention, max_bytes = span_micros(self.policy.history_retention), self.max_payload_bytes
+
+        def operation(index: QueueIndex) -> list[Found]:
+            return index.add(new, to_micros(utc_now()), retention, fresh, max_bytes)[0]
+
+        return operation
 
     async def answers(self, found: list[Found], form: JobForm[T]) -> list[T]:
         """The answers in ``form`` to what an add found: each job added, or the one that held its
@@ -235,22 +244,6 @@ class QueueOptions(TypedDict, total=False):
     log: LogSettings | None
     policy: QueuePolicy | None
     storage_timeout: timedelta | None
-
-
-def adding(
-    new: list[Added],
-    retention: timedelta,
-    fresh: Container[str] = frozenset(),
-    max_bytes: int | None = None,
-) -> Operation[list[Found]]:
-    """Return the operation that adds ``new`` jobs (``QueueIndex.add``) now, keeping acked dedup
-    keys for ``retention``."""
-
-    def operation(index: QueueIndex) -> list[Found]:
-        clock = utc_now()
-        return index.add(new, to_micros(clock), to_micros(clock - retention), fresh, max_bytes)[0]
-
-    return operation
 
 
 class ChangeFeed:

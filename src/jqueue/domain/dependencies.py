@@ -70,17 +70,14 @@ class Dependencies:
 
     def __init__(self, records: dict[str, JobRecord]) -> None:
         self._records = records
-        self._children: dict[str, dict[str, None]] = {}
+        self.by_parent: dict[str, dict[str, None]] = {}
+        """The children of each parent that is not settled yet, in the order they were added."""
         self._views: dict[str, None] = {}
         """The jobs whose ``awaiting`` may be a view (``flatten`` makes tuples of them)."""
 
-    def __bool__(self) -> bool:
-        """Whether any job awaits a parent."""
-        return bool(self._children)
-
     def children_of(self, parent_id: str) -> list[JobRecord]:
         """Return the jobs that await ``parent_id``, in insertion order (they are never cold)."""
-        children = self._children.get(parent_id)
+        children = self.by_parent.get(parent_id)
         if not children:
             return []
         return sorted((self._records[child] for child in children), key=lambda record: record.order)
@@ -88,16 +85,16 @@ class Dependencies:
     def link(self, record: JobRecord, parents: Iterable[str] | None = None) -> None:
         """Count ``record`` among the children of ``parents`` (by default, those it awaits)."""
         for parent in record.awaiting if parents is None else parents:
-            self._children.setdefault(parent, {})[record.id] = None
+            self.by_parent.setdefault(parent, {})[record.id] = None
 
     def unlink(self, record: JobRecord, parents: Iterable[str] | None = None) -> None:
         """Stop counting ``record`` among the children of ``parents`` (by default, those it awaits)."""
         for parent in record.awaiting if parents is None else parents:
-            children = self._children.get(parent)
+            children = self.by_parent.get(parent)
             if children is not None:
                 children.pop(record.id, None)
                 if not children:
-                    del self._children[parent]
+                    del self.by_parent[parent]
 
     def relink(self, record: JobRecord, before: Sequence[str]) -> None:
         """Follow a change of ``record.awaiting`` from ``before``: only the parents that differ,

@@ -345,10 +345,6 @@ class IndexState:
             return records
         return heapq.merge(records, self.cold.ordered(entrypoints, start), key=insertion)
 
-    def children_of(self, parent_id: str) -> list[JobRecord]:
-        """Return the jobs that await ``parent_id``, in insertion order (they are never cold)."""
-        return self.dependencies.children_of(parent_id)
-
     # --- cold rows ------------------------------------------------------------------
 
     def attach(self, cold: ColdRows, last_order: int) -> None:
@@ -740,6 +736,8 @@ _APPLIERS: dict[type[Any], Callable[[IndexState, Any], None]] = {
 """How ``IndexState.apply`` applies each kind of effect."""
 
 
+_ENDINGS = (fx.Removed, fx.Died, fx.Cancelled)
+"""The effects that end a job, and so settle the jobs that wait for it."""
 Found = Added | HistoryRecord
 """What an add is answered with: the job it added, or the one that held its id or dedup key."""
 
@@ -923,12 +921,13 @@ class QueueIndex(IndexState):
         self,
         new: list[Added],
         now: int,
-        acked_since: int,
+        retention: int,
         fresh: Container[str] = frozenset(),
         max_bytes: int | None = None,
     ) -> tuple[list[Found], list[Added]]:
         """Add ``new`` jobs at ``now``: each is answered with the job it adds, or with the job that
-        holds its id or its dedup key already (live, or acked at ``acked_since`` or later); returns
+        holds its id or its dedup key already (live, or acked within the ``retention`` microseconds
+        before ``now``); returns
         the answers and the jobs added. The ids in ``fresh`` were made for this call
         (``new_job_id``): no job holds them.
 
@@ -937,6 +936,7 @@ class QueueIndex(IndexState):
         that failed cancels the job in the same commit (unless its policy is to run anyway). A
         parent may be a job earlier in the same call.
         """
+        acked_since = now - retention
         found: list[Found] = []
         keyed: dict[str, Added] = {}
         ids: dict[str, Added] = {}
@@ -970,7 +970,7 @@ class QueueIndex(IndexState):
         self.apply_all(added, ids_looked_up=True)
         for job_id, failure in doomed:
             if self.job(job_id) is not None:  # else an earlier cancel here took it with its parent
-                self.cancel_added(job_id, now, failure)
+                self._applied(fx.Cancelled(job_id, now, failure))
         for position in waiting:  # a later job of the call may have settled or ended it
             job_id = found[position].job_id
             record = self.job(job_id)
@@ -1054,11 +1054,6 @@ class QueueIndex(IndexState):
                 f"job {parent!r} is staged by a bulk write not yet published; it cannot be a parent"
             )
         return (JobStatus.DEAD, None) if live.status is JobStatus.DEAD else None
-
-    def cancel_added(self, job_id: str, now: int, failure: str) -> fx.Cancelled:
-        """Cancel a job added in this commit whose parent had failed already (``failure`` says
-        which, and how), with its own waiting children."""
-        return self._applied(fx.Cancelled(job_id, now, failure))
 
     def requeue(self, job_ids: Iterable[str]) -> list[fx.Requeued]:
         """Make jobs claimable at once whatever their state: a dead one with its attempts reset,
@@ -1170,7 +1165,7 @@ class QueueIndex(IndexState):
         """Apply a decision's effect; one that ends a job settles its waiting children in the
         same commit (a purge's at ``now``)."""
         self.apply(effect)
-        if self.dependencies and isinstance(effect, fx.Removed | fx.Died | fx.Cancelled):
+        if self.dependencies.by_parent and isinstance(effect, _ENDINGS):
             self._settle_children(effect, now)
         return effect
 
@@ -1181,7 +1176,7 @@ class QueueIndex(IndexState):
         todo: deque[fx.Removed | fx.Died | fx.Cancelled] = deque([ended])
         while todo:
             effect = todo.popleft()
-            children = self.children_of(effect.job_id)
+            children = self.dependencies.children_of(effect.job_id)
             if not children:
                 continue
             result, failure, at = _outcome(effect, now)

@@ -45,8 +45,8 @@ SIGNAL_WAIT = 10.0
 """Seconds a change signal may take to call back after another handle's ``create``."""
 RACERS = Bounds(ge=2)
 """The bounds of ``check_storage``'s ``racers``: a race needs two."""
-RACE_ROUNDS = Bounds(ge=1)
-"""The bounds of ``check_storage``'s ``race_rounds``."""
+RACES = Bounds(ge=1)
+"""The bounds of ``check_storage``'s ``races``."""
 LARGE_OBJECT_BYTES = Bounds(ge=0)
 """The bounds of ``check_storage``'s ``large_object_bytes``."""
 CHECK_TIMEOUT = Bounds(gt=0)
@@ -122,7 +122,7 @@ class ContractOptions(TypedDict, total=False):
 
     keyed: bool | None
     racers: int
-    race_rounds: int
+    races: int
     large_object_bytes: int
     check_timeout: float
 
@@ -132,7 +132,7 @@ async def check_storage(
     *,
     keyed: bool | None = None,
     racers: int = 10,
-    race_rounds: int = 3,
+    races: int = 3,
     large_object_bytes: int = 8 * 1024 * 1024,
     check_timeout: float = 60.0,
 ) -> StorageContractReport:
@@ -156,7 +156,7 @@ async def check_storage(
         storage has them, True fails if it has not, False skips them.
     racers : int
         How many handles race in the checks of concurrent writers (at least 2).
-    race_rounds : int
+    races : int
         How many rounds of compare-and-swap writes they race, after the race to create.
     large_object_bytes : int
         The size of the object of the large-object checks.
@@ -170,7 +170,7 @@ async def check_storage(
     ValueError
         If an argument is out of range.
     """
-    options = _Options(racers, race_rounds, large_object_bytes, check_timeout)
+    options = _Options(racers, races, large_object_bytes, check_timeout)
     probe = open_storage(f"probe-{uuid.uuid4().hex[:16]}")
     storage = type(probe).__name__
     if not isinstance(probe, ObjectStoragePort):
@@ -229,13 +229,13 @@ class _Options:
     """The sizes of the checks (``check_storage``'s parameters), checked."""
 
     racers: int
-    race_rounds: int
+    races: int
     large_object_bytes: int
     check_timeout: float
 
     def __post_init__(self) -> None:
         RACERS.check("racers", self.racers)
-        RACE_ROUNDS.check("race_rounds", self.race_rounds)
+        RACES.check("races", self.races)
         LARGE_OBJECT_BYTES.check("large_object_bytes", self.large_object_bytes)
         CHECK_TIMEOUT.check("check_timeout", self.check_timeout)
 
@@ -446,7 +446,7 @@ async def _racing_writers(trial: _Trial) -> None:
     storage, name = await trial.fresh()
     writers = [await trial.again(name) for _ in range(trial.options.racers)]
     etag: str | None = None
-    for round_number in range(trial.options.race_rounds + 1):
+    for round_number in range(trial.options.races + 1):
         race = f"round {round_number} (if_match={etag!r})" if round_number else "the race to create"
         bodies = [f"round-{round_number}-writer-{i}".encode() for i in range(len(writers))]
         outcomes = await asyncio.gather(

@@ -40,7 +40,7 @@ from jqueue.domain.spec import SPEC_FIELDS, EnqueueOptions, JobSpec
 from jqueue.domain.values import Bounds
 from jqueue.domain.workflows import LEFT
 
-STDIN_BATCH = Bounds(ge=1)
+LINES_PER_COMMIT = Bounds(ge=1)
 """The bounds of ``jqueue enqueue --stdin --batch``: jobs per commit."""
 
 
@@ -111,7 +111,7 @@ def enqueue(
     if stdin and (dedup_key, job_id) != (None, None):
         fail("--dedup-key and --id name one job; they do not go with --stdin")
     try:
-        STDIN_BATCH.check("--batch", batch)
+        LINES_PER_COMMIT.check("--batch", batch)
     except ValueError as exc:
         fail(str(exc))
     options = EnqueueOptions(

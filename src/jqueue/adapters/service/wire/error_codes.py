@@ -109,6 +109,8 @@ SERVICE_CODES = _declared(raised_by_calls=False)
 """The codes of no exception of the queue's."""
 
 _BY_CODE = {entry.code: entry for entry in (*ERROR_CODES, *SERVICE_CODES)}
+if len(_BY_CODE) != len(ERROR_CODES) + len(SERVICE_CODES):  # an alias, or a code string used twice
+    raise RuntimeError("two error codes share a name or a code")
 
 
 def code_of(exc: BaseException) -> ErrorCode | None:
