@@ -22,7 +22,6 @@ from jqueue.domain.schema import (
     CHANGING_FIELDS,
     FIELDS,
     WRITTEN_FIELDS,
-    JobField,
     JobFields,
     Kind,
     domain_values,
@@ -31,34 +30,15 @@ from jqueue.domain.schema import (
 )
 from jqueue.domain.spec import LONGEST_SPAN
 from jqueue.domain.times import from_micros, span_micros, span_of, to_micros
-
-T0 = 1_800_000_000_000_000
-
-
-def distinct(field: JobField, n: int) -> Any:
-    """A value of ``field``'s kind that is not its default and differs from every other field's."""
-    values: dict[Kind, Any] = {
-        Kind.TEXT: f"{field.name}-{n}",
-        Kind.INT64: -(2**40) - n,
-        Kind.COUNT: 3 + n,
-        Kind.TIME: T0 + n * 1_000_003,
-        Kind.TIMES: (T0 + n, T0 + 2 * n + 1),
-        Kind.STATUS: JobStatus.IN_PROGRESS,
-        Kind.PAYLOAD: b"payload-%d" % n,
-        Kind.FRACTION: 1 / (n + 2),
-        Kind.SPAN: 5 + n,
-        Kind.IDS: (f"{field.name}-{n}",),
-        Kind.RESULTS: (b"result-%d" % n, None),
-    }
-    return values[field.kind]
+from test_job_schema import T0, sample
 
 
 def every_field_set() -> Added:
-    return Added(**{f.name: distinct(f, n) for n, f in enumerate(FIELDS)})
+    return Added(**{f.name: sample(f, n) for n, f in enumerate(FIELDS)})
 
 
 def only_required_set() -> Added:
-    return Added(**{f.name: distinct(f, n) for n, f in enumerate(FIELDS) if f.required})
+    return Added(**{f.name: sample(f, n) for n, f in enumerate(FIELDS) if f.required})
 
 
 def public_keywords(job: JobFields, payload: bytes) -> dict[str, Any]:
@@ -142,9 +122,7 @@ async def test_each_written_field_travels_as_its_own_column_and_comes_back() -> 
     """A part whose rows set one field keeps one column, and the commit's jobs have its values;
     rows at ``PartRow``'s defaults keep none and make jobs with the fields' defaults."""
     storage = InMemoryStorage()
-    values = {
-        name: distinct(f, n) for n, f in enumerate(FIELDS) if (name := f.name) in PartRow._field_defaults
-    }
+    values = {name: sample(f, n) for n, f in enumerate(FIELDS) if (name := f.name) in PartRow._field_defaults}
     values["on_parent_failure"], values["after"] = "run", ("parent",)
     plain = await write_part(storage, "bulk", T0, [PartRow(b"a"), PartRow(b"b")])
     assert plain.columns == {}
