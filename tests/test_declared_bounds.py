@@ -111,3 +111,22 @@ def test_a_zero_handler_timeout_is_refused_not_taken_for_none() -> None:
     worker = Worker(DirectQueue(InMemoryStorage()))
     with pytest.raises(ValueError, match="timeout must be positive, got 0 s"):
         worker.register("e", _handle, timeout=timedelta(0))
+
+
+async def test_a_listings_limit_is_bounded_alike_in_python_and_on_the_wire() -> None:
+    """``LISTED``: 0 lists nothing, a negative limit is refused with the field's name, and the
+    operator API's bodies take exactly what the Python call takes."""
+    import msgspec
+
+    from jqueue.adapters.service.wire.operator_calls import JobsRequest
+
+    async with DirectQueue(InMemoryStorage()) as queue:
+        await queue.enqueue("e", b"x")
+        assert await queue.jobs(limit=0) == []
+        assert await queue.history(limit=0) == []
+        for call in (queue.jobs(limit=-1), queue.history(limit=-1), queue.browse(limit=-1)):
+            with pytest.raises(ValueError, match="limit must not be negative, got -1"):
+                await call
+    assert msgspec.json.decode(b'{"limit": 0}', type=JobsRequest).limit == 0
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"limit": -1}', type=JobsRequest)

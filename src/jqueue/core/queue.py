@@ -40,10 +40,7 @@ from jqueue.domain.awaiting import results_size
 from jqueue.domain.controls import JOBS_ALLOWED
 from jqueue.domain.effects import Added, Cancelled, LimitSet, PauseSet, ThrottleSet
 from jqueue.domain.index import Found, QueueIndex
-from jqueue.domain.insight import (
-    browse,
-    matches,
-)
+from jqueue.domain.insight import LISTED, browse, matches
 from jqueue.domain.models import Job, JobStatus, QueueState
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.records import HistoryRecord, JobRecord
@@ -791,6 +788,8 @@ class JobQueue(EnqueueCalls):
         ``entrypoint``, enqueued more than ``older_than`` ago (each filter when given), at most
         ``limit`` (None for all). ``part=(i, n)`` keeps the i-th of n disjoint parts of the
         listing (by insertion order), for readers that split a large queue (Spark's)."""
+        if limit is not None:
+            LISTED.check("limit", limit)
         if part is not None and not 0 <= part[0] < part[1]:
             raise ValueError(f"part must be (i, n) with 0 <= i < n, got {part}")
 
@@ -1027,6 +1026,8 @@ class JobQueue(EnqueueCalls):
         """Return records of finished jobs, oldest first: of ``entrypoint``, with ``outcome``
         (``ACKED`` or ``DEAD``), finished at or after ``since`` (each filter when given); the
         newest ``limit`` if given."""
+        if limit is not None:
+            LISTED.check("limit", limit)
         after = None if since is None else to_micros(since)
 
         def look(index: QueueIndex) -> list[HistoryRecord]:
@@ -1054,6 +1055,7 @@ class JobQueue(EnqueueCalls):
         ``cursor``, and the cursor of the next page (None at the end), in insertion order. A page
         looks at the jobs held as records once and decodes a few of the slabs' blocks, whatever
         the depth; the cursor is an insertion number, so a page starts where the last ended."""
+        LISTED.check("limit", limit)
         before = _micros_before(older_than)
 
         def look(index: QueueIndex) -> tuple[list[JobFields], int | None]:

@@ -17,6 +17,10 @@ from jqueue.domain.index import QueueIndex, insertion
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.tally import DEAD
+from jqueue.domain.values import Bounds
+
+LISTED = Bounds(ge=0)
+"""The bounds of a listing's ``limit``: how many jobs or records it returns at most (0: none)."""
 
 HISTORY_BUDGET = 100_000
 """The most history records one call looks at, newest first."""

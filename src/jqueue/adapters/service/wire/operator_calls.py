@@ -24,15 +24,19 @@ from jqueue.adapters.service.wire.bodies import (
     PositiveSeconds,
     Seconds,
     api_job,
+    constraints,
     job_of,
 )
 from jqueue.core.formats.wire import AwareDatetime, Count, Int64
+from jqueue.domain.insight import LISTED
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.stats import EntrypointStats, QueueStats
 
 AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
-"""At most so many (None, where a call takes it: all)."""
+"""A count of parts: at least one."""
+Listed = Annotated[int, constraints(LISTED)]
+"""A listing's ``limit``: at most so many (None, where a call takes it: all)."""
 
 
 class StatsRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -47,7 +51,7 @@ class JobsRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     status: JobStatus | None = None
     entrypoint: str | None = None
     older_than_seconds: Seconds | None = None
-    limit: AtLeastOne | None = 100
+    limit: Listed | None = 100
     part: tuple[Count, AtLeastOne] | None = None
 
 
@@ -157,7 +161,7 @@ class DeadLettersRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     """``dead_letters``: dead jobs of ``entrypoint``, oldest enqueue first, at most ``limit``."""
 
     entrypoint: str | None = None
-    limit: AtLeastOne | None = 100
+    limit: Listed | None = 100
 
 
 class RequeueDeadRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
