@@ -927,9 +927,7 @@ class QueueIndex(IndexState):
     ) -> tuple[list[Found], list[Added]]:
         """Add ``new`` jobs at ``now``: each is answered with the job it adds, or with the job that
         holds its id or its dedup key already (live, or acked within the ``retention`` microseconds
-        before ``now``); returns
-        the answers and the jobs added. The ids in ``fresh`` were made for this call
-        (``new_job_id``): no job holds them.
+        before ``now``); returns the answers and the jobs added. No job holds an id of ``fresh``.
 
         A job with parents (``after``) waits for those not settled yet; those settled already give
         their results (at most ``max_bytes`` bytes, summed, else ``PayloadTooLargeError``), and one
