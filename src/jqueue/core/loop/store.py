@@ -334,8 +334,8 @@ class CommitStore(ABC):
         return await self.jobs_as(PUBLIC_FORM, snapshots)
 
     async def jobs_as(self, form: JobForm[T], snapshots: Sequence[JobFields]) -> list[T]:
-        """Return the answers in ``form`` of record snapshots, with their payloads (fetched
-        only for those the store keeps: an add's answer still holds its bytes)."""
+        """Return the answers in ``form`` of record snapshots, with their payloads: asked of the
+        store unless every snapshot holds its bytes already (an add's answer does)."""
         kept = [snapshot.payload for snapshot in snapshots]
         in_memory = all(isinstance(payload, bytes) for payload in kept)
         payloads = cast(list[bytes], kept) if in_memory else await self.payloads(kept)
