@@ -126,14 +126,25 @@ class StoreOpener:
 
 
 class Housekeeping:
-    """What every commit does around its operations, by a queue's policy."""
+    """What every commit does around its operations, by a queue's policy.
+
+    Attributes
+    ----------
+    broker : str or None
+        The broker this process commits as, once it took the queue over (``JobQueue.take_over``):
+        every commit then first checks that it still owns the queue. None commits as no broker.
+    """
 
     def __init__(self, policy: QueuePolicy) -> None:
         self.policy = policy
+        self.broker: str | None = None
 
     def before(self, index: QueueIndex) -> int:
-        """Return to the queue (or the dead letters) the claimed jobs whose lease ran out, and discard
-        abandoned bulk writes; returns how many leases ran out."""
+        """Refuse the commit of a broker that lost the queue (``NotOwnerError``); return to the queue
+        (or the dead letters) the claimed jobs whose lease ran out, and discard abandoned bulk
+        writes; returns how many leases ran out."""
+        if self.broker is not None:
+            index.controls.check_owner(self.broker)
         now = utc_now()
         index.discard_abandoned(to_micros(now - self.policy.staged_timeout))
         return len(index.requeue_expired(to_micros(now), self.policy.max_attempts))

@@ -38,7 +38,7 @@ from jqueue.core.spawn_guard import refuse_while_spawning
 from jqueue.domain import errors
 from jqueue.domain.awaiting import results_size
 from jqueue.domain.controls import JOBS_ALLOWED
-from jqueue.domain.effects import Added, Cancelled, LimitSet, PauseSet, ThrottleSet
+from jqueue.domain.effects import Added, Cancelled, LimitSet, Owned, PauseSet, ThrottleSet
 from jqueue.domain.index import Found, QueueIndex
 from jqueue.domain.insight import LISTED, browse, matches
 from jqueue.domain.models import Job, JobStatus, QueueState
@@ -424,7 +424,8 @@ class JobQueue(EnqueueCalls):
         self.changes = ChangeFeed(storage)
         """Wakes idle callers when the queue may have changed (see ``Worker``)."""
         self._opener.on_commit = self.changes.notify
-        self._commits = strategy(self._opener, Housekeeping(policy), StorageUse(storage))
+        self._housekeeping = Housekeeping(policy)
+        self._commits = strategy(self._opener, self._housekeeping, StorageUse(storage))
         self._adding = Adding(self._commits, self._opener, policy, max_payload_bytes)
 
     @property
@@ -587,6 +588,39 @@ class JobQueue(EnqueueCalls):
         lease (queued's poll tag). A call fenced by it is still checked in its commit."""
         record = (await self._opener.store()).index.records.get(job_id)
         return None if record is None else record.lease
+
+    async def take_over(self, broker: str, replacing: str | None = None) -> Owned:
+        """Commit that broker ``broker`` owns the queue from now on, unless it does already, and
+        commit as that broker from then on (what ``jqueue serve`` does with a queue it serves).
+        When another broker takes the queue over later, every call of this queue fails with
+        ``NotOwnerError`` and changes nothing (its commits are fenced by the ``Owned`` entry).
+
+        Parameters
+        ----------
+        broker : str
+            The id of the taking broker.
+        replacing : str or None
+            The owner seen when deciding to take the queue (None: no broker owned it).
+
+        Returns
+        -------
+        Owned
+            The owner and its epoch.
+
+        Raises
+        ------
+        NotOwnerError
+            If another broker than ``replacing`` took the queue meanwhile.
+        """
+        store = await self._opener.store()
+        owned = await store.apply(lambda index: index.take_over(broker, replacing))
+        self._housekeeping.broker = broker
+        return owned
+
+    async def owner(self) -> Owned | None:
+        """The broker that owns the queue and its epoch, as the newest state says (None: no
+        broker took it)."""
+        return await self._view(lambda index: index.controls.owner)
 
     async def sweep(self) -> int:
         """Return to the queue (or, past their last attempt, to the dead letters) the claimed jobs

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
 
-from jqueue.domain.effects import LimitSet, PauseSet, SinkMarked, ThrottleSet
+from jqueue.domain.effects import LimitSet, Owned, PauseSet, SinkMarked, ThrottleSet
+from jqueue.domain.errors import NotOwnerError
 from jqueue.domain.lines import Tenant
 from jqueue.domain.values import INT64_MAX, Bounds
 
@@ -40,6 +41,8 @@ class Controls:
         self.tenant_limits: dict[Scope, int] = {}
         self.marks: dict[str, int] = {}
         """The newest batch id each streaming sink committed (see ``SinkMarked``)."""
+        self.owner: Owned | None = None
+        """The broker that took the queue over last, in which epoch (see ``Owned``); None if none did."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the controls as plain lists (for the wire formats and snapshots)."""
@@ -57,6 +60,7 @@ class Controls:
                 for tenant, count in counts.items()
             ],
             "tenant_limits": [[scope, limit] for scope, limit in self.tenant_limits.items()],
+            "owner": None if self.owner is None else [self.owner.owner, self.owner.epoch],
         }
 
     @classmethod
@@ -74,10 +78,13 @@ class Controls:
         for scope, window, tenant, count in data.get("tenant_usage", ()):
             controls.tenant_usage.setdefault(scope, (window, {}))[1][tenant] = count
         controls.tenant_limits = {scope: limit for scope, limit in data.get("tenant_limits", ())}
+        owner = data.get("owner")
+        controls.owner = None if owner is None else Owned(*owner)
         return controls
 
-    def as_effects(self) -> list[PauseSet | ThrottleSet | LimitSet | SinkMarked]:
-        """Return the effects that set these pauses, throttles, limits and marks on an empty queue."""
+    def as_effects(self) -> list[PauseSet | ThrottleSet | LimitSet | SinkMarked | Owned]:
+        """Return the effects that set these pauses, throttles, limits, marks and owner on an empty
+        queue."""
         scopes = sorted(self.paused_claims | self.paused_enqueues, key=str)
         pauses = [PauseSet(s, s in self.paused_claims, s in self.paused_enqueues) for s in scopes]
         throttles = [ThrottleSet(scope, limit, window) for scope, (limit, window) in self.throttles.items()]
@@ -85,7 +92,8 @@ class Controls:
         marks = [SinkMarked(sink, batch_id) for sink, batch_id in self.marks.items()]
         throttles += [ThrottleSet(s, n, window, True) for s, (n, window) in self.tenant_throttles.items()]
         limits += [LimitSet(scope, limit, True) for scope, limit in self.tenant_limits.items()]
-        return [*pauses, *throttles, *limits, *marks]
+        owned = [] if self.owner is None else [self.owner]
+        return [*pauses, *throttles, *limits, *marks, *owned]
 
     def _restorer(self) -> Callable[[], None]:
         saved = deepcopy(self.__dict__)
@@ -141,6 +149,32 @@ class Controls:
         undo = self._restorer()
         self.marks[effect.sink] = effect.batch_id
         return undo
+
+    def set_owner(self, effect: Owned) -> Callable[[], None]:
+        """Record the queue's new owner; returns its undo.
+
+        Raises
+        ------
+        ValueError
+            If its epoch is not later than the owner's before it.
+        """
+        if self.owner is not None and effect.epoch <= self.owner.epoch:
+            raise ValueError(f"{effect} does not come after {self.owner}")
+        undo = self._restorer()
+        self.owner = effect
+        return undo
+
+    def check_owner(self, broker: str) -> None:
+        """Refuse a commit made as ``broker`` unless it took the queue over last.
+
+        Raises
+        ------
+        NotOwnerError
+            If no broker, or another one, owns the queue.
+        """
+        owner = self.owner
+        if owner is None or owner.owner != broker:
+            raise NotOwnerError(None if owner is None else owner.owner)
 
     def is_replay(self, sink: str, batch_id: int) -> bool:
         """Whether streaming sink ``sink`` committed batch ``batch_id`` (or a later one) already."""

@@ -134,6 +134,16 @@ class SinkMarked:
 
 
 @dataclass(frozen=True, slots=True)
+class Owned:
+    """Broker ``owner`` (a ``jqueue serve`` process's id) took the queue over in ``epoch``, later
+    than any epoch before: from this entry on, a commit made as another broker is refused, so a
+    broker that lost the queue can never commit to it again (see ``Controls.owner``)."""
+
+    owner: str
+    epoch: Counted
+
+
+@dataclass(frozen=True, slots=True)
 class Beat(JobEvent):
     """A claimed job's heartbeat moved to ``at``; its lease, if it expires, now expires at
     ``expires``, or when None as long again from ``at`` as it was from the last heartbeat.
@@ -186,6 +196,7 @@ Effect = (
     | ThrottleSet
     | LimitSet
     | SinkMarked
+    | Owned
     | Published
     | Discarded
     | ParentSettled

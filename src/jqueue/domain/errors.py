@@ -12,6 +12,7 @@
     ├── PayloadTooLargeError  a payload over the queue's limit (``.size``, ``.limit``, ``.job_id``)
     ├── InvalidURLError       a storage URL jqueue cannot use (``.url``)
     ├── QueuePausedError      an enqueue while enqueues of its entrypoint are paused
+    ├── NotOwnerError         a broker's commit to a queue another broker took over (``.owner``)
     └── QueueClosedError      an operation on a stopped queue
 """
 
@@ -217,6 +218,22 @@ class QueuePausedError(JQueueError):
     def __init__(self, entrypoint: str) -> None:
         self.entrypoint = entrypoint
         super().__init__(f"enqueues of {entrypoint!r} are paused")
+
+
+class NotOwnerError(JQueueError):
+    """A broker's call on a queue that another broker owns now: it took the queue over (an
+    ``Owned`` entry in its log), so this one's commits are refused and nothing was changed. The
+    call is for the owner: a client sends it again there.
+
+    Attributes
+    ----------
+    owner : str or None
+        The id of the broker that owns the queue (None: no broker took it).
+    """
+
+    def __init__(self, owner: str | None) -> None:
+        self.owner = owner
+        super().__init__(f"the queue is owned by broker {owner!r}, not by this one")
 
 
 class ServiceError(JQueueError):

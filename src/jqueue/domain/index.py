@@ -48,6 +48,7 @@ from jqueue.domain.effects import (
     Effect,
     Forgotten,
     LimitSet,
+    Owned,
     ParentSettled,
     PauseSet,
     Published,
@@ -60,6 +61,7 @@ from jqueue.domain.errors import (
     JobCancelledError,
     JobNotFoundError,
     LeaseLostError,
+    NotOwnerError,
     PayloadTooLargeError,
     QueuePausedError,
 )
@@ -545,6 +547,9 @@ class IndexState:
     def _sink_marked(self, effect: SinkMarked) -> None:
         self.journal.add(self.controls.set_mark(effect))
 
+    def _owned(self, effect: Owned) -> None:
+        self.journal.add(self.controls.set_owner(effect))
+
     def _parent_settled(self, effect: ParentSettled) -> None:
         record = self.job(effect.job_id)
         if record is None:
@@ -731,6 +736,7 @@ _APPLIERS: dict[type[Any], Callable[[IndexState, Any], None]] = {
     ThrottleSet: IndexState._throttle_set,
     LimitSet: IndexState._limit_set,
     SinkMarked: IndexState._sink_marked,
+    Owned: IndexState._owned,
     ParentSettled: IndexState._parent_settled,
 }
 """How ``IndexState.apply`` applies each kind of effect."""
@@ -1131,6 +1137,25 @@ class QueueIndex(IndexState):
         """Requeue the claimed jobs whose heartbeat is older than ``cutoff`` (or missing); one
         whose cancel was asked for is cancelled at ``now``."""
         return [effect for job_id in self.order.stale(cutoff) for effect in self.release(job_id, None, now)]
+
+    def take_over(self, broker: str, replacing: str | None) -> Owned:
+        """Make ``broker`` the queue's owner in the next epoch (``Owned``), unless it owns it
+        already; ``replacing`` is the owner the caller saw when it decided to take the queue.
+
+        Raises
+        ------
+        NotOwnerError
+            If another broker than ``replacing`` took the queue meanwhile: the caller decided
+            on an old view, and leaves it to that broker.
+        """
+        owner = self.controls.owner
+        if owner is not None and owner.owner == broker:
+            return owner
+        if (None if owner is None else owner.owner) != replacing:
+            raise NotOwnerError(None if owner is None else owner.owner)
+        taken = Owned(broker, 1 if owner is None else owner.epoch + 1)
+        self.apply(taken)
+        return taken
 
     def staged_batches(self) -> dict[str, int]:
         """Return the bulk writes not yet published, with their job counts."""

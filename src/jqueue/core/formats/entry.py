@@ -58,6 +58,7 @@ TAGS: dict[type[fx.Effect], str] = {
     fx.ThrottleSet: "throttle",
     fx.LimitSet: "limit",
     fx.SinkMarked: "sink_mark",
+    fx.Owned: "owned",
     fx.Published: "publish",
     fx.Discarded: "discard",
     fx.ParentSettled: "parent_settled",

@@ -98,6 +98,8 @@ def _api_job_field(name: str) -> tuple[str, object]:
     if name in SPAN_ATTRIBUTES:
         return f"{name}_seconds", PositiveSeconds | None
     return name, wire_type(_BY_PUBLIC[name], AwareDatetime)
+
+
 _WIRE_BASES: dict[object, object] = {
     str: str,
     bytes: bytes,

@@ -50,6 +50,9 @@ PAYLOAD_TOO_LARGE = ErrorCode(
     "payload_too_large", 413, errors.PayloadTooLargeError, ("size", "limit", "job_id")
 )
 CONFLICT = ErrorCode("conflict", 503, errors.CASConflictError)
+NOT_OWNER = ErrorCode("not_owner", 503, errors.NotOwnerError, ("owner",), raised=False)
+"""Another broker of the root took the queue over (the body names it, as ``broker`` its address
+when known): a client sends the call again to it."""
 CLOSING = ErrorCode("closing", 503, errors.QueueClosedError, raised=False)  # the service is stopping
 STORAGE_UNAVAILABLE = ErrorCode("storage_unavailable", 503, errors.StorageError)
 CORRUPT_STATE = ErrorCode("corrupt_state", 500, errors.CorruptStateError, ("location",))
