@@ -44,7 +44,7 @@ ARROWS: dict[str, set[str]] = {
         "domain", "ports", "core", "core.loop", "adapters.optional", "adapters.web", "adapters.service.wire",
     },
     "adapters.service.server": {
-        "domain", "ports", "core", "core.loop", "version",
+        "domain", "ports", "core", "core.loop", "version", "adapters.optional",
         "adapters.storage", "adapters.web", "adapters.dashboard", "adapters.service.wire",
     },
     "adapters.service.queued": {

@@ -23,6 +23,11 @@ ALLOWED_HOST_HELP = (
     "loopback interface, localhost, 127.0.0.1 and ::1: requests with any other Host are refused "
     "with 421 (against DNS rebinding). Repeatable."
 )
+MEMBER_HELP = (
+    "Serve the root together with its other --member brokers (on this machine or others): each "
+    "serves the queues placed on it and forwards the calls of the rest; when one stops or dies, "
+    "the others take its queues over. Without it, a second broker of a root stands by."
+)
 ROOT_HELP = (
     "Where the queues live: a directory, or a URL prefix (s3://bucket/prefix, gs://bucket/prefix); "
     "queue NAME is ROOT/NAME.json. Defaults to the global --storage."
@@ -84,13 +89,15 @@ def serve(
         float, typer.Option(min=0.1, help="Seconds a standby waits for an unchanged record, then takes over.")
     ] = DEFAULT_STALE_AFTER.total_seconds(),
     allowed_host: Annotated[list[str] | None, typer.Option(help=ALLOWED_HOST_HELP)] = None,
+    member: Annotated[bool, typer.Option(help=MEMBER_HELP)] = False,
 ) -> None:
     """Serve every queue under a storage root over HTTP, committing for all clients (Ctrl-C stops).
 
     A call is answered only after its commit is durable. Off the loopback interface a
     token is required. One process at a time serves a root: it keeps the record
     ROOT/_broker.json fresh; others started on the same root stand by (answering 503
-    with the broker's address) and take over when the record goes stale.
+    with the broker's address) and take over when the record goes stale. With --member,
+    every such process serves a share of the root's queues instead.
     """
     root = storage or ctx.obj.storage
     if not root:
@@ -98,8 +105,11 @@ def serve(
     host, port = _split_listen(listen)
     if not is_loopback(host) and not token:
         fail(f"listening on {host} needs a token: pass --token or set {TOKEN_VARIABLE}")
-    if stale_after <= renew_every:
-        fail(f"--stale-after ({stale_after:g} s) must be longer than --renew-every ({renew_every:g} s)")
+    if stale_after <= renew_every * (2 if member else 1):
+        times = "twice " if member else ""
+        fail(
+            f"--stale-after ({stale_after:g} s) must be longer than {times}--renew-every ({renew_every:g} s)"
+        )
     shown_host, shown_port = _split_listen(advertise) if advertise else (host, port)
     if advertise is None and host in ("0.0.0.0", "::"):
         fail(f"listening on {host}: pass --advertise HOST:PORT, the address clients reach this process at")
@@ -127,6 +137,7 @@ def serve(
             stale_after=timedelta(seconds=stale_after),
             listen=host,
             allowed_hosts=allowed_host or (),
+            member=member,
         )
     except InvalidURLError as exc:
         fail(str(exc))

@@ -22,9 +22,11 @@ from jqueue.adapters.service.openapi import openapi_document
 from jqueue.adapters.service.queued.routes import QueuedRoutes
 from jqueue.adapters.service.server.endpoints import Service, answer
 from jqueue.adapters.service.server.host import QueueHost
+from jqueue.adapters.service.server.members import Members
 from jqueue.adapters.service.server.operator_routes import OperatorRoutes
 from jqueue.adapters.service.server.queue_routes import QueueRoutes
 from jqueue.adapters.service.server.served import ServedQueues
+from jqueue.adapters.service.server.sharing import SharedRoot
 from jqueue.adapters.service.server.tenure import DEFAULT_RENEW_EVERY, DEFAULT_STALE_AFTER, BrokerTenure
 from jqueue.adapters.service.wire.bodies import DEFAULT_MAX_BODY_BYTES, ErrorBody, ErrorResponse
 from jqueue.adapters.service.wire.error_codes import BAD_REQUEST, METHOD_NOT_ALLOWED, NOT_FOUND
@@ -40,24 +42,30 @@ ROUTING_CODES = {code.status: code for code in (NOT_FOUND, METHOD_NOT_ALLOWED)}
 
 
 def _lifespan(
-    tenure: BrokerTenure, host: QueueHost
+    tenure: BrokerTenure, host: QueueHost, shared: SharedRoot | None
 ) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
-    """The application's lifespan: it keeps the broker record while it serves, and closes the
-    queues and releases the record when it stops."""
+    """The application's lifespan: it keeps the broker record while it serves (and, one of many
+    brokers, its membership and its share of the queues), and closes the queues and releases
+    the record when it stops."""
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         async with StorageUse(tenure.storage):  # one client for the record's looks, not one each
             with contextlib.suppress(TimeoutError):  # a first look before the first request
                 await asyncio.wait_for(tenure.look(), tenure.stale_after)
-            keeping = asyncio.create_task(tenure.run(), name="jqueue-broker-tenure")
+            tasks = [asyncio.create_task(tenure.run(), name="jqueue-broker-tenure")]
+            if shared is not None:
+                tasks.append(asyncio.create_task(shared.run(), name="jqueue-broker-members"))
             try:
                 yield
             finally:
-                keeping.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeping
+                for task in tasks:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
                 await host.close()
+                if shared is not None:
+                    await shared.close()
                 await tenure.release()
 
     return lifespan
@@ -86,6 +94,7 @@ def create_app(
     stale_after: timedelta = DEFAULT_STALE_AFTER,
     listen: str | None = None,
     allowed_hosts: Sequence[str] = (),
+    member: bool = False,
 ) -> Starlette:
     """Return the ASGI application that serves every queue under ``root`` while it holds the
     root's broker record (``address`` is the URL it advertises there).
@@ -93,13 +102,26 @@ def create_app(
     It answers only requests whose ``Host`` is ``listen`` (the host it listens on; default:
     the host of ``address``), the host of ``address``, a name of ``allowed_hosts``, or a
     loopback name when it listens there (see ``allowed_hosts.AllowedHosts.of``).
+
+    With ``member``, it is one of the root's many brokers: it serves the queues placed on it
+    and forwards the calls of the others to their members (``SharedRoot``).
     """
     allowed = AllowedHosts.of(listen, address, allowed_hosts, token=token)
     host = QueueHost(root)
     tenure = BrokerTenure(
         record_storage(host.root), address, renew_every=renew_every, stale_after=stale_after
     )
-    service = Service(host, tenure, token, max_body_bytes)
+    shared = None
+    if member:
+        members = Members(
+            host.root,
+            tenure.owner,
+            address,
+            renew_every=renew_every.total_seconds(),
+            stale_after=stale_after.total_seconds(),
+        )
+        shared = SharedRoot(host, members)
+    service = Service(host, tenure, token, max_body_bytes, shared)
     dashboard = Dashboard(ServedQueues(service), token)
     return Starlette(
         routes=[
@@ -110,7 +132,7 @@ def create_app(
             *QueuedRoutes(service).routes(),
             *dashboard.routes(),
         ],
-        lifespan=_lifespan(tenure, host),
+        lifespan=_lifespan(tenure, host, shared),
         exception_handlers={HTTPException: _not_routed},
         middleware=[Middleware(HostCheck, allowed=allowed)],
     )

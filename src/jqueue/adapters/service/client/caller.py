@@ -19,6 +19,7 @@ from jqueue.adapters.service.wire.bodies import (
     BROKER_HEADER,
     CLIENT_HEADER,
     CREATED_QUEUE_HEADER,
+    OWNER_HEADER,
     WORKER_HEADER,
     ErrorResponse,
     client_name,
@@ -30,6 +31,7 @@ from jqueue.adapters.service.wire.error_codes import (
     NO_ANSWER,
     NO_BROKER,
     NOT_BROKER,
+    NOT_OWNER,
     UNREACHABLE,
     raised,
 )
@@ -60,7 +62,7 @@ PROBE_TIMEOUT = 0.25
 """Seconds a slow call's broker has to answer ``/healthz`` before the client reads the record."""
 TELL_EVERY = 5.0
 """Seconds between two log lines saying that calls look for a broker."""
-_MOVING = frozenset(code.code for code in (UNREACHABLE, NOT_BROKER, NO_BROKER, NO_ANSWER))
+_MOVING = frozenset(code.code for code in (UNREACHABLE, NOT_BROKER, NOT_OWNER, NO_BROKER, NO_ANSWER))
 """The codes of a call that another broker may take: it goes to the one the root names."""
 
 
@@ -196,6 +198,9 @@ class ServiceCaller:
         self._probed: tuple[str | None, float, bool] = (None, -RECHECK_EVERY, False)
         self.created_queue = False
         """Whether a call's answer said that it created the queue (``CREATED_QUEUE_HEADER``)."""
+        self.owner: str | None = None
+        """The broker that serves the queue, when one of a root's many brokers forwarded a call
+        to it (``OWNER_HEADER``): the queue's calls go there until it does not take one."""
 
     async def start(self) -> None:
         """Open the connection pools."""
@@ -243,7 +248,8 @@ class ServiceCaller:
         deadline = time.monotonic() + self._failover_timeout.total_seconds()
         pause, repeated = 0.05, False
         while True:
-            address = await self.finder.find()
+            direct = self.owner if not verb.startswith("/") else None
+            address = direct or await self.finder.find()
             try:
                 if address is None:
                     raise NO_BROKER.error(f"no broker is registered for {self.finder.root}")
@@ -252,6 +258,9 @@ class ServiceCaller:
                 if exc.code not in _MOVING or time.monotonic() + pause > deadline:
                     raise
                 repeated = repeated or exc.code == NO_ANSWER.code
+                if direct is not None:  # the queue moved: ask the broker in front again
+                    self.owner = None
+                    continue
                 self._tell(exc)
                 self.finder.moved(exc.broker)
             await asyncio.sleep(pause)
@@ -308,6 +317,7 @@ class ServiceCaller:
                 method, where, data=data, timeout=timeout, headers=headers
             ) as response:
                 self.created_queue |= CREATED_QUEUE_HEADER in response.headers
+                self.owner = response.headers.get(OWNER_HEADER, self.owner)
                 return response.status, await response.read()
         except (self._aiohttp.ClientConnectorError, self._aiohttp.ConnectionTimeoutError) as exc:
             raise UNREACHABLE.error(f"{where}: {type(exc).__name__}: {exc}") from exc

@@ -117,6 +117,9 @@ class QueuedRoutes:
             try:
                 await service.authorize(request, None if admin else name)
                 await service.check_serving(request)
+                forwarded = await service.forwarded(request, name) if name else None
+                if forwarded is not None:
+                    return forwarded
                 body = await call(request, name)
                 answer = _response(body, msgpack)
             except Exception as exc:
@@ -173,7 +176,7 @@ class QueuedRoutes:
         host = self.service.host
         if await host.exists(name):
             raise HTTPError(QUEUE_EXISTS, f"queue {name} exists")
-        await host.get(name, create=True)
+        await self.service.served(name, create=True)
 
     async def _drop(self, request: Request, name: str) -> None:
         if not await self.service.host.exists(name):
@@ -181,7 +184,7 @@ class QueuedRoutes:
         await self.service.host.delete(name)
 
     async def _push(self, request: Request, name: str) -> PushResponse:
-        queue = await self.service.host.get(name)
+        queue = await self.service.served(name)
         self._gate(name, "push")
         body = await self._body(request, PushRequest)
         specs = [
@@ -197,7 +200,7 @@ class QueuedRoutes:
         return PushResponse(ids)
 
     async def _poll(self, request: Request, name: str) -> PollResponse:
-        queue = await self.service.host.get(name)
+        queue = await self.service.served(name)
         self._gate(name, "poll")
         body = await self._body(request, PollRequest)
         if body.ignore_existing_visibility_timeouts:
@@ -226,7 +229,7 @@ class QueuedRoutes:
         return PollResponse(messages)
 
     async def _update(self, request: Request, name: str) -> UpdateResponse:
-        queue = await self.service.host.get(name)
+        queue = await self.service.served(name)
         self._gate(name, "update")
         body = await self._body(request, UpdateRequest)
         timeout = seconds(body.visibility_timeout_secs)
@@ -247,7 +250,7 @@ class QueuedRoutes:
     async def _delete(self, request: Request, name: str) -> dict[str, Any]:
         """Delete the messages whose tags hold; as queued, one whose tag is stale (or that is
         gone) is skipped and counted, not reported."""
-        queue = await self.service.host.get(name)
+        queue = await self.service.served(name)
         self._gate(name, "delete")
         body = await self._body(request, DeleteRequest)
         fences = [await held(queue, m.id, m.poll_tag) for m in body.messages]
@@ -261,7 +264,7 @@ class QueuedRoutes:
         return {}
 
     async def _suspend(self, request: Request, name: str) -> Suspension:
-        await self.service.host.get(name)
+        await self.service.served(name)
         if request.method == "POST":
             wanted = await self._body(request, Suspension)
 
@@ -279,7 +282,7 @@ class QueuedRoutes:
         return Suspension(**{endpoint: endpoint in suspended for endpoint in ENDPOINTS})
 
     async def _throttle(self, request: Request, name: str) -> ThrottleSetting:
-        await self.service.host.get(name)
+        await self.service.served(name)
         if request.method == "POST":
             wanted = await self._body(request, ThrottleSetting)
             limit = wanted.throttle
@@ -292,7 +295,7 @@ class QueuedRoutes:
         return ThrottleSetting(self._settings(name).throttle)
 
     async def _queue_metrics(self, request: Request, name: str) -> QueueMetrics | Response:
-        queue = await self.service.host.get(name)
+        queue = await self.service.served(name)
         wanted = answer_type(request.headers) or ""
         if not (is_msgpack(wanted) or wanted.startswith(JSON)):  # as queued: Prometheus by default
             text = await self.service.metrics.render(self.service.host.open_queues(), self.service.tenure)

@@ -27,6 +27,7 @@ from starlette.routing import Route
 from jqueue.adapters.dashboard.source import FORGET_AFTER, Sighting
 from jqueue.adapters.service.server.host import QueueHost
 from jqueue.adapters.service.server.metrics import ServiceMetrics
+from jqueue.adapters.service.server.sharing import SharedRoot
 from jqueue.adapters.service.server.tenure import BrokerTenure
 from jqueue.adapters.service.wire.bodies import (
     BROKER_HEADER,
@@ -116,6 +117,11 @@ async def read_body(request: Request, kind: type[T], max_body_bytes: int) -> T:
     if not msgpack and content_type is not None and not content_type.lower().startswith(JSON):
         wanted = "send application/json or application/msgpack"
         raise HTTPError(UNSUPPORTED_MEDIA_TYPE, f"{wanted}, not {content_type}")
+    return decode(await raw_body(request, max_body_bytes), kind, msgpack)
+
+
+async def raw_body(request: Request, max_body_bytes: int) -> bytes:
+    """Return the request's body; refuse one over ``max_body_bytes`` (413)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
         raise _too_large(max_body_bytes)
@@ -125,7 +131,7 @@ async def read_body(request: Request, kind: type[T], max_body_bytes: int) -> T:
         if size > max_body_bytes:
             raise _too_large(max_body_bytes)
         chunks.append(chunk)
-    return decode(b"".join(chunks), kind, msgpack)
+    return b"".join(chunks)
 
 
 def _too_large(limit: int) -> HTTPError:
@@ -198,6 +204,8 @@ class Service:
     tenure: BrokerTenure
     token: str | None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    shared: SharedRoot | None = None
+    """Set when this process is one of many brokers of its root (``jqueue serve --member``)."""
     metrics: ServiceMetrics = field(default_factory=ServiceMetrics, init=False)
     sightings: Sightings = field(default_factory=Sightings, init=False)
 
@@ -212,16 +220,19 @@ class Service:
 
     async def _healthz(self, request: Request) -> Response:
         tenure = self.tenure
-        health = {
+        health: dict[str, object] = {
             "ok": True,
             "role": tenure.role.value,
-            "serving": tenure.serving(),
+            "serving": tenure.serving() or self.shared is not None,
             "owner": tenure.owner,
             "epoch": tenure.epoch,
             "broker": tenure.record.address if tenure.record is not None else None,
             "version": __version__,
             "pid": os.getpid(),
         }
+        if self.shared is not None:
+            health["members"] = self.shared.members.addresses
+            health["queues"] = self.host.owned()
         return answer(health, wants_msgpack(request.headers))
 
     async def check_serving(self, request: Request | None = None) -> None:
@@ -230,6 +241,8 @@ class Service:
         named = None if request is None else request.headers.get(BROKER_HEADER)
         if named is not None and named != self.tenure.owner:
             raise HTTPError(NOT_BROKER, "this process is not the broker the caller's root names")
+        if self.shared is not None:
+            return  # every member serves: its own queues, and the others' by forwarding
         if self.tenure.serving():
             await self.host.serve_epoch(self.tenure.epoch)
         else:
@@ -272,12 +285,14 @@ class Service:
             try:
                 await self.authorize(request, name)
                 await self.check_serving(request)
+                if (forwarded := await self.forwarded(request, name)) is not None:
+                    return forwarded
                 self.sightings.saw(name, route, request)
                 if absent is not None and not await self.host.exists(name):
                     response, status = answer(await absent(request), msgpack), 200
                 else:
                     created = create and not await self.host.exists(name)
-                    queue = await self.host.get(name, create=create)
+                    queue = await self.served(name, create=create)
                     response, status = answer(await call(queue, request), msgpack), 200
                     if created:  # the client says that it made a queue (a mistyped name, maybe)
                         response.headers[CREATED_QUEUE_HEADER] = name
@@ -290,6 +305,20 @@ class Service:
             return response
 
         return endpoint
+
+    async def served(self, name: str, *, create: bool = False) -> BrokerQueue:
+        """The open queue ``name`` a call is served on (as ``QueueHost.get``), taken over by this
+        process first when it is one of many brokers of its root."""
+        if self.shared is None:
+            return await self.host.get(name, create=create)
+        return await self.host.own(name, self.shared.members.owner, create=create)
+
+    async def forwarded(self, request: Request, name: str) -> Response | None:
+        """The answer of the broker that serves queue ``name``, when the root has many and it
+        is another (None: this process serves the call)."""
+        if self.shared is None or (owner := self.shared.owner_address(name)) is None:
+            return None
+        return await self.shared.forward(request, owner, await raw_body(request, self.max_body_bytes))
 
     async def authorize(self, request: Request, queue: str | None = None) -> None:
         """Let the request through if it carries the token, or an API key of the catalog whose

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 from jqueue.adapters.service.server.catalog import CATALOG_NAME, Catalog, added, removed
@@ -11,7 +12,9 @@ from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import is_url, storage_at
 from jqueue.adapters.web.queue_names import QUEUE_NAME, UnknownQueueError
 from jqueue.core.broker import BrokerQueue
-from jqueue.domain.errors import InvalidURLError
+from jqueue.domain.errors import InvalidURLError, JQueueError
+
+logger = logging.getLogger(__name__)
 
 
 def checked_root(root: str) -> str:
@@ -44,8 +47,46 @@ class QueueHost:
         where = root_location(self.root, CATALOG_NAME)
         self.catalog = Catalog(storage_at(where), where)
         self._open: dict[str, BrokerQueue] = {}
+        self._owned: set[str] = set()
         self._lock = asyncio.Lock()
         self._epoch = -1
+
+    def owns(self, name: str) -> bool:
+        """Whether this process took queue ``name`` over (see ``own``)."""
+        return name in self._owned
+
+    def owned(self) -> list[str]:
+        """The queues this process took over, sorted."""
+        return sorted(self._owned)
+
+    async def own(self, name: str, broker: str, *, create: bool = False) -> BrokerQueue:
+        """Return the open queue ``name`` (as ``get``), taken over by ``broker`` unless it was: its
+        commits are then fenced by the ``Owned`` entry in its log.
+
+        Raises
+        ------
+        NotOwnerError
+            If another broker took the queue over while this one decided to.
+        """
+        queue = await self.get(name, create=create)
+        if name not in self._owned:
+            seen = await queue.owner()
+            owned = await queue.take_over(broker, None if seen is None else seen.owner)
+            if seen is None or seen.owner != broker:
+                logger.warning("took queue %s over (epoch %d)", name, owned.epoch)
+            self._owned.add(name)
+        return queue
+
+    async def give_up(self, name: str) -> None:
+        """Stop serving queue ``name`` (another broker takes it): commit what was submitted, close it."""
+        async with self._lock:
+            self._owned.discard(name)
+            queue = self._open.pop(name, None)
+        if queue is not None:
+            try:
+                await queue.stop()
+            except JQueueError as exc:  # its last calls were refused: the new owner has them
+                logger.warning("queue %s was given up: %s", name, exc)
 
     async def serve_epoch(self, epoch: int) -> None:
         """Read the catalog afresh when this process starts serving ``epoch``: the broker
@@ -108,6 +149,7 @@ class QueueHost:
         await queue.purge(status=None)
         async with self._lock:
             self._open.pop(name, None)
+            self._owned.discard(name)
             await self.catalog.change(removed(name))
         await queue.stop()
 
@@ -137,6 +179,6 @@ class QueueHost:
 
     async def close(self) -> None:
         """Commit what was submitted and close every open queue."""
-        queues, self._open = list(self._open.values()), {}
+        queues, self._open, self._owned = list(self._open.values()), {}, set()
         for queue in queues:
             await queue.stop()

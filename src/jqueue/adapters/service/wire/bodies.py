@@ -45,6 +45,12 @@ dashboard's workers and periodic jobs."""
 CREATED_QUEUE_HEADER = "X-JQueue-Created-Queue"
 """A response header that a call which created its queue (the first enqueue to a new name)
 carries, with the queue's name: the command line says that it made a queue."""
+FORWARDED_HEADER = "X-JQueue-Forwarded-By"
+"""A request header naming the broker that forwarded the call to the queue's owner (a root
+served by many brokers): the owner answers it, and never forwards it again."""
+OWNER_HEADER = "X-JQueue-Owner"
+"""A response header of a forwarded call: the address of the broker that serves the queue, to
+which a client sends the queue's next calls itself."""
 MAX_WORKER_HEADER = 16_384
 """The longest ``WORKER_HEADER`` a broker reads; a longer one is ignored."""
 TOKEN_VARIABLE = "JQUEUE_TOKEN"

@@ -1,6 +1,7 @@
 """What ``jqueue serve`` and its clients both read under a storage root: where each queue lives
-(``ROOT/NAME.json``), and the broker record (``ROOT/_broker.json``) that names the process
-serving the root."""
+(``ROOT/NAME.json``), the broker record (``ROOT/_broker.json``) that names the process clients
+call first, and the members of a root that many brokers serve (``ROOT/_brokers.json``, each
+member's beat in ``ROOT/_member-OWNER.json``)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,29 @@ class BrokerRecord(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _decoder = msgspec.json.Decoder(BrokerRecord)
+
+MEMBERS_NAME = "_brokers.json"
+"""The members record's name under the root."""
+
+
+class MembersRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """The brokers that serve a root together: each one's owner id and advertised address."""
+
+    members: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def members_record(content: bytes, where: str) -> MembersRecord:
+    """Return the members record stored as ``content`` at ``where``.
+
+    Raises
+    ------
+    CorruptStateError
+        If ``content`` is not a members record.
+    """
+    try:
+        return msgspec.json.decode(content, type=MembersRecord)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise CorruptStateError(where, f"not a members record: {exc}") from exc
 
 
 def broker_record(content: bytes, where: str) -> BrokerRecord:
@@ -70,3 +94,14 @@ def root_storage(root: str, name: str) -> ObjectStoragePort:
 def record_storage(root: str) -> ObjectStoragePort:
     """Return the storage of the root's broker record (``ROOT/_broker.json``)."""
     return storage_at(root_location(root, RECORD_NAME))
+
+
+def members_storage(root: str) -> ObjectStoragePort:
+    """Return the storage of the root's members record (``ROOT/_brokers.json``)."""
+    return storage_at(root_location(root, MEMBERS_NAME))
+
+
+def member_storage(root: str, owner: str) -> ObjectStoragePort:
+    """Return the storage of member ``owner``'s beat (``ROOT/_member-OWNER.json``: a broker
+    record that its member renews while another member watches it)."""
+    return storage_at(root_location(root, f"_member-{owner}.json"))

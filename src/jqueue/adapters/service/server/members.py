@@ -1,0 +1,165 @@
+"""``Members``: the brokers that serve one root together, known through the bucket alone.
+
+The members record (``ROOT/_brokers.json``, changed by compare-and-swap) names every member
+and its address; each member keeps a beat of its own (``ROOT/_member-OWNER.json``), which it
+raises every ``renew_every`` while another member watches it (a broker alone on its root
+writes nothing on a timer). Every member reads the record and the others' beats every
+``renew_every``; a beat that has not changed for ``stale_after`` on the watcher's own
+monotonic clock (no clocks compared, as ``BrokerTenure`` does) is a dead member, which the
+watcher takes out of the record. A member that finds itself taken out (it was frozen, or cut
+off from the bucket) joins again. Which member serves which queue follows from the record
+(``domain.placement``); the queue's own log fences its commits (``Owned``, ADR 0022).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from jqueue.adapters.service.wire.root import (
+    BrokerRecord,
+    MembersRecord,
+    member_storage,
+    members_record,
+    members_storage,
+)
+from jqueue.domain.errors import CASConflictError, JQueueError
+from jqueue.domain.times import utc_now
+
+logger = logging.getLogger(__name__)
+
+CHANGE_ATTEMPTS = 20
+"""Lost compare-and-swaps of the members record retried before a change fails."""
+
+
+class Members:
+    """This broker's membership of ``root``, and what it knows of the other members.
+
+    Parameters
+    ----------
+    root : str
+        The root (a directory or a storage URL prefix).
+    owner, address : str
+        This broker's id and the URL it advertises.
+    renew_every, stale_after : float
+        Seconds between looks (and renewals while watched), and how long a beat may stay
+        unchanged before its member counts as dead.
+    """
+
+    def __init__(
+        self, root: str, owner: str, address: str, *, renew_every: float, stale_after: float
+    ) -> None:
+        if stale_after <= 2 * renew_every:
+            raise ValueError("stale_after must be longer than two renew_every")
+        self.root, self.owner, self.address = root, owner, address
+        self.renew_every, self.stale_after = renew_every, stale_after
+        self.record = MembersRecord()
+        self.registry = members_storage(root)
+        self._beat = member_storage(root, owner)
+        self._beat_etag: str | None = None
+        self._beats = 0
+        self._seen: dict[str, tuple[str | None, float]] = {}  # member -> (its beat's etag, since when)
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        """The live members as last read, by id: their addresses (this one's included once joined)."""
+        return dict(self.record.members)
+
+    async def join(self) -> None:
+        """Write this member's beat and add it to the members record."""
+        await self._renew(fresh=True)
+        await self._change(lambda members: members.__setitem__(self.owner, self.address))
+        logger.warning(
+            "joined the brokers of %s as %s (%d members)", self.root, self.address, len(self.record.members)
+        )
+
+    async def leave(self) -> None:
+        """Take this member out of the record and mark its beat released (a clean stop)."""
+        await self._change(lambda members: members.pop(self.owner, None))
+        record = BrokerRecord(self.address, 0, self._beats + 1, self.owner, utc_now().isoformat(), True)
+        try:
+            await self._beat.write(msgspec.json.encode(record), if_match=self._beat_etag)
+        except JQueueError as exc:
+            logger.warning("the beat of %s was not marked released: %s", self.owner, exc)
+
+    async def step(self) -> bool:
+        """One look: read the record, raise this member's beat while others watch it, and take
+        out the members whose beat stopped. Returns whether this member had been taken out (it
+        joins again, and must give up the queues it served)."""
+        content, etag = await self.registry.read()
+        self.record = members_record(content, _where(self.registry)) if etag is not None else MembersRecord()
+        if self.owner not in self.record.members:
+            logger.warning("%s is no longer a member of %s's brokers: joining again", self.owner, self.root)
+            await self.join()
+            return True
+        others = [member for member in self.record.members if member != self.owner]
+        if others:
+            await self._renew(fresh=False)
+        dead = await self._dead(others)
+        if dead:
+            logger.warning("taking out the brokers of %s whose beat stopped: %s", self.root, ", ".join(dead))
+
+            def take_out(members: dict[str, str]) -> None:
+                for member in dead:
+                    members.pop(member, None)
+
+            await self._change(take_out)
+        return False
+
+    async def _dead(self, others: list[str]) -> list[str]:
+        """Read the others' beats; return those unchanged for ``stale_after`` (or released)."""
+        now = time.monotonic()
+        self._seen = {member: seen for member, seen in self._seen.items() if member in others}
+        reads = await asyncio.gather(*(member_storage(self.root, m).read() for m in others))
+        dead = []
+        for member, (content, etag) in zip(others, reads, strict=True):
+            released = etag is not None and _released(content)
+            before = self._seen.get(member)
+            if before is None or before[0] != etag:
+                self._seen[member] = (etag, now)
+            elif now - before[1] >= self.stale_after:
+                dead.append(member)
+            if released:
+                dead.append(member)
+        return sorted(set(dead))
+
+    async def _renew(self, *, fresh: bool) -> None:
+        self._beats += 1
+        record = BrokerRecord(self.address, 0, self._beats, self.owner, utc_now().isoformat())
+        if fresh:
+            self._beat_etag = (await self._beat.read())[1]
+        try:
+            self._beat_etag = await self._beat.write(msgspec.json.encode(record), if_match=self._beat_etag)
+        except CASConflictError:
+            self._beat_etag = (await self._beat.read())[1]  # written by an earlier life: next time
+
+    async def _change(self, edit: Callable[[dict[str, str]], object]) -> None:
+        """Apply ``edit`` to the newest members and write them back by compare-and-swap."""
+        for attempt in range(CHANGE_ATTEMPTS):
+            content, etag = await self.registry.read()
+            record = members_record(content, _where(self.registry)) if etag is not None else MembersRecord()
+            edit(record.members)
+            try:
+                await self.registry.write(msgspec.json.encode(record), if_match=etag)
+            except CASConflictError:
+                await asyncio.sleep(random.uniform(0, 0.05 * (attempt + 1)))
+                continue
+            self.record = record
+            return
+        raise CASConflictError(f"the members record at {_where(self.registry)} kept changing")
+
+
+def _released(content: bytes) -> bool:
+    try:
+        return msgspec.json.decode(content, type=BrokerRecord).released
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return False  # not a beat: it counts as one that does not change
+
+
+def _where(storage: object) -> str:
+    return str(getattr(storage, "url", storage))

@@ -1,0 +1,139 @@
+"""``SharedRoot``: a root that many ``jqueue serve`` processes serve together (``--member``).
+
+Every member computes the same placement of the root's queues on the members
+(``domain.placement`` over ``Members.addresses``), takes over the queues placed on it (an
+``Owned`` entry in each one's log fences the member that served it before) and gives up the
+others. A call for a queue that another member serves is forwarded to it, and the answer names
+that member (``OWNER_HEADER``), so that a client sends the queue's next calls there itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from jqueue.adapters.optional import require
+from jqueue.adapters.service.server.host import QueueHost
+from jqueue.adapters.service.server.members import Members
+from jqueue.adapters.service.wire.bodies import (
+    CLIENT_HEADER,
+    CREATED_QUEUE_HEADER,
+    FORWARDED_HEADER,
+    OWNER_HEADER,
+    WORKER_HEADER,
+)
+from jqueue.adapters.service.wire.error_codes import NOT_OWNER
+from jqueue.domain.errors import NotOwnerError
+from jqueue.domain.placement import placement
+
+logger = logging.getLogger(__name__)
+
+PASSED_HEADERS = ("content-type", "accept", "authorization", CLIENT_HEADER.lower(), WORKER_HEADER.lower())
+"""The request headers a forwarded call carries to the owner."""
+FORWARD_TIMEOUT = 120.0
+"""Seconds a forwarded call may take (a long poll included) before it counts as unanswered."""
+
+
+class SharedRoot:
+    """This member's share of a root served by many brokers: which queues it serves, and the
+    forwarding of the others' calls.
+
+    Parameters
+    ----------
+    host : QueueHost
+        The root's queues, as this process opens them.
+    members : Members
+        The root's members.
+    """
+
+    def __init__(self, host: QueueHost, members: Members) -> None:
+        self.host = host
+        self.members = members
+        self._session: Any = None
+        self._unanswered: tuple[type[BaseException], ...] = (OSError, TimeoutError)
+
+    async def run(self) -> None:
+        """Join, then ``rebalance`` every ``renew_every`` until cancelled (a failed look is logged
+        and tried again at the next)."""
+        await self.members.join()
+        while True:
+            try:
+                await self.rebalance()
+            except Exception as exc:  # a storage outage, a damaged record: the next look tries again
+                logger.warning("a look at the brokers of %s failed: %s", self.host.root, exc)
+            await asyncio.sleep(self.members.renew_every)
+
+    async def rebalance(self) -> None:
+        """Look at the members, then serve the queues placed on this member and give up the others."""
+        if await self.members.step():
+            for name in self.host.owned():
+                await self.host.give_up(name)
+        await self.host.catalog.load()
+        me = self.members.owner
+        placed = placement(self.host.found(), self.members.addresses)
+        for name in self.host.owned():
+            if placed.get(name) != me:
+                await self.host.give_up(name)
+        for name, member in sorted(placed.items()):
+            if member == me and not self.host.owns(name):
+                try:
+                    await self.host.own(name, me)
+                except NotOwnerError as exc:
+                    logger.warning("queue %s was taken by broker %s meanwhile", name, exc.owner)
+
+    def owner_address(self, name: str) -> str | None:
+        """The address of the member that serves queue ``name``, or None if it is this one."""
+        if self.host.owns(name):
+            return None
+        addresses = self.members.addresses
+        member = placement({*self.host.found(), name}, addresses).get(name)
+        return None if member is None or member == self.members.owner else addresses[member]
+
+    async def forward(self, request: Request, address: str, body: bytes) -> Response:
+        """Send the call to the member at ``address`` and answer what it answers, naming it.
+
+        Raises
+        ------
+        ServiceError
+            ``NOT_OWNER`` for a call that was forwarded to this member already (the members
+            disagree for a moment), or one the owner did not answer: the client tries again.
+        """
+        if FORWARDED_HEADER in request.headers:
+            raise NOT_OWNER.error(f"queue placed on {address}, not on this broker", address)
+        headers = {name: value for name, value in request.headers.items() if name in PASSED_HEADERS}
+        headers[FORWARDED_HEADER] = self.members.owner
+        query = request.scope.get("query_string", b"").decode()
+        target = f"{address}{request.scope['path']}" + (f"?{query}" if query else "")
+        session = await self._opened()
+        try:
+            async with session.request(request.method, target, data=body, headers=headers) as reply:
+                content = await reply.read()
+                passed = {key: reply.headers[key] for key in (CREATED_QUEUE_HEADER,) if key in reply.headers}
+                response = Response(content, reply.status, passed, reply.headers.get("content-type"))
+        except self._unanswered as exc:
+            raise NOT_OWNER.error(
+                f"the broker of the queue at {address} did not answer: {exc}", address
+            ) from exc
+        response.headers[OWNER_HEADER] = address
+        return response
+
+    async def _opened(self) -> Any:
+        if self._session is None:
+            aiohttp = require("aiohttp", extra="serve")
+            timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT)
+            self._session = aiohttp.ClientSession(timeout=timeout)
+            self._unanswered = (aiohttp.ClientError, OSError, TimeoutError)
+        return self._session
+
+    async def close(self) -> None:
+        """Leave the members (a clean stop) and close the forwarding connections."""
+        try:
+            await self.members.leave()
+        finally:
+            if self._session is not None:
+                session, self._session = self._session, None
+                await session.close()

@@ -1,0 +1,190 @@
+"""Several ``jqueue serve --member`` processes on one root: each serves the queues placed on it,
+forwards the calls of the others, and takes a dead member's queues over (issue 52)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jqueue import DirectQueue, LocalFileSystemStorage, RemoteQueue, connect
+from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry, entry_seq
+from jqueue.domain.effects import Owned
+from servers import jqueue_serve
+
+pytestmark = pytest.mark.slow
+
+MEMBER = ["--member", "--renew-every", "0.2", "--stale-after", "1"]
+QUEUES = [f"q{n}" for n in range(6)]
+
+
+def get(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def enqueue(url: str, queue: str, payload: str = "") -> tuple[int, dict[str, Any], str | None]:
+    """Enqueue one job over the native API: the status, the body, and the owner a forward named."""
+    encoded = base64.b64encode(payload.encode()).decode()
+    body = json.dumps({"jobs": [{"entrypoint": "e", "payload": encoded}]}).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/queues/{queue}/enqueue", body, {"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read()), response.headers.get("X-JQueue-Owner")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), None
+
+
+def wait_for(condition: Any, seconds: float) -> float:
+    """Poll ``condition`` until it holds; return how long that took (fails after ``seconds``)."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < seconds, f"not within {seconds} s"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def owners_in_log(root: Path, queue: str) -> list[Owned]:
+    """The ``Owned`` entries of a queue's log, in order (a file root keeps them in segments)."""
+    storage = LocalFileSystemStorage(root / f"{queue}.json")
+
+    async def read() -> list[Owned]:
+        found: list[tuple[int, Owned]] = []
+        for name in await storage.list_names(ENTRY_PREFIX):
+            seq, data = entry_seq(name), await storage.get(name)
+            assert seq is not None
+            assert data is not None
+            found += [(seq, e) for e in decode_entry(data, seq, name).effects if isinstance(e, Owned)]
+        return [owned for _, owned in sorted(found, key=lambda item: item[0])]
+
+    return asyncio.run(read())
+
+
+async def _made_queues(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in QUEUES:
+        await DirectQueue(LocalFileSystemStorage(root / f"{name}.json")).enqueue("e", b"first")
+    return root
+
+
+def _root_with_queues(tmp_path: Path) -> Path:
+    return asyncio.run(_made_queues(tmp_path))
+
+
+def _shared(urls: list[str]) -> bool:
+    """Whether every member sees them all and every queue is served by exactly one of them."""
+    healths = [get(f"{url}/healthz") for url in urls]
+    if any(len(health["members"]) != len(urls) for health in healths):
+        return False
+    served = sorted(name for health in healths for name in health["queues"])
+    return served == QUEUES
+
+
+def test_members_share_the_queues_and_forward_the_others_calls(tmp_path: Path) -> None:
+    root = _root_with_queues(tmp_path)
+    with (
+        jqueue_serve(str(root), tmp_path / "a.log", options=MEMBER) as first,
+        jqueue_serve(str(root), tmp_path / "b.log", options=MEMBER) as second,
+    ):
+        wait_for(lambda: _shared([first, second]), 20)
+        shares = {url: get(f"{url}/healthz")["queues"] for url in (first, second)}
+        assert all(len(names) == len(QUEUES) // 2 for names in shares.values()), shares
+        for url in (first, second):
+            for name in QUEUES:
+                status, answer, owner = enqueue(url, name, url)
+                assert status == 200, answer
+                assert owner == (None if name in shares[url] else next(u for u in shares if u != url))
+        for url, names in shares.items():
+            owner_id = get(f"{url}/healthz")["owner"]
+            for name in names:
+                assert owners_in_log(root, name)[-1].owner == owner_id
+
+
+def test_a_killed_member_s_queues_answer_from_another_within_seconds(tmp_path: Path) -> None:
+    root = _root_with_queues(tmp_path)
+    with (
+        jqueue_serve(str(root), tmp_path / "a.log", options=MEMBER) as first,
+        jqueue_serve(str(root), tmp_path / "b.log", options=MEMBER) as second,
+    ):
+        wait_for(lambda: _shared([first, second]), 20)
+        lost = get(f"{first}/healthz")["queues"]
+        os.kill(get(f"{first}/healthz")["pid"], signal.SIGKILL)
+        killed_at = time.monotonic()
+        wait_for(lambda: all(enqueue(second, name)[0] == 200 for name in lost), 15)
+        took = time.monotonic() - killed_at
+        assert sorted(get(f"{second}/healthz")["queues"]) == QUEUES
+    assert took < 5, f"{took:.1f} s"  # about stale-after (1 s) and a look; generous for a busy machine
+    for name in lost:
+        assert [owned.epoch for owned in owners_in_log(root, name)] == [1, 2]
+
+
+def test_a_stopped_member_hands_its_queues_over_and_a_new_one_takes_its_share(tmp_path: Path) -> None:
+    root = _root_with_queues(tmp_path)
+    with jqueue_serve(str(root), tmp_path / "a.log", options=MEMBER) as first:
+        wait_for(lambda: _shared([first]), 20)
+        with jqueue_serve(str(root), tmp_path / "b.log", options=MEMBER) as second:
+            started = time.monotonic()
+            wait_for(lambda: _shared([first, second]), 20)
+            joined_in = time.monotonic() - started
+        wait_for(lambda: _shared([first]), 10)  # a clean stop leaves at once
+    assert joined_in < 10
+
+
+async def test_a_client_of_the_root_keeps_working_through_a_member_s_death(tmp_path: Path) -> None:
+    root = await _made_queues(tmp_path)
+    with (
+        jqueue_serve(str(root), tmp_path / "a.log", options=MEMBER) as first,
+        jqueue_serve(str(root), tmp_path / "b.log", options=MEMBER) as second,
+    ):
+        wait_for(lambda: _shared([first, second]), 20)
+        async with contextlib.AsyncExitStack() as stack:
+            queues = [await stack.enter_async_context(connect(str(root), name)) for name in QUEUES]
+            assert all(isinstance(queue, RemoteQueue) for queue in queues)
+            added = [await queue.enqueue("e", b"1") for queue in queues]
+            front = get(f"{first}/healthz")["broker"]
+            served = {url: get(f"{url}/healthz")["queues"] for url in (first, second)}
+            for name, queue in zip(QUEUES, queues, strict=True):
+                direct = queue._caller.owner  # type: ignore[attr-defined]
+                assert direct == (None if name in served[front] else next(u for u in served if u != front))
+            os.kill(get(f"{first}/healthz")["pid"], signal.SIGKILL)
+            added += [await queue.enqueue("e", b"2") for queue in queues]
+            claimed = [job for queue in queues for job in await queue.dequeue(batch_size=10)]
+        assert {job.id for job in added} <= {job.id for job in claimed}
+        assert len(claimed) == 3 * len(QUEUES)  # the first job of each queue, and the two added
+        assert get(f"{second}/healthz")["queues"] == QUEUES
+
+
+def test_the_queued_api_works_through_any_member(tmp_path: Path) -> None:
+    """Push, poll and delete through the member that does not serve the queue: each call is
+    forwarded, and a poll tag resolves at the owner."""
+    from test_queued_api import Client
+
+    root = _root_with_queues(tmp_path)
+    with (
+        jqueue_serve(str(root), tmp_path / "a.log", options=MEMBER) as first,
+        jqueue_serve(str(root), tmp_path / "b.log", options=MEMBER) as second,
+    ):
+        wait_for(lambda: _shared([first, second]), 20)
+        served = get(f"{first}/healthz")["queues"]
+        other = next(name for name in QUEUES if name not in served)
+        client = Client(first)
+        [pushed] = client.push(other, "hello")
+        polled = [m for m in client.poll(other, count=10) if m["id"] == pushed]
+        assert [m["contents"] for m in polled] == ["hello"]
+        status, answer = client.delete(other, (pushed, polled[0]["poll_tag"]))
+        assert status == 200, answer
+        assert pushed not in [m["id"] for m in Client(second).poll(other, count=10)]
