@@ -158,7 +158,7 @@ async def test_a_client_of_the_root_keeps_working_through_a_member_s_death(tmp_p
             front = get(f"{first}/healthz")["broker"]
             served = {url: get(f"{url}/healthz")["queues"] for url in (first, second)}
             for name, queue in zip(QUEUES, queues, strict=True):
-                direct = queue._caller.owner  # type: ignore[attr-defined]
+                direct = queue._caller.owner  # type: ignore[union-attr]
                 assert direct == (None if name in served[front] else next(u for u in served if u != front))
             os.kill(get(f"{first}/healthz")["pid"], signal.SIGKILL)
             added += [await queue.enqueue("e", b"2") for queue in queues]
