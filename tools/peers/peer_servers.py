@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 
@@ -137,7 +138,9 @@ class JqueueServer:
     """``jqueue serve`` on a directory (or a storage URL), on a free port of 127.0.0.1 (from the
     source tree)."""
 
-    def __init__(self, root: Path | str, python: str, env: dict[str, str]) -> None:
+    def __init__(
+        self, root: Path | str, python: str, env: dict[str, str], options: Sequence[str] = ()
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         if isinstance(root, Path):
@@ -151,6 +154,7 @@ class JqueueServer:
             str(root),
             "--listen",
             f"127.0.0.1:{self.port}",
+            *options,
         ]
         self.process = subprocess.Popen(
             command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

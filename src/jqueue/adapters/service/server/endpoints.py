@@ -27,7 +27,7 @@ from starlette.routing import Route
 from jqueue.adapters.dashboard.source import FORGET_AFTER, Sighting
 from jqueue.adapters.service.server.host import QueueHost
 from jqueue.adapters.service.server.metrics import ServiceMetrics
-from jqueue.adapters.service.server.sharing import SharedRoot
+from jqueue.adapters.service.server.sharing import SharedRoot, UnforwardedError
 from jqueue.adapters.service.server.tenure import BrokerTenure
 from jqueue.adapters.service.wire.bodies import (
     BROKER_HEADER,
@@ -46,6 +46,7 @@ from jqueue.adapters.service.wire.error_codes import (
     CLIENT_CLOSED_REQUEST,
     INTERNAL,
     NOT_BROKER,
+    NOT_OWNER,
     UNAUTHORIZED,
     UNSUPPORTED_MEDIA_TYPE,
     ErrorCode,
@@ -318,7 +319,10 @@ class Service:
         is another (None: this process serves the call)."""
         if self.shared is None or (owner := self.shared.owner_address(name)) is None:
             return None
-        return await self.shared.forward(request, owner, await raw_body(request, self.max_body_bytes))
+        try:
+            return await self.shared.forward(request, owner, await raw_body(request, self.max_body_bytes))
+        except UnforwardedError as exc:
+            raise HTTPError(NOT_OWNER, str(exc), exc.address) from exc
 
     async def authorize(self, request: Request, queue: str | None = None) -> None:
         """Let the request through if it carries the token, or an API key of the catalog whose

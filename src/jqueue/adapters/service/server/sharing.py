@@ -26,7 +26,6 @@ from jqueue.adapters.service.wire.bodies import (
     OWNER_HEADER,
     WORKER_HEADER,
 )
-from jqueue.adapters.service.wire.error_codes import NOT_OWNER
 from jqueue.domain.errors import NotOwnerError
 from jqueue.domain.placement import placement
 
@@ -36,6 +35,16 @@ PASSED_HEADERS = ("content-type", "accept", "authorization", CLIENT_HEADER.lower
 """The request headers a forwarded call carries to the owner."""
 FORWARD_TIMEOUT = 120.0
 """Seconds a forwarded call may take (a long poll included) before it counts as unanswered."""
+
+
+class UnforwardedError(Exception):
+    """A call this member could not hand to the queue's owner at ``address``: it was forwarded
+    here already (the members disagree for a moment), or the owner did not answer. The client
+    sends it again (``NOT_OWNER``)."""
+
+    def __init__(self, message: str, address: str) -> None:
+        super().__init__(message)
+        self.address = address
 
 
 class SharedRoot:
@@ -98,12 +107,12 @@ class SharedRoot:
 
         Raises
         ------
-        ServiceError
-            ``NOT_OWNER`` for a call that was forwarded to this member already (the members
-            disagree for a moment), or one the owner did not answer: the client tries again.
+        UnforwardedError
+            For a call that was forwarded to this member already (the members disagree for a
+            moment), or one the owner did not answer: the client tries again.
         """
         if FORWARDED_HEADER in request.headers:
-            raise NOT_OWNER.error(f"queue placed on {address}, not on this broker", address)
+            raise UnforwardedError(f"queue placed on {address}, not on this broker", address)
         headers = {name: value for name, value in request.headers.items() if name in PASSED_HEADERS}
         headers[FORWARDED_HEADER] = self.members.owner
         query = request.scope.get("query_string", b"").decode()
@@ -115,9 +124,8 @@ class SharedRoot:
                 passed = {key: reply.headers[key] for key in (CREATED_QUEUE_HEADER,) if key in reply.headers}
                 response = Response(content, reply.status, passed, reply.headers.get("content-type"))
         except self._unanswered as exc:
-            raise NOT_OWNER.error(
-                f"the broker of the queue at {address} did not answer: {exc}", address
-            ) from exc
+            unanswered = f"the broker of the queue at {address} did not answer: {exc}"
+            raise UnforwardedError(unanswered, address) from exc
         response.headers[OWNER_HEADER] = address
         return response
 
