@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 PASSED_HEADERS = ("content-type", "accept", "authorization", CLIENT_HEADER.lower(), WORKER_HEADER.lower())
 """The request headers a forwarded call carries to the owner."""
+TAKEN_AT_ONCE = 16
+"""Queues a member opens and takes over at once (a new member takes its whole share in one look)."""
 FORWARD_TIMEOUT = 120.0
 """Seconds a forwarded call may take (a long poll included) before it counts as unanswered."""
 
@@ -63,6 +65,7 @@ class SharedRoot:
         self.host = host
         self.members = members
         self._session: Any = None
+        self._placed: dict[str, str] = {}
         self._unanswered: tuple[type[BaseException], ...] = (OSError, TimeoutError)
 
     async def run(self) -> None:
@@ -83,24 +86,36 @@ class SharedRoot:
                 await self.host.give_up(name)
         await self.host.catalog.load()
         me = self.members.owner
-        placed = placement(self.host.found(), self.members.addresses)
+        self._placed = placed = placement(self.host.found(), self.members.addresses)
         for name in self.host.owned():
             if placed.get(name) != me:
                 await self.host.give_up(name)
-        for name, member in sorted(placed.items()):
-            if member == me and not self.host.owns(name):
+        taking = [
+            name for name, member in sorted(placed.items()) if member == me and not self.host.owns(name)
+        ]
+        room = asyncio.Semaphore(TAKEN_AT_ONCE)
+
+        async def take(name: str) -> None:
+            async with room:
                 try:
                     await self.host.own(name, me)
                 except NotOwnerError as exc:
                     logger.warning("queue %s was taken by broker %s meanwhile", name, exc.owner)
 
+        await asyncio.gather(*(take(name) for name in taking))
+
     def owner_address(self, name: str) -> str | None:
-        """The address of the member that serves queue ``name``, or None if it is this one."""
+        """The address of the member that serves queue ``name``, or None if it is this one (a
+        queue the last look did not place, a new one, is placed among the others now)."""
         if self.host.owns(name):
             return None
         addresses = self.members.addresses
-        member = placement({*self.host.found(), name}, addresses).get(name)
-        return None if member is None or member == self.members.owner else addresses[member]
+        member = self._placed.get(name)
+        if member is None:
+            member = placement({*self._placed, name}, addresses).get(name)
+        if member is None or member == self.members.owner or member not in addresses:
+            return None
+        return addresses[member]
 
     async def forward(self, request: Request, address: str, body: bytes) -> Response:
         """Send the call to the member at ``address`` and answer what it answers, naming it.
