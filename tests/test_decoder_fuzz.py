@@ -205,7 +205,7 @@ def valid_effects(payload: Callable[[int], Payload]) -> list[fx.Effect]:
         add(6, JobStatus.STAGED, batch="b1"), add(7, JobStatus.STAGED, batch="b2"), fx.Published("b2"),
         add(9), fx.Claimed("j9", at[15], "L9", at[16]), fx.Requeued("j9", at[90], "retry"),
         add(11), fx.Removed("j11"), fx.ThrottleSet("sms", 3, S), fx.PauseSet(None, False, True),
-        fx.SinkMarked("query-1", 7), fx.Owned("broker-1", 3),
+        fx.SinkMarked("query-1", 7), fx.Owned("broker-1", 3), fx.Resharded(4),
         add(13, JobStatus.IN_PROGRESS, heartbeat=at[30], attempts=2, lease="L13", expires=at[90],
             claims=(at[5], at[30])),
         add(15, JobStatus.DEAD, attempts=1, last_error="x", dead_reason="manual", dead_at=at[40],

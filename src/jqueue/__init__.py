@@ -28,6 +28,7 @@ from jqueue.core.runtime.steering import Fail, HandlerFailure, Retry
 from jqueue.core.runtime.tasks import Task
 from jqueue.core.runtime.worker import Worker
 from jqueue.core.runtime.workflows import Chain, Group, Signature, Workflow, chain, group
+from jqueue.core.sharded import ShardedQueue
 from jqueue.domain.errors import (
     CASConflictError,
     CommitUnknownError,
@@ -56,6 +57,7 @@ from jqueue.version import __version__
 
 if _typing.TYPE_CHECKING:
     from jqueue.adapters.service.client.connection import connect as connect
+    from jqueue.adapters.service.client.connection import sharded as sharded
     from jqueue.adapters.service.client.remote_queue import RemoteQueue as RemoteQueue
     from jqueue.adapters.storage.gcs import GCSStorage as GCSStorage
     from jqueue.adapters.storage.s3 import S3Storage as S3Storage
@@ -67,6 +69,7 @@ _LAZY = {
     "GCSStorage": "jqueue.adapters.storage.gcs",
     "RemoteQueue": "jqueue.adapters.service.client.remote_queue",
     "connect": "jqueue.adapters.service.client.connection",
+    "sharded": "jqueue.adapters.service.client.connection",
     "WorkerMetrics": "jqueue.adapters.worker_metrics",
 }
 
@@ -127,6 +130,7 @@ __all__ = [
     "QueueStats",
     "Retry",
     "ServiceError",
+    "ShardedQueue",
     "Signature",
     "StorageError",
     "Task",

@@ -45,6 +45,7 @@ from jqueue.domain.models import Job, JobStatus, QueueState
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.records import HistoryRecord, JobRecord
 from jqueue.domain.schema import PUBLIC_FORM, JobFields, JobForm
+from jqueue.domain.sharding import SHARDS
 from jqueue.domain.spec import ATTEMPTS, BATCH_SIZE, POSITIVE_SPAN, EnqueueOptions, JobSpec, checked_span
 from jqueue.domain.stats import QueueStats, stats_of
 from jqueue.domain.times import span_micros, to_micros, utc_now
@@ -621,6 +622,22 @@ class JobQueue(EnqueueCalls):
         """The broker that owns the queue and its epoch, as the newest state says (None: no
         broker took it)."""
         return await self._view(lambda index: index.controls.owner)
+
+    async def shards(self) -> int:
+        """How many shards the queue is made of (1 unless ``reshard`` made it more): this queue is
+        shard 0, and ``ShardedQueue`` opens the others beside it."""
+        return await self._view(lambda index: index.controls.shards or 1)
+
+    async def reshard(self, shards: int) -> int:
+        """Record that the queue is made of ``shards`` shards from now on (see ``ShardedQueue``).
+
+        Raises
+        ------
+        ValueError
+            If ``shards`` is out of ``SHARDS`` or lower than the count recorded.
+        """
+        SHARDS.check("shards", shards)
+        return await self._commits.run(lambda index: index.reshard(shards))
 
     async def sweep(self) -> int:
         """Return to the queue (or, past their last attempt, to the dead letters) the claimed jobs

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
 
-from jqueue.domain.effects import LimitSet, Owned, PauseSet, SinkMarked, ThrottleSet
+from jqueue.domain.effects import LimitSet, Owned, PauseSet, Resharded, SinkMarked, ThrottleSet
 from jqueue.domain.errors import NotOwnerError
 from jqueue.domain.lines import Tenant
 from jqueue.domain.values import INT64_MAX, Bounds
@@ -43,6 +43,8 @@ class Controls:
         """The newest batch id each streaming sink committed (see ``SinkMarked``)."""
         self.owner: Owned | None = None
         """The broker that took the queue over last, in which epoch (see ``Owned``); None if none did."""
+        self.shards: int | None = None
+        """How many shards the queue is made of, if it was ever sharded (see ``Resharded``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the controls as plain lists (for the wire formats and snapshots)."""
@@ -61,6 +63,7 @@ class Controls:
             ],
             "tenant_limits": [[scope, limit] for scope, limit in self.tenant_limits.items()],
             "owner": None if self.owner is None else [self.owner.owner, self.owner.epoch],
+            "shards": self.shards,
         }
 
     @classmethod
@@ -80,11 +83,12 @@ class Controls:
         controls.tenant_limits = {scope: limit for scope, limit in data.get("tenant_limits", ())}
         owner = data.get("owner")
         controls.owner = None if owner is None else Owned(*owner)
+        controls.shards = data.get("shards")
         return controls
 
-    def as_effects(self) -> list[PauseSet | ThrottleSet | LimitSet | SinkMarked | Owned]:
-        """Return the effects that set these pauses, throttles, limits, marks and owner on an empty
-        queue."""
+    def as_effects(self) -> list[PauseSet | ThrottleSet | LimitSet | SinkMarked | Owned | Resharded]:
+        """Return the effects that set these pauses, throttles, limits, marks, owner and shard
+        count on an empty queue."""
         scopes = sorted(self.paused_claims | self.paused_enqueues, key=str)
         pauses = [PauseSet(s, s in self.paused_claims, s in self.paused_enqueues) for s in scopes]
         throttles = [ThrottleSet(scope, limit, window) for scope, (limit, window) in self.throttles.items()]
@@ -93,7 +97,8 @@ class Controls:
         throttles += [ThrottleSet(s, n, window, True) for s, (n, window) in self.tenant_throttles.items()]
         limits += [LimitSet(scope, limit, True) for scope, limit in self.tenant_limits.items()]
         owned = [] if self.owner is None else [self.owner]
-        return [*pauses, *throttles, *limits, *marks, *owned]
+        sharded = [] if self.shards is None else [Resharded(self.shards)]
+        return [*pauses, *throttles, *limits, *marks, *owned, *sharded]
 
     def _restorer(self) -> Callable[[], None]:
         saved = deepcopy(self.__dict__)
@@ -162,6 +167,20 @@ class Controls:
             raise ValueError(f"{effect} does not come after {self.owner}")
         undo = self._restorer()
         self.owner = effect
+        return undo
+
+    def set_shards(self, effect: Resharded) -> Callable[[], None]:
+        """Record the queue's shard count; returns its undo.
+
+        Raises
+        ------
+        ValueError
+            If it is lower than the count before it.
+        """
+        if self.shards is not None and effect.shards < self.shards:
+            raise ValueError(f"{effect} lowers the count of {self.shards} shards")
+        undo = self._restorer()
+        self.shards = effect.shards
         return undo
 
     def check_owner(self, broker: str) -> None:

@@ -144,6 +144,14 @@ class Owned:
 
 
 @dataclass(frozen=True, slots=True)
+class Resharded:
+    """The queue is now made of ``shards`` logs: this one (shard 0) and ``shards - 1`` beside
+    it (see ``domain.sharding``); a count is never lowered."""
+
+    shards: Counted
+
+
+@dataclass(frozen=True, slots=True)
 class Beat(JobEvent):
     """A claimed job's heartbeat moved to ``at``; its lease, if it expires, now expires at
     ``expires``, or when None as long again from ``at`` as it was from the last heartbeat.
@@ -197,6 +205,7 @@ Effect = (
     | LimitSet
     | SinkMarked
     | Owned
+    | Resharded
     | Published
     | Discarded
     | ParentSettled

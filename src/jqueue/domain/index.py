@@ -54,6 +54,7 @@ from jqueue.domain.effects import (
     Published,
     Removed,
     Requeued,
+    Resharded,
     SinkMarked,
     ThrottleSet,
 )
@@ -550,6 +551,9 @@ class IndexState:
     def _owned(self, effect: Owned) -> None:
         self.journal.add(self.controls.set_owner(effect))
 
+    def _resharded(self, effect: Resharded) -> None:
+        self.journal.add(self.controls.set_shards(effect))
+
     def _parent_settled(self, effect: ParentSettled) -> None:
         record = self.job(effect.job_id)
         if record is None:
@@ -737,6 +741,7 @@ _APPLIERS: dict[type[Any], Callable[[IndexState, Any], None]] = {
     LimitSet: IndexState._limit_set,
     SinkMarked: IndexState._sink_marked,
     Owned: IndexState._owned,
+    Resharded: IndexState._resharded,
     ParentSettled: IndexState._parent_settled,
 }
 """How ``IndexState.apply`` applies each kind of effect."""
@@ -1156,6 +1161,18 @@ class QueueIndex(IndexState):
         taken = Owned(broker, 1 if owner is None else owner.epoch + 1)
         self.apply(taken)
         return taken
+
+    def reshard(self, shards: int) -> int:
+        """Make the queue one of ``shards`` shards, unless it is already; returns the count.
+
+        Raises
+        ------
+        ValueError
+            If the queue has more shards (a count is never lowered).
+        """
+        if self.controls.shards != shards:
+            self.apply(Resharded(shards))
+        return shards
 
     def staged_batches(self) -> dict[str, int]:
         """Return the bulk writes not yet published, with their job counts."""

@@ -59,6 +59,7 @@ TAGS: dict[type[fx.Effect], str] = {
     fx.LimitSet: "limit",
     fx.SinkMarked: "sink_mark",
     fx.Owned: "owned",
+    fx.Resharded: "resharded",
     fx.Published: "publish",
     fx.Discarded: "discard",
     fx.ParentSettled: "parent_settled",

@@ -97,6 +97,7 @@ class WireControls(msgspec.Struct):
     tenant_usage: list[tuple[str | None, Count, str | None, Count]] = []
     tenant_limits: list[tuple[str | None, Count]] = []
     owner: tuple[str, Count] | None = None
+    shards: Count | None = None
 
 
 _history_fields = operator.attrgetter(*(f.name for f in HISTORY_FIELDS))

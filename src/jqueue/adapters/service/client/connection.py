@@ -15,8 +15,9 @@ from jqueue.adapters.service.client.caller import (
 )
 from jqueue.adapters.service.client.remote_queue import RemoteQueue
 from jqueue.adapters.service.wire.bodies import TOKEN_VARIABLE
-from jqueue.adapters.service.wire.root import root_storage
+from jqueue.adapters.service.wire.root import root_storage, shard_storage
 from jqueue.core.broker import BrokerQueue
+from jqueue.core.sharded import ShardedQueue
 
 Broker = Literal["auto", "require", "off"]
 
@@ -80,3 +81,18 @@ class connect:  # noqa: N801  (used as a function: ``async with connect(...) as 
         if self._opened is not None:
             opened, self._opened = self._opened, None
             await opened.stop()
+
+
+def sharded(root: str, queue: str, shards: int | None = None, **options: Any) -> ShardedQueue:
+    """Queue ``queue`` of the storage ``root`` as a ``ShardedQueue`` of ``shards`` logs, each a
+    ``BrokerQueue`` (taking ``options``) that commits directly: ``async with sharded(root,
+    "jobs", 4) as queue``. More shards than the queue has grows it; None keeps its count (1
+    for a queue never sharded). Through ``jqueue serve``, sharded queues are not served yet.
+
+    Raises
+    ------
+    BadQueueNameError
+        For a name that is not a queue's.
+    """
+    shard_storage(root, queue, 0)  # the name's check, before anything opens
+    return ShardedQueue(lambda k: BrokerQueue(shard_storage(root, queue, k), **options), shards)

@@ -96,6 +96,15 @@ def record_storage(root: str) -> ObjectStoragePort:
     return storage_at(root_location(root, RECORD_NAME))
 
 
+def shard_storage(root: str, name: str, shard: int) -> ObjectStoragePort:
+    """Return the storage of shard ``shard`` of queue ``name`` under ``root``: the queue's own
+    for shard 0, ``ROOT/NAME.shard-K.json`` for the others (a ``.`` is in no queue name)."""
+    if shard == 0:
+        return root_storage(root, name)
+    queue_location(root, name)  # the name's check
+    return storage_at(root_location(root, f"{name}.shard-{shard}.json"))
+
+
 def members_storage(root: str) -> ObjectStoragePort:
     """Return the storage of the root's members record (``ROOT/_brokers.json``)."""
     return storage_at(root_location(root, MEMBERS_NAME))

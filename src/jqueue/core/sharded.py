@@ -1,0 +1,351 @@
+"""``ShardedQueue``: one queue made of several logs, so that many processes contend on many.
+
+Shard 0 is the queue as it always was; it records the count (``JobQueue.reshard``), and shard
+``k`` lives beside it (``ROOT/NAME.shard-k.json``, made by the caller's ``open_shard``). A job
+goes to the shard of its tenant, else of its dedup key, else of its id (``domain.sharding``);
+a job with parents goes to its first parent's shard, so that dependencies, fan-in and
+per-tenant limits stay inside one log's commit. Claims visit the shards in turn from a start
+that moves at each call, so that no shard starves. Priorities and FIFO hold within a shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Collection, Iterable, Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Self, Unpack
+
+from jqueue.core.queue import JobQueue
+from jqueue.domain import errors
+from jqueue.domain.models import Job, JobStatus, new_job_id
+from jqueue.domain.policy import QueuePolicy
+from jqueue.domain.sharding import SHARDS, routing_key, shard_of
+from jqueue.domain.spec import EnqueueOptions, JobSpec
+from jqueue.domain.stats import EntrypointStats, QueueStats
+
+LOCATED_MOST = 100_000
+"""The most job ids whose shard a sharded queue remembers (the jobs it claimed or added lately)."""
+
+
+class ShardedQueue:
+    """A queue of ``shards`` logs with the calls of one queue (those a ``Worker`` needs, the
+    reads an operator uses, and pauses), each on the shard a job lives in.
+
+    Parameters
+    ----------
+    open_shard : callable
+        Makes the ``JobQueue`` of shard ``k`` (not started).
+    shards : int or None
+        The count the queue should have: more than recorded grows it; None keeps the recorded
+        count (1 for a queue never sharded).
+    """
+
+    def __init__(self, open_shard: Callable[[int], JobQueue], shards: int | None = None) -> None:
+        if shards is not None:
+            SHARDS.check("shards", shards)
+        self._open_shard = open_shard
+        self._wanted = shards
+        self.shards: list[JobQueue] = []
+        self._turn = 0
+        self._located: dict[str, int] = {}
+        self.changes = ShardChanges(self)
+        """Wakes idle callers when any shard may have changed (see ``Worker``)."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open shard 0, learn (or grow) the count, and open the other shards.
+
+        Raises
+        ------
+        ValueError
+            If ``shards`` is lower than the count recorded (a count is never lowered).
+        """
+        first = self._open_shard(0)
+        await first.__aenter__()
+        self.shards = [first]
+        try:
+            count = await first.shards()
+            if self._wanted is not None and self._wanted != count:
+                count = await first.reshard(self._wanted)
+            for k in range(1, count):
+                shard = self._open_shard(k)
+                await shard.__aenter__()
+                self.shards.append(shard)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Commit what was submitted and close every shard."""
+        shards, self.shards = self.shards, []
+        for shard in shards:
+            await shard.__aexit__(None, None, None)
+
+    @property
+    def visibility_timeout(self) -> timedelta:
+        """How long a claim holds a job without a heartbeat (shard 0's)."""
+        return self.shards[0].visibility_timeout
+
+    @property
+    def policy(self) -> QueuePolicy:
+        """The queue's defaults for retries and back-off (shard 0's)."""
+        return self.shards[0].policy
+
+    # --- adding ---------------------------------------------------------------------
+
+    async def enqueue(
+        self, entrypoint: str, payload: bytes, priority: int = 0, **options: Unpack[EnqueueOptions]
+    ) -> Job:
+        """Add a job to its shard; returns it once durably committed (see ``JobQueue.enqueue``)."""
+        return (await self.enqueue_many([JobSpec(entrypoint, payload, priority, **options)]))[0]
+
+    async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[Job]:
+        """Add jobs, each to its shard, one commit per shard, the shards at once; returns them in
+        the order given. Atomic per shard, not across shards."""
+        specs = [spec if spec.id is not None else dataclasses.replace(spec, id=new_job_id()) for spec in jobs]
+        placed: dict[str, int] = {}
+        for spec in specs:
+            assert spec.id is not None
+            placed[spec.id] = await self._shard_of_spec(spec, placed)
+        by_shard: dict[int, list[JobSpec]] = {}
+        for spec in specs:
+            assert spec.id is not None
+            by_shard.setdefault(placed[spec.id], []).append(spec)
+        added = await asyncio.gather(*(self.shards[k].enqueue_many(s) for k, s in by_shard.items()))
+        answers = {job.id: job for shard_jobs in added for job in shard_jobs}
+        self._remember(placed)
+        return [answers[spec.id] for spec in specs if spec.id is not None]
+
+    async def _shard_of_spec(self, spec: JobSpec, placed: dict[str, int]) -> int:
+        """A spec's shard: its first parent's (in this batch, or found), else its own key's."""
+        if spec.after:
+            parent = spec.after[0]
+            if parent in placed:
+                return placed[parent]
+            found = await self._find_shard(parent)
+            if found is not None:
+                return found
+        assert spec.id is not None
+        return shard_of(routing_key(spec.tenant, spec.dedup_key, spec.id), len(self.shards))
+
+    # --- claiming and settling ---------------------------------------------------------
+
+    async def dequeue(
+        self,
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> list[Job]:
+        """Claim up to ``batch_size`` jobs, visiting the shards in turn from a start that moves at
+        each call; best priority first within a shard."""
+        claimed: list[Job] = []
+        for k in self._visiting():
+            wanted = batch_size - len(claimed)
+            got = await self.shards[k].dequeue(
+                entrypoint, batch_size=wanted, visibility_timeout=visibility_timeout
+            )
+            self._remember({job.id: k for job in got})
+            claimed += got
+            if len(claimed) >= batch_size:
+                break
+        return claimed
+
+    async def ack_and_dequeue(
+        self,
+        acks: Sequence[tuple[Job | str, bytes | None]],
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> tuple[list[errors.JQueueError | None], list[Job]]:
+        """Ack each of ``acks`` in its shard (None or the error per ack), then claim."""
+        outcomes: list[errors.JQueueError | None] = []
+        for job, result in acks:
+            try:
+                await self.ack(job, result=result)
+            except (errors.JobNotFoundError, errors.LeaseLostError) as exc:
+                outcomes.append(exc)
+            else:
+                outcomes.append(None)
+        claimed = await self.dequeue(entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout)
+        return outcomes, claimed
+
+    async def peek(self, entrypoint: str | Collection[str] | None = None, limit: int = 1) -> list[Job]:
+        """The jobs ``dequeue`` would claim now from the shards in turn, claiming none."""
+        found: list[Job] = []
+        for shard in self.shards:
+            found += await shard.peek(entrypoint, limit)
+        return sorted(found, key=lambda job: (-job.priority, job.created_at))[:limit]
+
+    async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
+        """Ack a job in its shard (see ``JobQueue.ack``)."""
+        shard = await self._shard_of_job(job_id)
+        await self.shards[shard].ack(job_id, result=result)
+        self._located.pop(_id(job_id), None)
+
+    async def nack(
+        self,
+        job_id: Job | str,
+        delay: timedelta | None = None,
+        error: str | None = None,
+        *,
+        max_attempts: int | None = None,
+        dead: bool = False,
+    ) -> None:
+        """Nack a job in its shard (see ``JobQueue.nack``)."""
+        shard = await self._shard_of_job(job_id)
+        await self.shards[shard].nack(job_id, delay, error, max_attempts=max_attempts, dead=dead)
+
+    async def release(self, job_id: Job | str) -> None:
+        """Release a job in its shard (see ``JobQueue.release``)."""
+        await self.shards[await self._shard_of_job(job_id)].release(job_id)
+
+    async def heartbeat(
+        self,
+        job_id: Job | str,
+        *,
+        visibility_timeout: timedelta | None = None,
+        progress: float | None = None,
+        note: str | None = None,
+    ) -> None:
+        """Heartbeat a job in its shard (see ``JobQueue.heartbeat``)."""
+        shard = self.shards[await self._shard_of_job(job_id)]
+        await shard.heartbeat(job_id, visibility_timeout=visibility_timeout, progress=progress, note=note)
+
+    async def cancel_requested(self, job_id: Job | str) -> bool:
+        """Whether a job's cancel was asked for, in its shard."""
+        return await self.shards[await self._shard_of_job(job_id)].cancel_requested(job_id)
+
+    async def cancel(self, job_id: Job | str) -> bool:
+        """Cancel a job in its shard (see ``JobQueue.cancel``)."""
+        return await self.shards[await self._shard_of_job(job_id)].cancel(job_id)
+
+    async def result(self, job_id: str, timeout: timedelta | None = None) -> bytes | None:  # noqa: ASYNC109
+        """Wait for a job's result in its shard (see ``JobQueue.result``)."""
+        return await self.shards[await self._shard_of_job(job_id)].result(job_id, timeout)
+
+    # --- reading and steering ------------------------------------------------------------
+
+    async def find(self, job_id: str) -> Job | None:
+        """One job as it is now, from whichever shard holds it (None if none does)."""
+        shard = await self._find_shard(job_id)
+        return None if shard is None else await self.shards[shard].find(job_id)
+
+    async def stats(self) -> QueueStats:
+        """The shards' figures added up (``version``: the sum of the shards' versions; pauses,
+        throttles and limits: shard 0's, which ``pause`` sets on every shard alike)."""
+        each = await asyncio.gather(*(shard.stats() for shard in self.shards))
+        total = dataclasses.replace(each[0], version=sum(s.version for s in each), entrypoints={})
+        total.history_records = sum(s.history_records for s in each)
+        for stats in each:
+            for name, figures in stats.entrypoints.items():
+                total.entrypoints[name] = _added(total.entrypoints.get(name), figures)
+        return total
+
+    async def jobs(
+        self, status: JobStatus | None = None, entrypoint: str | None = None, limit: int | None = 100
+    ) -> list[Job]:
+        """Jobs without claiming them, oldest enqueue first across the shards, at most ``limit``."""
+        each = await asyncio.gather(*(s.jobs(status, entrypoint, limit=limit) for s in self.shards))
+        merged = sorted((job for jobs in each for job in jobs), key=lambda job: job.created_at)
+        return merged if limit is None else merged[:limit]
+
+    async def pause(self, entrypoint: str | None = None, *, enqueues: bool = False) -> None:
+        """Pause claims (and ``enqueues``) of ``entrypoint`` on every shard."""
+        await asyncio.gather(*(shard.pause(entrypoint, enqueues=enqueues) for shard in self.shards))
+
+    async def resume(self, entrypoint: str | None = None) -> None:
+        """Resume ``entrypoint`` on every shard."""
+        await asyncio.gather(*(shard.resume(entrypoint) for shard in self.shards))
+
+    # --- where a job is ------------------------------------------------------------------
+
+    def _visiting(self) -> list[int]:
+        count = len(self.shards)
+        start, self._turn = self._turn, (self._turn + 1) % count
+        return [(start + step) % count for step in range(count)]
+
+    def _remember(self, located: dict[str, int]) -> None:
+        self._located.update(located)
+        while len(self._located) > LOCATED_MOST:
+            del self._located[next(iter(self._located))]
+
+    async def _shard_of_job(self, job_id: Job | str) -> int:
+        """The shard of a job: remembered, else its key's (a ``Job`` without parents), else found.
+
+        Raises
+        ------
+        JobNotFoundError
+            If no shard holds the job (live or finished).
+        """
+        plain = _id(job_id)
+        if plain in self._located:
+            return self._located[plain]
+        if isinstance(job_id, Job) and not job_id.after:
+            return shard_of(routing_key(job_id.tenant, job_id.dedup_key, job_id.id), len(self.shards))
+        found = await self._find_shard(plain)
+        if found is None:
+            raise errors.JobNotFoundError(plain)
+        return found
+
+    async def _find_shard(self, job_id: str) -> int | None:
+        """The shard that holds job ``job_id``, live or in its history (None if none does)."""
+        for k, shard in enumerate(self.shards):
+            if await shard.find(job_id) is not None or await shard.finished(job_id) is not None:
+                self._remember({job_id: k})
+                return k
+        return None
+
+
+class ShardChanges:
+    """The changes of every shard of a queue as one feed: its generation counts them all."""
+
+    def __init__(self, queue: ShardedQueue) -> None:
+        self._queue = queue
+
+    @property
+    def generation(self) -> int:
+        """A number that grows at each change of any shard."""
+        return sum(shard.changes.generation for shard in self._queue.shards)
+
+    async def wait(self, seen: int, seconds: float) -> int:
+        """Return the generation once it is past ``seen``, or after ``seconds``."""
+        if self.generation != seen:
+            return self.generation
+        feeds = [shard.changes for shard in self._queue.shards]
+        waits = [asyncio.ensure_future(feed.wait(feed.generation, seconds)) for feed in feeds]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        return self.generation
+
+
+def _id(job_id: Job | str) -> str:
+    return job_id.id if isinstance(job_id, Job) else job_id
+
+
+def _added(total: EntrypointStats | None, more: EntrypointStats) -> EntrypointStats:
+    """Two shards' figures of one entrypoint added up (the oldest queued job: the older)."""
+    if total is None:
+        return more
+    oldest = [at for at in (total.oldest_queued_at, more.oldest_queued_at) if at is not None]
+    summed = {
+        field.name: getattr(total, field.name) + getattr(more, field.name)
+        for field in dataclasses.fields(more)
+        if isinstance(getattr(more, field.name), int)
+    }
+    first: datetime | None = min(oldest) if oldest else None
+    return dataclasses.replace(more, **summed, oldest_queued_at=first)

@@ -1,0 +1,126 @@
+"""Sharded queues (``jqueue.sharded``, ``ShardedQueue``): one queue made of several logs, each job
+in the shard its tenant, dedup key, id or first parent gives it, claims visiting the shards in
+turn (issue 52, ADR 0022)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from jqueue import Job, JobSpec, ShardedQueue, Worker, sharded
+from jqueue.domain.sharding import routing_key, shard_of
+
+
+async def test_jobs_go_to_their_tenant_s_shard_and_spread_without_one(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "jobs", 4) as queue:
+        tenants = await queue.enqueue_many([JobSpec("e", b"t", tenant=f"t{n % 5}") for n in range(50)])
+        spread = await queue.enqueue_many([JobSpec("e", b"s") for _ in range(200)])
+        by_shard = [{job.id for job in await shard.jobs(limit=None)} for shard in queue.shards]
+    assert sorted(path.name for path in tmp_path.glob("jobs*.json")) == [
+        "jobs.json", "jobs.shard-1.json", "jobs.shard-2.json", "jobs.shard-3.json"
+    ]  # fmt: skip
+    for job in tenants:
+        assert job.id in by_shard[shard_of(routing_key(job.tenant, None, job.id), 4)]
+    assert all(len(ids & {job.id for job in spread}) > 20 for ids in by_shard)
+    assert sum(len(ids) for ids in by_shard) == 250
+
+
+async def test_a_workflow_stays_in_its_first_parent_s_shard(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "jobs", 8) as queue:
+        [parent] = await queue.enqueue_many([JobSpec("parent", b"p", tenant="acme")])
+        children = await queue.enqueue_many([JobSpec("child", b"c", after=[parent.id]) for _ in range(20)])
+        home = shard_of(routing_key("acme", None, parent.id), 8)
+        assert {job.id for job in await queue.shards[home].jobs(limit=None)} >= {c.id for c in children}
+        [claimed] = await queue.dequeue("parent")
+        await queue.ack(claimed, result=b"done")
+        drained = await queue.dequeue("child", batch_size=50)
+        assert sorted(job.id for job in drained) == sorted(job.id for job in children)
+        tenant = next(t for t in (f"t{n}" for n in range(100)) if shard_of(routing_key(t, None, ""), 8) != 0)
+        batch = [JobSpec("parent", b"p", tenant=tenant, id="p2")]
+        batch += [JobSpec("child", b"c", after=["p2"], id=f"c{n}") for n in range(10)]
+        await queue.enqueue_many(batch)  # the parent and its children in one call
+        home = shard_of(routing_key(tenant, None, "p2"), 8)
+        assert {job.id for job in await queue.shards[home].jobs(limit=None)} == {s.id for s in batch}
+
+
+async def test_claims_visit_every_shard_and_none_starves(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "jobs", 4) as queue:
+        await queue.enqueue_many([JobSpec("e", b"x", tenant=f"t{n}") for n in range(40)])
+        homes: Counter[int] = Counter()
+        for _ in range(8):
+            [job] = await queue.dequeue()
+            homes[shard_of(routing_key(job.tenant, None, job.id), 4)] += 1
+        assert sorted(homes) == [0, 1, 2, 3]  # two rounds of turns: each shard gave twice
+        assert set(homes.values()) == {2}
+        one_left = await queue.dequeue(batch_size=100)
+        assert len(one_left) == 32
+        assert await queue.dequeue() == []
+
+
+async def test_reads_add_the_shards_up(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "jobs", 3) as queue:
+        added = await queue.enqueue_many([JobSpec("e", b"x", tenant=f"t{n}") for n in range(30)])
+        claimed = await queue.dequeue(batch_size=10)
+        await queue.nack(claimed[0], dead=True)
+        stats = await queue.stats()
+        figures = stats.entrypoints["e"]
+        assert (figures.queued, figures.in_progress, figures.dead) == (20, 9, 1)
+        listed = await queue.jobs(limit=None)
+        assert sorted(job.id for job in listed) == sorted(job.id for job in added)
+        assert [job.created_at for job in listed] == sorted(job.created_at for job in listed)
+        assert (await queue.find(added[5].id)) is not None
+        await queue.ack(claimed[1].id)  # a plain id is found in its shard
+        assert await queue.find(claimed[1].id) is None
+        assert await queue.cancel(added[-1].id) in (True, False)
+        await queue.pause("e")
+        assert await queue.dequeue() == []
+        await queue.resume("e")
+        assert len(await queue.dequeue(batch_size=100)) == 19
+
+
+async def test_the_count_is_recorded_grows_and_never_shrinks(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "jobs", 2) as queue:
+        await queue.enqueue_many([JobSpec("e", b"x") for _ in range(10)])
+    async with sharded(str(tmp_path), "jobs") as reopened:
+        assert len(reopened.shards) == 2
+        assert len(await reopened.jobs(limit=None)) == 10
+    async with sharded(str(tmp_path), "jobs", 4) as grown:
+        assert len(grown.shards) == 4
+        assert len(await grown.dequeue(batch_size=20)) == 10  # the jobs stay where they were
+    with pytest.raises(ValueError, match="lowers"):
+        async with sharded(str(tmp_path), "jobs", 3):
+            pass
+    with pytest.raises(ValueError, match="shards"):
+        ShardedQueue(lambda k: None, 0)  # type: ignore[arg-type, return-value]
+
+
+async def test_a_worker_and_two_processes_share_a_sharded_queue_exactly_once(tmp_path: Path) -> None:
+    """Two sharded queues on one root (as two processes would be): producers through both, a
+    worker on each; every job runs once."""
+    ran: Counter[str] = Counter()
+    async with sharded(str(tmp_path), "jobs", 4) as first, sharded(str(tmp_path), "jobs") as second:
+
+        async def handle(job: Job) -> None:
+            ran[job.id] += 1
+
+        workers = [Worker(queue, {"e": handle}, concurrency=4) for queue in (first, second)]
+        added = await asyncio.gather(
+            first.enqueue_many([JobSpec("e", b"1", tenant=f"t{n % 7}") for n in range(150)]),
+            second.enqueue_many([JobSpec("e", b"2") for _ in range(150)]),
+        )
+        runs = [asyncio.create_task(worker.run(install_signals=False)) for worker in workers]
+
+        async def drained() -> None:
+            while len(ran) < 300:
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(drained(), timeout=60)
+        for worker in workers:
+            worker.stop()
+        await asyncio.wait_for(asyncio.gather(*runs), timeout=30)
+        assert sorted(ran) == sorted(job.id for jobs in added for job in jobs)
+        assert set(ran.values()) == {1}
+        assert await first.jobs(limit=None) == []
