@@ -17,16 +17,27 @@ from jqueue.domain.errors import NotOwnerError
 from jqueue.ports.storage import KeyedStoragePort
 
 
-async def _log(storage: KeyedStoragePort) -> list[tuple[int, list[Effect]]]:
-    """Every entry of the log: its number and its effects."""
+async def _log(storage: KeyedStoragePort) -> list[tuple[int, str, list[Effect]]]:
+    """Every entry of the log: its number, its commit id and its effects."""
     found = []
     for name in await storage.list_names(ENTRY_PREFIX):
         seq = entry_seq(name)
         data = await storage.get(name)
         assert seq is not None
         assert data is not None
-        found.append((seq, list(decode_entry(data, seq, name).effects)))
+        entry = decode_entry(data, seq, name)
+        found.append((seq, entry.commit, list(entry.effects)))
     return sorted(found, key=lambda item: item[0])
+
+
+def writers(log: list[tuple[int, str, list[Effect]]]) -> list[tuple[str, str]]:
+    """Each entry's owner as the log says (the last ``Owned`` at or before it) and its writer (the
+    broker its commit id names; "" for a process that commits as no broker)."""
+    owner, found = "", []
+    for _, commit, effects in log:
+        owner = next((e.owner for e in effects if isinstance(e, Owned)), owner)
+        found.append((owner, commit.partition("/")[0] if "/" in commit else ""))
+    return found
 
 
 async def test_a_broker_that_lost_its_queue_commits_nothing(file_or_s3: Backend) -> None:
@@ -45,8 +56,10 @@ async def test_a_broker_that_lost_its_queue_commits_nothing(file_or_s3: Backend)
                 await call
         assert [job.payload for job in await second.jobs()] == [b"before"]
         assert (await first.owner()) == Owned("second", 2)  # a read still reads
-    owners = [e for _, effects in await _log(storage) for e in effects if isinstance(e, Owned)]
+    log = await _log(storage)
+    owners = [e for _, _, effects in log for e in effects if isinstance(e, Owned)]
     assert owners == [Owned("first", 1), Owned("second", 2)]
+    assert all(writer in ("", owner) for owner, writer in writers(log))
 
 
 async def test_calls_in_flight_at_a_take_over_land_before_it_or_fail(file_or_s3: Backend) -> None:
@@ -81,13 +94,16 @@ async def test_calls_in_flight_at_a_take_over_land_before_it_or_fail(file_or_s3:
         stored = {job.id for job in await second.jobs(limit=None)}
     assert stored == {job_id for job_id, answered in outcomes.items() if answered}
     assert not all(outcomes.values())
+    log = await _log(storage)
     taken_at = None
-    for seq, effects in await _log(storage):
+    for seq, _, effects in log:
         if Owned("second", 2) in effects:
             taken_at = seq
         elif taken_at is not None:
             assert not any(isinstance(e, Added) for e in effects), f"entry {seq} added a job after it"
     assert taken_at is not None
+    assert [writer for _, writer in writers(log)].count("first") > 2
+    assert all(writer == owner for owner, writer in writers(log) if owner), "an entry by a deposed owner"
 
 
 async def test_two_brokers_racing_to_take_a_queue_one_wins(file_or_s3: Backend) -> None:

@@ -614,7 +614,12 @@ class JobQueue(EnqueueCalls):
             If another broker than ``replacing`` took the queue meanwhile.
         """
         store = await self._opener.store()
-        owned = await store.apply(lambda index: index.take_over(broker, replacing))
+        before, store.writer = store.writer, broker  # the Owned entry is the new owner's first
+        try:
+            owned = await store.apply(lambda index: index.take_over(broker, replacing))
+        except BaseException:
+            store.writer = before
+            raise
         self._housekeeping.broker = broker
         return owned
 

@@ -29,7 +29,6 @@ import contextlib
 import logging
 import math
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -462,7 +461,7 @@ class LogStore(CommitStore):
         if not self.created:
             await self._create_queue()
         seq = self.index.version + 1
-        commit_id = uuid.uuid4().hex
+        commit_id = self.new_commit_id()
         content = encode_entry(seq, commit_id, to_micros(utc_now()), effects)
         asked_at = time.monotonic()
         try:

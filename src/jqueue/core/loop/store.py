@@ -291,6 +291,14 @@ class CommitStore(ABC):
         self.on_commit: Callable[[], None] = _nothing
         """Called after each commit that landed (the queue wakes its idle callers)."""
         self.stats = CommitStats()
+        self.writer = ""
+        """Who commits, named in each commit's id (``WRITER/...``): the broker that took the queue
+        over (``JobQueue.take_over``), so that a log shows which owner wrote each entry."""
+
+    def new_commit_id(self) -> str:
+        """A fresh commit id: random, after the ``writer``'s name when it has one."""
+        random = uuid.uuid4().hex
+        return f"{self.writer}/{random}" if self.writer else random
 
     @abstractmethod
     async def refresh(self) -> None:
@@ -496,7 +504,7 @@ class SingleObjectStore(CommitStore):
 
     async def _commit(self, effects: Sequence[Effect]) -> None:
         version = self.index.version + 1
-        content = encode_index(self.index, version, commit_id=uuid.uuid4().hex)
+        content = encode_index(self.index, version, commit_id=self.new_commit_id())
         try:
             etag = await self.storage.write(content, if_match=self._etag)
         except CASConflictError:
