@@ -15,9 +15,15 @@ answer) and the queue's own history:
 and prints the longest stall of a client call (an enqueue, claim or ack). Exit status 1 if a
 check fails. ``Brokers`` and ``Load`` are the harness of ``chaos_matrix.py`` too.
 
-Example::
+With ``--members N`` (2 or more), N brokers serve the root together (``jqueue serve --member``)
+over ``--queues`` queues, and the faults take the members in turn; the soak also checks, from
+every queue's log, that no entry was written by a broker after another took its queue over
+(each entry's commit id names its writer).
+
+Examples::
 
     .venv/bin/python tools/soak_failover.py --faults 18
+    .venv/bin/python tools/soak_failover.py --faults 18 --members 3 --queues 6 --clients 6
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ from typing import Any, TextIO, TypeVar
 from chaos_check import Ack, Call, Histories, ack_line, call_line, check, read_client
 from jqueue import DirectQueue, Job, JobStatus, JQueueError, QueuePolicy, RemoteQueue, Worker
 from jqueue.adapters.service.wire.root import root_storage
+from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry, entry_seq
+from jqueue.domain.effects import Owned
+from jqueue.ports.storage import KeyedStoragePort
 from served import free_port
 
 T = TypeVar("T")
@@ -80,12 +89,15 @@ class Brokers:
     alive: list[Broker] = field(default_factory=list)
     env: Callable[[int], dict[str, str] | None] = lambda n: None
     """The environment of the ``n``th broker started, if not this process's."""
+    members: bool = False
+    """Whether the brokers are members of the root (``--member``): all serve, each its queues."""
+    _turn: int = 0
 
     def start(self) -> Broker:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "jqueue", "serve", "--storage", self.root]
-        command += ["--listen", f"127.0.0.1:{port}", *FAST]
+        command += ["--listen", f"127.0.0.1:{port}", *FAST, *(["--member"] if self.members else [])]
         with (self.logs / f"serve-{self.started}.log").open("wb") as log:
             process = subprocess.Popen(
                 command, stderr=log, start_new_session=True, env=self.env(self.started)
@@ -101,6 +113,10 @@ class Brokers:
         return broker
 
     def serving(self, within: float = 30.0) -> Broker:
+        """The broker that serves (of members: the next in turn, each serving its queues)."""
+        if self.members:
+            self._turn += 1
+            return self.alive[self._turn % len(self.alive)]
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             for broker in self.alive:
@@ -146,15 +162,11 @@ class Brokers:
                 broker.process.kill()
 
 
-def _queue(root: str) -> RemoteQueue:
-    return RemoteQueue(root, "q", visibility_timeout=LEASE)
-
-
-async def produce(root: str, out: Path, stop: Path, batch: int = BATCH) -> None:
-    """Enqueue batches until ``stop`` exists, writing each call to ``out`` (``call_line``: its
-    start, end, and the jobs enqueued or the error it raised)."""
+async def produce(root: str, out: Path, stop: Path, batch: int = BATCH, name: str = "q") -> None:
+    """Enqueue batches to queue ``name`` until ``stop`` exists, writing each call to ``out``
+    (``call_line``: its start, end, and the jobs enqueued or the error it raised)."""
     n = 0
-    async with _queue(root) as queue:
+    async with RemoteQueue(root, name, visibility_timeout=LEASE) as queue:
         with out.open("a", buffering=1) as lines:
             while not stop.exists():  # noqa: ASYNC240 (a local file, seldom)
                 started = time.monotonic()
@@ -200,10 +212,10 @@ class TimedQueue(RemoteQueue):
         await self._timed("ack", super().ack(*args, **kwargs))
 
 
-async def work(root: str, out: Path, stop: Path, concurrency: int = 8) -> None:
-    """Run a ``Worker`` until ``stop`` exists, writing each claim and ack call to ``out``
-    (``call_line``) and each ack that returned (``ack_line``)."""
-    queue = TimedQueue(root, "q", visibility_timeout=LEASE)
+async def work(root: str, out: Path, stop: Path, concurrency: int = 8, name: str = "q") -> None:
+    """Run a ``Worker`` on queue ``name`` until ``stop`` exists, writing each claim and ack call to
+    ``out`` (``call_line``) and each ack that returned (``ack_line``)."""
+    queue = TimedQueue(root, name, visibility_timeout=LEASE)
     async with queue:
         worker = Worker(
             queue, concurrency=concurrency, visibility_timeout=LEASE, max_poll_interval=timedelta(seconds=0.5)
@@ -231,13 +243,36 @@ async def work(root: str, out: Path, stop: Path, concurrency: int = 8) -> None:
             await running
 
 
-async def _history(root: str) -> tuple[dict[str, JobStatus], dict[str, str]]:
-    """The outcome of each job of the history, and the status of each job still in the queue."""
-    async with DirectQueue(root_storage(root, "q")) as queue:
-        history = {record.job_id: record.outcome for record in await queue.history()}
-        jobs = await queue.jobs(limit=None)
-        live = {job.id: f"{job.status.value}, lease until {job.lease_expires_at}" for job in jobs}
-        return history, live
+async def _history(root: str, names: list[str]) -> tuple[dict[str, JobStatus], dict[str, str]]:
+    """The outcome of each job of the queues' histories, and the status of each job still in one."""
+    history: dict[str, JobStatus] = {}
+    live: dict[str, str] = {}
+    for name in names:
+        async with DirectQueue(root_storage(root, name)) as queue:
+            history |= {record.job_id: record.outcome for record in await queue.history()}
+            jobs = await queue.jobs(limit=None)
+            live |= {job.id: f"{job.status.value}, lease until {job.lease_expires_at}" for job in jobs}
+    return history, live
+
+
+async def deposed_writes(root: str, names: list[str]) -> list[str]:
+    """The log entries written by a broker after another took their queue over (each entry's
+    commit id names the broker that wrote it, the last ``Owned`` entry the queue's owner)."""
+    found = []
+    for name in names:
+        storage = root_storage(root, name)
+        assert isinstance(storage, KeyedStoragePort)
+        owner = ""
+        for entry_name in sorted(await storage.list_names(ENTRY_PREFIX)):
+            seq, data = entry_seq(entry_name), await storage.get(entry_name)
+            if seq is None or data is None:
+                continue
+            entry = decode_entry(data, seq, entry_name)
+            owner = next((e.owner for e in entry.effects if isinstance(e, Owned)), owner)
+            writer = entry.commit.partition("/")[0] if "/" in entry.commit else ""
+            if writer and writer != owner:
+                found.append(f"{name}: entry {seq} written by {writer}, owned by {owner}")
+    return found
 
 
 def root_in(scratch: Path, given: str | None) -> str:
@@ -260,6 +295,13 @@ class Load:
     concurrency: int = 8
     env: Callable[[str], dict[str, str] | None] = lambda name: None
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    queues: int = 1
+    """Client ``n`` uses queue ``q`` (one queue) or ``q{n % queues}``."""
+
+    @property
+    def names(self) -> list[str]:
+        """The queues the clients use."""
+        return ["q"] if self.queues == 1 else [f"q{n}" for n in range(self.queues)]
 
     def start(self) -> None:
         me = str(Path(__file__).resolve())
@@ -268,6 +310,7 @@ class Load:
                 name = f"{mode}-{n}"
                 command = [sys.executable, me, mode, self.root, str(self._file(name)), str(self._stop(mode))]
                 command.append(str(self.batch if mode == "produce" else self.concurrency))
+                command.append(self.names[n % len(self.names)])
                 self.processes[name] = subprocess.Popen(command, env=self.env(name))
 
     def _file(self, name: str) -> Path:
@@ -318,7 +361,7 @@ class Load:
     def histories(self) -> Histories:
         """Every client's history and the queue's."""
         seen = self.seen()
-        queue, live = asyncio.run(_history(self.root))
+        queue, live = asyncio.run(_history(self.root, self.names))
         full = len(queue) >= QueuePolicy().history_limit
         return Histories(seen.calls, seen.acks, queue, live, full)
 
@@ -334,15 +377,25 @@ class Load:
                 process.kill()
 
 
-def soak(root: str, work_dir: Path, faults: int, every: float, freeze: float, clients: int) -> list[str]:
+def soak(
+    root: str,
+    work_dir: Path,
+    faults: int,
+    every: float,
+    freeze: float,
+    clients: int,
+    members: int,
+    queues: int,
+) -> list[str]:
     """Run the soak; return the checks that failed (none if it passed), printing what it saw."""
-    brokers = Brokers(root, work_dir)
-    load = Load(root, work_dir, clients)
+    brokers = Brokers(root, work_dir, members=members > 1)
+    load = Load(root, work_dir, clients, queues=queues)
     events: list[str] = []
     try:
         brokers.start()
         brokers.serving()
-        brokers.start()
+        for _ in range(max(members, 2) - 1):
+            brokers.start()
         load.start()
         for turn in range(faults):
             time.sleep(every)
@@ -353,13 +406,15 @@ def soak(root: str, work_dir: Path, faults: int, every: float, freeze: float, cl
         load.kill()
         brokers.stop()
     verdict = check(histories)
-    failures = load.failures() + verdict.failures
+    deposed = asyncio.run(deposed_writes(root, load.names))
+    failures = load.failures() + verdict.failures + deposed
     if verdict.lost:
         print(
             "never acked:",
             {j: histories.queue.get(j) or histories.live.get(j, "nowhere") for j in verdict.lost},
         )
     print(f"{len(events)} broker faults: {'; '.join(events)}")
+    print(f"{len(deposed)} log entries by a deposed owner")
     print(
         f"{verdict.enqueued} jobs enqueued, {len(histories.acks)} acks returned, "
         f"{len(histories.queue)} in the history" + (" (full: the newest kept)" if histories.full else "")
@@ -372,12 +427,12 @@ def soak(root: str, work_dir: Path, faults: int, every: float, freeze: float, cl
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "produce":
-        root, out, stop, batch = sys.argv[2:6]
-        asyncio.run(produce(root, Path(out), Path(stop), int(batch)))
+        root, out, stop, batch, name = sys.argv[2:7]
+        asyncio.run(produce(root, Path(out), Path(stop), int(batch), name))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "work":
-        root, out, stop, concurrency = sys.argv[2:6]
-        asyncio.run(work(root, Path(out), Path(stop), int(concurrency)))
+        root, out, stop, concurrency, name = sys.argv[2:7]
+        asyncio.run(work(root, Path(out), Path(stop), int(concurrency), name))
         return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -389,10 +444,17 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=10.0, help="seconds between two broker faults")
     parser.add_argument("--freeze", type=float, default=5.0, help="how long a frozen broker stays frozen")
     parser.add_argument("--clients", type=int, default=2, help="producer processes, and as many workers")
+    parser.add_argument(
+        "--members", type=int, default=1, help="2 or more: brokers that all serve (jqueue serve --member)"
+    )
+    parser.add_argument("--queues", type=int, default=1, help="queues the clients spread over")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="jqueue-soak-") as scratch:
         root = root_in(Path(scratch), options.root)
-        failures = soak(root, Path(scratch), options.faults, options.every, options.freeze, options.clients)
+        failures = soak(
+            root, Path(scratch), options.faults, options.every, options.freeze, options.clients,
+            members=options.members, queues=options.queues,
+        )  # fmt: skip
     sys.exit(1 if failures else 0)
 
 
