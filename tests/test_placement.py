@@ -4,6 +4,7 @@ the same answer, load is bounded, and a join or a leave moves few queues."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -51,3 +52,18 @@ def test_a_join_moves_few_more_queues_than_the_newcomer_takes() -> None:
 def test_no_members_place_nothing() -> None:
     assert placement(["a", "b"], []) == {}
     assert capacity(3, 0) == 0
+
+
+def test_each_member_is_watched_by_two_others_on_the_ring() -> None:
+    from jqueue.adapters.service.server.members import WATCHED, watched
+
+    members = [f"m{n:02d}" for n in range(9)]
+    watchers: Counter[str] = Counter()
+    for me in members:
+        seen = watched(me, [m for m in members if m != me])
+        assert me not in seen
+        assert len(seen) == WATCHED
+        watchers.update(seen)
+    assert set(watchers.values()) == {WATCHED}
+    assert watched("m00", ["m01"]) == ["m01"]
+    assert watched("m00", []) == []

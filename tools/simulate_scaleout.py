@@ -15,10 +15,10 @@ them, each an option):
   second however many operations ride in each commit. Checkpoints add ``--checkpoint-writes``
   writes per operation (measured: 7 of 163 writes at 1,000 jobs a second, about 2.3e-4 an op).
 - **Reads.** Each round reads the log once more than it writes (the catch-up GET); claims fetch
-  payloads from the broker's own cache. Members read the members record and each other's beat
-  every ``--renew-every``: ``members * (members - 1)`` reads a second, the cost that grows
-  fastest; ``--watch`` k makes each member watch only k others (a ring), the fix the model
-  points at.
+  payloads from the broker's own cache. Every ``--renew-every`` each member reads the members
+  record, the catalog, the broker record and the beats of the ``--watch`` members after it on
+  the ring of ids (2, as ``server/members.py`` does; ``--watch 255`` models every member
+  watching every other, which puts 65,536 reads a second on the root's prefix at 256 brokers).
 - **Limits.** S3 Standard takes 3,500 writes and 5,500 reads a second per partitioned prefix;
   each log is its own prefix (``NAME.json.d/``), the members' objects share the root's. S3
   Express One Zone takes 100,000 writes and 200,000 reads a second per directory bucket by
@@ -98,8 +98,9 @@ def predict(args: argparse.Namespace, storage: Storage, brokers: int) -> Predict
     ops = min(cpu_ops, commits_max * args.ops_per_commit_max)
     bound = "CPU" if ops == cpu_ops else "commits per log"
     commits = min(commits_max, ops / args.ops_per_commit_min)
-    watched = brokers - 1 if args.watch is None else min(args.watch, brokers - 1)
-    member_reads = brokers * (1 + watched) / args.renew_every if brokers > 1 else 1 / args.renew_every
+    watched = min(args.watch, brokers - 1)
+    # each member reads the members record, the catalog, the broker record and the beats it watches
+    member_reads = brokers * (3 + watched) / args.renew_every
     member_writes = brokers / args.renew_every if brokers > 1 else 0.0
     writes = commits + ops * args.checkpoint_writes + member_writes
     reads = commits * 2 + ops * args.checkpoint_writes + member_reads
@@ -134,7 +135,7 @@ def _bottleneck(args: argparse.Namespace, storage: Storage, counts: list[int]) -
         if p.member_reads_per_s >= p.busiest_prefix_reads:
             return (
                 f"next limit: the members' reads of each other's beats ({p.member_reads_per_s:,.0f}/s on one "
-                f"prefix at {p.brokers} brokers); with --watch 2 (a ring) they are "
+                f"prefix at {p.brokers} brokers); with --watch 2 (a ring, as built) they are "
                 f"{predict(_watching(args, 2), storage, p.brokers).member_reads_per_s:,.0f}/s"
             )
         return f"next limit: a log's requests at {p.brokers} brokers"
@@ -173,7 +174,7 @@ def main() -> int:
     parser.add_argument("--ops-per-commit-min", type=float, default=1.0)
     parser.add_argument("--checkpoint-writes", type=float, default=2.3e-4, help="writes per operation")
     parser.add_argument("--renew-every", type=float, default=1.0, help="seconds between members' looks")
-    parser.add_argument("--watch", type=int, default=None, help="beats each member reads (default: all)")
+    parser.add_argument("--watch", type=int, default=2, help="beats each member reads (the code: 2)")
     parser.add_argument("--measured", action="append", default=[], help="BROKERS=OPS_PER_S, to check")
     parser.add_argument("--json", help="also write the predictions here")
     args = parser.parse_args()

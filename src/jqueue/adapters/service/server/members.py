@@ -3,9 +3,10 @@
 The members record (``ROOT/_brokers.json``, changed by compare-and-swap) names every member
 and its address; each member keeps a beat of its own (``ROOT/_member-OWNER.json``), which it
 raises every ``renew_every`` while another member watches it (a broker alone on its root
-writes nothing on a timer). Every member reads the record and the others' beats every
-``renew_every``; a beat that has not changed for ``stale_after`` on the watcher's own
-monotonic clock (no clocks compared, as ``BrokerTenure`` does) is a dead member, which the
+writes nothing on a timer). Every member reads the record, and the beats of the two members
+after it on the ring of ids (``watched``), every ``renew_every``; a beat that has not changed
+for ``stale_after`` on the watcher's own monotonic clock (no clocks compared, as
+``BrokerTenure`` does) is a dead member, which the
 watcher takes out of the record. A member that finds itself taken out (it was frozen, or cut
 off from the bucket) joins again. Which member serves which queue follows from the record
 (``domain.placement``); the queue's own log fences its commits (``Owned``, ADR 0022).
@@ -33,6 +34,8 @@ from jqueue.domain.times import utc_now
 
 logger = logging.getLogger(__name__)
 
+WATCHED = 2
+"""How many members each member watches (see ``watched``)."""
 CHANGE_ATTEMPTS = 20
 """Lost compare-and-swaps of the members record retried before a change fails."""
 
@@ -100,7 +103,7 @@ class Members:
         others = [member for member in self.record.members if member != self.owner]
         if others:
             await self._renew(fresh=False)
-        dead = await self._dead(others)
+        dead = await self._dead(watched(self.owner, others))
         if dead:
             logger.warning("taking out the brokers of %s whose beat stopped: %s", self.root, ", ".join(dead))
 
@@ -152,6 +155,15 @@ class Members:
             self.record = record
             return
         raise CASConflictError(f"the members record at {_where(self.registry)} kept changing")
+
+
+def watched(me: str, others: list[str]) -> list[str]:
+    """The members whose beat ``me`` reads: the ``WATCHED`` that follow it on the ring of ids, so
+    that each member is watched by that many and a look costs O(members) reads in all, not
+    O(members²). A run of more than ``WATCHED`` members dying together is found a few at a time."""
+    ring = sorted(others)
+    after = [member for member in ring if member > me] + [member for member in ring if member < me]
+    return after[:WATCHED]
 
 
 def _released(content: bytes) -> bool:
