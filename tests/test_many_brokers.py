@@ -188,3 +188,38 @@ def test_the_queued_api_works_through_any_member(tmp_path: Path) -> None:
         status, answer = client.delete(other, (pushed, polled[0]["poll_tag"]))
         assert status == 200, answer
         assert pushed not in [m["id"] for m in Client(second).poll(other, count=10)]
+
+
+def test_a_root_served_by_one_broker_before_is_shared_by_members_after(tmp_path: Path) -> None:
+    """An old root (one broker record, queues without an owner): members take its queues over
+    at epoch 1 and keep every job, and the broker record still names a broker for old clients."""
+    root = _root_with_queues(tmp_path)
+    with jqueue_serve(
+        str(root), tmp_path / "old.log", options=["--renew-every", "0.2", "--stale-after", "1"]
+    ) as old:
+        for name in QUEUES:
+            assert enqueue(old, name, "before")[0] == 200
+    with (
+        jqueue_serve(str(root), tmp_path / "a.log", options=MEMBER) as first,
+        jqueue_serve(str(root), tmp_path / "b.log", options=MEMBER) as second,
+    ):
+        wait_for(lambda: _shared([first, second]), 20)
+        ids = {get(f"{url}/healthz")["owner"] for url in (first, second)}
+        for name in QUEUES:
+            owners = owners_in_log(root, name)
+            assert owners[0].epoch == 1  # the old broker never took it: the first member did
+            assert owners[-1].owner in ids
+        record = json.loads((root / "_broker.json").read_text())
+        assert record["address"] in (first, second)
+        assert not record["released"]
+
+    async def count() -> dict[str, int]:
+        found = {}
+        for name in QUEUES:
+            async with DirectQueue(LocalFileSystemStorage(root / f"{name}.json")) as queue:
+                found[name] = len(await queue.jobs(limit=None))
+        return found
+
+    assert asyncio.run(count()) == dict.fromkeys(
+        QUEUES, 2
+    )  # the first job, and the one through the old broker
