@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from jqueue import DirectQueue, LocalFileSystemStorage, RemoteQueue, connect
+from jqueue import DirectQueue, JobSpec, LocalFileSystemStorage, RemoteQueue, connect, sharded
 from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry, entry_seq
 from jqueue.domain.effects import Owned
 from servers import jqueue_serve
@@ -223,3 +223,34 @@ def test_a_root_served_by_one_broker_before_is_shared_by_members_after(tmp_path:
     assert asyncio.run(count()) == dict.fromkeys(
         QUEUES, 2
     )  # the first job, and the one through the old broker
+
+
+async def test_a_sharded_queue_is_served_by_every_member(tmp_path: Path) -> None:
+    """A queue of four shards through two members: each member serves some of its shards (each
+    shard a log placed like a queue), a client sends each call to its shard's member, and every
+    job is claimed once."""
+    root = tmp_path / "root"
+    root.mkdir()
+    units = ["jobs", "jobs.shard-1", "jobs.shard-2", "jobs.shard-3"]
+
+    def placed() -> bool:
+        """Whether the members serve the four shards, two each (once each has looked at them all)."""
+        served = [get(f"{url}/healthz")["queues"] for url in (first, second)]
+        return sorted(n for names in served for n in names) == units and all(len(n) == 2 for n in served)
+
+    with (
+        jqueue_serve(str(root), tmp_path / "a.log", options=MEMBER) as first,
+        jqueue_serve(str(root), tmp_path / "b.log", options=MEMBER) as second,
+    ):
+        wait_for(lambda: all(len(get(f"{url}/healthz")["members"]) == 2 for url in (first, second)), 20)
+        async with sharded(first, "jobs", 4, broker="require") as queue:
+            added = await queue.enqueue_many([JobSpec("e", b"x", tenant=f"t{n % 16}") for n in range(200)])
+            wait_for(placed, 20)
+            claimed = []
+            while batch := await queue.dequeue(batch_size=50):
+                claimed += batch
+                for job in batch:
+                    await queue.ack(job)
+            assert sorted(job.id for job in claimed) == sorted(job.id for job in added)
+            assert await queue.jobs(limit=None) == []
+    assert sorted(path.name for path in root.glob("jobs*.json")) == [f"{unit}.json" for unit in units]

@@ -15,18 +15,76 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Self, Unpack
+from typing import Any, Protocol, Self, Unpack
 
-from jqueue.core.queue import JobQueue
 from jqueue.domain import errors
 from jqueue.domain.models import Job, JobStatus, new_job_id
 from jqueue.domain.policy import QueuePolicy
+from jqueue.domain.records import HistoryRecord
 from jqueue.domain.sharding import SHARDS, routing_key, shard_of
 from jqueue.domain.spec import EnqueueOptions, JobSpec
 from jqueue.domain.stats import EntrypointStats, QueueStats
+from jqueue.ports.queue import ChangeSource
 
 LOCATED_MOST = 100_000
 """The most job ids whose shard a sharded queue remembers (the jobs it claimed or added lately)."""
+
+
+class Shard(Protocol):
+    """What a sharded queue asks of each shard: a ``JobQueue`` committing directly, or a
+    ``RemoteQueue`` of the shard as ``jqueue serve`` serves it (``shard_name``)."""
+
+    @property
+    def visibility_timeout(self) -> timedelta: ...
+    @property
+    def policy(self) -> QueuePolicy: ...
+    @property
+    def changes(self) -> ChangeSource: ...
+    async def __aenter__(self) -> Any: ...
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+    async def shards(self) -> int: ...
+    async def reshard(self, shards: int) -> int: ...
+    async def enqueue_many(self, jobs: Iterable[JobSpec], /) -> list[Job]: ...
+    async def dequeue(
+        self,
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> list[Job]: ...
+    async def peek(self, entrypoint: str | Collection[str] | None = None, limit: int = 1) -> list[Job]: ...
+    async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None: ...
+    async def nack(
+        self,
+        job_id: Job | str,
+        delay: timedelta | None = None,
+        error: str | None = None,
+        *,
+        max_attempts: int | None = None,
+        dead: bool = False,
+    ) -> None: ...
+    async def release(self, job_id: Job | str) -> None: ...
+    async def heartbeat(
+        self, job_id: Job | str, *, progress: float | None = None, note: str | None = None
+    ) -> None: ...
+    async def cancel_requested(self, job_id: Job | str) -> bool: ...
+    async def cancel(self, job_id: Job | str) -> bool: ...
+    async def result(self, job_id: str, timeout: timedelta | None = None) -> bytes | None: ...  # noqa: ASYNC109
+    async def find(self, job_id: str) -> Job | None: ...
+    async def finished(self, job_id: str) -> HistoryRecord | None: ...
+    async def stats(self) -> QueueStats: ...
+    async def jobs(
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+        limit: int | None = 100,
+        part: tuple[int, int] | None = None,
+    ) -> list[Job]: ...
+    async def pause(self, entrypoint: str | None = None, *, enqueues: bool = False) -> None: ...
+    async def resume(self, entrypoint: str | None = None) -> None: ...
 
 
 class ShardedQueue:
@@ -36,18 +94,18 @@ class ShardedQueue:
     Parameters
     ----------
     open_shard : callable
-        Makes the ``JobQueue`` of shard ``k`` (not started).
+        Makes shard ``k`` (not started): a ``JobQueue``, or a ``RemoteQueue`` of a served shard.
     shards : int or None
         The count the queue should have: more than recorded grows it; None keeps the recorded
         count (1 for a queue never sharded).
     """
 
-    def __init__(self, open_shard: Callable[[int], JobQueue], shards: int | None = None) -> None:
+    def __init__(self, open_shard: Callable[[int], Shard], shards: int | None = None) -> None:
         if shards is not None:
             SHARDS.check("shards", shards)
         self._open_shard = open_shard
         self._wanted = shards
-        self.shards: list[JobQueue] = []
+        self.shards: list[Shard] = []
         self._turn = 0
         self._located: dict[str, int] = {}
         self.changes = ShardChanges(self)
@@ -212,16 +270,10 @@ class ShardedQueue:
         await self.shards[await self._shard_of_job(job_id)].release(job_id)
 
     async def heartbeat(
-        self,
-        job_id: Job | str,
-        *,
-        visibility_timeout: timedelta | None = None,
-        progress: float | None = None,
-        note: str | None = None,
+        self, job_id: Job | str, *, progress: float | None = None, note: str | None = None
     ) -> None:
-        """Heartbeat a job in its shard (see ``JobQueue.heartbeat``)."""
-        shard = self.shards[await self._shard_of_job(job_id)]
-        await shard.heartbeat(job_id, visibility_timeout=visibility_timeout, progress=progress, note=note)
+        """Heartbeat a job in its shard, with its progress (see ``JobQueue.heartbeat``)."""
+        await self.shards[await self._shard_of_job(job_id)].heartbeat(job_id, progress=progress, note=note)
 
     async def cancel_requested(self, job_id: Job | str) -> bool:
         """Whether a job's cancel was asked for, in its shard."""

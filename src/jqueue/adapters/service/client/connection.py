@@ -16,6 +16,7 @@ from jqueue.adapters.service.client.caller import (
 from jqueue.adapters.service.client.remote_queue import RemoteQueue
 from jqueue.adapters.service.wire.bodies import TOKEN_VARIABLE
 from jqueue.adapters.service.wire.root import root_storage, shard_storage
+from jqueue.adapters.web.queue_names import QUEUE_NAME, BadQueueNameError, shard_name
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.sharded import ShardedQueue
 
@@ -83,16 +84,27 @@ class connect:  # noqa: N801  (used as a function: ``async with connect(...) as 
             await opened.stop()
 
 
-def sharded(root: str, queue: str, shards: int | None = None, **options: Any) -> ShardedQueue:
-    """Queue ``queue`` of the storage ``root`` as a ``ShardedQueue`` of ``shards`` logs, each a
-    ``BrokerQueue`` (taking ``options``) that commits directly: ``async with sharded(root,
-    "jobs", 4) as queue``. More shards than the queue has grows it; None keeps its count (1
-    for a queue never sharded). Through ``jqueue serve``, sharded queues are not served yet.
+def sharded(
+    target: str, queue: str, shards: int | None = None, *, broker: Broker = "off", **options: Any
+) -> ShardedQueue:
+    """Queue ``queue`` of ``target`` as a ``ShardedQueue`` of ``shards`` logs: ``async with
+    sharded(root, "jobs", 4) as queue``. More shards than the queue has grows it; None keeps
+    its count (1 for a queue never sharded).
+
+    ``broker``: ``"off"`` (the default) commits directly on the storage root ``target``, each
+    shard a ``BrokerQueue`` taking ``options``; ``"require"`` calls the ``jqueue serve`` of
+    ``target`` (a service URL, or a root its members serve), each shard a ``RemoteQueue``
+    taking ``options``, so that the members of a root serve its shards apart.
 
     Raises
     ------
     BadQueueNameError
-        For a name that is not a queue's.
+        For a name that is not a queue's (or is a shard's).
     """
-    shard_storage(root, queue, 0)  # the name's check, before anything opens
-    return ShardedQueue(lambda k: BrokerQueue(shard_storage(root, queue, k), **options), shards)
+    if broker not in ("require", "off"):
+        raise ValueError(f"broker must be 'require' or 'off' for a sharded queue, not {broker!r}")
+    if not QUEUE_NAME.fullmatch(queue) or shard_name(queue, 1) == queue or "." in queue:
+        raise BadQueueNameError(f"{queue!r} is not the name of a queue that can be sharded")
+    if broker == "require":
+        return ShardedQueue(lambda k: RemoteQueue(target, shard_name(queue, k), **options), shards)
+    return ShardedQueue(lambda k: BrokerQueue(shard_storage(target, queue, k), **options), shards)

@@ -110,6 +110,8 @@ class RemoteOperator:
 
     stats = remote(JobQueue.stats)
     jobs = remote(JobQueue.jobs)
+    shards = remote(JobQueue.shards)
+    reshard = remote(JobQueue.reshard)
     count = remote(JobQueue.count)
     browse = remote(JobQueue.browse)
     find = remote(JobQueue.find)

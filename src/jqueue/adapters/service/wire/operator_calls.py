@@ -31,6 +31,7 @@ from jqueue.core.formats.wire import AwareDatetime, Count, Int64
 from jqueue.domain.insight import LISTED
 from jqueue.domain.models import Job, JobStatus
 from jqueue.domain.records import HistoryRecord
+from jqueue.domain.sharding import SHARDS
 from jqueue.domain.stats import EntrypointStats, QueueStats
 
 AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
@@ -40,7 +41,13 @@ Listed = Annotated[int, constraints(LISTED)]
 
 
 class StatsRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """``stats``: no arguments."""
+    """``stats`` and ``shards``: no arguments."""
+
+
+class ReshardRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``reshard``: the queue's count of shards from now on."""
+
+    shards: Annotated[int, constraints(SHARDS)]
 
 
 class JobsRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -304,6 +311,8 @@ OPERATOR_CALLS = (
         "stats", "Counts per entrypoint and status; pauses, throttles, limits.", StatsRequest, StatsResponse
     ),
     OperatorCall("jobs", "Jobs by status, entrypoint and age, without claiming.", JobsRequest, JobsResponse),
+    OperatorCall("shards", "The count of shards of the queue.", StatsRequest, CountResponse, creates=True),
+    OperatorCall("reshard", "Record a larger count of shards.", ReshardRequest, CountResponse, creates=True),
     OperatorCall("count", "How many jobs `jobs` would list without a limit.", JobsRequest, CountResponse),
     OperatorCall("browse", "One page of jobs from a cursor.", BrowseRequest, PageResponse),
     OperatorCall("find", "One job as it is now.", JobRequest, FoundResponse),

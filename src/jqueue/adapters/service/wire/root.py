@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import msgspec
 
 from jqueue.adapters.storage.url import is_url, storage_at
-from jqueue.adapters.web.queue_names import QUEUE_NAME, BadQueueNameError
+from jqueue.adapters.web.queue_names import QUEUE_NAME, BadQueueNameError, shard_name
 from jqueue.domain.errors import CorruptStateError
 from jqueue.ports.storage import ObjectStoragePort
 
@@ -98,11 +98,8 @@ def record_storage(root: str) -> ObjectStoragePort:
 
 def shard_storage(root: str, name: str, shard: int) -> ObjectStoragePort:
     """Return the storage of shard ``shard`` of queue ``name`` under ``root``: the queue's own
-    for shard 0, ``ROOT/NAME.shard-K.json`` for the others (a ``.`` is in no queue name)."""
-    if shard == 0:
-        return root_storage(root, name)
-    queue_location(root, name)  # the name's check
-    return storage_at(root_location(root, f"{name}.shard-{shard}.json"))
+    for shard 0, ``ROOT/NAME.shard-K.json`` for the others (``shard_name``)."""
+    return root_storage(root, shard_name(name, shard))
 
 
 def members_storage(root: str) -> ObjectStoragePort:
