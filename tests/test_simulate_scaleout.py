@@ -34,8 +34,10 @@ def test_every_member_watching_every_other_is_the_limit_the_model_names() -> Non
 
 def test_a_measured_run_far_from_the_prediction_fails_the_check() -> None:
     measured = ["--measured", "1=34000", "--measured", "2=66000"]
-    close = run_tool(TOOL, "--cores", "2", "--brokers", "1,2", *measured)
+    close = run_tool(
+        TOOL, "--machines", "1", "--cores", "2", "--brokers", "1,2,4", *measured, "--measured", "4=64000"
+    )
     assert close.returncode == 0, close.stdout
-    far = run_tool(TOOL, "--cores", "2", "--brokers", "1,2", "--measured", "1=20000")
+    far = run_tool(TOOL, "--machines", "1", "--cores", "2", "--brokers", "1,2", "--measured", "1=20000")
     assert far.returncode == 1, far.stdout
     assert "predicted" in far.stdout

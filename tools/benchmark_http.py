@@ -18,9 +18,11 @@ Batches of 64 and of 1 from 64 clients (the default)::
     .venv/bin/python tools/benchmark_http.py --json bench-results/http.json
 
 Two brokers of one root (``jqueue serve --member``) serving two queues, each client calling
-the broker that serves its queue::
+the broker that serves its queue; then one queue of two shards (each shard the queue
+``bench.shard-k`` to the queued API, as a sharded queue's client calls it)::
 
     .venv/bin/python tools/benchmark_http.py --members 2 --queues 2 --batch 64
+    .venv/bin/python tools/benchmark_http.py --members 2 --shards 2 --batch 64
 
 A short run::
 
@@ -44,6 +46,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 
 from peer_servers import JqueueServer
+
+from jqueue.adapters.web.queue_names import shard_name
 
 MSGPACK = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
 
@@ -143,6 +147,8 @@ def targets_of(args: argparse.Namespace, servers: list[JqueueServer]) -> tuple[l
     """Create the queues; return them and each one's URL at the broker that serves it (what a
     client's routing table holds after its first call)."""
     queues = [f"bench{n}" for n in range(args.queues)]
+    if args.shards > 1:  # one queue of so many shards: its shards are queues of their own to serve
+        queues = [shard_name("bench", k) for k in range(args.shards)]
     deadline = time.monotonic() + 60
     while args.members > 1 and _placed(servers, []) is None:  # every member sees every other
         if time.monotonic() > deadline:
@@ -202,6 +208,7 @@ def measure(args: argparse.Namespace, batch: int, root: Path) -> dict[str, Any]:
         "clients": args.clients,
         "members": args.members,
         "queues": args.queues,
+        "shards": args.shards,
         "seconds": args.seconds,
         "messages_per_s": messages / args.seconds,
         "requests_per_s": totals["requests"] / args.seconds,
@@ -221,6 +228,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--members", type=int, default=1, help="brokers of the root (2+: --member)")
     parser.add_argument("--queues", type=int, default=1, help="queues, the clients spread over them")
+    parser.add_argument("--shards", type=int, default=1, help="2+: one queue of so many shards instead")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -240,7 +248,8 @@ def main() -> int:
             result = measure(args, batch, Path(scratch) / f"batch-{batch}")
             results.append(result)
             print(
-                f"batch {batch:>4}, {args.clients} clients, {args.members} brokers, {args.queues} queues: "
+                f"batch {batch:>4}, {args.clients} clients, {args.members} brokers, "
+                f"{f'a queue of {args.shards} shards' if args.shards > 1 else f'{args.queues} queues'}: "
                 f"{result['messages_per_s']:>9,.0f} messages/s "
                 f"({result['requests_per_s']:,.0f} requests/s, {result['pushed_per_s']:,.0f} pushed/s); "
                 f"server CPU {result['server_cpu_ms_per_message']:.3f} ms/message, "
