@@ -17,21 +17,16 @@ from typing import Any
 
 import pytest
 
-from jqueue import DirectQueue, JobSpec, LocalFileSystemStorage, RemoteQueue, connect, sharded
+from jqueue import BrokerQueue, DirectQueue, JobSpec, LocalFileSystemStorage, RemoteQueue, connect, sharded
 from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry, entry_seq
 from jqueue.domain.effects import Owned
 from servers import jqueue_serve
+from test_broker_failover import get, wait_for
 
 pytestmark = pytest.mark.slow
 
 MEMBER = ["--member", "--renew-every", "0.2", "--stale-after", "1"]
 QUEUES = [f"q{n}" for n in range(6)]
-
-
-def get(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        answer: dict[str, Any] = json.loads(response.read())
-        return answer
 
 
 def enqueue(url: str, queue: str, payload: str = "") -> tuple[int, dict[str, Any], str | None]:
@@ -46,15 +41,6 @@ def enqueue(url: str, queue: str, payload: str = "") -> tuple[int, dict[str, Any
             return response.status, json.loads(response.read()), response.headers.get("X-JQueue-Owner")
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read()), None
-
-
-def wait_for(condition: Any, seconds: float) -> float:
-    """Poll ``condition`` until it holds; return how long that took (fails after ``seconds``)."""
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < seconds, f"not within {seconds} s"
-        time.sleep(0.05)
-    return time.monotonic() - started
 
 
 def owners_in_log(root: Path, queue: str) -> list[Owned]:
@@ -254,3 +240,29 @@ async def test_a_sharded_queue_is_served_by_every_member(tmp_path: Path) -> None
             assert sorted(job.id for job in claimed) == sorted(job.id for job in added)
             assert await queue.jobs(limit=None) == []
     assert sorted(path.name for path in root.glob("jobs*.json")) == [f"{unit}.json" for unit in units]
+
+
+def test_a_member_that_finds_its_queue_taken_takes_it_back_if_placed_on_it(tmp_path: Path) -> None:
+    """Another broker takes a queue over behind a member's back (as a member with an old view
+    of the members would): the member's next call is refused and changes nothing, it gives the
+    queue up, and its next look takes it again; a client only retries."""
+    root = _root_with_queues(tmp_path)
+
+    async def take(owner: str) -> None:
+        async with BrokerQueue(LocalFileSystemStorage(root / "q0.json")) as rogue:
+            await rogue.take_over("rogue", replacing=owner)
+
+    async def claim(url: str) -> int:
+        async with connect(url, "q0") as queue:
+            return len(await queue.dequeue(batch_size=10))
+
+    with jqueue_serve(str(root), tmp_path / "a.log", options=MEMBER) as member:
+        wait_for(lambda: _shared([member]), 20)
+        owner = get(f"{member}/healthz")["owner"]
+        asyncio.run(take(owner))
+        status, answer, _ = enqueue(member, "q0")
+        assert (status, answer["error"]["code"]) == (503, "not_owner")
+        wait_for(lambda: enqueue(member, "q0")[0] == 200, 10)
+        assert asyncio.run(claim(member)) == 2  # the first job, and the one enqueued after
+    owners = [owned.owner for owned in owners_in_log(root, "q0")]
+    assert owners == [owner, "rogue", owner]

@@ -123,6 +123,7 @@ class QueuedRoutes:
                 body = await call(request, name)
                 answer = _response(body, msgpack)
             except Exception as exc:
+                await service.failed(name, exc)
                 status, error = queued_error(exc)
                 answer = _response(error, msgpack, status)
             label = name if service.host.is_open(name) else ""

@@ -57,6 +57,7 @@ from jqueue.adapters.service.wire.operator_calls import QueueNamesResponse
 from jqueue.adapters.web.media import JSON, is_msgpack, wants_msgpack
 from jqueue.adapters.web.queue_names import UnknownQueueError
 from jqueue.core.broker import BrokerQueue
+from jqueue.domain.errors import NotOwnerError
 from jqueue.ports.queue import WorkerReport
 from jqueue.version import __version__
 
@@ -298,6 +299,7 @@ class Service:
                     if created:  # the client says that it made a queue (a mistyped name, maybe)
                         response.headers[CREATED_QUEUE_HEADER] = name
             except Exception as exc:
+                await self.failed(name, exc)
                 status, body = error_of(exc)
                 response = answer(ErrorResponse(body), msgpack, status)
             label = name if self.host.is_open(name) else ""  # no series per unknown name sent
@@ -323,6 +325,13 @@ class Service:
             return await self.shared.forward(request, owner, await raw_body(request, self.max_body_bytes))
         except UnforwardedError as exc:
             raise HTTPError(NOT_OWNER, str(exc), exc.address) from exc
+
+    async def failed(self, name: str, exc: Exception) -> None:
+        """A call on queue ``name`` failed with ``exc``: one that found the queue taken over by
+        another member gives it up here, so that the next look takes it again if it is placed
+        on this member (the members saw each other differently for a moment)."""
+        if self.shared is not None and isinstance(exc, NotOwnerError) and self.host.owns(name):
+            await self.host.give_up(name)
 
     async def authorize(self, request: Request, queue: str | None = None) -> None:
         """Let the request through if it carries the token, or an API key of the catalog whose

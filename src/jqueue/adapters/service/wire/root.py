@@ -6,6 +6,7 @@ member's beat in ``ROOT/_member-OWNER.json``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -31,7 +32,7 @@ class BrokerRecord(msgspec.Struct, forbid_unknown_fields=True):
     released: bool = False
 
 
-_decoder = msgspec.json.Decoder(BrokerRecord)
+R = TypeVar("R", bound=msgspec.Struct)
 
 MEMBERS_NAME = "_brokers.json"
 """The members record's name under the root."""
@@ -51,10 +52,7 @@ def members_record(content: bytes, where: str) -> MembersRecord:
     CorruptStateError
         If ``content`` is not a members record.
     """
-    try:
-        return msgspec.json.decode(content, type=MembersRecord)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise CorruptStateError(where, f"not a members record: {exc}") from exc
+    return _decoded(MembersRecord, "a members record", content, where)
 
 
 def broker_record(content: bytes, where: str) -> BrokerRecord:
@@ -65,10 +63,14 @@ def broker_record(content: bytes, where: str) -> BrokerRecord:
     CorruptStateError
         If ``content`` is not a broker record.
     """
+    return _decoded(BrokerRecord, "a broker record", content, where)
+
+
+def _decoded(kind: type[R], what: str, content: bytes, where: str) -> R:
     try:
-        return _decoder.decode(content)
+        return msgspec.json.decode(content, type=kind)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise CorruptStateError(where, f"not a broker record: {exc}") from exc
+        raise CorruptStateError(where, f"not {what}: {exc}") from exc
 
 
 def root_location(root: str, filename: str) -> str:
