@@ -77,9 +77,8 @@ class Members:
         """Write this member's beat and add it to the members record."""
         await self._renew(fresh=True)
         await self._change(lambda members: members.__setitem__(self.owner, self.address))
-        logger.warning(
-            "joined the brokers of %s as %s (%d members)", self.root, self.address, len(self.record.members)
-        )
+        count = len(self.record.members)
+        logger.warning("joined the brokers of %s as %s (members now: %d)", self.root, self.address, count)
 
     async def leave(self) -> None:
         """Take this member out of the record and mark its beat released (a clean stop)."""
