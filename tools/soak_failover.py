@@ -257,20 +257,25 @@ async def _history(root: str, names: list[str]) -> tuple[dict[str, JobStatus], d
 
 async def deposed_writes(root: str, names: list[str]) -> list[str]:
     """The log entries written by a broker after another took their queue over (each entry's
-    commit id names the broker that wrote it, the last ``Owned`` entry the queue's owner)."""
+    commit id names the broker that wrote it, the last ``Owned`` entry the queue's owner; entries
+    before the first ``Owned`` still in the log, which compaction may have left, are not judged)."""
     found = []
     for name in names:
         storage = root_storage(root, name)
         assert isinstance(storage, KeyedStoragePort)
-        owner = ""
-        for entry_name in sorted(await storage.list_names(ENTRY_PREFIX)):
-            seq, data = entry_seq(entry_name), await storage.get(entry_name)
+        listed = sorted(await storage.list_names(ENTRY_PREFIX))
+        contents: list[bytes | None] = []
+        for start in range(0, len(listed), 64):  # fetched 64 at a time: a remote log is long
+            contents += await asyncio.gather(*(storage.get(n) for n in listed[start : start + 64]))
+        owner: str | None = None
+        for entry_name, data in zip(listed, contents, strict=True):
+            seq = entry_seq(entry_name)
             if seq is None or data is None:
                 continue
             entry = decode_entry(data, seq, entry_name)
             owner = next((e.owner for e in entry.effects if isinstance(e, Owned)), owner)
             writer = entry.commit.partition("/")[0] if "/" in entry.commit else ""
-            if writer and writer != owner:
+            if owner is not None and writer and writer != owner:
                 found.append(f"{name}: entry {seq} written by {writer}, owned by {owner}")
     return found
 
