@@ -29,8 +29,10 @@ from jqueue.adapters.service.wire.root import (
     members_record,
     members_storage,
 )
+from jqueue.core.loop.store import StorageUse
 from jqueue.domain.errors import CASConflictError, JQueueError
 from jqueue.domain.times import utc_now
+from jqueue.ports.storage import ObjectStoragePort
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +69,35 @@ class Members:
         self._beat_etag: str | None = None
         self._beats = 0
         self._seen: dict[str, tuple[str | None, float]] = {}  # member -> (its beat's etag, since when)
+        self._held: dict[str, tuple[ObjectStoragePort, StorageUse]] = {}
+        """The storages this member reads and writes every look, each held open (one client for all
+        its looks, not one a call): the record's, its own beat's and the watched beats'."""
+
+    async def open(self) -> None:
+        """Hold the members record and this member's beat open until ``close``."""
+        await self._hold({"": self.registry, self.owner: self._beat})
+
+    async def close(self) -> None:
+        """Let go of every storage held open."""
+        held, self._held = self._held, {}
+        for _, use in held.values():
+            await use.__aexit__(None, None, None)
+
+    async def _hold(self, storages: dict[str, ObjectStoragePort]) -> None:
+        for key, storage in storages.items():
+            if key not in self._held:
+                use = StorageUse(storage)
+                await use.__aenter__()
+                self._held[key] = (storage, use)
+
+    async def _watched_beats(self, members: list[str]) -> list[ObjectStoragePort]:
+        """The beats of ``members``, held open while they are watched (those no longer watched are
+        let go)."""
+        keep = {"", self.owner, *members}
+        for gone in [key for key in self._held if key not in keep]:
+            await self._held.pop(gone)[1].__aexit__(None, None, None)
+        await self._hold({m: member_storage(self.root, m) for m in members if m not in self._held})
+        return [self._held[m][0] for m in members]
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -117,7 +148,7 @@ class Members:
         """Read the others' beats; return those unchanged for ``stale_after`` (or released)."""
         now = time.monotonic()
         self._seen = {member: seen for member, seen in self._seen.items() if member in others}
-        reads = await asyncio.gather(*(member_storage(self.root, m).read() for m in others))
+        reads = await asyncio.gather(*(beat.read() for beat in await self._watched_beats(others)))
         dead = []
         for member, (content, etag) in zip(others, reads, strict=True):
             released = etag is not None and _released(content)

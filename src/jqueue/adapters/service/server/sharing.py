@@ -71,6 +71,7 @@ class SharedRoot:
     async def run(self) -> None:
         """Join, then ``rebalance`` every ``renew_every`` until cancelled (a failed look is logged
         and tried again at the next)."""
+        await self.members.open()
         await self.members.join()
         while True:
             try:
@@ -157,6 +158,7 @@ class SharedRoot:
         try:
             await self.members.leave()
         finally:
+            await self.members.close()
             if self._session is not None:
                 session, self._session = self._session, None
                 await session.close()
