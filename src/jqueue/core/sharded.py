@@ -227,13 +227,17 @@ class ShardedQueue:
         batch_size: int = 1,
         visibility_timeout: timedelta | None = None,
     ) -> tuple[list[errors.JQueueError | None], list[Job]]:
-        """Ack each of ``acks`` in its shard (None or the error per ack), then claim."""
+        """Ack each of ``acks`` in its shard (None or the error per ack), all at once so that a
+        shard's group commit folds them, then claim."""
+        done = await asyncio.gather(
+            *(self.ack(job, result=result) for job, result in acks), return_exceptions=True
+        )
         outcomes: list[errors.JQueueError | None] = []
-        for job, result in acks:
-            try:
-                await self.ack(job, result=result)
-            except (errors.JobNotFoundError, errors.LeaseLostError) as exc:
-                outcomes.append(exc)
+        for outcome in done:
+            if isinstance(outcome, errors.JobNotFoundError | errors.LeaseLostError):
+                outcomes.append(outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
             else:
                 outcomes.append(None)
         claimed = await self.dequeue(entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout)
