@@ -54,6 +54,7 @@ def sample(field: JobField, n: int) -> Any:
     """A value of ``field``'s kind that is not its default (``n`` makes it distinct)."""
     values: dict[Kind, Any] = {
         Kind.TEXT: f"{field.name}-{n}",
+        Kind.NAME: f"{field.name}-{n}",
         Kind.INT64: -(2**40) - n,
         Kind.COUNT: 3 + n,
         Kind.TIME: T0 + n * 1_000_003,

@@ -155,7 +155,7 @@ class HistoryRecord:
     dedup_key: str | None = field(default=None, metadata=_kept(Kind.TEXT, job="dedup_key"))
     result: bytes | None = field(default=None, metadata=_kept(Kind.PAYLOAD))
     after: tuple[str, ...] = field(default=(), metadata=_kept(Kind.IDS, job="after"))
-    tenant: str | None = field(default=None, metadata=_kept(Kind.TEXT, job="tenant"))
+    tenant: str | None = field(default=None, metadata=_kept(Kind.NAME, job="tenant"))
     lease: str | None = field(default=None, metadata=_kept(Kind.TEXT))
 
     @property

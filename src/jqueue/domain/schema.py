@@ -29,6 +29,8 @@ class Kind(StrEnum):
     """What a field's value means, which decides how each format stores it."""
 
     TEXT = "text"
+    NAME = "name"
+    """A text that is never empty (a tenant): the formats refuse an empty one as damage."""
     INT64 = "int64"
     COUNT = "count"
     """A non-negative integer."""
@@ -126,7 +128,7 @@ class JobFields:
     parent_results: tuple[bytes | None, ...] = field(default=(), metadata=_meta(Kind.RESULTS, changes=True))
     traceparent: str | None = field(default=None, metadata=_meta(Kind.TEXT))
     released: int | None = field(default=None, metadata=_meta(Kind.TIME, "released_at", changes=True))
-    tenant: str | None = field(default=None, metadata=_meta(Kind.TEXT, written=True))
+    tenant: str | None = field(default=None, metadata=_meta(Kind.NAME, written=True))
     timeout: int | None = field(default=None, metadata=_meta(Kind.SPAN))
 
 

@@ -44,6 +44,7 @@ JOB_COLUMNS = (
 """The columns of the ``jobs`` table: ``Job`` attributes, typed by their kind (``SPARK_TYPES``)."""
 SPARK_TYPES = {
     Kind.TEXT: "string",
+    Kind.NAME: "string",
     Kind.INT64: "bigint",
     Kind.COUNT: "bigint",
     Kind.TIME: "timestamp",

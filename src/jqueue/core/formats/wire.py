@@ -25,6 +25,8 @@ Micros = Annotated[int, msgspec.Meta(ge=MIN_MICROS, le=MAX_MICROS)]
 AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 """A time on the wire as an ISO 8601 string with a time zone (the single-object format)."""
 Count = Annotated[int, msgspec.Meta(ge=0)]
+Name = Annotated[str, msgspec.Meta(min_length=1)]
+"""A text that is never empty (``Kind.NAME``)."""
 Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
 Span = Annotated[int, msgspec.Meta(gt=0, le=INT64_MAX)]
@@ -40,6 +42,7 @@ def kind_type(kind: Kind, time: Any = Micros) -> Any:
     ``timedelta``)."""
     kinds: dict[Kind, Any] = {
         Kind.TEXT: str,
+        Kind.NAME: Name,
         Kind.INT64: Int64,
         Kind.COUNT: Count,
         Kind.TIME: time,
