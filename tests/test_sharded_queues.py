@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,19 @@ async def test_jobs_go_to_their_tenant_s_shard_and_spread_without_one(tmp_path: 
         assert job.id in by_shard[shard_of(routing_key(job.tenant, None, job.id), 4)]
     assert all(len(ids & {job.id for job in spread}) > 20 for ids in by_shard)
     assert sum(len(ids) for ids in by_shard) == 250
+
+
+async def test_the_enqueue_calls_of_one_queue_work_on_a_sharded_one(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "jobs", 2) as queue:
+        many = await queue.enqueue_many("e", [b"a", b"b", b"c"], priority=3)
+        one = await queue.enqueue("e", b"d", 1, dedup_key="k", delay=timedelta(0))
+        again = await queue.enqueue("e", b"e", dedup_key="k")
+        with pytest.raises(TypeError, match="unexpected keyword argument 'tenantt'"):
+            await queue.enqueue("e", b"f", tenantt="t")  # type: ignore[call-arg]
+        stats = await queue.stats()
+    assert [(job.payload, job.priority) for job in many] == [(b"a", 3), (b"b", 3), (b"c", 3)]
+    assert again.id == one.id
+    assert stats.entrypoints["e"].queued == 4
 
 
 async def test_a_workflow_stays_in_its_first_parent_s_shard(tmp_path: Path) -> None:

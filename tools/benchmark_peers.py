@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -71,6 +72,8 @@ from request_costs import cost_per_million_jobs  # noqa: E402
 from s3_stack import CREDENTIALS, S3Stack  # noqa: E402
 
 RUN_TIMEOUT = 900.0
+MEMBERS = 2
+"""The brokers of the ``jqueue-file-members-*`` systems' root."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class System:
     redis: bool = False
     s3: bool = False
     served: bool = False
+    members: int = 1
+    """Brokers of the root (2+: ``jqueue serve --member``), each worker calling one in turn."""
 
 
 SYSTEMS = {
@@ -97,6 +102,17 @@ SYSTEMS = {
         System("huey-sqlite", "run_huey.py", (), SCENARIOS[:4], peer=True),
         System("persistqueue-sqlite", "run_persistqueue.py", (), ("sequential", "batch"), peer=True),
         System("pgqueuer-postgres", "run_pgqueuer.py", (), SCENARIOS[:4], peer=True, postgres=True),
+        *(
+            System(
+                f"jqueue-file-members-{kind}",
+                "run_jqueue.py",
+                (kind,),
+                ("drain",),
+                served=True,
+                members=MEMBERS,
+            )
+            for kind in ("shards", "queues")
+        ),
         System("jqueue-s3-serve", "run_jqueue.py", ("serve",), ("batch", "drain"), served=True, s3=True),
         System("saq-redis", "run_saq.py", (), SCENARIOS[:4], peer=True, redis=True),
         System("arq-redis", "run_arq.py", (), SCENARIOS[:4], peer=True, redis=True),
@@ -117,7 +133,7 @@ class Bench:
         self.redis: Redis | None = None
         self.results: list[dict[str, Any]] = []
         self._databases = 0
-        self.server: JqueueServer | None = None
+        self.servers: list[JqueueServer] = []
         self.s3: S3Stack | None = None
 
     def python_for(self, system: System) -> tuple[Path, dict[str, str]]:
@@ -147,8 +163,11 @@ class Bench:
             env["REDIS_URL"] = self.redis.url
         if system.served:
             root = workdir / "root" if self.s3 is None or not system.s3 else self.s3.new_root()
-            self.server = JqueueServer(root, sys.executable, {**env, **CREDENTIALS})
-            env["JQUEUE_URL"] = self.server.url
+            options = ["--member"] if system.members > 1 else []
+            for _ in range(system.members):
+                self.servers.append(JqueueServer(root, sys.executable, {**env, **CREDENTIALS}, options))
+            wait_for_members(self.servers)
+            env["JQUEUE_URL"] = ",".join(server.url for server in self.servers)
         return env
 
     def server_cpu(self, system: System) -> float | None:
@@ -157,8 +176,8 @@ class Bench:
             return self.postgres.cpu_seconds()
         if system.redis and self.redis is not None:
             return self.redis.cpu_seconds()
-        if system.served and self.server is not None:
-            return self.server.cpu_seconds()
+        if system.served and self.servers:
+            return sum(server.cpu_seconds() for server in self.servers)
         return None
 
     def call(self, system: System, workdir: Path, env: dict[str, str], *arguments: str) -> dict[str, Any]:
@@ -249,12 +268,24 @@ class Bench:
 
     def stop_servers(self) -> None:
         """Stop the servers of a scenario (``jqueue serve``, Redis), if running."""
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        for server in self.servers:
+            server.stop()
+        self.servers = []
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
+
+
+def wait_for_members(servers: list[JqueueServer], timeout: float = 60.0) -> None:
+    """Wait until each of several members of one root lists them all (none for one broker)."""
+    deadline = time.monotonic() + timeout
+    while len(servers) > 1:
+        healths = [json.loads(urllib.request.urlopen(f"{s.url}/healthz", timeout=10).read()) for s in servers]
+        if all(len(health["members"]) == len(servers) for health in healths):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the {len(servers)} members did not see each other within {timeout:.0f} s")
+        time.sleep(0.1)
 
 
 def prepare_peers(bench: Bench, wanted: list[System]) -> dict[str, str]:

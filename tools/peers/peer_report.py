@@ -21,7 +21,7 @@ def report(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
             failed = [r["error"] for r in mine if "error" in r]
             good = [r for r in mine if "error" not in r]
             lines.append(
-                f"  {name:22s} {summary(scenario, good)}" + (f"  failed: {failed[0]}" if failed else "")
+                f"  {name:27s} {summary(scenario, good)}" + (f"  failed: {failed[0]}" if failed else "")
             )
     for name, why in skipped.items():
         lines.append(f"skipped {name}: {why}")

@@ -1,6 +1,9 @@
 """jqueue on a local file root, for ``benchmark_peers.py``:
-``run_jqueue.py direct|broker|serve SCENARIO WORKDIR ...``; ``serve`` calls the ``jqueue serve``
-at ``$JQUEUE_URL`` (``jqueue.connect``), which the benchmark starts on ``WORKDIR/root``."""
+``run_jqueue.py direct|broker|serve|shards|queues SCENARIO WORKDIR ...``; ``serve`` calls the
+``jqueue serve`` at ``$JQUEUE_URL``, which the benchmark starts on ``WORKDIR/root``. With several
+members of one root (``$JQUEUE_URL`` lists them, comma-separated), ``shards`` is one queue of two
+shards (``jqueue.sharded``) and ``queues`` two queues, half the jobs each: worker ``n`` calls
+member ``n`` in turn (and, for ``queues``, the queue ``n % 2``)."""
 
 from __future__ import annotations
 
@@ -27,20 +30,36 @@ from common import (
     runner_arguments,
 )
 
-from jqueue import BrokerQueue, DirectQueue, Job, LocalFileSystemStorage, RemoteQueue, Worker
+import jqueue
+from jqueue import BrokerQueue, DirectQueue, Job, LocalFileSystemStorage, RemoteQueue, ShardedQueue, Worker
 from jqueue.adapters.event_loop import run_event_loop
 
+SHARDS = 2
+"""The shards of ``shards``'s queue, and the queues of ``queues``."""
 
-def open_queue(kind: str, workdir: Path) -> DirectQueue | BrokerQueue | RemoteQueue:
-    """The queue of a run, at ``WORKDIR/queue.json`` (served: ``WORKDIR/root/queue.json``)."""
-    if kind == "serve":
-        return RemoteQueue(os.environ["JQUEUE_URL"], "queue")
+AnyQueue = DirectQueue | BrokerQueue | RemoteQueue | ShardedQueue
+
+
+def open_queue(kind: str, workdir: Path, index: int = 0) -> AnyQueue:
+    """The queue of a run, at ``WORKDIR/queue.json`` (served: ``WORKDIR/root/queue.json``), as
+    worker ``index`` calls it."""
+    if kind in ("serve", "shards", "queues"):
+        urls = os.environ["JQUEUE_URL"].split(",")
+        url = urls[index % len(urls)]
+        if kind == "shards":
+            return jqueue.sharded(url, "queue", SHARDS, broker="require")
+        return RemoteQueue(url, "queue" if kind == "serve" else f"queue{index % SHARDS}")
     storage = LocalFileSystemStorage(workdir / "queue.json")
     return BrokerQueue(storage) if kind == "broker" else DirectQueue(storage)
 
 
 async def produce(args: argparse.Namespace) -> dict[str, Any]:
     """The timed producer scenarios, and the untimed fill of the others."""
+    if args.kind == "queues":  # half the jobs in each queue
+        for index in range(SHARDS):
+            async with open_queue(args.kind, args.workdir, index) as queue:
+                await fill(queue, args.jobs // SHARDS)
+        return {}
     result: dict[str, Any] = {}
     async with open_queue(args.kind, args.workdir) as queue:
         await queue.enqueue("warm-up", b"creates the queue")
@@ -53,8 +72,7 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
                 for _ in range(args.jobs // BATCH):
                     await queue.enqueue_many(ENTRYPOINT, [payload() for _ in range(BATCH)])
         elif args.scenario == "fill":
-            for _ in range(args.jobs // BATCH):
-                await queue.enqueue_many(ENTRYPOINT, [payload() for _ in range(BATCH)])
+            await fill(queue, args.jobs)
         elif args.scenario == "paced":
             for pause in paced(args.jobs, args.rate):
                 await asyncio.sleep(pause)
@@ -62,11 +80,17 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+async def fill(queue: AnyQueue, jobs: int) -> None:
+    """Enqueue ``jobs`` jobs in batches, untimed."""
+    for _ in range(jobs // BATCH):
+        await queue.enqueue_many(ENTRYPOINT, [payload() for _ in range(BATCH)])
+
+
 async def work(args: argparse.Namespace) -> None:
     """A worker process: wait for ``WORKDIR/go``, then run until stopped (SIGTERM)."""
     done = Done(args.workdir)
     record = record_latency(args.workdir) if args.scenario == "latency-worker" else None
-    async with open_queue(args.kind, args.workdir) as queue:
+    async with open_queue(args.kind, args.workdir, args.index) as queue:
         worker = Worker(queue, concurrency=args.concurrency)
 
         @worker.handler(ENTRYPOINT)
@@ -81,7 +105,7 @@ async def work(args: argparse.Namespace) -> None:
 
 def main() -> None:
     """Run one scenario and print its result."""
-    args = runner_arguments(["direct", "broker", "serve"])
+    args = runner_arguments(["direct", "broker", "serve", "shards", "queues"])
     started = time.time()
     if args.scenario.endswith("worker"):
         run_event_loop(work(args))  # as ``jqueue worker`` runs its handlers

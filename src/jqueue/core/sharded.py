@@ -15,14 +15,15 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol, Self, Unpack
+from typing import Any, Protocol, Self
 
+from jqueue.core.queue import EnqueueCalls
 from jqueue.domain import errors
 from jqueue.domain.models import Job, JobStatus, new_job_id
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.records import HistoryRecord
 from jqueue.domain.sharding import SHARDS, routing_key, shard_of
-from jqueue.domain.spec import EnqueueOptions, JobSpec
+from jqueue.domain.spec import JobSpec
 from jqueue.domain.stats import EntrypointStats, QueueStats
 from jqueue.ports.queue import ChangeSource
 
@@ -54,6 +55,14 @@ class Shard(Protocol):
         batch_size: int = 1,
         visibility_timeout: timedelta | None = None,
     ) -> list[Job]: ...
+    async def ack_and_dequeue(
+        self,
+        acks: Sequence[tuple[Job | str, bytes | None]],
+        entrypoint: str | Collection[str] | None = None,
+        *,
+        batch_size: int = 1,
+        visibility_timeout: timedelta | None = None,
+    ) -> tuple[list[errors.JQueueError | None], list[Job]]: ...
     async def peek(self, entrypoint: str | Collection[str] | None = None, limit: int = 1) -> list[Job]: ...
     async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None: ...
     async def nack(
@@ -87,7 +96,7 @@ class Shard(Protocol):
     async def resume(self, entrypoint: str | None = None) -> None: ...
 
 
-class ShardedQueue:
+class ShardedQueue(EnqueueCalls):
     """A queue of ``shards`` logs with the calls of one queue (those a ``Worker`` needs, the
     reads an operator uses, and pauses), each on the shard a job lives in.
 
@@ -161,16 +170,10 @@ class ShardedQueue:
 
     # --- adding ---------------------------------------------------------------------
 
-    async def enqueue(
-        self, entrypoint: str, payload: bytes, priority: int = 0, **options: Unpack[EnqueueOptions]
-    ) -> Job:
-        """Add a job to its shard; returns it once durably committed (see ``JobQueue.enqueue``)."""
-        return (await self.enqueue_many([JobSpec(entrypoint, payload, priority, **options)]))[0]
-
-    async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[Job]:
+    async def _enqueue_specs(self, specs: list[JobSpec]) -> list[Job]:
         """Add jobs, each to its shard, one commit per shard, the shards at once; returns them in
         the order given. Atomic per shard, not across shards."""
-        specs = [spec if spec.id is not None else dataclasses.replace(spec, id=new_job_id()) for spec in jobs]
+        specs = [dataclasses.replace(spec, id=new_job_id()) if spec.id is None else spec for spec in specs]
         placed: dict[str, int] = {}
         for spec in specs:
             assert spec.id is not None
@@ -180,9 +183,13 @@ class ShardedQueue:
             assert spec.id is not None
             by_shard.setdefault(placed[spec.id], []).append(spec)
         added = await asyncio.gather(*(self.shards[k].enqueue_many(s) for k, s in by_shard.items()))
-        answers = {job.id: job for shard_jobs in added for job in shard_jobs}
+        answers = {  # by the id asked for: a dedup key's answer is the job that holds it
+            spec.id: job
+            for shard_specs, shard_jobs in zip(by_shard.values(), added, strict=True)
+            for spec, job in zip(shard_specs, shard_jobs, strict=True)
+        }
         self._remember(placed)
-        return [answers[spec.id] for spec in specs if spec.id is not None]
+        return [answers[spec.id] for spec in specs]
 
     async def _shard_of_spec(self, spec: JobSpec, placed: dict[str, int]) -> int:
         """A spec's shard: its first parent's (in this batch, or found), else its own key's."""
@@ -207,17 +214,7 @@ class ShardedQueue:
     ) -> list[Job]:
         """Claim up to ``batch_size`` jobs, visiting the shards in turn from a start that moves at
         each call; best priority first within a shard."""
-        claimed: list[Job] = []
-        for k in self._visiting():
-            wanted = batch_size - len(claimed)
-            got = await self.shards[k].dequeue(
-                entrypoint, batch_size=wanted, visibility_timeout=visibility_timeout
-            )
-            self._remember({job.id: k for job in got})
-            claimed += got
-            if len(claimed) >= batch_size:
-                break
-        return claimed
+        return await self._claim(self._visiting(), [], entrypoint, batch_size, visibility_timeout)
 
     async def ack_and_dequeue(
         self,
@@ -227,21 +224,55 @@ class ShardedQueue:
         batch_size: int = 1,
         visibility_timeout: timedelta | None = None,
     ) -> tuple[list[errors.JQueueError | None], list[Job]]:
-        """Ack each of ``acks`` in its shard (None or the error per ack), all at once so that a
-        shard's group commit folds them, then claim."""
-        done = await asyncio.gather(
-            *(self.ack(job, result=result) for job, result in acks), return_exceptions=True
-        )
-        outcomes: list[errors.JQueueError | None] = []
-        for outcome in done:
-            if isinstance(outcome, errors.JobNotFoundError | errors.LeaseLostError):
-                outcomes.append(outcome)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                outcomes.append(None)
-        claimed = await self.dequeue(entrypoint, batch_size=batch_size, visibility_timeout=visibility_timeout)
-        return outcomes, claimed
+        """Ack each of ``acks`` in its shard and claim (None or the error per ack): each shard's
+        acks in one call, all at once, the first shard to visit claiming in the same call."""
+        outcomes: list[errors.JQueueError | None] = [None] * len(acks)
+        by_shard: dict[int, list[int]] = {}
+        for position, (job, _) in enumerate(acks):
+            try:
+                by_shard.setdefault(await self._shard_of_job(job), []).append(position)
+            except errors.JobNotFoundError as exc:
+                outcomes[position] = exc
+        visiting = self._visiting()
+        wanted = {visiting[0]: batch_size}
+        called = sorted(by_shard.keys() | wanted.keys())
+        calls = [
+            self.shards[k].ack_and_dequeue(
+                [acks[position] for position in by_shard.get(k, [])],
+                entrypoint,
+                batch_size=wanted.get(k, 0),
+                visibility_timeout=visibility_timeout,
+            )
+            for k in called
+        ]
+        claimed: list[Job] = []
+        for k, (shard_outcomes, got) in zip(called, await asyncio.gather(*calls), strict=True):
+            for position, outcome in zip(by_shard.get(k, []), shard_outcomes, strict=True):
+                outcomes[position] = outcome
+                if outcome is None:
+                    self._located.pop(_id(acks[position][0]), None)
+            self._remember({job.id: k for job in got})
+            claimed += got
+        return outcomes, await self._claim(visiting[1:], claimed, entrypoint, batch_size, visibility_timeout)
+
+    async def _claim(
+        self,
+        visiting: list[int],
+        claimed: list[Job],
+        entrypoint: str | Collection[str] | None,
+        batch_size: int,
+        visibility_timeout: timedelta | None,
+    ) -> list[Job]:
+        """Add to ``claimed`` jobs of the shards ``visiting``, in turn, up to ``batch_size``."""
+        for k in visiting:
+            if len(claimed) >= batch_size:
+                break
+            got = await self.shards[k].dequeue(
+                entrypoint, batch_size=batch_size - len(claimed), visibility_timeout=visibility_timeout
+            )
+            self._remember({job.id: k for job in got})
+            claimed += got
+        return claimed
 
     async def peek(self, entrypoint: str | Collection[str] | None = None, limit: int = 1) -> list[Job]:
         """The jobs ``dequeue`` would claim now from the shards in turn, claiming none."""
