@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jqueue import Job, JobSpec, ShardedQueue, Worker, sharded
+from jqueue import Job, JobNotFoundError, JobSpec, JobStatus, LeaseLostError, ShardedQueue, Worker, sharded
 from jqueue.domain.sharding import routing_key, shard_of
 
 
@@ -74,6 +74,24 @@ async def test_claims_visit_every_shard_and_none_starves(tmp_path: Path) -> None
         assert await queue.dequeue() == []
 
 
+async def test_acks_with_a_claim_settle_in_every_shard_and_report_each_one(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "jobs", 3) as queue:
+        await queue.enqueue_many([JobSpec("e", b"x", tenant=f"t{n}") for n in range(30)])
+        claimed = await queue.dequeue(batch_size=15)
+        assert len({queue._located[job.id] for job in claimed}) > 1  # the claim spans shards
+        await queue.nack(claimed[0])  # its lease is gone: acking it is an error of its own
+        waiting = (await queue.stats()).entrypoints["e"].queued
+        acks = [(job, None) for job in claimed] + [("no-such-job", None)]
+        outcomes, more = await queue.ack_and_dequeue(acks, batch_size=100)
+        assert isinstance(outcomes[0], LeaseLostError)
+        assert outcomes[1:-1] == [None] * 14
+        assert isinstance(outcomes[-1], JobNotFoundError)
+        assert len(more) == waiting  # the first shard's claim, then the others in turn
+        assert all([await queue.finished(job.id) for job in claimed[1:]])
+        stats = (await queue.stats()).entrypoints["e"]
+        assert (stats.queued, stats.in_progress) == (0, waiting)
+
+
 async def test_reads_add_the_shards_up(tmp_path: Path) -> None:
     async with sharded(str(tmp_path), "jobs", 3) as queue:
         added = await queue.enqueue_many([JobSpec("e", b"x", tenant=f"t{n}") for n in range(30)])
@@ -93,6 +111,40 @@ async def test_reads_add_the_shards_up(tmp_path: Path) -> None:
         assert await queue.dequeue() == []
         await queue.resume("e")
         assert len(await queue.dequeue(batch_size=100)) == 19
+
+
+async def test_history_dead_letters_and_their_calls_span_the_shards(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "jobs", 3) as queue:
+        await queue.enqueue_many([JobSpec("e", b"x", tenant=f"t{n}", max_attempts=1) for n in range(30)])
+        claimed = await queue.dequeue(batch_size=30)
+        homes = {queue._located[job.id] for job in claimed}
+        for job in claimed[:10]:
+            await queue.ack(job, result=job.id.encode())
+        for job in claimed[10:20]:
+            await queue.nack(job, error="boom")  # max_attempts=1: dead
+        assert await queue.count() == 20
+        assert await queue.count(JobStatus.DEAD) == 10
+        dead = await queue.dead_letters(limit=None)
+        assert sorted(job.id for job in dead) == sorted(job.id for job in claimed[10:20])
+        assert len({queue._located[job.id] for job in dead}) > 1
+        assert len(homes) == 3
+        acked = await queue.history(outcome=JobStatus.ACKED)
+        assert sorted(r.job_id for r in acked) == sorted(job.id for job in claimed[:10])
+        assert [r.finished for r in acked] == sorted(r.finished for r in acked)
+        newest = await queue.history(limit=3)
+        everything = await queue.history()
+        assert newest == everything[-3:]
+        assert len(everything) >= 10
+        record = await queue.finished(claimed[0].id)
+        assert record is not None
+        assert record.result == claimed[0].id.encode()
+        assert await queue.requeue_dead([dead[0].id, dead[1].id]) == 2
+        with pytest.raises(JobNotFoundError):
+            await queue.requeue_dead(["no-such-job"])
+        assert await queue.requeue_dead() == 8
+        assert await queue.count(JobStatus.DEAD) == 0
+        assert await queue.purge(JobStatus.QUEUED) == 10
+        assert await queue.count() == 10  # the ten still claimed
 
 
 async def test_the_count_is_recorded_grows_and_never_shrinks(tmp_path: Path) -> None:

@@ -92,6 +92,28 @@ class Shard(Protocol):
         limit: int | None = 100,
         part: tuple[int, int] | None = None,
     ) -> list[Job]: ...
+    async def count(
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+    ) -> int: ...
+    async def history(
+        self,
+        entrypoint: str | None = None,
+        outcome: JobStatus | None = None,
+        since: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[HistoryRecord]: ...
+    async def dead_letters(self, entrypoint: str | None = None, limit: int | None = 100) -> list[Job]: ...
+    async def requeue_dead(self, ids: Iterable[str] | None = None) -> int: ...
+    async def purge(
+        self,
+        status: JobStatus | None = JobStatus.DEAD,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> int: ...
     async def pause(self, entrypoint: str | None = None, *, enqueues: bool = False) -> None: ...
     async def resume(self, entrypoint: str | None = None) -> None: ...
 
@@ -341,12 +363,77 @@ class ShardedQueue(EnqueueCalls):
         return total
 
     async def jobs(
-        self, status: JobStatus | None = None, entrypoint: str | None = None, limit: int | None = 100
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+        limit: int | None = 100,
     ) -> list[Job]:
-        """Jobs without claiming them, oldest enqueue first across the shards, at most ``limit``."""
-        each = await asyncio.gather(*(s.jobs(status, entrypoint, limit=limit) for s in self.shards))
+        """Jobs without claiming them, oldest enqueue first across the shards, at most ``limit``
+        (see ``JobQueue.jobs``)."""
+        each = await asyncio.gather(*(s.jobs(status, entrypoint, older_than, limit) for s in self.shards))
         merged = sorted((job for jobs in each for job in jobs), key=lambda job: job.created_at)
         return merged if limit is None else merged[:limit]
+
+    async def count(
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+    ) -> int:
+        """How many jobs ``jobs`` would list without a limit, over every shard."""
+        return sum(await asyncio.gather(*(s.count(status, entrypoint, older_than) for s in self.shards)))
+
+    async def dead_letters(self, entrypoint: str | None = None, limit: int | None = 100) -> list[Job]:
+        """Dead jobs of every shard, oldest enqueue first (see ``JobQueue.dead_letters``)."""
+        return await self.jobs(JobStatus.DEAD, entrypoint, limit=limit)
+
+    async def history(
+        self,
+        entrypoint: str | None = None,
+        outcome: JobStatus | None = None,
+        since: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[HistoryRecord]:
+        """Finished jobs of every shard, oldest finish first; the newest ``limit`` if given (see
+        ``JobQueue.history``)."""
+        each = await asyncio.gather(*(s.history(entrypoint, outcome, since, limit) for s in self.shards))
+        merged = sorted((record for records in each for record in records), key=lambda r: r.finished)
+        return merged if limit is None else merged[len(merged) - limit :]
+
+    async def finished(self, job_id: str) -> HistoryRecord | None:
+        """The newest history record of job ``job_id``, in whichever shard holds one."""
+        found = await asyncio.gather(*(shard.finished(job_id) for shard in self.shards))
+        return max((record for record in found if record is not None), key=lambda r: r.finished, default=None)
+
+    async def requeue_dead(self, ids: Iterable[str] | None = None) -> int:
+        """Return dead jobs (those of ``ids``, or all) to their shards' queues; returns how many.
+
+        Raises
+        ------
+        JobNotFoundError
+            If one of ``ids`` is in no shard; then nothing changes.
+        """
+        if ids is None:
+            return sum(await asyncio.gather(*(shard.requeue_dead() for shard in self.shards)))
+        by_shard: dict[int, list[str]] = {}
+        for job_id in dict.fromkeys(ids):
+            by_shard.setdefault(await self._shard_of_job(job_id), []).append(job_id)
+        return sum(await asyncio.gather(*(self.shards[k].requeue_dead(i) for k, i in by_shard.items())))
+
+    async def purge(
+        self,
+        status: JobStatus | None = JobStatus.DEAD,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> int:
+        """Delete jobs in every shard (see ``JobQueue.purge``); returns how many."""
+        chosen = None if ids is None else list(ids)
+        purged = await asyncio.gather(
+            *(shard.purge(status, entrypoint, older_than, chosen) for shard in self.shards)
+        )
+        return sum(purged)
 
     async def pause(self, entrypoint: str | None = None, *, enqueues: bool = False) -> None:
         """Pause claims (and ``enqueues``) of ``entrypoint`` on every shard."""
