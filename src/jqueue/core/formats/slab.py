@@ -22,6 +22,7 @@ heaps, so each line's next claimable rows are a block away. The layout ``jqueue-
 from __future__ import annotations
 
 import hashlib
+import heapq
 import itertools
 import operator
 import re
@@ -160,6 +161,8 @@ class SlabWriter:
     rows: int = 0
     segments: Counter[int] = field(default_factory=Counter)
     _hashes: array[int] = field(default_factory=lambda: array("Q"))
+    _runs: list[int] = field(default_factory=list)
+    """Where each block's run of sorted hashes starts in ``_hashes``."""
     _parts: list[bytes] = field(default_factory=lambda: [MAGIC])
     _offset: int = len(MAGIC)
     _blocks: list[tuple[int, int]] = field(default_factory=list)
@@ -179,7 +182,7 @@ class SlabWriter:
             If they do not (a job would have two rows), or a payload is not stored yet.
         """
         assert 0 < len(records) <= BLOCK_ROWS
-        hashes = self._hashes
+        hashes: list[int] = []
         for record in records:
             key, row = row_key(record, self.saved), self.rows
             if self._last is not None and key <= self._last:
@@ -192,6 +195,8 @@ class SlabWriter:
             self._last, self._last_order = key, max(self._last_order, record.order)
             hashes.append(id_hash(record.id) << _BLOCK_BITS | row // BLOCK_ROWS)
             self.rows += 1
+        self._runs.append(len(self._hashes))
+        self._hashes.extend(sorted(hashes))  # sorted a block at a time: content() merges the runs
         self._orders.append(order_bounds([record.order for record in records]))
         encoded, segments = encode_block(records, self.saved)
         self.segments.update(segments)
@@ -202,7 +207,9 @@ class SlabWriter:
 
     def content(self) -> bytes:
         """Return the slab's bytes."""
-        table = little_endian_bytes(array("Q", sorted(self._hashes)))
+        hashes, bounds = self._hashes, [*self._runs, len(self._hashes)]
+        runs = [hashes[start:end] for start, end in itertools.pairwise(bounds)]
+        table = little_endian_bytes(array("Q", heapq.merge(*runs)))  # no int object a row at once
         header = SlabHeader(
             SLAB_LAYOUT,
             self.rows,
