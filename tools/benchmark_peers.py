@@ -2,6 +2,8 @@
 
 Systems: jqueue (``BrokerQueue`` and ``DirectQueue`` on a file root, and ``jqueue.connect`` to a
 ``jqueue serve`` that the tool starts on a file root, all from the source tree this tool sits in;
+``jqueue-file-members-shards`` and ``-queues``, drain only: two ``jqueue serve --member`` of one
+file root serving one queue of two shards, or two queues, each worker calling one member in turn;
 ``jqueue-s3-serve``: the same on S3, moto behind the latency proxy of ``s3_stack.py``,
 ``--get-latency-ms`` and ``--put-latency-ms``, batch and drain only, with what its requests
 cost per million jobs enqueued, claimed and acked, at S3's and GCS's list prices, next to SQS),
