@@ -22,7 +22,8 @@ def test_every_scenario_of_jqueue_and_the_raw_limit(tmp_path: Path) -> None:
     out = tmp_path / "peers.json"
     arguments = [
         "--systems",
-        "jqueue-file-broker,jqueue-file-direct,jqueue-s3-serve,raw",
+        "jqueue-file-broker,jqueue-file-direct,jqueue-s3-serve,jqueue-file-members-shards,"
+        "jqueue-file-members-queues,raw",
         "--jobs",
         "200",
         "--latency-jobs",
@@ -51,6 +52,8 @@ def test_every_scenario_of_jqueue_and_the_raw_limit(tmp_path: Path) -> None:
         assert by_key[system, "sequential"]["cpu_ms_per_job"] > 0
         latency = by_key[system, "latency"]
         assert 0 < latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"] <= latency["max_ms"]
+    for kind in ("shards", "queues"):  # through two members of one root
+        assert by_key[f"jqueue-file-members-{kind}", "drain"]["jobs_per_s"] > 0
     for scenario in ("batch", "drain"):  # through jqueue serve on S3, with what its requests cost
         on_s3 = by_key["jqueue-s3-serve", scenario]
         assert on_s3["jobs_per_s"] > 0
