@@ -4,6 +4,7 @@ the queue's storage."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import os
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import jqueue
 from servers import jqueue_serve
 
 pytestmark = pytest.mark.slow
@@ -200,3 +202,39 @@ def test_a_server_where_nothing_listens_is_said_at_once_while_the_command_keeps_
     assert first.rstrip().endswith("still looking for the broker for up to 10 s")
     assert said_after < ended_after - 5  # said long before the command gave up (10 s of looking)
     assert rest.splitlines()[-1].startswith("error: no jqueue serve took the call within 10 s")
+
+
+def test_a_sharded_queue_says_what_one_queue_says_on_its_storage_and_through_the_service(
+    tmp_path: Path,
+) -> None:
+    async def make_sharded(root: Path) -> None:
+        async with jqueue.sharded(str(root), "shop", 3):
+            pass  # records the count in shard 0: every command opens the three
+
+    for root in (tmp_path / "stored", tmp_path / "served"):
+        root.mkdir()
+        asyncio.run(make_sharded(root))
+    plain = os.environ | {"JQUEUE_STORAGE": str(tmp_path / "plain.json")}
+    stored = os.environ | {"JQUEUE_STORAGE": str(tmp_path / "stored" / "shop.json")}
+    with jqueue_serve(str(tmp_path / "served"), tmp_path / "serve.log") as url:
+        through = {k: v for k, v in os.environ.items() if k != "JQUEUE_STORAGE"}
+        through |= {"JQUEUE_SERVER": url, "JQUEUE_QUEUE": "shop"}
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            sessions = [pool.submit(_session, env, tmp_path) for env in (plain, stored, through)]
+            plain_said, stored_said, served_said = (session.result() for session in sessions)
+    spread = [path.name for path in (tmp_path / "stored").glob("shop.shard-*.json")]
+    assert sorted(spread) == ["shop.shard-1.json", "shop.shard-2.json"]  # the jobs went to all three
+    for number, (one, stored_one, served_one) in enumerate(
+        zip(plain_said, stored_said, served_said, strict=True)
+    ):
+        assert _unordered(stored_one) == _unordered(one), number
+        assert _unordered(served_one) == _unordered(one), number
+
+
+def _unordered(value: Any) -> Any:
+    """``_steady(value)``, lists of records in any order: FIFO holds within a shard, so a worker
+    finishes the jobs of several shards in another order than one queue's."""
+    steady = _steady(value)
+    if isinstance(steady, list) and all(isinstance(item, dict) for item in steady):
+        return sorted(steady, key=lambda item: json.dumps(item, sort_keys=True))
+    return steady

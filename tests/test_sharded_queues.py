@@ -147,6 +147,29 @@ async def test_history_dead_letters_and_their_calls_span_the_shards(tmp_path: Pa
         assert await queue.count() == 10  # the ten still claimed
 
 
+async def test_workflows_limits_and_requeues_act_on_the_shard_that_holds_the_jobs(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "jobs", 3) as queue:
+        [parent] = await queue.enqueue_many([JobSpec("parent", b"p", tenant="acme")])
+        children = await queue.enqueue_many([JobSpec("child", b"c", after=[parent.id]) for _ in range(3)])
+        assert {job.id for job in await queue.workflow(children[0].id)} == {
+            parent.id,
+            *(c.id for c in children),
+        }
+        await queue.limit(None, 1, per_tenant=True)  # a tenant's jobs live in one shard: exact
+        solo = next(f"t{n}" for n in range(99) if shard_of(routing_key(f"t{n}", None, "-"), 3) == 2)
+        await queue.enqueue_many([JobSpec("e", b"x", tenant=solo) for _ in range(4)])
+        first = await queue.dequeue("e", batch_size=4)
+        assert len(first) == 1
+        assert await queue.dequeue("e", batch_size=4) == []
+        assert await queue.requeue([first[0].id]) == 1  # released: claimable again, still one at a time
+        assert len(await queue.dequeue("e", batch_size=4)) == 1
+        cancelled = await queue.cancel_workflow(parent.id)
+        assert {job.id for job in cancelled} == {parent.id, *(c.id for c in children)}
+        assert await queue.count(entrypoint="child") == 0
+        with pytest.raises(JobNotFoundError):
+            await queue.requeue(["no-such-job"])
+
+
 async def test_the_count_is_recorded_grows_and_never_shrinks(tmp_path: Path) -> None:
     async with sharded(str(tmp_path), "jobs", 2) as queue:
         await queue.enqueue_many([JobSpec("e", b"x") for _ in range(10)])

@@ -7,10 +7,16 @@ and times, from the kill, the first enqueue that the second answers with 200. Re
 ``--payload-bytes`` before the first broker starts (loaded in batches of 10,000, then
 checkpointed), so the standby's takeover includes opening a deep queue.
 
+With ``--member`` both are members of the root (``jqueue serve --member``, ADR 0022): once
+each lists the other and one of them serves the queue, that one is SIGKILLed, and the time
+is the other's first answered enqueue (until it takes the queue over, it cannot forward the
+call to the dead owner and answers 503).
+
 Examples::
 
     .venv/bin/python tools/benchmark_failover.py --rounds 5
     .venv/bin/python tools/benchmark_failover.py --rounds 3 --queued 1000000
+    .venv/bin/python tools/benchmark_failover.py --rounds 3 --queued 1000000 --member
 """
 
 from __future__ import annotations
@@ -69,6 +75,38 @@ async def load(root: str, jobs: int, payload_bytes: int) -> None:
         await queue.checkpoint()
 
 
+def serving_member(ports: list[int], seconds: float) -> int:
+    """Wait until each member lists them all and one serves queue ``q``; return its index."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        healths = []
+        for port in ports:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+                    healths.append(json.loads(answer.read()))
+            except OSError:
+                healths.append({})
+        serving = [n for n, health in enumerate(healths) if "q" in health.get("queues", [])]
+        if all(len(health.get("members", [])) == len(ports) for health in healths) and len(serving) == 1:
+            return serving[0]
+        time.sleep(0.05)
+    raise TimeoutError(f"the members did not agree on who serves the queue within {seconds:g} s")
+
+
+def members_round(command: list[str], ports: list[int]) -> float:
+    """Two members: kill the one serving the queue; the seconds until the other answers."""
+    members = [subprocess.Popen([*command, f"127.0.0.1:{port}"], stderr=subprocess.DEVNULL) for port in ports]
+    try:
+        wait_for(ports[0], 200, 60)  # the queue exists and is served (forwarded, if need be)
+        owner = serving_member(ports, 60)
+        members[owner].send_signal(signal.SIGKILL)
+        return wait_for(ports[1 - owner], 200, 120)
+    finally:
+        for process in members:
+            process.kill()
+            process.wait()
+
+
 def one_round(options: list[str], queued: int, payload_bytes: int) -> float:
     """One kill and takeover; the seconds from the kill to the first enqueue answered."""
     with tempfile.TemporaryDirectory(prefix="jqueue-failover-") as root:
@@ -76,6 +114,8 @@ def one_round(options: list[str], queued: int, payload_bytes: int) -> float:
             asyncio.run(load(root, queued, payload_bytes))
         ports = [free_port(), free_port()]
         command = [sys.executable, "-m", "jqueue", "serve", "--storage", root, *options, "--listen"]
+        if "--member" in options:
+            return members_round(command, ports)
         first = subprocess.Popen([*command, f"127.0.0.1:{ports[0]}"], stderr=subprocess.DEVNULL)
         second: subprocess.Popen[bytes] | None = None
         try:
@@ -99,8 +139,9 @@ def main() -> None:
     parser.add_argument("--stale-after", type=float, default=None, help="passed to jqueue serve")
     parser.add_argument("--queued", type=int, default=0, help="jobs in the queue before the first broker")
     parser.add_argument("--payload-bytes", type=int, default=100, help="bytes per queued job's payload")
+    parser.add_argument("--member", action="store_true", help="two members of the root, not a standby")
     args = parser.parse_args()
-    options = []
+    options = ["--member"] if args.member else []
     if args.renew_every is not None:
         options += ["--renew-every", str(args.renew_every)]
     if args.stale_after is not None:

@@ -107,6 +107,13 @@ class Shard(Protocol):
     ) -> list[HistoryRecord]: ...
     async def dead_letters(self, entrypoint: str | None = None, limit: int | None = 100) -> list[Job]: ...
     async def requeue_dead(self, ids: Iterable[str] | None = None) -> int: ...
+    async def requeue(self, ids: Iterable[str]) -> int: ...
+    async def throttle(
+        self, limit: int | None, per: timedelta, entrypoint: str | None = None, per_tenant: bool = False
+    ) -> None: ...
+    async def limit(self, entrypoint: str | None, n: int | None, per_tenant: bool = False) -> None: ...
+    async def workflow(self, job_id: str) -> list[Job]: ...
+    async def cancel_workflow(self, job_id: str) -> list[Job]: ...
     async def purge(
         self,
         status: JobStatus | None = JobStatus.DEAD,
@@ -360,6 +367,7 @@ class ShardedQueue(EnqueueCalls):
         for stats in each:
             for name, figures in stats.entrypoints.items():
                 total.entrypoints[name] = _added(total.entrypoints.get(name), figures)
+        total.entrypoints = dict(sorted(total.entrypoints.items()))  # by name, as one queue's
         return total
 
     async def jobs(
@@ -416,10 +424,50 @@ class ShardedQueue(EnqueueCalls):
         """
         if ids is None:
             return sum(await asyncio.gather(*(shard.requeue_dead() for shard in self.shards)))
+        by_shard = await self._by_shard(ids)
+        return sum(await asyncio.gather(*(self.shards[k].requeue_dead(i) for k, i in by_shard.items())))
+
+    async def requeue(self, ids: Iterable[str]) -> int:
+        """Make jobs claimable at once in their shards (see ``JobQueue.requeue``); returns how
+        many changed.
+
+        Raises
+        ------
+        JobNotFoundError
+            If one of ``ids`` is in no shard; then nothing changes.
+        """
+        by_shard = await self._by_shard(ids)
+        return sum(await asyncio.gather(*(self.shards[k].requeue(i) for k, i in by_shard.items())))
+
+    async def _by_shard(self, ids: Iterable[str]) -> dict[int, list[str]]:
+        """Jobs ``ids`` by the shard that holds each (``JobNotFoundError`` for one none holds)."""
         by_shard: dict[int, list[str]] = {}
         for job_id in dict.fromkeys(ids):
             by_shard.setdefault(await self._shard_of_job(job_id), []).append(job_id)
-        return sum(await asyncio.gather(*(self.shards[k].requeue_dead(i) for k, i in by_shard.items())))
+        return by_shard
+
+    async def throttle(
+        self, limit: int | None, per: timedelta, entrypoint: str | None = None, per_tenant: bool = False
+    ) -> None:
+        """Set the throttle on every shard (see ``JobQueue.throttle``). A tenant's jobs live in one
+        shard, so a throttle ``per_tenant`` holds exactly; any other holds in each shard apart: a
+        queue of N shards claims up to N times ``limit`` a window."""
+        await asyncio.gather(*(s.throttle(limit, per, entrypoint, per_tenant) for s in self.shards))
+
+    async def limit(self, entrypoint: str | None, n: int | None, per_tenant: bool = False) -> None:
+        """Set the limit on every shard (see ``JobQueue.limit``). A tenant's jobs live in one
+        shard, so a limit ``per_tenant`` holds exactly; any other holds in each shard apart: a
+        queue of N shards runs up to N times ``n`` at once."""
+        await asyncio.gather(*(shard.limit(entrypoint, n, per_tenant) for shard in self.shards))
+
+    async def workflow(self, job_id: str) -> list[Job]:
+        """The jobs of ``job_id``'s workflow, from its shard: a workflow lives in its first
+        parent's (see ``JobQueue.workflow``)."""
+        return await self.shards[await self._shard_of_job(job_id)].workflow(job_id)
+
+    async def cancel_workflow(self, job_id: str) -> list[Job]:
+        """Cancel ``job_id``'s workflow in its shard (see ``JobQueue.cancel_workflow``)."""
+        return await self.shards[await self._shard_of_job(job_id)].cancel_workflow(job_id)
 
     async def purge(
         self,

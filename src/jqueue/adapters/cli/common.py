@@ -27,8 +27,10 @@ from jqueue.adapters.service.wire.bodies import SPAN_ATTRIBUTES, TOKEN_VARIABLE
 from jqueue.adapters.service.wire.error_codes import NO_BROKER, QUEUE_NOT_FOUND, UNAUTHORIZED, UNREACHABLE
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
+from jqueue.adapters.web.queue_names import shard_name
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.direct import DirectQueue
+from jqueue.core.sharded import ShardedQueue
 from jqueue.domain.errors import InvalidURLError, JQueueError, ServiceError
 from jqueue.domain.figures import readable_span
 from jqueue.domain.models import Job, JobStatus
@@ -230,23 +232,45 @@ def run(coroutine: Coroutine[Any, Any, T], *, handlers: bool = False) -> T:
     raise AssertionError("unreachable")
 
 
-AnyQueue = DirectQueue | RemoteQueue
-"""The queue of a command that commits a few calls: on its storage, or through a service."""
-ManyCallsQueue = BrokerQueue | RemoteQueue
+AnyQueue = DirectQueue | RemoteQueue | ShardedQueue
+"""The queue of a command that commits a few calls: on its storage, or through a service (a
+queue of several shards: all of them)."""
+ManyCallsQueue = BrokerQueue | RemoteQueue | ShardedQueue
 """The queue of a command that makes many concurrent calls."""
 Local = TypeVar("Local", DirectQueue, BrokerQueue)
 
 
 @contextlib.asynccontextmanager
-async def _opened(ctx: typer.Context, kind: type[Local]) -> AsyncIterator[Local | RemoteQueue]:
-    """The queue of ``--server`` and ``--queue`` if given, else a ``kind`` on ``--storage``."""
+async def _opened(ctx: typer.Context, kind: type[Local]) -> AsyncIterator[Local | RemoteQueue | ShardedQueue]:
+    """The queue of ``--server`` and ``--queue`` if given, else a ``kind`` on ``--storage``; a
+    queue made of several shards is opened whole (``ShardedQueue``)."""
     served = _served(ctx)
     if served is not None:
         async with serving(served) as remote:
-            yield remote
+            sharded = shard_name(remote.queue, 1) in await remote.queue_names()
+            shards = await remote.shards() if sharded else 1  # asked only of a queue that exists
+            if shards <= 1:
+                yield remote
+                return
+        server, name = service(ctx), served.queue
+        async with ShardedQueue(lambda k: remote_queue(server, shard_name(name, k)), shards) as whole:
+            yield whole
         return
     async with kind(shared_storage(ctx)) as queue:
-        yield queue
+        shards = await queue.shards()
+        if shards <= 1:
+            yield queue
+            return
+    url = storage_url(ctx)
+    async with ShardedQueue(lambda k: kind(storage_from_url(shard_url(url, k))), shards) as whole:
+        yield whole
+
+
+def shard_url(url: str, shard: int) -> str:
+    """The storage URL of shard ``shard`` of the queue at ``url`` (``ROOT/NAME.json``): the queue's
+    own for shard 0, ``ROOT/NAME.shard-K.json`` beside it for the others."""
+    base = url.removesuffix(".json")
+    return url if shard == 0 else f"{base}.shard-{shard}.json"
 
 
 def direct_queue(ctx: typer.Context) -> contextlib.AbstractAsyncContextManager[AnyQueue]:
