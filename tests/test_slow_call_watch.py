@@ -17,6 +17,8 @@ import pytest
 from jqueue import ServiceError
 from jqueue.adapters.service.client import caller as caller_module
 from jqueue.adapters.service.client.caller import ServiceCaller
+from jqueue.adapters.service.wire.bodies import ErrorBody, ErrorResponse, encode
+from jqueue.adapters.service.wire.error_codes import CLOSING
 
 HERE, OTHER = "http://127.0.0.1:1", "http://127.0.0.1:2"
 PERIOD = 0.02
@@ -130,3 +132,24 @@ async def test_a_call_to_a_service_url_has_no_watch(tmp_path: Path, monkeypatch:
     stubs.answered.set()
     assert await asyncio.wait_for(call, BOUND) == {"ok": True}
     assert stubs.looks == 0
+
+
+async def test_a_call_that_meets_a_closing_queue_is_repeated_not_failed(caller: ServiceCaller) -> None:
+    """A queue its broker gives up (it moved to another member) or that stops with the service
+    answers a call in flight ``closing``, and the call may have landed: the caller asks again, as
+    after a lost answer, and says the call was repeated."""
+    closing = encode(ErrorResponse(ErrorBody(CLOSING.code, "the queue stopped")), True)
+    answers = [(503, closing), (200, msgspec.msgpack.encode({"ok": True}))]
+
+    async def exchange(*_: Any) -> tuple[int, bytes]:
+        return answers.pop(0)
+
+    async def found() -> str:
+        return HERE
+
+    caller._exchange = exchange  # type: ignore[method-assign, assignment]
+    caller.finder.find = found  # type: ignore[method-assign]
+    answer, repeated = await caller.call("enqueue", {"jobs": []}, dict)
+    assert answer == {"ok": True}
+    assert repeated
+    assert answers == []

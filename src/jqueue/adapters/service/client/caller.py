@@ -28,6 +28,7 @@ from jqueue.adapters.service.wire.bodies import (
 )
 from jqueue.adapters.service.wire.error_codes import (
     BAD_ANSWER,
+    CLOSING,
     NO_ANSWER,
     NO_BROKER,
     NOT_BROKER,
@@ -62,8 +63,12 @@ PROBE_TIMEOUT = 0.25
 """Seconds a slow call's broker has to answer ``/healthz`` before the client reads the record."""
 TELL_EVERY = 5.0
 """Seconds between two log lines saying that calls look for a broker."""
-_MOVING = frozenset(code.code for code in (UNREACHABLE, NOT_BROKER, NOT_OWNER, NO_BROKER, NO_ANSWER))
-"""The codes of a call that another broker may take: it goes to the one the root names."""
+_MOVING = frozenset(code.code for code in (UNREACHABLE, NOT_BROKER, NOT_OWNER, NO_BROKER, NO_ANSWER, CLOSING))
+"""The codes of a call that another broker may take: it goes to the one the root names (a queue
+that its member gives up, or that stops with its service, answers the calls in flight
+``closing``)."""
+_MAY_HAVE_LANDED = frozenset((NO_ANSWER.code, CLOSING.code))
+"""The codes of a call that may have landed: its repeat is said to be one (``call``)."""
 
 
 def is_service_url(target: str) -> bool:
@@ -257,7 +262,7 @@ class ServiceCaller:
             except ServiceError as exc:
                 if exc.code not in _MOVING or time.monotonic() + pause > deadline:
                     raise
-                repeated = repeated or exc.code == NO_ANSWER.code
+                repeated = repeated or exc.code in _MAY_HAVE_LANDED
                 if direct is not None:  # the queue moved: ask the broker in front again
                     self.owner = None
                     continue
