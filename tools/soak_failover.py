@@ -15,6 +15,12 @@ answer) and the queue's own history:
 and prints the longest stall of a client call (an enqueue, claim or ack). Exit status 1 if a
 check fails. ``Brokers`` and ``Load`` are the harness of ``chaos_matrix.py`` too.
 
+Each batch a producer enqueues is a fan-in: ``BATCH - 1`` jobs of ``TENANTS`` tenants and a
+callback that waits for them all (``after``), on queues limited to ``TENANT_LIMIT`` jobs in
+progress per tenant. Replaying every queue's log entry by entry, the soak checks that no tenant
+ever had more jobs in progress than its limit, and that no callback was claimed before all of
+its parents had left the queue.
+
 With ``--members N`` (2 or more), N brokers serve the root together (``jqueue serve --member``)
 over ``--queues`` queues, and the faults take the members in turn; the soak also checks, from
 every queue's log, that no entry was written by a broker after another took its queue over
@@ -46,10 +52,12 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from chaos_check import Ack, Call, Histories, ack_line, call_line, check, read_client
-from jqueue import DirectQueue, Job, JobStatus, JQueueError, QueuePolicy, RemoteQueue, Worker
+from jqueue import DirectQueue, Job, JobSpec, JobStatus, JQueueError, QueuePolicy, RemoteQueue, Worker
 from jqueue.adapters.service.wire.root import root_storage
-from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry, entry_seq
-from jqueue.domain.effects import Owned
+from jqueue.core.formats.entry import ENTRY_PREFIX, Entry, decode_entry, entry_seq
+from jqueue.domain.effects import Claimed, Owned
+from jqueue.domain.index import QueueIndex
+from jqueue.domain.models import new_job_id
 from jqueue.ports.storage import KeyedStoragePort
 from served import free_port
 
@@ -58,6 +66,10 @@ T = TypeVar("T")
 FAST = ["--renew-every", "0.2", "--stale-after", "1"]
 """Broker settings that make a takeover quick: a record not renewed for 1 s is stale."""
 BATCH = 5
+"""Jobs a producer enqueues at once: ``BATCH - 1`` of tenants, and their fan-in callback."""
+TENANTS = 3
+TENANT_LIMIT = 2
+"""Jobs of one tenant in progress at once, in each queue (``limit(None, 2, per_tenant=True)``)."""
 LEASE = timedelta(seconds=10)
 """Short, so that a claim whose answer a broker never sent (it died or froze) comes back soon."""
 
@@ -167,11 +179,12 @@ async def produce(root: str, out: Path, stop: Path, batch: int = BATCH, name: st
     (``call_line``: its start, end, and the jobs enqueued or the error it raised)."""
     n = 0
     async with RemoteQueue(root, name, visibility_timeout=LEASE) as queue:
+        await queue.limit(None, TENANT_LIMIT, per_tenant=True)
         with out.open("a", buffering=1) as lines:
             while not stop.exists():  # noqa: ASYNC240 (a local file, seldom)
                 started = time.monotonic()
                 try:
-                    jobs = await queue.enqueue_many("work", [f"{n + k}".encode() for k in range(batch)])
+                    jobs = await queue.enqueue_many(fan_in(n, batch))
                 except JQueueError as error:
                     lines.write(call_line("enqueue", started, time.monotonic(), [], repr(error)))
                     await asyncio.sleep(0.05)
@@ -179,6 +192,15 @@ async def produce(root: str, out: Path, stop: Path, batch: int = BATCH, name: st
                 lines.write(call_line("enqueue", started, time.monotonic(), [job.id for job in jobs]))
                 n += batch
                 await asyncio.sleep(0.05)
+
+
+def fan_in(n: int, batch: int) -> list[JobSpec]:
+    """``batch - 1`` jobs of the tenants in turn, numbered from ``n``, and a callback after them."""
+    parents = [
+        JobSpec("work", f"{n + k}".encode(), id=new_job_id(), tenant=f"t{(n + k) % TENANTS}")
+        for k in range(batch - 1)
+    ]
+    return [*parents, JobSpec("work", b"fan-in", after=[parent.id for parent in parents if parent.id])]
 
 
 class TimedQueue(RemoteQueue):
@@ -255,28 +277,56 @@ async def _history(root: str, names: list[str]) -> tuple[dict[str, JobStatus], d
     return history, live
 
 
-async def deposed_writes(root: str, names: list[str]) -> list[str]:
-    """The log entries written by a broker after another took their queue over (each entry's
-    commit id names the broker that wrote it, the last ``Owned`` entry the queue's owner; entries
-    before the first ``Owned`` still in the log, which compaction may have left, are not judged)."""
+async def log_checks(root: str, names: list[str]) -> list[str]:
+    """What every queue's log shows wrong, entry by entry (``log_faults``), each log's entries
+    fetched 64 at a time (a remote log is long)."""
     found = []
     for name in names:
         storage = root_storage(root, name)
         assert isinstance(storage, KeyedStoragePort)
         listed = sorted(await storage.list_names(ENTRY_PREFIX))
         contents: list[bytes | None] = []
-        for start in range(0, len(listed), 64):  # fetched 64 at a time: a remote log is long
+        for start in range(0, len(listed), 64):
             contents += await asyncio.gather(*(storage.get(n) for n in listed[start : start + 64]))
-        owner: str | None = None
-        for entry_name, data in zip(listed, contents, strict=True):
-            seq = entry_seq(entry_name)
-            if seq is None or data is None:
-                continue
-            entry = decode_entry(data, seq, entry_name)
-            owner = next((e.owner for e in entry.effects if isinstance(e, Owned)), owner)
-            writer = entry.commit.partition("/")[0] if "/" in entry.commit else ""
-            if owner is not None and writer and writer != owner:
-                found.append(f"{name}: entry {seq} written by {writer}, owned by {owner}")
+        entries = [
+            decode_entry(data, seq, entry_name)
+            for entry_name, data in zip(listed, contents, strict=True)
+            if (seq := entry_seq(entry_name)) is not None and data is not None
+        ]
+        found += [f"{name}: {fault}" for fault in log_faults(entries)]
+    return found
+
+
+def log_faults(entries: list[Entry]) -> list[str]:
+    """What a queue's log entries (in order) show wrong:
+
+    - an entry written by a broker after another took the queue over (each entry's commit id
+      names its writer, the last ``Owned`` entry the owner; entries before the first ``Owned``
+      still in the log, which compaction may have left, are not judged);
+    - replayed from the first entry (a log that compaction shortened is not replayed): a
+      tenant with more than ``TENANT_LIMIT`` jobs in progress, or a job claimed while a job it
+      waits for (``after``) was still in the queue.
+    """
+    found = []
+    owner: str | None = None
+    index = QueueIndex() if entries and entries[0].seq == 1 else None
+    for entry in entries:
+        owner = next((e.owner for e in entry.effects if isinstance(e, Owned)), owner)
+        writer = entry.commit.partition("/")[0] if "/" in entry.commit else ""
+        if owner is not None and writer and writer != owner:
+            found.append(f"entry {entry.seq} written by {writer}, owned by {owner}")
+        if index is None:
+            continue
+        for effect in entry.effects:
+            claimed = index.job(effect.job_id) if isinstance(effect, Claimed) else None
+            if claimed is not None and any(index.job(parent) is not None for parent in claimed.after):
+                found.append(f"entry {entry.seq} claims {claimed.id} before its parents left")
+            index.apply(effect)
+        for tenant in {f"t{k}" for k in range(TENANTS)}:
+            if index.running_of(None, tenant) > TENANT_LIMIT:
+                found.append(
+                    f"entry {entry.seq}: {index.running_of(None, tenant)} jobs of {tenant} in progress"
+                )
     return found
 
 
@@ -411,15 +461,17 @@ def soak(
         load.kill()
         brokers.stop()
     verdict = check(histories)
-    deposed = asyncio.run(deposed_writes(root, load.names))
-    failures = load.failures() + verdict.failures + deposed
+    logged = asyncio.run(log_checks(root, load.names))
+    failures = load.failures() + verdict.failures + logged
     if verdict.lost:
         print(
             "never acked:",
             {j: histories.queue.get(j) or histories.live.get(j, "nowhere") for j in verdict.lost},
         )
     print(f"{len(events)} broker faults: {'; '.join(events)}")
+    deposed = [fault for fault in logged if "owned by" in fault]
     print(f"{len(deposed)} log entries by a deposed owner")
+    print(f"{len(logged) - len(deposed)} breaches of a tenant's limit or a fan-in's order in the logs")
     print(
         f"{verdict.enqueued} jobs enqueued, {len(histories.acks)} acks returned, "
         f"{len(histories.queue)} in the history" + (" (full: the newest kept)" if histories.full else "")
