@@ -25,20 +25,17 @@ from jqueue.domain.records import HistoryRecord
 from jqueue.domain.sharding import SHARDS, routing_key, shard_of
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.stats import EntrypointStats, QueueStats
-from jqueue.ports.queue import ChangeSource
+from jqueue.ports.queue import ChangeSource, Queue, SupportsAckAndDequeue
 
 LOCATED_MOST = 100_000
 """The most job ids whose shard a sharded queue remembers (the jobs it claimed or added lately)."""
 
 
-class Shard(Protocol):
+class Shard(Queue, SupportsAckAndDequeue, Protocol):
     """What a sharded queue asks of each shard: a ``JobQueue`` committing directly, or a
-    ``RemoteQueue`` of the shard as ``jqueue serve`` serves it (``shard_name``)."""
+    ``RemoteQueue`` of the shard as ``jqueue serve`` serves it (``shard_name``): the calls of a
+    ``Queue``, and these."""
 
-    @property
-    def visibility_timeout(self) -> timedelta: ...
-    @property
-    def policy(self) -> QueuePolicy: ...
     @property
     def changes(self) -> ChangeSource: ...
     async def __aenter__(self) -> Any: ...
@@ -48,33 +45,6 @@ class Shard(Protocol):
     async def shards(self) -> int: ...
     async def reshard(self, shards: int) -> int: ...
     async def enqueue_many(self, jobs: Iterable[JobSpec], /) -> list[Job]: ...
-    async def dequeue(
-        self,
-        entrypoint: str | Collection[str] | None = None,
-        *,
-        batch_size: int = 1,
-        visibility_timeout: timedelta | None = None,
-    ) -> list[Job]: ...
-    async def ack_and_dequeue(
-        self,
-        acks: Sequence[tuple[Job | str, bytes | None]],
-        entrypoint: str | Collection[str] | None = None,
-        *,
-        batch_size: int = 1,
-        visibility_timeout: timedelta | None = None,
-    ) -> tuple[list[errors.JQueueError | None], list[Job]]: ...
-    async def peek(self, entrypoint: str | Collection[str] | None = None, limit: int = 1) -> list[Job]: ...
-    async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None: ...
-    async def nack(
-        self,
-        job_id: Job | str,
-        delay: timedelta | None = None,
-        error: str | None = None,
-        *,
-        max_attempts: int | None = None,
-        dead: bool = False,
-    ) -> None: ...
-    async def release(self, job_id: Job | str) -> None: ...
     async def heartbeat(
         self, job_id: Job | str, *, progress: float | None = None, note: str | None = None
     ) -> None: ...
