@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import sys
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,7 @@ def test_the_log_checks_find_a_tenant_over_its_limit_and_a_callback_claimed_earl
     def add(job_id: str, tenant: str | None = None, after: tuple[str, ...] = ()) -> fx.Added:
         return fx.Added(job_id, "work", 0, at, JobStatus.QUEUED, None, b"p", tenant=tenant, after=after)
 
-    def log(*entries: list[fx.Effect]) -> list[Entry]:
+    def log(*entries: Sequence[fx.Effect]) -> list[Entry]:
         return [Entry(seq, f"b/{seq}", at, list(effects), []) for seq, effects in enumerate(entries, 1)]
 
     parents = [add(f"p{n}", "t0") for n in range(3)]
