@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from jqueue import Job, JobNotFoundError, JobSpec, JobStatus, LeaseLostError, ShardedQueue, Worker, sharded
+from jqueue.adapters.service.wire.root import queue_location, shard_location
 from jqueue.domain.sharding import routing_key, shard_of
 
 
@@ -213,3 +214,22 @@ async def test_a_worker_and_two_processes_share_a_sharded_queue_exactly_once(tmp
         assert sorted(ran) == sorted(job.id for jobs in added for job in jobs)
         assert set(ran.values()) == {1}
         assert await first.jobs(limit=None) == []
+
+
+S3_QUERY = "?endpoint_url=http://h:9&region=x"
+
+
+@pytest.mark.parametrize(
+    ("root", "shard_two"),
+    [
+        ("/r", "/r/jobs.shard-2.json"),
+        ("r", "r/jobs.shard-2.json"),
+        ("file:///r", "file:///r/jobs.shard-2.json"),
+        (f"s3://b/p{S3_QUERY}", f"s3://b/p/jobs.shard-2.json{S3_QUERY}"),
+    ],
+)
+def test_a_shard_lives_beside_its_queue_whatever_the_location(root: str, shard_two: str) -> None:
+    location = queue_location(root, "jobs")
+    assert shard_location(location, 0) == location
+    assert shard_location(location, 2) == shard_two
+    assert shard_location(location, 2) == queue_location(root, "jobs.shard-2")

@@ -25,6 +25,7 @@ from jqueue.adapters.service.client.caller import ServiceCaller
 from jqueue.adapters.service.client.remote_queue import RemoteQueue
 from jqueue.adapters.service.wire.bodies import SPAN_ATTRIBUTES, TOKEN_VARIABLE
 from jqueue.adapters.service.wire.error_codes import NO_BROKER, QUEUE_NOT_FOUND, UNAUTHORIZED, UNREACHABLE
+from jqueue.adapters.service.wire.root import shard_location
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.adapters.web.queue_names import shard_name
@@ -262,15 +263,8 @@ async def _opened(ctx: typer.Context, kind: type[Local]) -> AsyncIterator[Local 
             yield queue
             return
     url = storage_url(ctx)
-    async with ShardedQueue(lambda k: kind(storage_from_url(shard_url(url, k))), shards) as whole:
+    async with ShardedQueue(lambda k: kind(storage_from_url(shard_location(url, k))), shards) as whole:
         yield whole
-
-
-def shard_url(url: str, shard: int) -> str:
-    """The storage URL of shard ``shard`` of the queue at ``url`` (``ROOT/NAME.json``): the queue's
-    own for shard 0, ``ROOT/NAME.shard-K.json`` beside it for the others."""
-    base = url.removesuffix(".json")
-    return url if shard == 0 else f"{base}.shard-{shard}.json"
 
 
 def direct_queue(ctx: typer.Context) -> contextlib.AbstractAsyncContextManager[AnyQueue]:

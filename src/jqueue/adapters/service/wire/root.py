@@ -101,7 +101,19 @@ def record_storage(root: str) -> ObjectStoragePort:
 def shard_storage(root: str, name: str, shard: int) -> ObjectStoragePort:
     """Return the storage of shard ``shard`` of queue ``name`` under ``root``: the queue's own
     for shard 0, ``ROOT/NAME.shard-K.json`` for the others (``shard_name``)."""
-    return root_storage(root, shard_name(name, shard))
+    return storage_at(shard_location(queue_location(root, name), shard))
+
+
+def shard_location(location: str, shard: int) -> str:
+    """Return where shard ``shard`` of the queue at ``location`` (``ROOT/NAME.json``: a path, or
+    a storage URL, its query kept) lives: ``location`` for shard 0, ``ROOT/NAME.shard-K.json``
+    beside it for the others (``shard_name``)."""
+    if shard == 0:
+        return location
+    parts = urlsplit(location) if is_url(location) else None
+    folder, slash, file = (location if parts is None else parts.path).rpartition("/")
+    moved = f"{folder}{slash}{shard_name(file.removesuffix('.json'), shard)}.json"
+    return moved if parts is None else urlunsplit(parts._replace(path=moved))
 
 
 def members_storage(root: str) -> ObjectStoragePort:
