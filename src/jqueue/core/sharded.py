@@ -187,7 +187,7 @@ class ShardedQueue(EnqueueCalls):
             for shard_specs, shard_jobs in zip(by_shard.values(), added, strict=True)
             for spec, job in zip(shard_specs, shard_jobs, strict=True)
         }
-        self._remember(placed)
+        self._remember({answers[job_id].id: shard for job_id, shard in placed.items()})
         return [answers[spec.id] for spec in specs]
 
     async def _shard_of_spec(self, spec: JobSpec, placed: dict[str, int]) -> int:
