@@ -78,7 +78,7 @@ def plan_of(index: QueueIndex, tag: str = "0") -> Written:
     try:
         slabs = index.cold if isinstance(index.cold, SlabSet) else SlabSet()
         taken = slabs.taken_now()
-        made = plan(slabs, index.freeze(every_job=True), NOW, tag, every_job=True, taken=taken, unit=1)
+        made = plan(slabs, index.freeze(every_job=True), NOW, tag, every_job=True, taken=taken)
     finally:
         index.thaw()
     manifest = made.manifest(NOW)

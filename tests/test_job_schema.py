@@ -204,7 +204,7 @@ def test_a_checkpoint_and_its_slab_keep_every_field() -> None:
     added = full_job()
     added.payload = payload_ref(2, 7)
     index.apply(added)
-    made = plan(SlabSet(), index.freeze(), T0, "0", every_job=True, unit=1)
+    made = plan(SlabSet(), index.freeze(), T0, "0", every_job=True)
     assert made.segments == {2}
     assert made.slab is not None
     manifest = decode_manifest(made.manifest(T0), "mem")

@@ -36,6 +36,7 @@ from jqueue.domain.schema import FIELD_NAMES
 from jqueue.domain.stats import stats_of
 from jqueue.domain.tally import DEAD
 from jqueue.domain.times import to_micros, utc_now
+from merging import Merging
 
 SECOND = 1_000_000
 T0 = 1_800_000_000 * SECOND
@@ -76,6 +77,7 @@ class Lifecycle(RuleBasedStateMachine):
         tenant's claims in it."""
         self.paused: set[str | None] = set()
         self.slabs = SlabSet()
+        self.merging = Merging(unit=1)  # slabs of the smallest size class: they merge and retire often
         self.history = HistoryEncoder()  # kept across checkpoints, as a store keeps it
         self.stored: dict[str, bytes] = {}  # the slabs written, by name
         self.failed: set[str] = set()  # jobs that died at least once
@@ -87,13 +89,17 @@ class Lifecycle(RuleBasedStateMachine):
         """Every live job of the index by id, records and cold rows alike (in insertion order)."""
         return {record.id: record for record in self.index.in_order()}
 
-    @rule(every_job=st.booleans(), reopen=st.booleans())
-    def a_checkpoint_is_taken_and_a_new_process_opens_it(self, every_job: bool, reopen: bool) -> None:
-        """Checkpoint the index (slabs of the smallest size class, so they merge and retire
-        often); with ``reopen`` go on in a process that opened it, whose claimable jobs are
+    @rule(every_job=st.booleans(), reopen=st.booleans(), merged=st.booleans())
+    def a_checkpoint_is_taken_and_a_new_process_opens_it(
+        self, every_job: bool, reopen: bool, merged: bool
+    ) -> None:
+        """Checkpoint the index, naming the slab of the merge begun after an earlier one if it is
+        ``merged``; with ``reopen`` go on in a process that opened it, whose claimable jobs are
         cold rows of its slabs."""
         for record in self.live().values():  # as the store does once an entry holds the payload
             self.index.store_payload(record.id, payload_ref(1, 0))
+        if merged:  # else the merge is still running: this checkpoint drops rows of the slabs it retires
+            self.merging.take(self.slabs, self.stored, self.clock)
         every_job = every_job or self.slabs.checkpoint is None
         taken = self.slabs.taken_now() if every_job else {}
         frozen = self.index.freeze(every_job=every_job)
@@ -106,7 +112,6 @@ class Lifecycle(RuleBasedStateMachine):
                 tag,
                 every_job=every_job,
                 taken=taken,
-                unit=1,
                 history=self.history,
             )
         finally:
@@ -115,6 +120,7 @@ class Lifecycle(RuleBasedStateMachine):
         if made.slab is not None:
             self.stored[made.slab.name] = made.content
         self.slabs.adopt(made, self.index)
+        self.merging.begin(self.slabs)
         if reopen:
             manifest = decode_manifest(encoded, "checkpoint")
             names = [entry.name for entry in manifest.slabs]

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from jqueue.core.formats.checkpoint import HistoryEncoder, decode_manifest
 from jqueue.core.formats.collections_paused import collections_paused
+from jqueue.core.formats.slab import slab_name
 from jqueue.core.log.compaction import Compactor
 from jqueue.core.log.slab_load import loaded
-from jqueue.core.log.slab_plan import Plan, plan
+from jqueue.core.log.slab_plan import Merge, Merged, Plan, merge, merge_due, plan
 from jqueue.core.log.slabs import SlabSet
 from jqueue.core.loop.retry import RetryPolicy
-from jqueue.core.loop.store import describe_named
+from jqueue.core.loop.store import describe, describe_named
 from jqueue.core.loop.switching import quick_switches
 from jqueue.domain.errors import CorruptStateError
 from jqueue.domain.index import QueueIndex
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from jqueue.core.log.store import LogSettings
 
 _READ_CONCURRENCY = 8
+logger = logging.getLogger(__name__)
 
 
 class SlabsLostError(CorruptStateError):
@@ -43,8 +46,9 @@ class SlabsLostError(CorruptStateError):
 
 @dataclass(frozen=True)
 class Pending:
-    """A checkpoint begun: the frozen index, when, the slabs it builds on, and whether it
-    writes every job (then with each slab's rows taken at the freeze)."""
+    """A checkpoint begun: the frozen index, when, the slabs it builds on, whether it writes
+    every job (then with each slab's rows taken at the freeze), and when the merged slab it
+    names first was stored (epoch microseconds), if it names one."""
 
     index: QueueIndex
     jobs: Frozen
@@ -52,6 +56,7 @@ class Pending:
     slabs: SlabSet
     every_job: bool
     taken: dict[int, bytes]
+    merged_at: int | None
 
 
 class Checkpoints:
@@ -80,6 +85,7 @@ class Checkpoints:
         self.history = HistoryEncoder()
         """Encodes the history of this queue's checkpoints (in the plan's thread)."""
         self._retention = span_micros(settings.retention)
+        self._merging: tuple[Merge, asyncio.Future[Merged]] | None = None
 
     async def read(self, name: str) -> QueueIndex | str:
         """Return the index a checkpoint holds, or the name of the object that is gone if it or
@@ -113,8 +119,9 @@ class Checkpoints:
         self.compactor.remember(name, segments, {entry.name for entry in manifest.slabs})
         return index
 
-    def _late(self, written_at: int) -> bool:
-        return to_micros(utc_now()) - written_at > self._retention // 2
+    def _late(self, written_at: int, bound: int | None = None) -> bool:
+        """Whether ``written_at`` is more than ``bound`` (half the retention) ago."""
+        return to_micros(utc_now()) - written_at > (self._retention // 2 if bound is None else bound)
 
     async def _withdraw(self, plan: Plan) -> None:
         """Delete a checkpoint just created that may name a lost slab, while it is younger than
@@ -128,13 +135,71 @@ class Checkpoints:
         self.slabs = SlabSet()
 
     def freeze(self, index: QueueIndex) -> Pending:
-        """Freeze ``index`` for the next checkpoint (on the event loop, O(1) unless it writes every job)."""
+        """Freeze ``index`` for the next checkpoint, which names the slab of a merge done since
+        the last (on the event loop, O(1) unless it writes every job)."""
+        merged_at = self._take_merge()
         slabs = self.slabs
         every_job = slabs.checkpoint is None
         taken = slabs.taken_now() if every_job else {}
-        return Pending(
-            index, index.freeze(every_job=every_job), to_micros(utc_now()), slabs, every_job, taken
-        )
+        at = to_micros(utc_now())
+        return Pending(index, index.freeze(every_job=every_job), at, slabs, every_job, taken, merged_at)
+
+    def _start_merge(self, slabs: SlabSet, version: int) -> None:
+        """Begin the merge ``slabs`` call for, unless one runs (between plans, on the event loop)."""
+        if self._merging is None and slabs is self.slabs and (begun := merge_due(slabs)) is not None:
+            self._merging = (begun, asyncio.ensure_future(self._merge(begun, version)))
+
+    async def _merge(self, begun: Merge, version: int) -> Merged:
+        """Run a merge in a thread and store its slab (mapped from then on, where it can be)."""
+        with quick_switches(), collections_paused():
+            merged = await asyncio.to_thread(merge, begun)
+        if merged.slab is not None:
+            merged.written_at = to_micros(utc_now())
+            merged.slab.name = slab_name(version, merged.written_at, uuid.uuid4().hex[:8])
+            await self.keyed.create(merged.slab.name, merged.content)
+            merged.content = b""
+            if isinstance(self.keyed, MappedStoragePort):
+                with contextlib.suppress(Exception):  # it stays in memory: a map is only a saving
+                    mapped = await self.keyed.mapped(merged.slab.name)
+                    if mapped is not None:
+                        merged.slab.opened = merged.slab.opened.moved_to(mapped)
+        return merged
+
+    def _take_merge(self) -> int | None:
+        """Put a merge done (and stored young enough) in place of the slabs it retires; return
+        when its slab was stored, or None if there is none to name."""
+        if self._merging is None or not self._merging[1].done():
+            return None
+        begun, task = self._merging
+        self._merging = None
+        try:
+            merged: Merged | None = task.result()
+        except Exception as exc:  # the retired slabs stay; compaction deletes what it wrote
+            logger.warning("a merge of the slabs of %s failed: %r", describe(self.keyed), exc)
+            merged = None
+        stored = None if merged is None or merged.slab is None else merged.written_at
+        young = stored is None or not self._late(stored, self._retention // 4)
+        taken = merged is not None and young and self.slabs.take_merge(merged)
+        for slab in begun.retired:
+            slab.drops_since = None
+        return stored if taken else None
+
+    async def merged(self) -> None:
+        """Wait for a merge in progress, if any (its slab is named by the next checkpoint)."""
+        if self._merging is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._merging[1])
+
+    async def close(self) -> None:
+        """Stop a merge in progress and wait for its thread."""
+        if self._merging is not None:
+            begun, task = self._merging
+            self._merging = None
+            begun.stop.set()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
+            for slab in begun.retired:
+                slab.drops_since = None
 
     async def write(self, pending: Pending) -> None:
         """Make the checkpoint of a frozen index in a thread (commits go on meanwhile) and store
@@ -150,13 +215,14 @@ class Checkpoints:
         base = None if pending.every_job else pending.slabs.checkpoint
         try:
             plan = await self._plan(pending)
-            await self._store(plan, base)
+            await self._store(plan, base, pending.merged_at)
         except BaseException:
             pending.slabs.forget()
             raise
         pending.slabs.adopt(plan, pending.index)
         if plan.slab is not None and isinstance(self.keyed, MappedStoragePort):
             await self._map(pending.slabs, plan.slab.number, plan.slab.name)
+        self._start_merge(pending.slabs, plan.version)
 
     async def _map(self, slabs: SlabSet, number: int, name: str) -> None:
         """Read slab number ``number`` of ``slabs``, just stored as ``name``, from a mapping of
@@ -196,15 +262,18 @@ class Checkpoints:
                 finally:
                     pending.index.thaw()
 
-    async def _store(self, plan: Plan, base: str | None) -> None:
+    async def _store(self, plan: Plan, base: str | None, merged_at: int | None) -> None:
         """Create the new slab, then the checkpoint, then make sure that the slabs it names
         outlive it (§6 of architecture.md, rule 5): its base still exists, and its new slab
-        was named no more than half the retention before the checkpoint was created."""
+        (and the merged slab it names first, stored at ``merged_at``) was named no more than
+        half the retention before the checkpoint was created."""
         name = plan.checkpoint
         where, written_at = describe_named(self.keyed, name), to_micros(utc_now())
         manifest = plan.manifest(written_at)
         if plan.slab is not None:
             await self.keyed.create(plan.slab.name, plan.content)
+        if merged_at is not None:
+            written_at = min(written_at, merged_at)
         if self._late(written_at):
             raise TimeoutError(f"{where}: its slab took over half the retention to write")
         try:

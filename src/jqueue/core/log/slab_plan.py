@@ -1,17 +1,23 @@
-"""The plan of the next checkpoint: what it drops, which slabs it retires, the new slab, in
-O(changes) plus the merges, not O(live jobs) (ADR 0015).
+"""The plan of the next checkpoint, in O(changes), not O(live jobs), and of the merges of slabs
+that run beside the checkpoints (ADR 0015).
 
 A checkpoint drops the rows of the jobs changed since the last one and writes their rows as
-they are now into one new slab, together with the rows that count in the slabs it retires:
-those more than half dropped, and, size-tiered, ``FANOUT`` slabs of one size class at once,
-so that a row is rewritten O(log(jobs / changes a checkpoint)) times. A retired slab's rows
-are read from its blocks, whether the process holds them as records or not.
+they are now into one new slab. A merge retires slabs: those more than half dropped, and,
+size-tiered, ``FANOUT`` slabs of one size class at once, so that a row is rewritten
+O(log(jobs / changes a checkpoint)) times. It writes the rows that count in them (as of its
+start) into one merged slab, reading them from their blocks, whether the process holds them
+as records or not. A merge runs beside the checkpoints, which go on writing the changed jobs
+meanwhile, so that the jobs a process holds as records are bounded by the checkpoint
+interval, not by the length of a merge (ADR 0022); the next checkpoint after it names the
+merged slab in place of the retired ones (``SlabSet.take_merge``). A checkpoint of every job
+retires every slab itself.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import threading
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -69,6 +75,62 @@ class Plan:
         return encode_manifest(self.version, self.at, entries, self.history, self.controls)
 
 
+@dataclass(frozen=True)
+class Merge:
+    """A merge begun: the slabs it retires, the rows of each that counted at its start (one
+    byte a row, as ``Slab.dropped``), the merged slab's number, and a flag that stops it."""
+
+    retired: list[Slab]
+    skips: list[bytes]
+    number: int
+    stop: threading.Event
+
+
+@dataclass
+class Merged:
+    """A merge done: the merged slab (None if no row counted), its content, and each retired
+    slab's rows' rows in it (-1 if dropped at the start); ``written_at`` is set once the
+    merged slab is stored (epoch microseconds, as its name says)."""
+
+    retired: list[Slab]
+    slab: Slab | None
+    content: bytes
+    moved: dict[Slab, array[int]]
+    written_at: int = 0
+
+
+class MergeStoppedError(Exception):
+    """A merge was stopped (its queue closes) before it was done."""
+
+
+def merge_due(slabs: SlabSet, unit: int = SIZE_UNIT, fanout: int = FANOUT) -> Merge | None:
+    """Begin the merge the slabs call for (size classes of ``unit`` rows, ``fanout`` slabs of
+    one at once), or return None (on the event loop, between plans: each retired slab records
+    the rows dropped from now on, for ``SlabSet.take_merge``)."""
+    retired = _retired(slabs.slabs, unit, fanout)
+    if not retired:
+        return None
+    for slab in retired:
+        slab.drops_since = []
+    return Merge(retired, [bytes(slab.dropped) for slab in retired], next(numbers), threading.Event())
+
+
+def merge(begun: Merge) -> Merged:
+    """Write the rows that counted in the retired slabs at the merge's start into one slab (meant
+    for a worker thread, beside the checkpoints' plans).
+
+    Raises
+    ------
+    MergeStoppedError
+        If ``begun.stop`` is set meanwhile.
+    """
+    pairs = enumerate(zip(begun.retired, begun.skips, strict=True))
+    streams = [_survivors(slab, origin, skip, {}) for origin, (slab, skip) in pairs]
+    rows = heapq.merge(*streams, key=_key)
+    slab, content, moved, _ = _written(rows, {}, begun.retired, begun.number, begun.stop)
+    return Merged(begun.retired, slab, content, moved)
+
+
 def _size_class(rows: int, unit: int) -> int:
     return ((max(rows, unit) // unit).bit_length() - 1) // 2  # log4 of rows in units
 
@@ -87,7 +149,6 @@ def plan(
     *,
     every_job: bool,
     taken: Mapping[int, bytes] | None = None,
-    unit: int = SIZE_UNIT,
     history: HistoryEncoder | None = None,
 ) -> Plan:
     """Make the next checkpoint of ``frozen`` (meant for a worker thread, one at a time).
@@ -95,7 +156,7 @@ def plan(
     With ``every_job`` (``frozen.changed`` holds every job that was a record at the freeze,
     and ``taken`` each slab's taken rows then) every slab is retired, and the new slab holds
     those jobs and every other row that counts; otherwise the changed jobs' old rows are
-    dropped and the new slab holds their rows and those of the slabs it retires. Each
+    dropped and the new slab holds their rows (merges retire slabs: ``merge``). Each
     changed record gets the new slab as its place; ``SlabSet.adopt`` makes the plan's slabs
     the set's once it is stored, and after a plan that is not, the next must write every job
     (``SlabSet.forget``): its drops are the set's already. ``history`` encodes the history
@@ -114,7 +175,7 @@ def plan(
                 if slab is None or row is None or not isinstance(first.payload, int):
                     raise ValueError(f"job {job_id!r} is placed in no slab of the last checkpoint")
                 slab.drop(row, first.payload)
-    retired = list(slabs.slabs) if every_job else _retired(slabs.slabs, len(frozen.changed), unit)
+    retired = list(slabs.slabs) if every_job else []
     kept = [slab for slab in slabs.slabs if slab not in retired]
 
     def keyed(record: JobRecord) -> _Row:
@@ -147,16 +208,19 @@ def _union(first: bytes | bytearray, second: bytes | bytearray) -> bytearray:
     return bytearray(joined.to_bytes(len(first), "little"))
 
 
-def _retired(slabs: list[Slab], new_rows: int, unit: int) -> list[Slab]:
+def _retired(slabs: list[Slab], unit: int, fanout: int) -> list[Slab]:
+    """Return the slabs a merge retires: those more than half dropped, and, from the smallest
+    size class up, the slabs of a class and the ones below it once there are ``fanout`` of
+    them, counting the merged slab of those retired already as one of its class."""
     retired = [slab for slab in slabs if slab.dropped.count(1) * 2 > slab.rows]
-    rows = new_rows + sum(slab.live for slab in retired)
-    while True:
-        size = _size_class(rows, unit)
+    for size in sorted({_size_class(slab.live, unit) for slab in slabs}):
+        merged = bool(retired)
+        if merged:
+            size = max(size, _size_class(sum(slab.live for slab in retired), unit))
         alike = [s for s in slabs if s not in retired and _size_class(s.live, unit) <= size]
-        if len(alike) + 1 < FANOUT:
-            return retired
-        retired += alike
-        rows += sum(slab.live for slab in alike)
+        if len(alike) + merged >= fanout:
+            retired += alike
+    return retired
 
 
 def _survivors(
@@ -175,14 +239,20 @@ def _survivors(
 
 
 def _written(
-    rows: Iterable[_Row], saved: Mapping[str, ClaimState], retired: list[Slab], number: int
+    rows: Iterable[_Row],
+    saved: Mapping[str, ClaimState],
+    retired: list[Slab],
+    number: int,
+    stop: threading.Event | None = None,
 ) -> tuple[Slab | None, bytes, dict[Slab, array[int]], list[tuple[int, JobRecord]]]:
-    moved = {slab: array("l", [-1]) * slab.rows for slab in retired}
+    moved = {slab: array("i", [-1]) * slab.rows for slab in retired}
     origins = list(moved.values())
     writer = SlabWriter(saved)
     taken = bytearray()
     claimable: list[tuple[int, JobRecord]] = []
     for chunk in _batched(rows):
+        if stop is not None and stop.is_set():
+            raise MergeStoppedError
         start = writer.rows
         writer.add([record for _, record, _, _ in chunk])
         for offset, (key, record, origin, row) in enumerate(chunk):

@@ -18,7 +18,7 @@ import heapq
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from jqueue.domain.lines import Line
 from jqueue.domain.records import RECORD_COLUMNS, JobRecord
 
 if TYPE_CHECKING:
-    from jqueue.core.log.slab_plan import Plan
+    from jqueue.core.log.slab_plan import Merged, Plan
 
 numbers = itertools.count(1)
 """The numbers of the slabs of this process."""
@@ -102,6 +102,15 @@ class BlockCache:
             cache.popitem(last=False)
 
 
+def _carry_taken(retired: Slab, moved: Sequence[int], new: Slab) -> None:
+    """Take in ``new`` the rows taken in ``retired``, whose rows ``moved`` gives (-1: none)."""
+    taken, row = retired.taken, retired.taken.find(1)
+    while row != -1:
+        if moved[row] >= 0:
+            new.taken[moved[row]] = 1
+        row = taken.find(1, row + 1)
+
+
 @dataclass(eq=False)
 class Slab:
     """A slab as this process knows it: its header and filter, which rows no longer count
@@ -118,6 +127,8 @@ class Slab:
     cursors: dict[Line, int] = field(default_factory=dict)
     cold: dict[Line, int] = field(default_factory=dict)
     spans: dict[Line, tuple[int, int]] = field(default_factory=dict)
+    drops_since: list[tuple[int, int]] | None = None
+    """While a merge retires it: the rows dropped since the merge began, with their payloads."""
     _bounds: list[tuple[int, int]] | None = field(default=None, init=False, repr=False)
 
     @classmethod
@@ -156,6 +167,8 @@ class Slab:
     def drop(self, row: int, payload: int) -> None:
         """Mark row ``row``, whose payload reference is ``payload``, as no longer counting."""
         self.dropped[row] = 1
+        if self.drops_since is not None:
+            self.drops_since.append((row, payload))
         segment = payload_place(payload)[0]
         self.segments[segment] = self.segments.get(segment, 0) - 1
 
@@ -264,16 +277,34 @@ class SlabSet:
                     if cool:
                         new.taken[row] = 0
             for retired, moved in plan.moved.items():
-                taken, row = retired.taken, retired.taken.find(1)
-                while row != -1:
-                    if moved[row] >= 0:
-                        new.taken[moved[row]] = 1
-                    row = taken.find(1, row + 1)
+                _carry_taken(retired, moved, new)
                 self._forwards[retired.number] = new.number
             new = Slab.of(new.name, new.opened, new.dropped, new.taken, new.number, new.segments)
         self.slabs = [*plan.kept, new] if new is not None else list(plan.kept)
         self.checkpoint = plan.checkpoint
         self._heads.clear()
+
+    def take_merge(self, merged: Merged) -> bool:
+        """Put the merged slab of a merge stored since it began in place of the slabs it retires,
+        with the rows taken and dropped in them meanwhile taken and dropped in it (between
+        plans, on the event loop); return False, changing nothing, if one of them is gone (a
+        checkpoint of every job retired it, or the set was replaced)."""
+        if any(all(slab is not retired for slab in self.slabs) for retired in merged.retired):
+            return False
+        new = merged.slab
+        if new is not None:
+            for retired in merged.retired:
+                moved = merged.moved[retired]
+                _carry_taken(retired, moved, new)
+                for row, payload in retired.drops_since or ():
+                    new.drop(moved[row], payload)
+                self._forwards[retired.number] = new.number
+            new = Slab.of(new.name, new.opened, new.dropped, new.taken, new.number, new.segments)
+        at = next(n for n, slab in enumerate(self.slabs) if slab in merged.retired)
+        kept = [slab for slab in self.slabs if slab not in merged.retired]
+        self.slabs = [*kept[:at], new, *kept[at:]] if new is not None else kept
+        self._heads.clear()
+        return True
 
     # --- the cold rows (``ColdRows``) -------------------------------------------------
 

@@ -549,6 +549,7 @@ class LogStore(CommitStore):
         async with self._explicit:  # no background checkpoint starts meanwhile
             if self._background is not None:
                 await self._background
+            await self._checkpoints.merged()  # its slab is named by this checkpoint
             async with self.lock:
                 await self.refresh()
                 self._loaded = True
@@ -562,7 +563,8 @@ class LogStore(CommitStore):
         await self._checkpoints.compactor.compact(cutoff, self.base)
 
     async def close(self) -> None:
-        """Wait for a checkpoint or compaction in progress."""
+        """Wait for a checkpoint or compaction in progress, and stop a merge of slabs."""
         if self._background is not None:
             await self._background
             self._background = None
+        await self._checkpoints.close()
