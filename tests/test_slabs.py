@@ -24,9 +24,9 @@ from jqueue.core.formats.payload_refs import payload_ref
 from jqueue.core.formats.slab import SLAB_PREFIX, id_hash, open_slab, row_key, slab_name
 from jqueue.core.formats.slab_block import BLOCK_ROWS
 from jqueue.core.formats.slab_whole import decode_slab, slab_tree
-from jqueue.core.log import checkpoints
+from jqueue.core.log import checkpoints, slab_plan
 from jqueue.core.log.slab_load import loaded
-from jqueue.core.log.slab_plan import FANOUT, merge, plan
+from jqueue.core.log.slab_plan import FANOUT, merge, merge_due, plan
 from jqueue.core.log.slabs import SlabSet
 from jqueue.core.log.store import LogStore
 from jqueue.core.loop.switching import QUICK_SWITCH_SECONDS
@@ -151,6 +151,35 @@ async def test_merges_run_beside_the_checkpoints_that_change_their_slabs(
     assert len(runs) >= 3
     async with DirectQueue(storage) as fresh:
         assert sorted((job.id, job.status, job.attempts) for job in await fresh.jobs(limit=None)) == live
+
+
+def test_a_merge_writes_at_most_merged_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slabs that would merge into more than ``MERGED_ROWS`` stay as they are; smaller ones merge."""
+    index, slabs = QueueIndex(), SlabSet()
+    for number, size in enumerate([10, 10, 10, 10, 3, 3]):
+        index.apply_all(
+            [
+                Added(f"j{number}-{n}", "e", 0, T0, JobStatus.QUEUED, None, payload_ref(1 + number, n))
+                for n in range(size)
+            ]
+        )
+        every_job = slabs.checkpoint is None
+        frozen = index.freeze(every_job=every_job)
+        try:
+            made = plan(slabs, frozen, T0, f"{number}", every_job=every_job, taken=slabs.taken_now())
+        finally:
+            index.thaw()
+        slabs.adopt(made, index)
+    assert [slab.live for slab in slabs.slabs] == [10, 10, 10, 10, 3, 3]
+    begun = merge_due(slabs, unit=1, fanout=2)
+    assert begun is not None
+    assert sum(slab.live for slab in begun.retired) == 46
+    for slab in begun.retired:
+        slab.drops_since = None
+    monkeypatch.setattr(slab_plan, "MERGED_ROWS", 26)
+    begun = merge_due(slabs, unit=1, fanout=2)
+    assert begun is not None
+    assert [slab.live for slab in begun.retired] == [3, 3]
 
 
 def rows_of(index: QueueIndex) -> list[tuple[Any, ...]]:

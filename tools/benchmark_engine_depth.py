@@ -84,6 +84,12 @@ def _written_bytes() -> int:
     raise RuntimeError("/proc/self/io has no wchar line")
 
 
+def _rss_mib() -> float:
+    """This process's resident memory now."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return round(pages * resource.getpagesize() / 2**20, 1)
+
+
 def _peak_rss_mib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
@@ -97,11 +103,15 @@ async def load(location: str, jobs: int, payload_bytes: int, batch: int, checkpo
     async with DirectQueue(storage_at(location), log=log) as queue:
         for first in range(0, jobs, batch):
             await queue.enqueue_many(ENTRYPOINT, [payload] * min(batch, jobs - first))
+        if checkpoints:
+            await queue.checkpoint()  # the loader's memory is measured with everything checkpointed
+        held = _rss_mib()
     return {
         "checkpoints": checkpoints,
         "seconds": round(time.perf_counter() - start, 2),
         "written_bytes": _written_bytes() - before,
         "peak_rss_mib": _peak_rss_mib(),
+        "rss_mib_checkpointed": held,
     }
 
 

@@ -207,9 +207,15 @@ class SlabWriter:
 
     def content(self) -> bytes:
         """Return the slab's bytes."""
-        hashes, bounds = self._hashes, [*self._runs, len(self._hashes)]
-        runs = [hashes[start:end] for start, end in itertools.pairwise(bounds)]
-        table = little_endian_bytes(array("Q", heapq.merge(*runs)))  # no int object a row at once
+        bounds = [*self._runs, len(self._hashes)]
+        with memoryview(self._hashes) as hashes:  # runs read in place, not copied
+            runs = [hashes[start:end] for start, end in itertools.pairwise(bounds)]
+            merged = array("Q", heapq.merge(*runs))  # no int object a row at once
+            for run in runs:
+                run.release()
+        self._hashes = array("Q")  # a row's 8 B go before the table's are copied out
+        table = little_endian_bytes(merged)
+        del merged
         header = SlabHeader(
             SLAB_LAYOUT,
             self.rows,

@@ -24,6 +24,7 @@ from jqueue.core.log.compaction import Compactor
 from jqueue.core.log.slab_load import loaded
 from jqueue.core.log.slab_plan import Merge, Merged, Plan, merge, merge_due, plan
 from jqueue.core.log.slabs import SlabSet
+from jqueue.core.loop.memory import RECORDS_WORTH_IT, give_back_memory
 from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.store import describe, describe_named
 from jqueue.core.loop.switching import quick_switches
@@ -163,6 +164,7 @@ class Checkpoints:
                     mapped = await self.keyed.mapped(merged.slab.name)
                     if mapped is not None:
                         merged.slab.opened = merged.slab.opened.moved_to(mapped)
+        await asyncio.to_thread(give_back_memory)  # what the merge made and let go of
         return merged
 
     def _take_merge(self) -> int | None:
@@ -223,6 +225,8 @@ class Checkpoints:
         if plan.slab is not None and isinstance(self.keyed, MappedStoragePort):
             await self._map(pending.slabs, plan.slab.number, plan.slab.name)
         self._start_merge(pending.slabs, plan.version)
+        if len(plan.claimable) >= RECORDS_WORTH_IT:  # records let go of (most of them)
+            await asyncio.to_thread(give_back_memory)
 
     async def _map(self, slabs: SlabSet, number: int, name: str) -> None:
         """Read slab number ``number`` of ``slabs``, just stored as ``name``, from a mapping of

@@ -35,6 +35,10 @@ FANOUT = 4
 """Slabs of one size class that a checkpoint merges into its new slab."""
 SIZE_UNIT = BLOCK_ROWS
 """Rows of the smallest size class: classes go up by ``FANOUT`` times."""
+MERGED_ROWS = 1 << 22
+"""The most rows a merge writes (about 4.2M): slabs that would merge into more stay as they
+are, so a merge holds at most a few hundred megabytes while it runs, whatever the depth (a
+slab more than half dropped is still rewritten)."""
 
 _Row = tuple[RowKey, JobRecord, int, int]
 """A row to write: its key, its record, and the slab (an index into the retired) and row it
@@ -211,15 +215,19 @@ def _union(first: bytes | bytearray, second: bytes | bytearray) -> bytearray:
 def _retired(slabs: list[Slab], unit: int, fanout: int) -> list[Slab]:
     """Return the slabs a merge retires: those more than half dropped, and, from the smallest
     size class up, the slabs of a class and the ones below it once there are ``fanout`` of
-    them, counting the merged slab of those retired already as one of its class."""
+    them, counting the merged slab of those retired already as one of its class, while the
+    merged slab stays within ``MERGED_ROWS``."""
     retired = [slab for slab in slabs if slab.dropped.count(1) * 2 > slab.rows]
+    rows = sum(slab.live for slab in retired)
     for size in sorted({_size_class(slab.live, unit) for slab in slabs}):
         merged = bool(retired)
         if merged:
-            size = max(size, _size_class(sum(slab.live for slab in retired), unit))
+            size = max(size, _size_class(rows, unit))
         alike = [s for s in slabs if s not in retired and _size_class(s.live, unit) <= size]
-        if len(alike) + merged >= fanout:
+        more = sum(slab.live for slab in alike)
+        if len(alike) + merged >= fanout and rows + more <= MERGED_ROWS:
             retired += alike
+            rows += more
     return retired
 
 

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -180,7 +181,7 @@ class LogSettings:
         checkpoint covers it (else ``CommitUnknownError``), so the clocks of all
         processes must agree to well within half of it.
     payload_cache_bytes : int
-        Payload bytes of recent entries kept in memory to answer dequeues.
+        Memory the payloads of recent entries kept to answer dequeues take at most.
     part_lifetime : timedelta
         How long a bulk write's part (payloads written beside the queue) may wait to be
         linked: ``stage_parts`` refuses older parts, and compaction deletes a part that no
@@ -214,12 +215,13 @@ class LogSettings:
 
 
 class SegmentCache:
-    """Least-recently-used payload lists by segment number, up to ``max_bytes`` of payload.
+    """Least-recently-used payload lists by segment number, up to ``max_bytes`` of memory.
 
     Parameters
     ----------
     max_bytes : int
-        Payload bytes kept at most; a segment larger than that is not kept.
+        Memory the payloads kept take at most, their objects' and lists' own included (a
+        payload of 100 bytes takes 141); a segment larger than that is not kept.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -237,7 +239,7 @@ class SegmentCache:
 
     def put(self, segment: int, payloads: list[bytes]) -> None:
         """Keep the payloads of ``segment``, evicting the least recently used."""
-        size = sum(len(p) for p in payloads)
+        size = sys.getsizeof(payloads) + sum(map(sys.getsizeof, payloads))
         if not payloads or size > self.max_bytes or segment in self._segments:
             return
         self._segments[segment] = payloads
