@@ -9,11 +9,13 @@ import sys
 
 import pytest
 
+from jqueue.core.loop import memory
 from jqueue.core.loop.memory import give_back_memory
 
 FREED_HEAP = """
 import sys
 from pathlib import Path
+from jqueue.core.loop import memory
 from jqueue.core.loop.memory import give_back_memory
 
 def anon_mib():
@@ -42,3 +44,12 @@ def test_the_free_middle_of_the_heap_goes_back_to_the_system() -> None:
 
 def test_it_says_whether_it_could() -> None:
     assert give_back_memory() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_trims_come_at_most_once_every_trim_every(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "_trim", lambda: trims.append)
+    monkeypatch.setattr(memory, "_last_trim", -memory.TRIM_EVERY)
+    assert give_back_memory()
+    assert give_back_memory()  # asked again at once: the heaps were walked a moment ago
+    assert trims == [0]

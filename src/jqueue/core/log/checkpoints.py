@@ -164,7 +164,8 @@ class Checkpoints:
                     mapped = await self.keyed.mapped(merged.slab.name)
                     if mapped is not None:
                         merged.slab.opened = merged.slab.opened.moved_to(mapped)
-        await asyncio.to_thread(give_back_memory)  # what the merge made and let go of
+            if merged.slab.rows >= RECORDS_WORTH_IT:  # what the merge made and let go of
+                await asyncio.to_thread(give_back_memory)
         return merged
 
     def _take_merge(self) -> int | None:

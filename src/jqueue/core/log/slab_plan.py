@@ -32,7 +32,7 @@ from jqueue.core.log.slabs import Slab, SlabSet, numbers, record_at, segments_of
 from jqueue.domain.records import ClaimState, Frozen, JobRecord
 
 FANOUT = 4
-"""Slabs of one size class that a checkpoint merges into its new slab."""
+"""Slabs of one size class that a merge retires at once."""
 SIZE_UNIT = BLOCK_ROWS
 """Rows of the smallest size class: classes go up by ``FANOUT`` times."""
 MERGED_ROWS = 1 << 22

@@ -12,11 +12,16 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import time
 from collections.abc import Callable
 
 RECORDS_WORTH_IT = 10_000
-"""The records a checkpoint lets go of (about 1 KB each) for a trim to pay off: a trim walks
-the heaps, a few milliseconds."""
+"""The records a checkpoint lets go of (about 1 KB each), or the rows a merge writes, for a
+trim to pay off: a trim walks the heaps, a few milliseconds."""
+TRIM_EVERY = 2.0
+"""The fewest seconds between two trims, however often queues ask (a trim holds each heap's
+lock while it walks it)."""
+_last_trim = -TRIM_EVERY
 
 
 @functools.cache
@@ -32,10 +37,14 @@ def _trim() -> Callable[[int], int] | None:
 
 
 def give_back_memory() -> bool:
-    """Return the allocator's free pages to the system (meant for a worker thread: it walks
-    the heaps); return whether the C library can."""
+    """Return the allocator's free pages to the system, unless that was done less than
+    ``TRIM_EVERY`` ago (meant for a worker thread: it walks the heaps); return whether the C
+    library can."""
+    global _last_trim
     trim = _trim()
     if trim is None:
         return False
-    trim(0)
+    if time.monotonic() - _last_trim >= TRIM_EVERY:
+        _last_trim = time.monotonic()
+        trim(0)
     return True
