@@ -15,6 +15,7 @@ from typing import Any, cast
 import aioboto3
 import pytest
 import pytest_asyncio
+from hypothesis import settings
 
 from jqueue import (
     GCSStorage,
@@ -27,6 +28,12 @@ from jqueue import (
 )
 from jqueue.core.queue import JobQueue
 from servers import GCSEndpoint, S3Endpoint, fake_gcs_server, moto_server, seaweedfs_server
+
+settings.register_profile("suite", derandomize=True)
+"""The suite draws the same examples every run, so that it passes or fails on its code alone;
+exploring draws new ones: ``HYPOTHESIS_PROFILE=explore`` (with more examples, to hunt)."""
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 BACKENDS = ["memory", "file", "s3-moto", "s3-seaweedfs", "gcs"]
 BUCKET = "jqueue-tests"

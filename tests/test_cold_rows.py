@@ -129,6 +129,19 @@ async def test_cold_jobs_are_found_changed_and_listed_by_id() -> None:
         assert await again.count() == JOBS + 1 - 2
 
 
+async def test_an_entrypoint_whose_cold_rows_are_all_gone_is_not_listed() -> None:
+    storage = InMemoryStorage(name="cold-gone")
+    async with DirectQueue(storage, log=NEVER) as queue:
+        [job] = await queue.enqueue_many("gone", [b"x"])
+        await queue.enqueue("stays", b"y")
+        await queue.checkpoint()
+    async with DirectQueue(storage, log=NEVER) as fresh:
+        assert await fresh.cancel(job.id)  # its row is dropped
+        await fresh.checkpoint()
+    async with DirectQueue(storage) as again:
+        assert list((await again.stats()).entrypoints) == ["stays"]
+
+
 async def test_a_writer_lets_go_of_the_jobs_its_checkpoint_holds() -> None:
     storage = InMemoryStorage(name="cold-writer")
     async with DirectQueue(storage, log=NEVER) as queue:

@@ -374,7 +374,12 @@ class Lifecycle(RuleBasedStateMachine):
         }:
             if scope in self.tenant_limits:  # a key never exceeds its limit
                 assert self.running_of(scope, tenant) <= self.tenant_limits[scope], (scope, tenant)
-        if not (self.throttles or self.paused or self.tenant_limits or self.tenant_throttles):
+        released = {job_id for job_id, _ in claimed} - {row[3] for row in candidates}
+        for job_id in released:  # a parent past its deadline died in this claim, and it runs anyway
+            record = self.live()[job_id]
+            assert record.on_parent_failure == ParentFailure.RUN, f"{job_id} was not claimable"
+            assert set(record.after) & self.failed, f"{job_id} was not claimable"
+        if not (self.throttles or self.paused or self.tenant_limits or self.tenant_throttles or released):
             self.turns.check(candidates, [job_id for job_id, _ in claimed])
         if len(claimed) < batch:  # nothing else was claimable
             for record in self.live().values():

@@ -75,6 +75,8 @@ class Tally:
 
     def count_ready(self, entrypoint: str, count: int) -> None:
         """Count ``count`` more claimable jobs of ``entrypoint`` that are not records (cold rows)."""
+        if count == 0:  # an entrypoint is counted while it has a job
+            return
         counts = self.counts.get(entrypoint)
         if counts is None:
             counts = self.counts[entrypoint] = [0] * SLOTS
