@@ -31,6 +31,7 @@ from jqueue import (
     ServiceError,
     Worker,
     connect,
+    sharded,
     storage_from_url,
 )
 from servers import LOOPBACK, S3Endpoint, free_port, jqueue_serve
@@ -335,6 +336,22 @@ async def test_metrics_count_what_the_service_did(served: tuple[str, Path]) -> N
     assert backlog == {"queued": 2, "in_progress": 0, "dead": 1}
     assert samples[("jqueue_requests_total", (("queue", ""), ("route", "ack"), ("status", "404")))] == 1
     assert samples[("jqueue_request_seconds_count", (("route", "enqueue"),))] == 2
+
+
+async def test_the_metrics_of_a_sharded_queue_add_its_shards_up(served: tuple[str, Path]) -> None:
+    url, _ = served
+    async with sharded(url, "wide", 3, broker="require") as queue:
+        await queue.enqueue_many("mail", [b"%d" % n for n in range(30)])
+        for job in await queue.dequeue(batch_size=4):
+            await queue.ack(job)
+        spread = [len(await shard.jobs(limit=None)) for shard in queue.shards]
+    assert min(spread) > 0  # the jobs went to every shard
+    samples = scrape(url)
+    assert not [labels for _, labels in samples if ("queue", "wide.shard-1") in labels]
+    mail = (("entrypoint", "mail"), ("queue", "wide"))
+    assert samples[("jqueue_jobs_total", (("action", "enqueued"), *mail))] == 30
+    assert samples[("jqueue_backlog", (*mail, ("status", "queued")))] == 26
+    assert samples[("jqueue_commit_seconds_count", (("queue", "wide"),))] >= 4
 
 
 def test_a_repeated_enqueue_request_adds_its_jobs_once(served: tuple[str, Path]) -> None:

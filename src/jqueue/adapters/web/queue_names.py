@@ -14,6 +14,11 @@ def shard_name(name: str, shard: int) -> str:
     return name if shard == 0 else f"{name}.shard-{shard}"
 
 
+def queue_of(name: str) -> str:
+    """The queue that queue ``name`` is a shard of (``name`` itself for an unsharded queue)."""
+    return name.partition(".shard-")[0]
+
+
 class UnknownQueueError(LookupError):
     """No queue of this name exists under the root (create it first)."""
 

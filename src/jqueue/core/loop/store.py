@@ -193,6 +193,17 @@ class CommitStats:
         """Count the lost races of a commit that gave up."""
         self.conflicts += conflicts
 
+    def add(self, other: CommitStats) -> None:
+        """Count the commits ``other`` counted too (of another shard of one queue)."""
+        self.commits += other.commits
+        self.conflicts += other.conflicts
+        self.seconds += other.seconds
+        self.buckets = [mine + theirs for mine, theirs in zip(self.buckets, other.buckets, strict=True)]
+        for conflicts, count in other.conflict_counts.items():
+            self.conflict_counts[conflicts] = self.conflict_counts.get(conflicts, 0) + count
+        self.died += other.died
+        self.expired_leases += other.expired_leases
+
 
 class StorageUse:
     """Holds a storage open (its client, its connections) while a queue is open.

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 
 from jqueue.adapters.service.server.tenure import BrokerTenure, Role
+from jqueue.adapters.web.queue_names import queue_of
 from jqueue.core import telemetry
 from jqueue.core.broker import BrokerQueue
 from jqueue.core.loop.store import LATENCY_BUCKETS, CommitStats
@@ -108,18 +109,22 @@ class ServiceMetrics:
 
     async def render(self, queues: dict[str, BrokerQueue], tenure: BrokerTenure) -> bytes:
         """The text exposition, with the broker gauges, the commits and the backlog of every
-        open queue read now."""
-        self.commits.queues = {name: await queue.insight.commit_stats() for name, queue in queues.items()}
+        open queue read now (the shards of a queue that this process serves added up)."""
+        commits: dict[str, CommitStats] = {}
+        backlog: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        for name, queue in queues.items():
+            commits.setdefault(queue_of(name), CommitStats()).add(await queue.insight.commit_stats())
+            for entrypoint, counts in (await queue.stats()).entrypoints.items():
+                for status in COUNTS:
+                    backlog[queue_of(name), entrypoint, status] += getattr(counts, status)
+        self.commits.queues = commits
         self.broker_epoch.set(tenure.epoch)
         current = Role.ACTIVE if tenure.serving() else Role.STANDBY
         for role in Role:
             self.broker_role.labels(role.value).set(1 if role is current else 0)
         self.backlog.clear()
-        for name, queue in queues.items():
-            stats = await queue.stats()
-            for entrypoint, counts in stats.entrypoints.items():
-                for status in COUNTS:
-                    self.backlog.labels(name, entrypoint, status).set(getattr(counts, status))
+        for labels, count in backlog.items():
+            self.backlog.labels(*labels).set(count)
         return generate_latest(self.registry)
 
 
@@ -170,7 +175,7 @@ def otel_name(name: str) -> str:
 
 class Twin:
     """One measure in both systems; ``labels(...)`` answers ``inc`` and ``observe`` as Prometheus'
-    metrics do."""
+    metrics do. A ``queue`` label names the queue a shard belongs to: its shards add up."""
 
     def __init__(
         self, metric: Counter | Histogram, otel: telemetry.Instrument, label_names: Sequence[str]
@@ -181,7 +186,10 @@ class Twin:
 
     def labels(self, *values: str) -> _Labelled:
         """The measure for these label values."""
-        return _Labelled(self, values)
+        named = zip(self._label_names, values, strict=True)
+        return _Labelled(
+            self, tuple(queue_of(value) if label == "queue" else value for label, value in named)
+        )
 
 
 class _Labelled:
