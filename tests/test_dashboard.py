@@ -23,7 +23,7 @@ import pytest
 from playwright.async_api import Page, ViewportSize, expect
 
 from browser import chromium, png_size
-from jqueue import BrokerQueue, Job, JobStatus, RemoteQueue, Worker, connect, current_job
+from jqueue import BrokerQueue, Job, JobStatus, RemoteQueue, Worker, connect, current_job, sharded
 from jqueue.adapters.service.wire.root import root_storage
 from servers import LOOPBACK, free_port, jqueue_serve
 
@@ -411,3 +411,55 @@ async def test_results_progress_and_cancel_in_the_browser(
             finally:
                 worker.stop()
                 await running
+
+
+async def test_a_sharded_queue_is_one_queue_on_the_dashboard(tmp_path: Path) -> None:
+    """The shards of a queue served by ``jqueue serve`` add up: one row on the overview, its jobs
+    paged across the shards, its dead letters grouped across them and requeued in each."""
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "serve.log", options=["--token", TOKEN]) as url:
+        async with sharded(url, "wide", 3, broker="require", token=TOKEN) as queue:
+            await queue.enqueue_many("mail", [b"%d" % n for n in range(60)])
+            claimed = [
+                job for _ in range(3) for job in await queue.dequeue(batch_size=2)
+            ]  # each shard first once
+            for job in claimed[:3]:
+                await queue.ack(job)
+            for job in claimed[3:]:
+                await queue.nack(job, error="SMTPError: refused", max_attempts=1)
+            live = {job.id for job in await queue.jobs(limit=None)}
+            assert all([await shard.count() for shard in queue.shards])  # every shard holds jobs
+            async with chromium() as browser:
+                page = await browser.new_page(viewport=WINDOW)
+                await page.goto(f"{url}/login")
+                await page.get_by_label("Token").fill(TOKEN)
+                await page.get_by_role("button", name="Sign in").click()
+                await expect(page).to_have_url(f"{url}/")
+                await expect(page.locator("#queues tbody tr")).to_have_count(1)
+                await expect_counts(page, "#queues tr[data-queue='wide']", queued=54, dead=3, acked=3)
+                await expect(page.locator(row("#queues tr[data-queue='wide']", "workers"))).to_have_text("1")
+
+                await page.goto(f"{url}/workers")
+                await expect(page.locator("main")).to_contain_text("wide")
+                assert "wide.shard-" not in await page.content()  # a worker of a shard is the queue's
+
+                await page.goto(f"{url}/q/wide/jobs")
+                seen = await page.locator("tr[data-job]").evaluate_all("rows => rows.map(r => r.dataset.job)")
+                assert len(seen) == 50
+                await page.locator("#next-page").click()
+                await expect(page.locator("tr[data-job]")).to_have_count(len(live) - 50)
+                more = await page.locator("tr[data-job]").evaluate_all("rows => rows.map(r => r.dataset.job)")
+                assert set(seen) | set(more) == live
+                await expect(page.locator("#next-page")).to_have_count(0)
+
+                await page.goto(f"{url}/q/wide/dead")
+                await expect(page.locator("#dead-total")).to_have_text("3")
+                groups = page.locator("#groups tbody tr")
+                await expect(groups).to_have_count(1)
+                await expect(groups.nth(0).locator("td[data-count='jobs']")).to_have_text("3")
+                await page.get_by_role("button", name="Requeue all").click()
+                await page.get_by_role("button", name="Requeue 3").click()
+                await expect(page.get_by_role("status")).to_have_text("Requeued 3 dead jobs.")
+            assert await queue.count(JobStatus.DEAD) == 0
+            assert await queue.count(JobStatus.QUEUED) == 57

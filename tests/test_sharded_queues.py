@@ -114,6 +114,48 @@ async def test_reads_add_the_shards_up(tmp_path: Path) -> None:
         assert len(await queue.dequeue(batch_size=100)) == 19
 
 
+@pytest.mark.parametrize("limit", [1, 4, 10, 50])
+async def test_pages_of_jobs_walk_every_shard_once(tmp_path: Path, limit: int) -> None:
+    async with sharded(str(tmp_path), "jobs", 3) as queue:
+        added = await queue.enqueue_many([JobSpec("e", b"x", tenant=f"t{n % 3}") for n in range(30)])
+        sizes = [await shard.count() for shard in queue.shards]
+        assert sizes == [10, 10, 10]  # three tenants, one shard each: pages end at a shard's end
+        seen: list[str] = []
+        cursor: int | None = 0
+        while cursor is not None:
+            page, cursor = await queue.browse(cursor=cursor, limit=limit)
+            assert len(page) <= limit
+            seen += [job.id for job in page]
+        assert sorted(seen) == sorted(job.id for job in added)
+        dead, _ = await queue.browse(JobStatus.DEAD)
+        assert dead == []
+
+
+async def test_the_figures_of_a_sharded_queue_add_its_shards_up(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "jobs", 3) as queue:
+        await queue.enqueue_many([JobSpec("e", b"x", tenant=f"t{n}", max_attempts=1) for n in range(30)])
+        claimed = await queue.dequeue(batch_size=12)
+        assert len({queue._located[job.id] for job in claimed}) > 1
+        for job in claimed[:6]:
+            await queue.ack(job)
+        for job in claimed[6:]:
+            await queue.nack(job, error="boom\nTraceback ...")
+        insight = queue.insight
+        flow = await insight.throughput()
+        assert (sum(flow.acked), sum(flow.dead), sum(flow.per_entrypoint["e"])) == (6, 6, 12)
+        [group] = await insight.dead_groups()
+        assert (group.error, sorted(group.ids), group.entrypoints) == (
+            "boom",
+            sorted(job.id for job in claimed[6:]),
+            {"e": 6},
+        )
+        timings = (await insight.timings())["e"]
+        assert (timings.finished, timings.acked, timings.dead) == (12, 6, 6)
+        assert (await insight.commit_stats()).commits >= 3 + 3 + 12
+    async with sharded(str(tmp_path), "jobs") as again:  # a fresh process: its own commits only
+        assert (await again.insight.commit_stats()).commits == 0
+
+
 async def test_history_dead_letters_and_their_calls_span_the_shards(tmp_path: Path) -> None:
     async with sharded(str(tmp_path), "jobs", 3) as queue:
         await queue.enqueue_many([JobSpec("e", b"x", tenant=f"t{n}", max_attempts=1) for n in range(30)])

@@ -17,8 +17,10 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+from jqueue.core.insight import QueueInsight
 from jqueue.core.queue import EnqueueCalls
 from jqueue.domain import errors
+from jqueue.domain.insight import LISTED
 from jqueue.domain.models import Job, JobStatus, new_job_id
 from jqueue.domain.policy import QueuePolicy
 from jqueue.domain.records import HistoryRecord
@@ -29,6 +31,8 @@ from jqueue.ports.queue import ChangeSource, Queue, SupportsAckAndDequeue
 
 LOCATED_MOST = 100_000
 """The most job ids whose shard a sharded queue remembers (the jobs it claimed or added lately)."""
+SHARD_CURSORS = 1 << 48
+"""The cursors of one shard's pages (insertion numbers) in ``browse``'s cursors of a sharded queue."""
 
 
 class Shard(Queue, SupportsAckAndDequeue, Protocol):
@@ -93,6 +97,15 @@ class Shard(Queue, SupportsAckAndDequeue, Protocol):
     ) -> int: ...
     async def pause(self, entrypoint: str | None = None, *, enqueues: bool = False) -> None: ...
     async def resume(self, entrypoint: str | None = None) -> None: ...
+    async def browse(
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+        dedup_key: str | None = None,
+        cursor: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[Job], int | None]: ...
 
 
 class ShardedQueue(EnqueueCalls):
@@ -113,11 +126,24 @@ class ShardedQueue(EnqueueCalls):
             SHARDS.check("shards", shards)
         self._open_shard = open_shard
         self._wanted = shards
+        self._opened = True
         self.shards: list[Shard] = []
         self._turn = 0
         self._located: dict[str, int] = {}
         self.changes = ShardChanges(self)
         """Wakes idle callers when any shard may have changed (see ``Worker``)."""
+
+    @classmethod
+    def over(cls, shards: Sequence[Shard]) -> ShardedQueue:
+        """The queue made of ``shards``, open already (shard ``k`` at place ``k``): a view that
+        neither starts nor stops them, for the process that holds them open."""
+
+        def refuse(k: int) -> Shard:
+            raise RuntimeError("a view over open shards opens none")
+
+        view = cls(refuse)
+        view.shards, view._opened = list(shards), False
+        return view
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -152,8 +178,11 @@ class ShardedQueue(EnqueueCalls):
             raise
 
     async def stop(self) -> None:
-        """Commit what was submitted and close every shard."""
+        """Commit what was submitted and close every shard (a view made ``over`` open shards
+        leaves them open)."""
         shards, self.shards = self.shards, []
+        if not self._opened:
+            return
         for shard in shards:
             await shard.__aexit__(None, None, None)
 
@@ -352,6 +381,46 @@ class ShardedQueue(EnqueueCalls):
         each = await asyncio.gather(*(s.jobs(status, entrypoint, older_than, limit) for s in self.shards))
         merged = sorted((job for jobs in each for job in jobs), key=lambda job: job.created_at)
         return merged if limit is None else merged[:limit]
+
+    async def browse(
+        self,
+        status: JobStatus | None = None,
+        entrypoint: str | None = None,
+        older_than: timedelta | None = None,
+        dedup_key: str | None = None,
+        cursor: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[Job], int | None]:
+        """One page of jobs from ``cursor`` and the cursor of the next (None at the end), as
+        ``JobQueue.browse`` pages one shard: shard by shard, each in insertion order. A cursor
+        is the shard's number times ``SHARD_CURSORS`` plus the cursor within it."""
+        LISTED.check("limit", limit)
+        shard, within = divmod(cursor, SHARD_CURSORS)
+        found: list[Job] = []
+        while shard < len(self.shards) and len(found) < limit:
+            page, after = await self.shards[shard].browse(
+                status, entrypoint, older_than, dedup_key, within, limit - len(found)
+            )
+            found += page
+            if after is not None:
+                return found, shard * SHARD_CURSORS + after
+            shard, within = shard + 1, 0
+        return found, shard * SHARD_CURSORS if shard < len(self.shards) else None
+
+    @property
+    def insight(self) -> QueueInsight:
+        """The figures of every shard added up (``QueueInsight``), for shards that commit
+        directly.
+
+        Raises
+        ------
+        TypeError
+            If a shard is served by ``jqueue serve`` (its broker has the figures).
+        """
+        insights = [getattr(shard, "insight", None) for shard in self.shards]
+        if not all(isinstance(insight, QueueInsight) for insight in insights):
+            raise TypeError("the figures of a served queue are its broker's (its dashboard and /metrics)")
+        return QueueInsight.joined(insight for insight in insights if isinstance(insight, QueueInsight))
 
     async def count(
         self,

@@ -82,6 +82,17 @@ class Throughput:
             per = self.per_entrypoint[record.entrypoint] = [0] * len(self.acked)
         per[slot] += 1
 
+    def add(self, other: Throughput) -> None:
+        """Count the jobs ``other`` counted in the same buckets too (of another shard)."""
+        if (other.start, other.bucket, len(other.acked)) != (self.start, self.bucket, len(self.acked)):
+            raise ValueError("throughputs of different buckets cannot be added")
+        self.acked = [mine + theirs for mine, theirs in zip(self.acked, other.acked, strict=True)]
+        self.dead = [mine + theirs for mine, theirs in zip(self.dead, other.dead, strict=True)]
+        for name, counts in other.per_entrypoint.items():
+            mine = self.per_entrypoint.get(name, [0] * len(counts))
+            self.per_entrypoint[name] = [a + b for a, b in zip(mine, counts, strict=True)]
+        self.truncated = self.truncated or other.truncated
+
 
 def empty_throughput(start: int, bucket: int, buckets: int) -> Throughput:
     """Return ``buckets`` empty buckets of ``bucket`` microseconds from ``start``."""

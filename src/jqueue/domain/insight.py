@@ -7,12 +7,12 @@ at, never O(every job) on a large queue: counts come from the index's ``Tally``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
 from jqueue.domain.errors import headline
-from jqueue.domain.figures import Throughput, Timings, empty_throughput, timings_of
+from jqueue.domain.figures import Throughput, empty_throughput
 from jqueue.domain.index import QueueIndex, insertion
 from jqueue.domain.models import JobStatus
 from jqueue.domain.records import HistoryRecord, JobRecord
@@ -46,11 +46,6 @@ def throughput(index: QueueIndex, now: int, window: int, bucket: int) -> Through
             break
         found.count(record)
     return found
-
-
-def timings(index: QueueIndex, sample: int = 1_000) -> dict[str, Timings]:
-    """Return the timings of the newest ``sample`` finished jobs of each entrypoint."""
-    return timings_of(islice(index.history.newest_first(), HISTORY_BUDGET), sample)
 
 
 @dataclass
@@ -153,4 +148,20 @@ def dead_groups(index: QueueIndex, entrypoint: str | None = None) -> list[DeadGr
             group = groups[key] = DeadGroup(key)
         group.ids.append(job_id)
         group.entrypoints[record.entrypoint] = group.entrypoints.get(record.entrypoint, 0) + 1
+    return _largest_first(groups)
+
+
+def joined_groups(each: Iterable[list[DeadGroup]]) -> list[DeadGroup]:
+    """Return the dead groups of several shards as one list, a group per error."""
+    groups: dict[str, DeadGroup] = {}
+    for found in each:
+        for group in found:
+            into = groups.setdefault(group.error, DeadGroup(group.error))
+            into.ids += group.ids
+            for name, count in group.entrypoints.items():
+                into.entrypoints[name] = into.entrypoints.get(name, 0) + count
+    return _largest_first(groups)
+
+
+def _largest_first(groups: dict[str, DeadGroup]) -> list[DeadGroup]:
     return sorted(groups.values(), key=lambda g: (-len(g.ids), g.error))

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from jqueue.adapters.dashboard.guard import FormTooLargeError, local_target, read_form
-from jqueue.core.broker import BrokerQueue
+from jqueue.adapters.dashboard.source import ShownQueue
 from jqueue.domain.errors import JQueueError
 from jqueue.domain.models import JobStatus
 from jqueue.domain.spec import POSITIVE_SPAN
@@ -62,7 +62,7 @@ class Actions:
         return dashboard.back(back, message)
 
     async def _confirm(
-        self, request: Request, queue: BrokerQueue, name: str, action: str, form: FormData, back: str
+        self, request: Request, queue: ShownQueue, name: str, action: str, form: FormData, back: str
     ) -> Response:
         chosen = await _chosen(queue, form)
         dead = (await queue.stats()).total(JobStatus.DEAD)
@@ -89,14 +89,14 @@ class Actions:
             back=back,
         )
 
-    async def _run(self, queue: BrokerQueue, action: str, form: FormData) -> str:
+    async def _run(self, queue: ShownQueue, action: str, form: FormData) -> str:
         run = RUNS.get(action)
         if run is None:
             raise ValueError(f"unknown action {action!r}")
         return await run(queue, form)
 
 
-async def _chosen(queue: BrokerQueue, form: FormData) -> list[str] | None:
+async def _chosen(queue: ShownQueue, form: FormData) -> list[str] | None:
     """The jobs an action names: ``ids``, or the dead letters of error group ``group``
     (None: every dead letter)."""
     ids = [str(v) for v in form.getlist("ids") if str(v)]
@@ -129,22 +129,22 @@ def _tenants(form: FormData) -> tuple[bool, str, str]:
     return per_tenant, each, f"per tenant of {where}" if per_tenant else f"of {where}"
 
 
-async def _requeue(queue: BrokerQueue, form: FormData) -> str:
+async def _requeue(queue: ShownQueue, form: FormData) -> str:
     return f"Requeued {_plural(await queue.requeue(_ids(form)))}."
 
 
-async def _purge(queue: BrokerQueue, form: FormData) -> str:
+async def _purge(queue: ShownQueue, form: FormData) -> str:
     return f"Purged {_plural(await queue.purge(status=None, ids=_ids(form)))}."
 
 
-async def _cancel(queue: BrokerQueue, form: FormData) -> str:
+async def _cancel(queue: ShownQueue, form: FormData) -> str:
     outcomes = [await queue.cancel(job_id) for job_id in _ids(form)]
     asked = outcomes.count(False)
     stops = f"; asked the workers of {_plural(asked)} to stop them" if asked else ""
     return f"Cancelled {_plural(outcomes.count(True))}{stops}."
 
 
-async def _cancel_workflow(queue: BrokerQueue, form: FormData) -> str:
+async def _cancel_workflow(queue: ShownQueue, form: FormData) -> str:
     ids = _ids(form)
     if len(ids) != 1:
         raise ValueError(f"cancel a workflow by one of its jobs, not {len(ids)}")
@@ -154,53 +154,53 @@ async def _cancel_workflow(queue: BrokerQueue, form: FormData) -> str:
     return f"Cancelled the workflow of job {ids[0]}: {_plural(now[JobStatus.CANCELLED])} cancelled{stops}."
 
 
-async def _requeue_dead(queue: BrokerQueue, form: FormData) -> str:
+async def _requeue_dead(queue: ShownQueue, form: FormData) -> str:
     return f"Requeued {_plural(await queue.requeue_dead(await _chosen(queue, form)), 'dead job')}."
 
 
-async def _purge_dead(queue: BrokerQueue, form: FormData) -> str:
+async def _purge_dead(queue: ShownQueue, form: FormData) -> str:
     chosen = await _chosen(queue, form)
     return f"Purged {_plural(await queue.purge(JobStatus.DEAD, ids=chosen), 'dead job')}."
 
 
-async def _pause(queue: BrokerQueue, form: FormData) -> str:
+async def _pause(queue: ShownQueue, form: FormData) -> str:
     scope, where = _scope(form)
     await queue.pause(scope)
     return f"Paused claims of {where}."
 
 
-async def _resume(queue: BrokerQueue, form: FormData) -> str:
+async def _resume(queue: ShownQueue, form: FormData) -> str:
     scope, where = _scope(form)
     await queue.resume(scope)
     return f"Resumed {where}."
 
 
-async def _throttle(queue: BrokerQueue, form: FormData) -> str:
+async def _throttle(queue: ShownQueue, form: FormData) -> str:
     (per_tenant, each, _), limit = _tenants(form), _number(form, "limit")
     per = _span(form, "per")
     await queue.throttle(limit, per, _scope(form)[0], per_tenant=per_tenant)
     return f"Throttled {each} to {limit} claims per {per.total_seconds():g} s."
 
 
-async def _limit(queue: BrokerQueue, form: FormData) -> str:
+async def _limit(queue: ShownQueue, form: FormData) -> str:
     (per_tenant, each, _), most = _tenants(form), _number(form, "most")
     await queue.limit(_scope(form)[0], most, per_tenant=per_tenant)
     return f"Limited {each} to {most} jobs in progress at once."
 
 
-async def _unlimit(queue: BrokerQueue, form: FormData) -> str:
+async def _unlimit(queue: ShownQueue, form: FormData) -> str:
     per_tenant, _, of = _tenants(form)
     await queue.limit(_scope(form)[0], None, per_tenant=per_tenant)
     return f"Lifted the limit {of}."
 
 
-async def _unthrottle(queue: BrokerQueue, form: FormData) -> str:
+async def _unthrottle(queue: ShownQueue, form: FormData) -> str:
     per_tenant, _, of = _tenants(form)
     await queue.throttle(None, timedelta(seconds=1), _scope(form)[0], per_tenant=per_tenant)
     return f"Lifted the throttle {of}."
 
 
-RUNS: dict[str, Callable[[BrokerQueue, FormData], Awaitable[str]]] = {
+RUNS: dict[str, Callable[[ShownQueue, FormData], Awaitable[str]]] = {
     "requeue": _requeue,
     "purge": _purge,
     "cancel": _cancel,

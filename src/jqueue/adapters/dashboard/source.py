@@ -10,7 +10,11 @@ from typing import Protocol
 
 from jqueue.adapters.web.queue_names import UnknownQueueError
 from jqueue.core.broker import BrokerQueue
+from jqueue.core.sharded import ShardedQueue
 from jqueue.ports.queue import WorkerReport
+
+ShownQueue = BrokerQueue | ShardedQueue
+"""A queue as the dashboard reads and steers it: one log, or a sharded queue's logs added up."""
 
 
 @dataclass
@@ -97,7 +101,7 @@ class QueueSource(Protocol):
         """
         ...
 
-    async def get(self, name: str) -> BrokerQueue:
+    async def get(self, name: str) -> ShownQueue:
         """The open queue ``name`` (``UnknownQueueError`` if there is none)."""
         ...
 
@@ -135,7 +139,7 @@ class SingleQueue:
         """The one queue's name."""
         return [self.name]
 
-    async def get(self, name: str) -> BrokerQueue:
+    async def get(self, name: str) -> ShownQueue:
         """The queue, if ``name`` is its name."""
         if name != self.name:
             raise UnknownQueueError(name)

@@ -11,8 +11,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from jqueue.adapters.dashboard.source import QueueSource, Sighting
-from jqueue.core.broker import BrokerQueue
+from jqueue.adapters.dashboard.source import QueueSource, ShownQueue, Sighting
 from jqueue.domain.figures import Throughput, Timings
 from jqueue.domain.models import Job
 from jqueue.domain.records import HistoryRecord
@@ -128,7 +127,7 @@ class JobDetail:
     result: Preview | None = None
 
 
-async def job_detail(queue: BrokerQueue, job_id: str) -> JobDetail:
+async def job_detail(queue: ShownQueue, job_id: str) -> JobDetail:
     """Gather a job's page."""
     job = await queue.find(job_id)
     finished = await queue.finished(job_id)

@@ -55,7 +55,7 @@ from jqueue.adapters.service.wire.error_codes import (
 )
 from jqueue.adapters.service.wire.operator_calls import QueueNamesResponse
 from jqueue.adapters.web.media import JSON, is_msgpack, wants_msgpack
-from jqueue.adapters.web.queue_names import UnknownQueueError
+from jqueue.adapters.web.queue_names import UnknownQueueError, queue_of
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import NotOwnerError
 from jqueue.ports.queue import WorkerReport
@@ -157,12 +157,14 @@ class Sightings:
         self._seen: dict[str, dict[str, Sighting]] = {}
 
     def saw(self, queue: str, route: str, request: Request) -> None:
-        """Note a call of ``route`` on ``queue``, if a worker made it: a claim, or a call that
-        carries a ``WORKER_HEADER``. The client is named by ``CLIENT_HEADER``, or by its address."""
+        """Note a call of ``route`` on ``queue`` (a shard's counts as its queue's), if a worker
+        made it: a claim, or a call that carries a ``WORKER_HEADER``. The client is named by
+        ``CLIENT_HEADER``, or by its address."""
         header = request.headers.get(WORKER_HEADER)
         if header is None and route != "dequeue":
             return
         client = request.headers.get(CLIENT_HEADER) or (request.client.host if request.client else "?")
+        queue = queue_of(queue)
         seen = self._seen.setdefault(queue, {})
         before = seen.pop(client, None)  # re-inserted last: the dict stays ordered by last sighting
         report = _report(header) if header is not None else before.report if before else None

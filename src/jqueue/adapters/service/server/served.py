@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from jqueue.adapters.dashboard.source import BrokerView, NotServingError, Sighting
+from jqueue.adapters.dashboard.source import BrokerView, NotServingError, ShownQueue, Sighting
 from jqueue.adapters.service.server.endpoints import HTTPError, Service
-from jqueue.core.broker import BrokerQueue
+from jqueue.adapters.web.queue_names import queue_of, shard_name
+from jqueue.core.sharded import ShardedQueue
 
 
 class ServedQueues:
@@ -20,14 +21,19 @@ class ServedQueues:
             raise NotServingError(exc.broker) from exc
 
     async def names(self) -> list[str]:
-        """The queues of the root (see ``QueueHost.found``)."""
+        """The queues of the root (see ``QueueHost.found``), a sharded queue once."""
         await self._serving()
-        return self.service.host.found()
+        return sorted({queue_of(name) for name in self.service.host.found()})
 
-    async def get(self, name: str) -> BrokerQueue:
-        """The open queue ``name``."""
+    async def get(self, name: str) -> ShownQueue:
+        """The open queue ``name``, its shards added up if it has several."""
         await self._serving()
-        return await self.service.host.get(name)
+        host = self.service.host
+        first = await host.get(name)
+        count = await first.shards()
+        if count == 1:
+            return first
+        return ShardedQueue.over([first, *[await host.get(shard_name(name, k)) for k in range(1, count)]])
 
     def broker(self) -> BrokerView | None:
         """This process, as the broker (or as it last saw the record)."""
