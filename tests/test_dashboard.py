@@ -463,3 +463,24 @@ async def test_a_sharded_queue_is_one_queue_on_the_dashboard(tmp_path: Path) -> 
                 await expect(page.get_by_role("status")).to_have_text("Requeued 3 dead jobs.")
             assert await queue.count(JobStatus.DEAD) == 0
             assert await queue.count(JobStatus.QUEUED) == 57
+
+
+async def test_the_dashboard_of_a_sharded_queue_on_its_storage_adds_the_shards_up(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "wide", 3) as queue:
+        await queue.enqueue_many("mail", [b"%d" % n for n in range(30)])
+        assert all([await shard.count() for shard in queue.shards])
+    port = free_port()
+    command = [sys.executable, "-m", "jqueue", "dashboard", "--storage", str(tmp_path / "wide.json")]
+    proc = await asyncio.create_subprocess_exec(
+        *command, "--listen", f"{LOOPBACK}:{port}", stderr=subprocess.PIPE
+    )
+    try:
+        for _ in range(200):
+            status, page = await asyncio.to_thread(get, f"http://{LOOPBACK}:{port}/q/wide")
+            if status == 200:
+                break
+            await asyncio.sleep(0.1)
+        assert '<dd id="count-queued">30</dd>' in page
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0

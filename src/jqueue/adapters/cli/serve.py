@@ -173,6 +173,8 @@ def dashboard(
     except ImportError as exc:
         fail(str(exc))
     from jqueue.adapters.dashboard.app import create_dashboard_app, queue_name
+    from jqueue.adapters.service.wire.root import shard_location
+    from jqueue.adapters.storage.url import storage_from_url
     from jqueue.adapters.web.allowed_hosts import BadHostNameError
 
     storage = shared_storage(ctx)
@@ -181,7 +183,11 @@ def dashboard(
     sock = _listening(host, port)
     try:
         app = create_dashboard_app(
-            storage, queue_name(url), token, listen=host, allowed_hosts=allowed_host or ()
+            lambda k: storage if k == 0 else storage_from_url(shard_location(url, k)),
+            queue_name(url),
+            token,
+            listen=host,
+            allowed_hosts=allowed_host or (),
         )
     except BadHostNameError as exc:
         fail(f"--allowed-host: {exc}")

@@ -1,9 +1,9 @@
-"""The ASGI application of ``jqueue dashboard``: the dashboard of one queue, opened directly on
-its storage (no broker)."""
+"""The ASGI application of ``jqueue dashboard``: the dashboard of one queue (a sharded one
+whole), opened directly on its storage (no broker)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
@@ -15,6 +15,7 @@ from jqueue.adapters.dashboard.pages import Dashboard
 from jqueue.adapters.dashboard.source import SingleQueue
 from jqueue.adapters.web.allowed_hosts import AllowedHosts, HostCheck
 from jqueue.core.broker import BrokerQueue
+from jqueue.core.sharded import ShardedQueue
 from jqueue.ports.storage import ObjectStoragePort
 
 
@@ -25,18 +26,19 @@ def queue_name(url: str) -> str:
 
 
 def create_dashboard_app(
-    storage: ObjectStoragePort,
+    shard_storage: Callable[[int], ObjectStoragePort],
     name: str,
     token: str | None,
     *,
     listen: str = "127.0.0.1",
     allowed_hosts: Sequence[str] = (),
 ) -> Starlette:
-    """Return the dashboard of the queue on ``storage`` (opened when the application starts),
-    answering requests whose ``Host`` is ``listen`` (the host it listens on), a name of
-    ``allowed_hosts``, or a loopback name when it listens there (``AllowedHosts.of``)."""
+    """Return the dashboard of the queue whose shard ``k`` is on ``shard_storage(k)`` (opened
+    when the application starts, its shards added up if it has several), answering requests
+    whose ``Host`` is ``listen`` (the host it listens on), a name of ``allowed_hosts``, or a
+    loopback name when it listens there (``AllowedHosts.of``)."""
     allowed = AllowedHosts.of(listen, None, allowed_hosts, token=token)
-    queue = BrokerQueue(storage)
+    queue = ShardedQueue(lambda k: BrokerQueue(shard_storage(k)))
     dashboard = Dashboard(SingleQueue(name, queue), token)
 
     @asynccontextmanager

@@ -127,11 +127,11 @@ class SingleQueue:
     ----------
     name : str
         What the dashboard calls it.
-    queue : BrokerQueue
+    queue : ShownQueue
         The queue, started by the caller.
     """
 
-    def __init__(self, name: str, queue: BrokerQueue) -> None:
+    def __init__(self, name: str, queue: ShownQueue) -> None:
         self.name = name
         self.queue = queue
 
