@@ -15,7 +15,9 @@ from pyspark.sql import SparkSession, functions
 from pyspark.sql.types import ArrayType, DoubleType, StringType, StructField, StructType
 
 from conftest import BUCKET
-from jqueue import DirectQueue, Job, JobSpec, JobStatus, storage_from_url
+from jqueue import DirectQueue, Job, JobSpec, JobStatus, sharded, storage_from_url
+from jqueue.adapters.spark.changes import ChangeFeedReader
+from jqueue.adapters.spark.consumer import ConsumerReader
 from jqueue.adapters.spark.writer import PartWriting
 from jqueue.domain.spec import LONGEST_SPAN
 from jqueue.spark import run_workers
@@ -131,6 +133,49 @@ def test_reading_jobs_and_history_in_parallel_parts(spark: SparkSession, tmp_pat
     assert {r.job_id for r in acked.collect()} == {j.id for j in jobs[:200]}
     assert history.where("wait_seconds < 0 or run_seconds < 0").count() == 0
     assert acked.where("tenant = 't0'").count() == 100  # the tenants took turns
+
+
+def test_a_read_of_a_sharded_queue_adds_its_shards_up(spark: SparkSession, tmp_path: Path) -> None:
+    url = (tmp_path / "wide.json").as_uri()
+
+    async def prepare() -> tuple[list[Job], set[str]]:
+        async with sharded(str(tmp_path), "wide", 3) as queue:
+            jobs = await queue.enqueue_many(
+                [JobSpec("work", b"%d" % i, tenant=f"t{i % 3}") for i in range(90)]
+            )
+            assert all([await shard.count() for shard in queue.shards])
+            acked = set()
+            for _ in range(3):  # each shard first once
+                for job in await queue.dequeue(batch_size=10):
+                    await queue.ack(job)
+                    acked.add(job.id)
+            return jobs, acked
+
+    jobs, acked = asyncio.run(prepare())
+    read = spark.read.format("jqueue").option("partitions", "2").load(url)
+    assert read.rdd.getNumPartitions() == 6  # two a shard
+    assert sorted(r.id for r in read.collect()) == sorted(j.id for j in jobs if j.id not in acked)
+    history = spark.read.format("jqueue").option("table", "history").load(url)
+    assert {r.job_id for r in history.where("outcome = 'acked'").collect()} == acked
+
+
+def test_the_readers_and_writers_of_one_log_refuse_a_sharded_queue(tmp_path: Path) -> None:
+    async def prepare() -> None:
+        async with sharded(str(tmp_path), "wide", 3) as queue:
+            await queue.enqueue_many("work", [b"x"])
+
+    asyncio.run(prepare())
+    url = (tmp_path / "wide.json").as_uri()
+    schema = StructType([StructField("payload", StringType())])
+    for read in (ChangeFeedReader, lambda options: ConsumerReader({**options, "consumerId": "c"})):
+        with pytest.raises(ValueError, match=r"a queue of 3 shards, .* choose a shard .* 0 to 2"):
+            read({"path": url})
+        assert read({"path": url, "shard": "2"}).url == (tmp_path / "wide.shard-2.json").as_uri()
+        assert read({"path": url, "shard": "0"}).url == url
+        with pytest.raises(ValueError, match="shard must be one of 0 to 2"):
+            read({"path": url, "shard": "3"})
+    with pytest.raises(ValueError, match="a queue of 3 shards: a Spark write goes to a queue of one"):
+        PartWriting({"path": url, "entrypoint": "e"}, schema)
 
 
 def test_reads_and_writes_reach_s3_through_the_projects_adapters(

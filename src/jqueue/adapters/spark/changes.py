@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from jqueue.adapters.spark.shards import one_log
 from jqueue.adapters.spark.writer import keyed_storage
 from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry, entry_name, entry_seq
 from jqueue.domain.effects import Added, Cancelled, Died, Discarded, Effect, Published, Removed
@@ -78,6 +79,7 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.per_trigger = None if per_trigger is None else int(per_trigger)
         self.partition_count = int(options.get("partitions", "4"))
         self.target: int | None = None
+        self.url = one_log(self.url, "a change feed", options.get("shard"))
 
     def _listed(self, after: int) -> list[int]:
         names = asyncio.run(keyed_storage(self.url).list_names(ENTRY_PREFIX, start_after=entry_name(after)))

@@ -34,6 +34,7 @@ from pyspark.sql.streaming.datasource import (
 
 from jqueue.adapters.service.client.remote_queue import RemoteQueue
 from jqueue.adapters.spark.reader import PARTITIONS, job_rows, job_schema
+from jqueue.adapters.spark.shards import one_log
 from jqueue.adapters.spark.writer import keyed_storage
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import CASConflictError, CorruptStateError, JQueueError
@@ -103,6 +104,7 @@ class ConsumerReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         PER_TRIGGER.check("maxJobsPerTrigger", self.per_trigger)
         LEASE_SECONDS.check("leaseSeconds", self.lease_seconds)
         PARTITIONS.check("partitions", self.partition_count)
+        self.url = one_log(self.url, "a consumer", options.get("shard"))
         self._queue: SyncQueue[BrokerQueue] | None = None
         self._storage: KeyedStoragePort | None = None
         self._in_flight: dict[int, list[Job]] = {}

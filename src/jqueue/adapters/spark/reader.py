@@ -1,10 +1,11 @@
 """``spark.read.format("jqueue")``: the current jobs or the history of finished ones.
 
 ``.option("table", "jobs")`` (the default) or ``"history"``; ``.option("partitions", N)``
-splits the read into N tasks (default 4), each of which opens the queue through the
-project's own storage adapters and reads its share (jobs by insertion order, history
-records by position), so payloads of a large queue are fetched in parallel. Each task
-reads the newest state; commits made while the read runs may show in some parts only.
+splits the read of each shard (one, for a queue never sharded) into N tasks (default 4),
+each of which opens the shard through the project's own storage adapters and reads its
+share (jobs by insertion order, history records by position), so payloads of a large queue
+are fetched in parallel. Each task reads the newest state; commits made while the read runs
+may show in some parts only.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from jqueue.adapters.spark.shards import shard_urls
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.direct import DirectQueue
 from jqueue.domain.models import Job
@@ -113,10 +115,11 @@ PARTITIONS = Bounds(ge=1)
 
 @dataclass
 class Part(InputPartition):
-    """The i-th of n parts of a read."""
+    """The i-th of n parts of the read of one shard."""
 
     index: int
     count: int
+    shard: int = 0
 
 
 _history_row = attrgetter(*HISTORY_COLUMNS)
@@ -140,10 +143,11 @@ class JQueueReader(DataSourceReader):
             raise ValueError(f"table must be one of {sorted(TABLES)}, not {self.table!r}")
         self.count = int(options.get("partitions", "4"))
         PARTITIONS.check("partitions", self.count)
+        self.shards = shard_urls(self.url)
 
     def partitions(self) -> list[Part]:
-        """Split the read into ``partitions`` parts."""
-        return [Part(index, self.count) for index in range(self.count)]
+        """Split the read of each shard into ``partitions`` parts."""
+        return [Part(index, self.count, k) for k in range(len(self.shards)) for index in range(self.count)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         """Read one part (on an executor)."""
@@ -152,7 +156,7 @@ class JQueueReader(DataSourceReader):
         return iter(asyncio.run(self._read(partition)))
 
     async def _read(self, partition: Part) -> list[tuple[Any, ...]]:
-        async with DirectQueue(storage_from_url(self.url)) as queue:
+        async with DirectQueue(storage_from_url(self.shards[partition.shard])) as queue:
             if self.table == "history":
                 records = await queue.history()
                 return [history_row(r) for r in records[partition.index :: partition.count]]

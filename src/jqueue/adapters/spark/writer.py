@@ -26,6 +26,7 @@ from pyarrow import RecordBatch
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from jqueue.adapters.spark.shards import unsharded
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.direct import DirectQueue
 from jqueue.core.formats.part_runs import PART_ROWS
@@ -120,6 +121,7 @@ class PartWriting:
         for column in (self.payload, self.delay, *self.columns.values()):
             if column is not None and column not in names:
                 raise ValueError(f"the DataFrame has no column {column!r}")
+        unsharded(self.url)
 
     def _rows(self, batch: RecordBatch, created: int) -> list[PartRow]:
         payloads = [_bytes(value) for value in batch.column(self.payload).to_pylist()]
