@@ -2,8 +2,9 @@
 on a file root and through ``jqueue serve`` (client and server in one process).
 
 The limits are the path's length as docs/architecture.md §2 draws it: 25 modules on a file root
-and 35 through ``jqueue serve`` (issue 51's bounds), 21 on memory. A change that lengthens the
-path fails here; one that shortens it lowers the limit.
+and 36 through ``jqueue serve`` (issue 51's bounds, and the queue names that the metrics label a
+shard's calls by since issue 52), 21 on memory. A change that lengthens the path fails here; one
+that shortens it lowers the limit.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tool_runs import ROOT, run_tool
 sys.path.insert(0, str(ROOT / "tools"))
 from enqueue_path import MODES
 
-LIMITS = {"memory": 21, "file": 25, "serve": 35}
+LIMITS = {"memory": 21, "file": 25, "serve": 36}
 """The most jqueue modules one enqueue may enter."""
 
 SEEN = {

@@ -58,7 +58,7 @@ ARROWS: dict[str, set[str]] = {
     "sync": {"domain", "ports", "core", "adapters.storage", "adapters.service.client"},
     "adapters.spark": {
         "domain", "ports", *ENGINE, "core.runtime", "sync",
-        "adapters.optional", "adapters.storage", "adapters.service.client",
+        "adapters.optional", "adapters.storage", "adapters.service.client", "adapters.service.wire",
     },
     "adapters.report": {"domain", "core", "adapters.charts", "adapters.storage", "adapters.spark"},
     "testing": {"domain", "ports", *ENGINE},
