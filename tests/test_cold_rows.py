@@ -58,7 +58,7 @@ async def loaded(
         claimed = await queue.dequeue("a", batch_size=JOBS // 10)
         await queue.enqueue("a", b"later", delay=timedelta(hours=1))
         await queue.checkpoint()
-        assert mapped(await index_of(queue)) == isinstance(storage, LocalFileSystemStorage)
+        assert mapped(await index_of(queue))  # a view of the file, or of the memory's bytes
     taken = {job.id for job in claimed}
     return [entry for entry in claimable if entry[1] not in taken]
 
@@ -74,7 +74,7 @@ async def test_a_fresh_process_claims_cold_jobs_in_claim_order_across_blocks_and
     async with DirectQueue(storage, log=NEVER) as fresh:
         assert await fresh.count() == JOBS + 1
         index = await index_of(fresh)
-        assert mapped(index) == (root == "file")
+        assert mapped(index)
         assert len(index.records) <= JOBS // 10 + 1  # the claimed and the delayed jobs only
         assert isinstance(index.cold, SlabSet)
         assert len(index.cold.slabs) == 4

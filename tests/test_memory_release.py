@@ -1,14 +1,19 @@
-"""``give_back_memory``: the C allocator's free pages in the middle of its heap go back to the
-system (what a merge of slabs frees would otherwise stay resident)."""
+"""A process's memory at depth: the C allocator's free pages in the middle of its heap go back
+to the system (``give_back_memory``: what a merge of slabs frees would otherwise stay
+resident), and the slabs of a storage that cannot map them are spilled to files (``spilled``)."""
 
 from __future__ import annotations
 
+import mmap
 import platform
 import subprocess
 import sys
 
 import pytest
 
+from jqueue import DirectQueue, InMemoryStorage, LogSettings
+from jqueue.core.log.slabs import SlabSet
+from jqueue.core.log.store import LogStore
 from jqueue.core.loop import memory
 from jqueue.core.loop.memory import give_back_memory
 
@@ -53,3 +58,60 @@ def test_trims_come_at_most_once_every_trim_every(monkeypatch: pytest.MonkeyPatc
     assert give_back_memory()
     assert give_back_memory()  # asked again at once: the heaps were walked a moment ago
     assert trims == [0]
+
+
+class KeyedOnly:
+    """A keyed storage that cannot map its objects (as S3 and GCS cannot)."""
+
+    def __init__(self, storage: InMemoryStorage) -> None:
+        self._storage = storage
+
+    async def read(self) -> tuple[bytes, str | None]:
+        return await self._storage.read()
+
+    async def write(self, content: bytes, if_match: str | None = None) -> str:
+        return await self._storage.write(content, if_match)
+
+    async def get(self, name: str) -> bytes | None:
+        return await self._storage.get(name)
+
+    async def create(self, name: str, content: bytes) -> None:
+        await self._storage.create(name, content)
+
+    async def list_names(self, prefix: str, start_after: str = "") -> list[str]:
+        return await self._storage.list_names(prefix, start_after)
+
+    async def delete(self, name: str) -> None:
+        await self._storage.delete(name)
+
+
+def spilled_slabs(slabs: object) -> list[bool]:
+    """Whether each slab of ``slabs`` is read from a mapping of a temporary file."""
+    assert isinstance(slabs, SlabSet)
+    return [
+        isinstance(slab.opened.data, memoryview) and isinstance(slab.opened.data.obj, mmap.mmap)
+        for slab in slabs.slabs
+    ]
+
+
+async def test_the_slabs_of_a_storage_that_cannot_map_them_are_spilled_to_files(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(memory, "SPILL_BYTES", 1)  # every slab
+    storage = KeyedOnly(InMemoryStorage(name="spill"))
+    async with DirectQueue(storage, log=LogSettings(checkpoint_every=10**9)) as queue:
+        first = await queue.enqueue_many("work", [b"%d" % n for n in range(3000)])
+        await queue.checkpoint()
+        second = await queue.enqueue_many("work", [b"%d" % n for n in range(3000, 4000)], priority=1)
+        await queue.checkpoint()
+        store = await queue._opener.store()
+        assert isinstance(store, LogStore)
+        assert spilled_slabs(store._checkpoints.slabs) == [True, True]  # written, then spilled
+    async with DirectQueue(storage) as fresh:  # a new process reads them, and spills them too
+        assert await fresh.count() == 4000
+        store = await fresh._opener.store()
+        assert isinstance(store, LogStore)
+        assert spilled_slabs(store.index.cold) == [True, True]
+        claimed = await fresh.dequeue(batch_size=4000)
+        assert [job.id for job in claimed] == [job.id for job in first + second]  # lower priority first
+        assert (claimed[2999].payload, claimed[-1].payload) == (b"2999", b"3999")

@@ -128,7 +128,7 @@ async def test_a_storage_that_ignores_if_match_fails_the_conditional_writes() ->
         "write(if_match=None) of an object that exists returned '2' instead of raising CASConflictError"
     )
     assert seen["racing-writers"] == "10 of 10 racers won the race to create"
-    assert str(error).startswith("IgnoresIfMatch does not meet the storage contract: 4 of 15 checks failed\n")
+    assert str(error).startswith("IgnoresIfMatch does not meet the storage contract: 4 of 16 checks failed\n")
 
 
 async def test_a_storage_whose_etag_does_not_change_fails_the_compare_and_swap_checks() -> None:
@@ -361,8 +361,7 @@ async def test_the_sizes_are_checked(option: str, value: float, message: str) ->
 def test_the_sync_call_runs_the_checks_in_a_loop_of_its_own() -> None:
     report = check_storage_sync(shared(InMemoryStorage), **FAST)
     assert str(report) == (
-        "InMemoryStorage: 15 checks passed, 2 skipped\n"
-        "  skipped, no mapped (MappedStoragePort), or no keyed calls: mapped-reads\n"
+        "InMemoryStorage: 16 checks passed, 1 skipped\n"
         "  skipped, no watch_changes (ChangeSignalPort), or no keyed calls: change-signal"
     )
 

@@ -88,10 +88,13 @@ class KeyedStoragePort(ObjectStoragePort, Protocol):
 
 @runtime_checkable
 class MappedStoragePort(Protocol):
-    """A backend whose named objects are local files a process can map, so that reading a large
-    object (a checkpoint's slab) keeps resident only the pages it touches.
+    """A backend whose named objects a process can read in place, so that reading a large object
+    (a checkpoint's slab) keeps resident only the pages it touches, or nothing more than the
+    backend holds already.
 
-    The local file adapter is one. Other keyed backends are read with ``get``.
+    The local file adapter (a mapping of the file) and the memory adapter (a view of its bytes)
+    are ones. Other keyed backends are read with ``get``, and a checkpoint spills their slabs
+    to temporary files (``core/loop/memory.spilled``).
     """
 
     async def mapped(self, name: str) -> memoryview | None:

@@ -50,6 +50,12 @@ class InMemoryStorage:
         with self._lock:
             return self._named.get(checked_name(name))
 
+    async def mapped(self, name: str) -> memoryview | None:
+        """Return a view of the named object's content (the bytes held, not a copy), or None."""
+        with self._lock:
+            content = self._named.get(checked_name(name))
+        return None if content is None else memoryview(content)
+
     async def create(self, name: str, content: bytes) -> None:
         """Create the named object only if it does not exist."""
         with self._lock:

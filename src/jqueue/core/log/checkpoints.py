@@ -24,7 +24,7 @@ from jqueue.core.log.compaction import Compactor
 from jqueue.core.log.slab_load import loaded
 from jqueue.core.log.slab_plan import Merge, Merged, Plan, merge, merge_due, plan
 from jqueue.core.log.slabs import SlabSet
-from jqueue.core.loop.memory import RECORDS_WORTH_IT, give_back_memory
+from jqueue.core.loop.memory import RECORDS_WORTH_IT, give_back_memory, spilled
 from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.store import describe, describe_named
 from jqueue.core.loop.switching import quick_switches
@@ -105,7 +105,10 @@ class Checkpoints:
 
         async def fetch(slab: str) -> bytes | memoryview | None:
             async with gate:
-                return await self.retry.mapped(self.keyed, slab)
+                content = await self.retry.mapped(self.keyed, slab)
+                if content is None or isinstance(self.keyed, MappedStoragePort):
+                    return content
+                return await asyncio.to_thread(spilled, content)
 
         contents = await asyncio.gather(*(fetch(entry.name) for entry in manifest.slabs))
         present = [content for content in contents if content is not None]
@@ -159,11 +162,8 @@ class Checkpoints:
             merged.slab.name = slab_name(version, merged.written_at, uuid.uuid4().hex[:8])
             await self.keyed.create(merged.slab.name, merged.content)
             merged.content = b""
-            if isinstance(self.keyed, MappedStoragePort):
-                with contextlib.suppress(Exception):  # it stays in memory: a map is only a saving
-                    mapped = await self.keyed.mapped(merged.slab.name)
-                    if mapped is not None:
-                        merged.slab.opened = merged.slab.opened.moved_to(mapped)
+            if (held := await self._held(merged.slab.name, merged.slab.opened.data)) is not None:
+                merged.slab.opened = merged.slab.opened.moved_to(held)
             if merged.slab.rows >= RECORDS_WORTH_IT:  # what the merge made and let go of
                 await asyncio.to_thread(give_back_memory)
         return merged
@@ -223,21 +223,29 @@ class Checkpoints:
             pending.slabs.forget()
             raise
         pending.slabs.adopt(plan, pending.index)
-        if plan.slab is not None and isinstance(self.keyed, MappedStoragePort):
+        if plan.slab is not None:
             await self._map(pending.slabs, plan.slab.number, plan.slab.name)
         self._start_merge(pending.slabs, plan.version)
         if len(plan.claimable) >= RECORDS_WORTH_IT:  # records let go of (most of them)
             await asyncio.to_thread(give_back_memory)
 
     async def _map(self, slabs: SlabSet, number: int, name: str) -> None:
-        """Read slab number ``number`` of ``slabs``, just stored as ``name``, from a mapping of
-        its object from now on (it stays in memory if that fails: a map is only a saving)."""
-        assert isinstance(self.keyed, MappedStoragePort)
+        """Read slab number ``number`` of ``slabs``, just stored as ``name``, from a mapping
+        from now on (``_held``)."""
+        slab = next((slab for slab in slabs.slabs if slab.number == number), None)
+        if slab is not None and (held := await self._held(name, slab.opened.data)) is not None:
+            slab.opened = slab.opened.moved_to(held)
+
+    async def _held(self, name: str, data: bytes | memoryview) -> bytes | memoryview | None:
+        """A mapping of slab ``name``, just stored from ``data``: of its object where the storage
+        maps it, else of a temporary file (``spilled``); None if there is none (the slab stays
+        in memory: a map is only a saving)."""
         with contextlib.suppress(Exception):
-            mapped = await self.keyed.mapped(name)
-            slab = next((slab for slab in slabs.slabs if slab.number == number), None)
-            if mapped is not None and slab is not None:
-                slab.opened = slab.opened.moved_to(mapped)
+            if isinstance(self.keyed, MappedStoragePort):
+                return await self.keyed.mapped(name)
+            held = await asyncio.to_thread(spilled, data)
+            return None if held is data else held
+        return None
 
     async def _plan(self, pending: Pending) -> Plan:
         """Run the plan in a thread, and thaw the index once the thread is done with it (even if

@@ -1,10 +1,15 @@
-"""``give_back_memory``: return the C allocator's free pages to the system after a burst.
+"""A process's memory at depth: ``give_back_memory`` and ``spilled``.
 
 A merge of slabs or a checkpoint that lets go of many records frees hundreds of megabytes of
 blocks and objects. glibc's allocator keeps most of it, free but resident, in the middle of
 its heaps (only the top of a heap goes back by itself), so a process that loaded ten million
 jobs would hold the peak of its merges for good. ``malloc_trim`` gives those pages back; on
 other C libraries this does nothing.
+
+A slab on a local file is read from a mapping of it; one on a remote storage (S3, GCS) was
+held as bytes, 35 a job. ``spilled`` keeps it in an unnamed temporary file instead, mapped:
+the pages read are the kernel's page cache, which it reclaims, and the file goes when the
+process lets go of the slab (or ends).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import mmap
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -48,3 +55,23 @@ def give_back_memory() -> bool:
         _last_trim = time.monotonic()
         trim(0)
     return True
+
+
+SPILL_BYTES = 1 << 20
+"""The size from which a slab read or written on a storage that cannot map it is spilled."""
+
+
+def spilled(content: bytes | memoryview) -> bytes | memoryview:
+    """Return ``content`` (a slab's bytes) as a mapping of an unnamed temporary file that holds
+    it, or ``content`` itself if it is under ``SPILL_BYTES`` or the file cannot be made (meant
+    for a worker thread: it writes the file)."""
+    if len(content) < SPILL_BYTES:
+        return content
+    try:
+        with tempfile.TemporaryFile() as file:
+            file.write(content)
+            file.flush()
+            mapping = mmap.mmap(file.fileno(), len(content), access=mmap.ACCESS_READ)
+    except OSError:  # no room, say: the slab stays in memory, as it was
+        return content
+    return memoryview(mapping)
