@@ -94,7 +94,7 @@ def spilled_slabs(slabs: object) -> list[bool]:
     ]
 
 
-async def test_the_slabs_of_a_storage_that_cannot_map_them_are_spilled_to_files(
+async def test_the_slabs_written_on_a_storage_that_cannot_map_them_are_spilled_to_files(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(memory, "SPILL_BYTES", 1)  # every slab
@@ -107,11 +107,7 @@ async def test_the_slabs_of_a_storage_that_cannot_map_them_are_spilled_to_files(
         store = await queue._opener.store()
         assert isinstance(store, LogStore)
         assert spilled_slabs(store._checkpoints.slabs) == [True, True]  # written, then spilled
-    async with DirectQueue(storage) as fresh:  # a new process reads them, and spills them too
-        assert await fresh.count() == 4000
-        store = await fresh._opener.store()
-        assert isinstance(store, LogStore)
-        assert spilled_slabs(store.index.cold) == [True, True]
+    async with DirectQueue(storage) as fresh:  # a new process reads them (its first claim spills nothing)
         claimed = await fresh.dequeue(batch_size=4000)
         assert [job.id for job in claimed] == [job.id for job in first + second]  # lower priority first
         assert (claimed[2999].payload, claimed[-1].payload) == (b"2999", b"3999")

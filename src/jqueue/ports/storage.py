@@ -93,8 +93,8 @@ class MappedStoragePort(Protocol):
     backend holds already.
 
     The local file adapter (a mapping of the file) and the memory adapter (a view of its bytes)
-    are ones. Other keyed backends are read with ``get``, and a checkpoint spills their slabs
-    to temporary files (``core/loop/memory.spilled``).
+    are ones. Other keyed backends are read with ``get``, and the slabs a process writes on
+    them are spilled to temporary files (``core/loop/memory.spilled``).
     """
 
     async def mapped(self, name: str) -> memoryview | None:

@@ -105,10 +105,7 @@ class Checkpoints:
 
         async def fetch(slab: str) -> bytes | memoryview | None:
             async with gate:
-                content = await self.retry.mapped(self.keyed, slab)
-                if content is None or isinstance(self.keyed, MappedStoragePort):
-                    return content
-                return await asyncio.to_thread(spilled, content)
+                return await self.retry.mapped(self.keyed, slab)
 
         contents = await asyncio.gather(*(fetch(entry.name) for entry in manifest.slabs))
         present = [content for content in contents if content is not None]

@@ -6,10 +6,11 @@ its heaps (only the top of a heap goes back by itself), so a process that loaded
 jobs would hold the peak of its merges for good. ``malloc_trim`` gives those pages back; on
 other C libraries this does nothing.
 
-A slab on a local file is read from a mapping of it; one on a remote storage (S3, GCS) was
-held as bytes, 35 a job. ``spilled`` keeps it in an unnamed temporary file instead, mapped:
-the pages read are the kernel's page cache, which it reclaims, and the file goes when the
-process lets go of the slab (or ends).
+A slab on a local file is read from a mapping of it; one that a process wrote (or merged) on
+a remote storage (S3, GCS) was held as bytes, 35 a job. ``spilled`` keeps it in an unnamed
+temporary file instead, mapped: the pages read are the kernel's page cache, which it
+reclaims, and the file goes when the process lets go of the slab (or ends). A process that
+opens a queue keeps the slabs it read as bytes: spilling them would delay its first claim.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def give_back_memory() -> bool:
 
 
 SPILL_BYTES = 1 << 20
-"""The size from which a slab read or written on a storage that cannot map it is spilled."""
+"""The size from which a slab written on a storage that cannot map it is spilled."""
 
 
 def spilled(content: bytes | memoryview) -> bytes | memoryview:
