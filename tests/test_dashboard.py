@@ -9,6 +9,7 @@ itself. Screenshots of each page are checked to be images of the window's size.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -314,20 +316,31 @@ async def test_a_standby_points_to_the_broker_and_a_lone_queue_has_its_own_dashb
     _, said = await typo.communicate()
     assert typo.returncode == 1
     assert f"no queue at {root / 'mial.json'}" in said.decode()
+    async with lone_dashboard(root / "mail.json", "mail") as (url, page):
+        assert '<dd id="count-queued">2</dd>' in page
+        assert "No broker" in (await asyncio.to_thread(get, f"{url}/"))[1]
+        for view, marker in (("workers", 'id="no-broker"'), ("periodic", 'id="no-broker"')):
+            status, page = await asyncio.to_thread(get, f"{url}/{view}")
+            assert (status, marker in page) == (200, True), view
+
+
+@contextlib.asynccontextmanager
+async def lone_dashboard(location: Path, queue: str) -> AsyncIterator[tuple[str, str]]:
+    """Run ``jqueue dashboard --storage LOCATION`` until the page of ``queue`` answers, and yield
+    its URL and that page; then Ctrl-C it (it must exit 0)."""
     port = free_port()
-    command = [*lone, str(root / "mail.json"), "--listen", f"{LOOPBACK}:{port}"]
-    proc = await asyncio.create_subprocess_exec(*command, stderr=subprocess.PIPE)
+    command = [sys.executable, "-m", "jqueue", "dashboard", "--storage", str(location)]
+    proc = await asyncio.create_subprocess_exec(
+        *command, "--listen", f"{LOOPBACK}:{port}", stderr=subprocess.PIPE
+    )
+    url = f"http://{LOOPBACK}:{port}"
     try:
         for _ in range(200):
-            status, page = await asyncio.to_thread(get, f"http://{LOOPBACK}:{port}/q/mail")
+            status, page = await asyncio.to_thread(get, f"{url}/q/{queue}")
             if status == 200:
                 break
             await asyncio.sleep(0.1)
-        assert '<dd id="count-queued">2</dd>' in page
-        assert "No broker" in (await asyncio.to_thread(get, f"http://{LOOPBACK}:{port}/"))[1]
-        for view, marker in (("workers", 'id="no-broker"'), ("periodic", 'id="no-broker"')):
-            status, page = await asyncio.to_thread(get, f"http://{LOOPBACK}:{port}/{view}")
-            assert (status, marker in page) == (200, True), view
+        yield url, page
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         assert await asyncio.wait_for(proc.wait(), 20) == 0
@@ -469,18 +482,5 @@ async def test_the_dashboard_of_a_sharded_queue_on_its_storage_adds_the_shards_u
     async with sharded(str(tmp_path), "wide", 3) as queue:
         await queue.enqueue_many("mail", [b"%d" % n for n in range(30)])
         assert all([await shard.count() for shard in queue.shards])
-    port = free_port()
-    command = [sys.executable, "-m", "jqueue", "dashboard", "--storage", str(tmp_path / "wide.json")]
-    proc = await asyncio.create_subprocess_exec(
-        *command, "--listen", f"{LOOPBACK}:{port}", stderr=subprocess.PIPE
-    )
-    try:
-        for _ in range(200):
-            status, page = await asyncio.to_thread(get, f"http://{LOOPBACK}:{port}/q/wide")
-            if status == 200:
-                break
-            await asyncio.sleep(0.1)
+    async with lone_dashboard(tmp_path / "wide.json", "wide") as (_, page):
         assert '<dd id="count-queued">30</dd>' in page
-    finally:
-        proc.send_signal(signal.SIGINT)
-        assert await asyncio.wait_for(proc.wait(), 20) == 0
