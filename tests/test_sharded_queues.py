@@ -129,6 +129,10 @@ async def test_pages_of_jobs_walk_every_shard_once(tmp_path: Path, limit: int) -
         assert sorted(seen) == sorted(job.id for job in added)
         dead, _ = await queue.browse(JobStatus.DEAD)
         assert dead == []
+        _, middle = await queue.browse(limit=15)
+        assert middle is not None
+        assert await queue.browse(cursor=middle, limit=0) == ([], middle)  # a page of none
+        assert await queue.shards[0].browse(limit=0) == ([], 0)
 
 
 async def test_the_figures_of_a_sharded_queue_add_its_shards_up(tmp_path: Path) -> None:

@@ -405,7 +405,7 @@ class ShardedQueue(EnqueueCalls):
             if after is not None:
                 return found, shard * SHARD_CURSORS + after
             shard, within = shard + 1, 0
-        return found, shard * SHARD_CURSORS if shard < len(self.shards) else None
+        return found, shard * SHARD_CURSORS + within if shard < len(self.shards) else None
 
     @property
     def insight(self) -> QueueInsight:

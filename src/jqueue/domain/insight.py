@@ -73,6 +73,8 @@ def browse(
     A page looks at no more than ``SCAN_BUDGET`` jobs; a rare match on a large queue may
     take several pages, each saying where the next one starts.
     """
+    if limit == 0:  # a page of none: it looks at nothing, and the next starts where it would have
+        return JobPage([], cursor)
     if dedup_key is not None:
         record = index.with_dedup_key(dedup_key)
         pool: Iterator[JobRecord] = iter([record] if record is not None and record.order >= cursor else [])
