@@ -23,7 +23,7 @@ from jqueue.core.formats.slab import slab_name
 from jqueue.core.log.compaction import Compactor
 from jqueue.core.log.slab_load import loaded
 from jqueue.core.log.slab_plan import Merge, Merged, Plan, merge, merge_due, plan
-from jqueue.core.log.slabs import SlabSet
+from jqueue.core.log.slabs import Slab, SlabSet
 from jqueue.core.loop.memory import RECORDS_WORTH_IT, give_back_memory, spilled
 from jqueue.core.loop.retry import RetryPolicy
 from jqueue.core.loop.store import describe, describe_named
@@ -159,8 +159,7 @@ class Checkpoints:
             merged.slab.name = slab_name(version, merged.written_at, uuid.uuid4().hex[:8])
             await self.keyed.create(merged.slab.name, merged.content)
             merged.content = b""
-            if (held := await self._held(merged.slab.name, merged.slab.opened.data)) is not None:
-                merged.slab.opened = merged.slab.opened.moved_to(held)
+            await self._keep(merged.slab)
             if merged.slab.rows >= RECORDS_WORTH_IT:  # what the merge made and let go of
                 await asyncio.to_thread(give_back_memory)
         return merged
@@ -220,29 +219,26 @@ class Checkpoints:
             pending.slabs.forget()
             raise
         pending.slabs.adopt(plan, pending.index)
-        if plan.slab is not None:
-            await self._map(pending.slabs, plan.slab.number, plan.slab.name)
+        if plan.slab is not None:  # the set's own slab: adopting it made a new one
+            number = plan.slab.number
+            if (stored := next((s for s in pending.slabs.slabs if s.number == number), None)) is not None:
+                await self._keep(stored)
         self._start_merge(pending.slabs, plan.version)
         if len(plan.claimable) >= RECORDS_WORTH_IT:  # records let go of (most of them)
             await asyncio.to_thread(give_back_memory)
 
-    async def _map(self, slabs: SlabSet, number: int, name: str) -> None:
-        """Read slab number ``number`` of ``slabs``, just stored as ``name``, from a mapping
-        from now on (``_held``)."""
-        slab = next((slab for slab in slabs.slabs if slab.number == number), None)
-        if slab is not None and (held := await self._held(name, slab.opened.data)) is not None:
-            slab.opened = slab.opened.moved_to(held)
-
-    async def _held(self, name: str, data: bytes | memoryview) -> bytes | memoryview | None:
-        """A mapping of slab ``name``, just stored from ``data``: of its object where the storage
-        maps it, else of a temporary file (``spilled``); None if there is none (the slab stays
-        in memory: a map is only a saving)."""
+    async def _keep(self, slab: Slab) -> None:
+        """Read ``slab``, just stored, from a mapping from now on: of its object where the
+        storage maps it, else of a temporary file (``spilled``); it stays in memory if there is
+        none (a map is only a saving)."""
         with contextlib.suppress(Exception):
+            held: bytes | memoryview | None
             if isinstance(self.keyed, MappedStoragePort):
-                return await self.keyed.mapped(name)
-            held = await asyncio.to_thread(spilled, data)
-            return None if held is data else held
-        return None
+                held = await self.keyed.mapped(slab.name)
+            else:
+                held = await asyncio.to_thread(spilled, slab.opened.data)
+            if held is not None and held is not slab.opened.data:
+                slab.opened = slab.opened.moved_to(held)
 
     async def _plan(self, pending: Pending) -> Plan:
         """Run the plan in a thread, and thaw the index once the thread is done with it (even if
