@@ -1,4 +1,6 @@
-"""Two ``jqueue serve`` processes on one root: one serves, the other stands by and takes over."""
+"""Two ``jqueue serve`` processes on one root: with ``--standby``, one serves, the other stands by
+and takes over; the root's broker record (the front door of clients that know only the root)
+is kept by members too."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from test_service import scrape
 pytestmark = pytest.mark.slow
 
 FAST = ["--renew-every", "0.2", "--stale-after", "1"]
+STANDBY = [*FAST, "--standby"]
+"""A broker of the old kind: one serves the whole root, a second stands by (not the default)."""
 
 
 def get(url: str) -> dict[str, Any]:
@@ -62,9 +66,9 @@ def wait_for(condition: Any, seconds: float) -> float:
 def test_a_standby_refuses_calls_then_takes_over_when_the_broker_dies(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    with jqueue_serve(str(root), tmp_path / "first.log", options=FAST) as first:
+    with jqueue_serve(str(root), tmp_path / "first.log", options=STANDBY) as first:
         wait_for(lambda: get(f"{first}/healthz")["role"] == "active", 10)
-        with jqueue_serve(str(root), tmp_path / "second.log", options=FAST) as second:
+        with jqueue_serve(str(root), tmp_path / "second.log", options=STANDBY) as second:
             time.sleep(1.5)  # longer than stale_after: the first keeps its record fresh
             health = get(f"{second}/healthz")
             assert (health["role"], health["broker"]) == ("standby", first)
@@ -84,24 +88,44 @@ def test_a_standby_refuses_calls_then_takes_over_when_the_broker_dies(tmp_path: 
     assert (record["address"], record["epoch"]) == (second, 2)
 
 
-def test_a_corrupt_broker_record_is_reported_and_left_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("options", [STANDBY, FAST], ids=["standby", "member"])
+def test_a_corrupt_broker_record_is_reported_and_left_alone(tmp_path: Path, options: list[str]) -> None:
     root = tmp_path / "root"
     root.mkdir()
     (root / "_broker.json").write_text("not a record")
-    with jqueue_serve(str(root), tmp_path / "serve.log", options=FAST) as url:
+    with jqueue_serve(str(root), tmp_path / "serve.log", options=options) as url:
         time.sleep(1.5)
         assert get(f"{url}/healthz")["role"] == "standby"
-        assert enqueue(url)[0] == 503
+        # a standby serves nothing; a member serves its queues, which the members record gives it
+        assert enqueue(url)[0] == (503 if "--standby" in options else 200)
     assert (root / "_broker.json").read_text() == "not a record"
     assert "not a broker record" in (tmp_path / "serve.log").read_text()
+
+
+def test_a_member_refuses_calls_while_the_members_record_is_corrupt_and_leaves_it_alone(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "_brokers.json").write_text("not a record")
+    with jqueue_serve(str(root), tmp_path / "serve.log", options=FAST) as url:
+        status, answer = enqueue(url)
+        assert (status, answer["error"]["code"]) == (503, "not_owner")
+        assert "not a members record" in answer["error"]["message"]
+        assert str(root / "_brokers.json") in answer["error"]["message"]
+        health = get(f"{url}/healthz")
+        assert (health["serving"], health["members"]) == (False, {})
+        (root / "_brokers.json").unlink()  # mended: the member joins at its next look
+        wait_for(lambda: enqueue(url)[0] == 200, 10)
+        assert get(f"{url}/healthz")["serving"] is True
 
 
 async def test_a_client_of_the_root_follows_the_broker_to_its_standby(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    with jqueue_serve(str(root), tmp_path / "first.log", options=FAST) as first:
+    with jqueue_serve(str(root), tmp_path / "first.log", options=STANDBY) as first:
         wait_for(lambda: get(f"{first}/healthz")["role"] == "active", 10)
-        with jqueue_serve(str(root), tmp_path / "second.log", options=FAST) as second:
+        with jqueue_serve(str(root), tmp_path / "second.log", options=STANDBY) as second:
             async with connect(str(root), "q") as queue:
                 assert isinstance(queue, RemoteQueue)
                 added = await queue.enqueue_many("e", [b"1", b"2"])

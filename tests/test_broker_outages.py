@@ -21,7 +21,7 @@ import pytest
 from jqueue import DirectQueue, Job, LeaseLostError, LocalFileSystemStorage, RemoteQueue, Worker, connect
 from jqueue.adapters.storage.file_lock import hold_flock, lock_holder
 from servers import LOOPBACK, jqueue_serve
-from test_broker_failover import FAST, get, wait_for
+from test_broker_failover import FAST, STANDBY, get, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -29,6 +29,23 @@ pytestmark = pytest.mark.slow
 def pid_of(url: str) -> int:
     pid: int = get(f"{url}/healthz")["pid"]
     return pid
+
+
+def serving(urls: list[str], name: str) -> tuple[str, str]:
+    """The one of two brokers that serves queue ``name`` (the member that owns it; with
+    ``--standby``, the active broker), and the other."""
+
+    def owner() -> str | None:
+        for url in urls:
+            health = get(f"{url}/healthz")
+            if name in health.get("queues", ()) or ("queues" not in health and health["role"] == "active"):
+                return url
+        return None
+
+    wait_for(lambda: owner() is not None, 10)
+    found = owner()
+    assert found is not None
+    return found, next(url for url in urls if url != found)
 
 
 @contextlib.contextmanager
@@ -139,15 +156,19 @@ async def test_a_worker_through_the_broker_waits_for_its_queue_to_exist(tmp_path
                 assert not task.done()
 
 
-async def test_a_frozen_broker_costs_a_client_no_more_than_a_killed_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("options", [STANDBY, FAST], ids=["standby", "member"])
+async def test_a_frozen_broker_costs_a_client_no_more_than_a_killed_one(
+    tmp_path: Path, options: list[str]
+) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    with jqueue_serve(str(root), tmp_path / "first.log", options=FAST) as first:
-        wait_for(lambda: get(f"{first}/healthz")["role"] == "active", 10)
-        with jqueue_serve(str(root), tmp_path / "second.log", options=FAST) as second:
+    with jqueue_serve(str(root), tmp_path / "first.log", options=options) as one:
+        wait_for(lambda: get(f"{one}/healthz")["role"] == "active", 10)
+        with jqueue_serve(str(root), tmp_path / "second.log", options=options) as two:
             async with connect(str(root), "q") as client, connect(str(root), "q") as worker:
                 assert isinstance(client, RemoteQueue)
                 waited = await client.enqueue("e", b"waited for")
+                first, second = serving([one, two], "q")
                 result = asyncio.create_task(client.result(waited.id, timeout=timedelta(seconds=120)))
                 await asyncio.sleep(0.5)  # the long poll is open on the first broker
                 with frozen(pid_of(first), root):
@@ -159,7 +180,8 @@ async def test_a_frozen_broker_costs_a_client_no_more_than_a_killed_one(tmp_path
                     await worker.ack(claimed, result=b"done")
                     assert await asyncio.wait_for(result, 60) == b"done"  # the long poll moved too
                     result_took = time.monotonic() - started
-                    assert get(f"{second}/healthz")["role"] == "active"
+                    if "--standby" in options:
+                        assert get(f"{second}/healthz")["role"] == "active"
     # the default per-call timeout is 30 s: a client that waited for it would take that long
     assert enqueue_took < 15, enqueue_took
     assert result_took < 20, result_took
@@ -183,17 +205,19 @@ def frozen_inside_a_commit(pid: int, lock_file: Path, seconds: float = 60) -> No
         os.close(fd)
 
 
+@pytest.mark.parametrize("options", [STANDBY, FAST], ids=["standby", "member"])
 async def test_a_broker_frozen_inside_a_commit_on_a_file_root_is_fenced_and_failover_goes_on(
-    tmp_path: Path,
+    tmp_path: Path, options: list[str]
 ) -> None:
     root = tmp_path / "root"
     root.mkdir()
     landed: list[str] = []
-    with jqueue_serve(str(root), tmp_path / "first.log", options=FAST) as first:
-        wait_for(lambda: get(f"{first}/healthz")["role"] == "active", 10)
-        with jqueue_serve(str(root), tmp_path / "second.log", options=FAST) as second:
+    with jqueue_serve(str(root), tmp_path / "one.log", options=options) as one:
+        wait_for(lambda: get(f"{one}/healthz")["role"] == "active", 10)
+        with jqueue_serve(str(root), tmp_path / "two.log", options=options) as two:
             async with connect(str(root), "q") as client:
                 landed.append((await client.enqueue("e", b"before")).id)
+                first, second = serving([one, two], "q")
 
                 async def produce() -> None:
                     while True:
@@ -211,11 +235,13 @@ async def test_a_broker_frozen_inside_a_commit_on_a_file_root_is_fenced_and_fail
                     producer.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await producer
-                assert get(f"{second}/healthz")["role"] == "active"
+                if "--standby" in options:
+                    assert get(f"{second}/healthz")["role"] == "active"
+                other_log = tmp_path / ("two.log" if second == two else "one.log")
     async with DirectQueue(LocalFileSystemStorage(root / "q.json")) as queue:
         state = await queue.read_state()
-    # fenced: killed by the process that needed the lock (the standby taking over)
-    assert f"killed process {frozen_pid}: it held" in (tmp_path / "second.log").read_text()
+    # fenced: killed by the process that needed the lock (the other broker taking over)
+    assert f"killed process {frozen_pid}: it held" in other_log.read_text()
     assert set(landed) <= {job.id for job in state.jobs}  # every enqueue that returned is there
     assert recovered < 15, recovered
 

@@ -299,8 +299,8 @@ async def test_a_standby_points_to_the_broker_and_a_lone_queue_has_its_own_dashb
         await queue.enqueue_many("send", [b"a", b"b"])
     (root / "notes.json").write_text("not a queue")
     with (
-        jqueue_serve(str(root), tmp_path / "active.log", options=["--token", TOKEN]) as active,
-        jqueue_serve(str(root), tmp_path / "standby.log", options=["--token", TOKEN]) as standby,
+        jqueue_serve(str(root), tmp_path / "active.log", options=["--token", TOKEN, "--standby"]) as active,
+        jqueue_serve(str(root), tmp_path / "standby.log", options=["--token", TOKEN, "--standby"]) as standby,
     ):
         status, page = await asyncio.to_thread(get, f"{active}/", TOKEN)
         assert status == 200

@@ -1,4 +1,4 @@
-"""Failover under load: two ``jqueue serve`` on one S3 root (moto), producers and four worker
+"""Failover under load: two ``jqueue serve --standby`` on one S3 root (moto), producers and four worker
 processes through ``connect``; the serving broker is SIGKILLed three times while they run.
 
 What must hold: every job a producer was told about is processed (none lost), no job is
@@ -31,7 +31,7 @@ from servers import S3Endpoint, jqueue_serve
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--renew-every", "0.2", "--stale-after", "1"]
+FAST = ["--renew-every", "0.2", "--stale-after", "1", "--standby"]
 CLIENT = Path(__file__).with_name("failover_client.py")
 PRODUCERS, PER_PRODUCER, WORKERS, KILLS = 2, 300, 4, 3
 FAILOVER_BOUND = 10.0  # seconds from SIGKILL to the first answered call, with FAST settings

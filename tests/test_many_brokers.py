@@ -22,6 +22,7 @@ from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry, entry_seq
 from jqueue.domain.effects import Owned
 from servers import jqueue_serve
 from test_broker_failover import get, wait_for
+from test_broker_outages import frozen
 
 pytestmark = pytest.mark.slow
 
@@ -266,3 +267,40 @@ def test_a_member_that_finds_its_queue_taken_takes_it_back_if_placed_on_it(tmp_p
         assert asyncio.run(claim(member)) == 2  # the first job, and the one enqueued after
     owners = [owned.owner for owned in owners_in_log(root, "q0")]
     assert owners == [owner, "rogue", owner]
+
+
+def test_a_call_forwarded_to_a_frozen_member_ends_once_the_member_is_taken_out(tmp_path: Path) -> None:
+    root = _root_with_queues(tmp_path)
+    with (
+        jqueue_serve(str(root), tmp_path / "a.log", options=MEMBER) as first,
+        jqueue_serve(str(root), tmp_path / "b.log", options=MEMBER) as second,
+    ):
+        wait_for(lambda: _shared([first, second]), 20)
+        name = get(f"{second}/healthz")["queues"][0]
+        status, added, _ = enqueue(first, name)
+        assert status == 200, added
+        waited = json.dumps({"id": added["jobs"][0]["id"], "wait_seconds": 30}).encode()
+        request = urllib.request.Request(
+            f"{first}/v1/queues/{name}/result", waited, {"Content-Type": "application/json"}, method="POST"
+        )
+
+        def long_poll() -> tuple[int, dict[str, Any]]:
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    return response.status, json.loads(response.read())
+            except urllib.error.HTTPError as error:
+                return error.code, json.loads(error.read())
+
+        async def freeze_during_the_poll() -> tuple[int, dict[str, Any], float]:
+            poll = asyncio.create_task(asyncio.to_thread(long_poll))
+            await asyncio.sleep(0.5)  # forwarded to the owner, which holds it open
+            with frozen(get(f"{second}/healthz")["pid"], root):
+                started = time.monotonic()
+                status, answer = await poll
+                return status, answer, time.monotonic() - started
+
+        status, answer, took = asyncio.run(freeze_during_the_poll())
+        # not the forward's own 120 s timeout: the frozen member is taken out, its calls end
+        assert (status, answer["error"]["code"]) == (503, "not_owner"), answer
+        assert took < 15, f"{took:.1f} s"
+        assert enqueue(first, name)[0] == 200  # sent again, it is served by the member left

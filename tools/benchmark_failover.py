@@ -1,13 +1,13 @@
 """Measure how long a root goes unserved when its broker dies.
 
-Starts two ``jqueue serve`` processes on one directory (the default settings unless given
-``--renew-every``/``--stale-after``), waits until the second stands by, SIGKILLs the first
+Starts two ``jqueue serve --standby`` processes on one directory (the default settings unless
+given ``--renew-every``/``--stale-after``), waits until the second stands by, SIGKILLs the first
 and times, from the kill, the first enqueue that the second answers with 200. Repeats
 ``--rounds`` times, each on a fresh directory. With ``--queued N`` the queue holds N jobs of
 ``--payload-bytes`` before the first broker starts (loaded in batches of 10,000, then
 checkpointed), so the standby's takeover includes opening a deep queue.
 
-With ``--member`` both are members of the root (``jqueue serve --member``, ADR 0022): once
+With ``--member`` both are members of the root (``jqueue serve``'s default, ADR 0022): once
 each lists the other and one of them serves the queue, that one is SIGKILLed, and the time
 is the other's first answered enqueue (until it takes the queue over, it cannot forward the
 call to the dead owner and answers 503).
@@ -139,9 +139,9 @@ def main() -> None:
     parser.add_argument("--stale-after", type=float, default=None, help="passed to jqueue serve")
     parser.add_argument("--queued", type=int, default=0, help="jobs in the queue before the first broker")
     parser.add_argument("--payload-bytes", type=int, default=100, help="bytes per queued job's payload")
-    parser.add_argument("--member", action="store_true", help="two members of the root, not a standby")
+    parser.add_argument("--member", action="store_true", help="two members of the root (else --standby)")
     args = parser.parse_args()
-    options = ["--member"] if args.member else []
+    options = ["--member"] if args.member else ["--standby"]
     if args.renew_every is not None:
         options += ["--renew-every", str(args.renew_every)]
     if args.stale_after is not None:

@@ -102,14 +102,16 @@ class Brokers:
     env: Callable[[int], dict[str, str] | None] = lambda n: None
     """The environment of the ``n``th broker started, if not this process's."""
     members: bool = False
-    """Whether the brokers are members of the root (``--member``): all serve, each its queues."""
+    """Whether the brokers are members of the root (the default): all serve, each its queues; else
+    they run with ``--standby``, one serving the root and the others waiting."""
     _turn: int = 0
 
     def start(self) -> Broker:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "jqueue", "serve", "--storage", self.root]
-        command += ["--listen", f"127.0.0.1:{port}", *FAST, *(["--member"] if self.members else [])]
+        mode = "--member" if self.members else "--standby"
+        command += ["--listen", f"127.0.0.1:{port}", *FAST, mode]
         with (self.logs / f"serve-{self.started}.log").open("wb") as log:
             process = subprocess.Popen(
                 command, stderr=log, start_new_session=True, env=self.env(self.started)

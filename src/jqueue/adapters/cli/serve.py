@@ -24,9 +24,10 @@ ALLOWED_HOST_HELP = (
     "with 421 (against DNS rebinding). Repeatable."
 )
 MEMBER_HELP = (
-    "Serve the root together with its other --member brokers (on this machine or others): each "
-    "serves the queues placed on it and forwards the calls of the rest; when one stops or dies, "
-    "the others take its queues over. Without it, a second broker of a root stands by."
+    "--member (the default): serve the root together with its other brokers (on this machine or "
+    "others): each serves the queues placed on it and forwards the calls of the rest; when one "
+    "stops or dies, the others take its queues over. --standby: serve the whole root while this "
+    "broker holds the root's broker record, and wait otherwise (as versions before many brokers did)."
 )
 ROOT_HELP = (
     "Where the queues live: a directory, or a URL prefix (s3://bucket/prefix, gs://bucket/prefix); "
@@ -83,21 +84,23 @@ def serve(
         typer.Option(help="HOST:PORT that clients reach this process at (default: --listen)."),
     ] = None,
     renew_every: Annotated[
-        float, typer.Option(min=0.05, help="Seconds between renewals of the broker record.")
+        float,
+        typer.Option(min=0.05, help="Seconds between looks at (and renewals of) the broker record and beat."),
     ] = DEFAULT_RENEW_EVERY.total_seconds(),
     stale_after: Annotated[
-        float, typer.Option(min=0.1, help="Seconds a standby waits for an unchanged record, then takes over.")
+        float,
+        typer.Option(min=0.1, help="Seconds a record or beat may stay unchanged before its broker is dead."),
     ] = DEFAULT_STALE_AFTER.total_seconds(),
     allowed_host: Annotated[list[str] | None, typer.Option(help=ALLOWED_HOST_HELP)] = None,
-    member: Annotated[bool, typer.Option(help=MEMBER_HELP)] = False,
+    member: Annotated[bool, typer.Option("--member/--standby", help=MEMBER_HELP)] = True,
 ) -> None:
     """Serve every queue under a storage root over HTTP, committing for all clients (Ctrl-C stops).
 
     A call is answered only after its commit is durable. Off the loopback interface a
-    token is required. One process at a time serves a root: it keeps the record
-    ROOT/_broker.json fresh; others started on the same root stand by (answering 503
-    with the broker's address) and take over when the record goes stale. With --member,
-    every such process serves a share of the root's queues instead.
+    token is required. Every jqueue serve of a root serves a share of its queues and
+    forwards the calls of the others (ROOT/_brokers.json lists them); when one dies, the
+    others take its queues over. With --standby, one process at a time serves the whole
+    root, keeping ROOT/_broker.json fresh, and the others wait.
     """
     root = storage or ctx.obj.storage
     if not root:

@@ -56,6 +56,8 @@ def _lifespan(
             tasks = [asyncio.create_task(tenure.run(), name="jqueue-broker-tenure")]
             if shared is not None:
                 tasks.append(asyncio.create_task(shared.run(), name="jqueue-broker-members"))
+                with contextlib.suppress(TimeoutError):  # joined before the first request, mostly
+                    await asyncio.wait_for(shared.looked.wait(), tenure.stale_after)
             try:
                 yield
             finally:
@@ -94,7 +96,7 @@ def create_app(
     stale_after: timedelta = DEFAULT_STALE_AFTER,
     listen: str | None = None,
     allowed_hosts: Sequence[str] = (),
-    member: bool = False,
+    member: bool = True,
 ) -> Starlette:
     """Return the ASGI application that serves every queue under ``root`` while it holds the
     root's broker record (``address`` is the URL it advertises there).

@@ -227,7 +227,7 @@ class Service:
         health: dict[str, object] = {
             "ok": True,
             "role": tenure.role.value,
-            "serving": tenure.serving() or self.shared is not None,
+            "serving": tenure.serving() if self.shared is None else self.shared.joined,
             "owner": tenure.owner,
             "epoch": tenure.epoch,
             "broker": tenure.record.address if tenure.record is not None else None,
@@ -237,6 +237,7 @@ class Service:
         if self.shared is not None:
             health["members"] = self.shared.members.addresses
             health["queues"] = self.host.owned()
+            health["trouble"] = self.shared.trouble
         return answer(health, wants_msgpack(request.headers))
 
     async def check_serving(self, request: Request | None = None) -> None:
@@ -245,8 +246,11 @@ class Service:
         named = None if request is None else request.headers.get(BROKER_HEADER)
         if named is not None and named != self.tenure.owner:
             raise HTTPError(NOT_BROKER, "this process is not the broker the caller's root names")
-        if self.shared is not None:
-            return  # every member serves: its own queues, and the others' by forwarding
+        if self.shared is not None:  # every member serves: its own queues, and the others' by forwarding
+            if not self.shared.joined:
+                why = f": {self.shared.trouble}" if self.shared.trouble else ""
+                raise HTTPError(NOT_OWNER, f"this broker has not joined the brokers of its root yet{why}")
+            return
         if self.tenure.serving():
             await self.host.serve_epoch(self.tenure.epoch)
         else:

@@ -1,4 +1,4 @@
-"""``SharedRoot``: a root that many ``jqueue serve`` processes serve together (``--member``).
+"""``SharedRoot``: a root that many ``jqueue serve`` processes serve together (the default).
 
 Every member computes the same placement of the root's queues on the members
 (``domain.placement`` over ``Members.addresses``), takes over the queues placed on it (an
@@ -66,25 +66,45 @@ class SharedRoot:
         self.members = members
         self._session: Any = None
         self._placed: dict[str, str] = {}
+        self._departures: dict[str, asyncio.Event] = {}
+        """Set when the member at an address leaves the record: ends the calls forwarded to it."""
         self._unanswered: tuple[type[BaseException], ...] = (OSError, TimeoutError)
+        self.joined = False
+        """Whether this broker is one of the root's members: until it is, it serves no call."""
+        self.trouble: str | None = None
+        """Why the last look failed (None: it did not)."""
+        self.looked = asyncio.Event()
+        """Set once the first look is over, joined or not."""
 
     async def run(self) -> None:
-        """Join, then ``rebalance`` every ``renew_every`` until cancelled (a failed look is logged
-        and tried again at the next)."""
+        """``look`` every ``renew_every`` until cancelled."""
         await self.members.open()
-        await self.members.join()
         while True:
-            try:
-                await self.rebalance()
-            except Exception as exc:  # a storage outage, a damaged record: the next look tries again
-                logger.warning("a look at the brokers of %s failed: %s", self.host.root, exc)
+            await self.look()
+            self.looked.set()
             await asyncio.sleep(self.members.renew_every)
+
+    async def look(self) -> None:
+        """Join the members if this broker is not one yet, then ``rebalance``. A failed look
+        (the storage away, a damaged members record) is logged, kept as ``trouble`` and tried
+        again at the next; a damaged record is never written over."""
+        try:
+            if not self.joined:
+                await self.members.join()
+                self.joined = True
+            await self.rebalance()
+        except Exception as exc:
+            self.trouble = str(exc)
+            logger.warning("a look at the brokers of %s failed: %s", self.host.root, exc)
+        else:
+            self.trouble = None
 
     async def rebalance(self) -> None:
         """Look at the members, then serve the queues placed on this member and give up the others."""
         if await self.members.step():
             for name in self.host.owned():
                 await self.host.give_up(name)
+        self._drop_departed()
         await self.host.catalog.load()
         me = self.members.owner
         self._placed = placed = placement(self.host.found(), self.members.addresses)
@@ -133,17 +153,36 @@ class SharedRoot:
         headers[FORWARDED_HEADER] = self.members.owner
         query = request.scope.get("query_string", b"").decode()
         target = f"{address}{request.scope['path']}" + (f"?{query}" if query else "")
-        session = await self._opened()
+        sent = asyncio.ensure_future(self._send(request.method, target, body, headers))
+        gone = asyncio.ensure_future(self._departures.setdefault(address, asyncio.Event()).wait())
         try:
-            async with session.request(request.method, target, data=body, headers=headers) as reply:
-                content = await reply.read()
-                passed = {key: reply.headers[key] for key in (CREATED_QUEUE_HEADER,) if key in reply.headers}
-                response = Response(content, reply.status, passed, reply.headers.get("content-type"))
+            await asyncio.wait((sent, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            sent.cancel()  # no-op once it is done; else the member left (or the caller went away)
+        if not sent.done() or sent.cancelled():
+            raise UnforwardedError(f"the broker of the queue at {address} left the root's brokers", address)
+        try:
+            response = sent.result()
         except self._unanswered as exc:
             unanswered = f"the broker of the queue at {address} did not answer: {exc}"
             raise UnforwardedError(unanswered, address) from exc
         response.headers[OWNER_HEADER] = address
         return response
+
+    async def _send(self, method: str, target: str, body: bytes, headers: dict[str, str]) -> Response:
+        session = await self._opened()
+        async with session.request(method, target, data=body, headers=headers) as reply:
+            content = await reply.read()
+            passed = {key: reply.headers[key] for key in (CREATED_QUEUE_HEADER,) if key in reply.headers}
+            return Response(content, reply.status, passed, reply.headers.get("content-type"))
+
+    def _drop_departed(self) -> None:
+        """End the forwarded calls in flight to members no longer listed (dead or frozen: a
+        call to one would wait out ``FORWARD_TIMEOUT``); their clients send them again."""
+        live = set(self.members.addresses.values())
+        for address in [address for address in self._departures if address not in live]:
+            self._departures.pop(address).set()
 
     async def _opened(self) -> Any:
         if self._session is None:
@@ -156,7 +195,8 @@ class SharedRoot:
     async def close(self) -> None:
         """Leave the members (a clean stop) and close the forwarding connections."""
         try:
-            await self.members.leave()
+            if self.joined:
+                await self.members.leave()
         finally:
             await self.members.close()
             if self._session is not None:
