@@ -12,6 +12,7 @@ from pyspark.sql.types import StructType
 
 from jqueue.adapters.spark.source import JQueueDataSource
 from jqueue.adapters.spark.writer import JQueueStreamWriter
+from jqueue.core.log.parts import StoredPart
 
 
 def _crash_if_asked(directory: str, when: str, batch_id: int) -> None:
@@ -22,7 +23,8 @@ def _crash_if_asked(directory: str, when: str, batch_id: int) -> None:
 
 
 class CrashingStreamWriter(JQueueStreamWriter):
-    """Dies before or after its commit of a batch when ``crashDir`` holds ``before-N`` or ``after-N``."""
+    """Dies before or after its commit of a batch when ``crashDir`` holds ``before-N`` or ``after-N``,
+    or (on a sharded queue) after the batch's first commit to a shard but 0 with ``between-N``."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         super().__init__(options, schema)
@@ -32,6 +34,11 @@ class CrashingStreamWriter(JQueueStreamWriter):
         _crash_if_asked(self.crash_dir, "before", batchId)
         super().commit(messages, batchId)
         _crash_if_asked(self.crash_dir, "after", batchId)
+
+    async def _add(self, shard: int, parts: list[StoredPart], mark: tuple[str, int] | None = None) -> None:
+        await super()._add(shard, parts, mark)
+        if mark is not None and shard != 0:  # a sharded queue's batch, committed in some shards only
+            _crash_if_asked(self.crash_dir, "between", mark[1])
 
 
 class CrashingJQueue(JQueueDataSource):

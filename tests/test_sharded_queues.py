@@ -233,6 +233,28 @@ async def test_the_count_is_recorded_grows_and_never_shrinks(tmp_path: Path) -> 
         ShardedQueue(lambda k: None, 0)  # type: ignore[arg-type, return-value]
 
 
+async def test_jobs_added_under_fewer_shards_are_settled_after_the_count_grows(tmp_path: Path) -> None:
+    async with sharded(str(tmp_path), "jobs", 2) as queue:
+        added = await queue.enqueue_many([JobSpec("e", str(n).encode()) for n in range(40)])
+    async with sharded(str(tmp_path), "jobs", 7) as queue:  # the count grows: keys move
+        claimed = await queue.dequeue(batch_size=40)
+    moved = [job for job in added if shard_of(routing_key(None, None, job.id), 7) >= 2]
+    assert len(moved) > 10  # most of them would be looked for in a shard that does not hold them
+    async with sharded(str(tmp_path), "jobs") as fresh:  # knows none of the jobs: guesses, then finds
+        by_id = {job.id: job for job in claimed}
+        await fresh.heartbeat(by_id[moved[0].id], progress=0.5)
+        await fresh.ack(by_id[moved[0].id], result=b"one")
+        await fresh.nack(by_id[moved[1].id], dead=True)
+        outcomes, _ = await fresh.ack_and_dequeue([(by_id[job.id], None) for job in moved[2:]])
+        assert outcomes == [None] * len(moved[2:])
+        assert await fresh.result(moved[0].id) == b"one"
+        with pytest.raises(JobNotFoundError):
+            await fresh.ack("no-such-job")
+    async with sharded(str(tmp_path), "jobs") as again:
+        stats = await again.stats()
+    assert (stats.entrypoints["e"].dead, stats.entrypoints["e"].in_progress) == (1, 40 - len(moved))
+
+
 async def test_a_worker_and_two_processes_share_a_sharded_queue_exactly_once(tmp_path: Path) -> None:
     """Two sharded queues on one root (as two processes would be): producers through both, a
     worker on each; every job runs once."""

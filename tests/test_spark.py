@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow
 import pytest
@@ -16,9 +18,11 @@ from pyspark.sql.types import ArrayType, DoubleType, StringType, StructField, St
 
 from conftest import BUCKET
 from jqueue import DirectQueue, Job, JobSpec, JobStatus, sharded, storage_from_url
+from jqueue.adapters.service.wire.root import shard_location
 from jqueue.adapters.spark.changes import ChangeFeedReader
 from jqueue.adapters.spark.consumer import ConsumerReader
-from jqueue.adapters.spark.writer import PartWriting
+from jqueue.adapters.spark.writer import JQueueStreamWriter, PartWriting
+from jqueue.domain.sharding import routing_key, shard_of
 from jqueue.domain.spec import LONGEST_SPAN
 from jqueue.spark import run_workers
 from servers import S3Endpoint
@@ -159,14 +163,15 @@ def test_a_read_of_a_sharded_queue_adds_its_shards_up(spark: SparkSession, tmp_p
     assert {r.job_id for r in history.where("outcome = 'acked'").collect()} == acked
 
 
-def test_the_readers_and_writers_of_one_log_refuse_a_sharded_queue(tmp_path: Path) -> None:
+def test_the_readers_of_one_log_refuse_a_sharded_queue_and_a_write_its_rows_without_a_shard(
+    tmp_path: Path,
+) -> None:
     async def prepare() -> None:
         async with sharded(str(tmp_path), "wide", 3) as queue:
             await queue.enqueue_many("work", [b"x"])
 
     asyncio.run(prepare())
     url = (tmp_path / "wide.json").as_uri()
-    schema = StructType([StructField("payload", StringType())])
     for read in (ChangeFeedReader, lambda options: ConsumerReader({**options, "consumerId": "c"})):
         with pytest.raises(ValueError, match=r"a queue of 3 shards, .* choose a shard .* 0 to 2"):
             read({"path": url})
@@ -174,8 +179,120 @@ def test_the_readers_and_writers_of_one_log_refuse_a_sharded_queue(tmp_path: Pat
         assert read({"path": url, "shard": "0"}).url == url
         with pytest.raises(ValueError, match="shard must be one of 0 to 2"):
             read({"path": url, "shard": "3"})
-    with pytest.raises(ValueError, match="a queue of 3 shards: a Spark write goes to a queue of one"):
-        PartWriting({"path": url, "entrypoint": "e"}, schema)
+    options = {"path": url, "entrypoint": "e", "idColumn": "job", "afterColumn": "parents"}
+    writing = PartWriting(options, SCHEMA)
+    orphan = {"payload": ["x"], "job": ["orphan"], "parents": [["nowhere"]]}
+    with pytest.raises(ValueError, match="waits for nowhere, which is neither in its partition nor in"):
+        writing.write(iter([pyarrow.record_batch(orphan, SPARK_ARROW)]))
+
+
+async def _sharded_payloads(root: Path) -> list[bytes]:
+    async with sharded(str(root), "wide") as queue:
+        return sorted(job.payload for job in await queue.jobs(limit=None))
+
+
+def test_a_streaming_batch_cut_off_between_shards_is_finished_with_the_parts_it_began_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def made() -> None:
+        async with sharded(str(tmp_path), "wide", 3):
+            pass
+
+    asyncio.run(made())
+    url = (tmp_path / "wide.json").as_uri()
+    schema = StructType([StructField("payload", StringType())])
+    options = {"path": url, "entrypoint": "e", "sinkId": "sink"}
+    rows = pyarrow.record_batch({"payload": [f"r{n}" for n in range(30)]})
+    expected = sorted(f"r{n}".encode() for n in range(30))
+
+    class CutError(Exception):
+        pass
+
+    add = JQueueStreamWriter._add
+
+    async def cut_before_shard_0(
+        self: JQueueStreamWriter, shard: int, parts: list[Any], mark: tuple[str, int] | None = None
+    ) -> None:
+        if shard == 0:
+            raise CutError  # shards 1 and 2 have the batch, shard 0 (which completes it) not
+        await add(self, shard, parts, mark)
+
+    monkeypatch.setattr(JQueueStreamWriter, "_add", cut_before_shard_0)
+    monkeypatch.setattr(random, "randrange", lambda count: 0)  # as RowRouter draws its first shard
+    first = JQueueStreamWriter(options, schema)
+    written = first.write(iter([rows]))
+    with pytest.raises(CutError):
+        first.commit([written], 7)
+    first.abort([written], 7)  # keeps the parts the batch's intent names
+    monkeypatch.setattr(JQueueStreamWriter, "_add", add)
+    monkeypatch.setattr(random, "randrange", lambda count: 1)  # the replay spreads otherwise
+    replay = JQueueStreamWriter(options, schema)
+    replay.commit([replay.write(iter([rows]))], 7)
+    assert asyncio.run(_sharded_payloads(tmp_path)) == expected  # each row once, in the shards begun with
+    assert not list(tmp_path.rglob("intent/*"))
+    late = JQueueStreamWriter(options, schema)  # the batch again, once complete: adds nothing
+    late.commit([late.write(iter([rows]))], 7)
+    assert asyncio.run(_sharded_payloads(tmp_path)) == expected
+    parts = sum(len(asyncio.run(part_objects(shard_location(url, k)))) for k in range(3))
+    assert parts == len(written.parts)  # the replays' own parts were deleted
+
+
+SCHEMA = StructType(
+    [
+        StructField("payload", StringType()),
+        StructField("job", StringType()),
+        StructField("customer", StringType()),
+        StructField("parents", ArrayType(StringType())),
+        StructField("family", StringType()),
+    ]
+)
+SPARK_ARROW = pyarrow.schema(
+    [("payload", pyarrow.string()), ("job", pyarrow.string()), ("parents", pyarrow.list_(pyarrow.string()))]
+)
+
+
+def test_a_write_to_a_sharded_queue_puts_each_row_where_the_sharded_queue_would(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    async def made() -> Job:
+        async with sharded(str(tmp_path), "wide", 3) as queue:
+            return await queue.enqueue("etl", b"old", tenant="c2", id="old-parent")
+
+    old = asyncio.run(made())
+    rows: list[tuple[str, str | None, str | None, list[str] | None, str]] = []
+    rows += [(f"t{n}", None, f"c{n % 4}", None, f"t{n}") for n in range(40)]  # by tenant
+    rows += [(f"s{n}", None, None, None, f"s{n}") for n in range(60)]  # spread
+    rows += [(f"i{n}", f"id-{n}", None, None, f"i{n}") for n in range(20)]  # by id
+    rows += [("leaf", "leaf", "c2", ["root"], "wf"), ("root", "root", "c1", None, "wf")]  # the child first
+    rows += [("late", "late", None, ["old-parent"], "late")]  # its parent is in the queue
+    frame = spark.createDataFrame(rows, SCHEMA).repartition(3, "family")  # a workflow in one partition
+    writer = frame.write.format("jqueue").option("entrypoint", "etl").option("idColumn", "job")
+    writer = writer.option("tenantColumn", "customer").option("afterColumn", "parents")
+    writer.mode("append").save((tmp_path / "wide.json").as_uri())
+
+    async def check() -> None:
+        async with sharded(str(tmp_path), "wide") as queue:
+            held = [{job.payload.decode(): job for job in await s.jobs(limit=None)} for s in queue.shards]
+            assert sum(len(jobs) for jobs in held) == len(rows) + 1
+            shard = {payload: k for k, jobs in enumerate(held) for payload in jobs}
+            for n in range(40):
+                assert shard[f"t{n}"] == shard_of(routing_key(f"c{n % 4}", None, ""), 3)
+            for n in range(20):
+                assert shard[f"i{n}"] == shard_of(routing_key(None, None, f"id-{n}"), 3)
+            assert shard["leaf"] == shard["root"] == shard_of(routing_key("c1", None, ""), 3)
+            assert shard["late"] == shard["old"]
+            assert all(any(payload.startswith("s") for payload in jobs) for jobs in held)
+            done: list[str] = []
+            while claimed := await queue.dequeue("etl", batch_size=50):
+                for job in claimed:
+                    done.append(job.payload.decode())
+                    await queue.ack(job)
+            assert sorted(done) == sorted([*shard])
+            assert done.index("leaf") > done.index("root")
+            assert done.index("late") > done.index("old")
+
+    asyncio.run(check())
+    assert old.id == "old-parent"
 
 
 def test_reads_and_writes_reach_s3_through_the_projects_adapters(

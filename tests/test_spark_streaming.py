@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession, functions
 from pyspark.sql.streaming.query import StreamingQuery
 
 from conftest import BUCKET
-from jqueue import DirectQueue, JobSpec, JobStatus, QueuePolicy, storage_from_url
+from jqueue import DirectQueue, JobSpec, JobStatus, QueuePolicy, sharded, storage_from_url
 from servers import S3Endpoint
 from spark_faults import CrashingJQueue
 
@@ -61,31 +61,44 @@ def _run_sink(spark: SparkSession, source: Path, checkpoint: Path, url: str, cra
 
 
 @pytest.mark.parametrize("root", ["file"], indirect=True)
+@pytest.mark.parametrize("shards", [1, 3])
 def test_each_micro_batch_is_enqueued_once_across_query_restarts(
-    spark: SparkSession, tmp_path: Path, root: Callable[[str], str]
+    spark: SparkSession, tmp_path: Path, root: Callable[[str], str], shards: int
 ) -> None:
     spark.dataSource.register(CrashingJQueue)
     expected = _input_files(tmp_path / "in", files=4, rows=50)
     url = root("q")
+    if shards > 1:
+        asyncio.run(_made(tmp_path, shards))
     crashes = tmp_path / "crashes"
     crashes.mkdir()
     (crashes / "after-1").touch()  # batch 1 commits to the queue, then the query dies
     (crashes / "before-2").touch()  # batch 2's tasks wrote parts, then the query dies
+    if shards > 1:
+        (crashes / "between-3").touch()  # batch 3 is in one shard of three, then the query dies
     checkpoint = tmp_path / "checkpoint"
-    for _ in range(2):
+    for _ in range(len(list(crashes.iterdir()))):
         with pytest.raises(StreamingQueryException):
             _run_sink(spark, tmp_path / "in", checkpoint, url, crashes)
     assert list(crashes.iterdir()) == []
     _run_sink(spark, tmp_path / "in", checkpoint, url, crashes)
 
     async def check() -> None:
-        async with DirectQueue(storage_from_url(url)) as q:
+        async with sharded(str(tmp_path), "q") as q:
             jobs = await q.jobs(limit=None)
             assert sorted(j.payload.decode() for j in jobs) == sorted(expected)
             assert {j.priority for j in jobs} == {0, 1}
-            assert await q.bulk.sink_mark(str(checkpoint)) == 3
+            assert all([await shard.count() for shard in q.shards])  # the rows spread over them all
+        async with DirectQueue(storage_from_url(url)) as first:
+            assert await first.bulk.sink_mark(str(checkpoint)) == 3
+        assert not list(tmp_path.rglob("intent/*"))  # each batch's intent went once it was complete
 
     asyncio.run(check())
+
+
+async def _made(root: Path, shards: int) -> None:
+    async with sharded(str(root), "q", shards):
+        pass  # shard 0 records the count
 
 
 def _to_queue(stream: DataFrame, url: str, checkpoint: Path, crash_dir: Path) -> StreamingQuery:

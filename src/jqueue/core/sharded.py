@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeVar
 
 from jqueue.core.insight import QueueInsight
 from jqueue.core.queue import EnqueueCalls
@@ -28,6 +28,8 @@ from jqueue.domain.sharding import SHARDS, routing_key, shard_of
 from jqueue.domain.spec import JobSpec
 from jqueue.domain.stats import EntrypointStats, QueueStats
 from jqueue.ports.queue import ChangeSource, Queue, SupportsAckAndDequeue
+
+T = TypeVar("T")
 
 LOCATED_MOST = 100_000
 """The most job ids whose shard a sharded queue remembers (the jobs it claimed or added lately)."""
@@ -256,11 +258,13 @@ class ShardedQueue(EnqueueCalls):
         acks in one call, all at once, the first shard to visit claiming in the same call."""
         outcomes: list[errors.JQueueError | None] = [None] * len(acks)
         by_shard: dict[int, list[int]] = {}
+        unknown: list[int] = []
         for position, (job, _) in enumerate(acks):
-            try:
-                by_shard.setdefault(await self._shard_of_job(job), []).append(position)
-            except errors.JobNotFoundError as exc:
-                outcomes[position] = exc
+            known = self._known_shard(job)
+            if known is None:
+                unknown.append(position)
+            else:
+                by_shard.setdefault(known, []).append(position)
         visiting = self._visiting()
         wanted = {visiting[0]: batch_size}
         called = sorted(by_shard.keys() | wanted.keys())
@@ -276,12 +280,26 @@ class ShardedQueue(EnqueueCalls):
         claimed: list[Job] = []
         for k, (shard_outcomes, got) in zip(called, await asyncio.gather(*calls), strict=True):
             for position, outcome in zip(by_shard.get(k, []), shard_outcomes, strict=True):
+                acked = _id(acks[position][0])
+                missed = isinstance(outcome, errors.JobNotFoundError | errors.LeaseLostError)
+                if missed and acked not in self._located:
+                    unknown.append(position)  # its key's shard was a guess: looked for below
                 outcomes[position] = outcome
                 if outcome is None:
-                    self._located.pop(_id(acks[position][0]), None)
+                    self._located.pop(acked, None)
             self._remember({job.id: k for job in got})
             claimed += got
+        for position in unknown:
+            outcomes[position] = await self._ack_found(*acks[position])
         return outcomes, await self._claim(visiting[1:], claimed, entrypoint, batch_size, visibility_timeout)
+
+    async def _ack_found(self, job_id: Job | str, result: bytes | None) -> errors.JQueueError | None:
+        """Ack a job whose shard is not known for sure (``_on_shard``): None, or the error."""
+        try:
+            await self._on_shard(job_id, lambda shard: shard.ack(job_id, result=result))
+        except errors.JQueueError as exc:
+            return exc
+        return None
 
     async def _claim(
         self,
@@ -311,8 +329,7 @@ class ShardedQueue(EnqueueCalls):
 
     async def ack(self, job_id: Job | str, *, result: bytes | None = None) -> None:
         """Ack a job in its shard (see ``JobQueue.ack``)."""
-        shard = await self._shard_of_job(job_id)
-        await self.shards[shard].ack(job_id, result=result)
+        await self._on_shard(job_id, lambda shard: shard.ack(job_id, result=result))
         self._located.pop(_id(job_id), None)
 
     async def nack(
@@ -325,30 +342,31 @@ class ShardedQueue(EnqueueCalls):
         dead: bool = False,
     ) -> None:
         """Nack a job in its shard (see ``JobQueue.nack``)."""
-        shard = await self._shard_of_job(job_id)
-        await self.shards[shard].nack(job_id, delay, error, max_attempts=max_attempts, dead=dead)
+        await self._on_shard(
+            job_id, lambda shard: shard.nack(job_id, delay, error, max_attempts=max_attempts, dead=dead)
+        )
 
     async def release(self, job_id: Job | str) -> None:
         """Release a job in its shard (see ``JobQueue.release``)."""
-        await self.shards[await self._shard_of_job(job_id)].release(job_id)
+        await self._on_shard(job_id, lambda shard: shard.release(job_id))
 
     async def heartbeat(
         self, job_id: Job | str, *, progress: float | None = None, note: str | None = None
     ) -> None:
         """Heartbeat a job in its shard, with its progress (see ``JobQueue.heartbeat``)."""
-        await self.shards[await self._shard_of_job(job_id)].heartbeat(job_id, progress=progress, note=note)
+        await self._on_shard(job_id, lambda shard: shard.heartbeat(job_id, progress=progress, note=note))
 
     async def cancel_requested(self, job_id: Job | str) -> bool:
         """Whether a job's cancel was asked for, in its shard."""
-        return await self.shards[await self._shard_of_job(job_id)].cancel_requested(job_id)
+        return await self._on_shard(job_id, lambda shard: shard.cancel_requested(job_id))
 
     async def cancel(self, job_id: Job | str) -> bool:
         """Cancel a job in its shard (see ``JobQueue.cancel``)."""
-        return await self.shards[await self._shard_of_job(job_id)].cancel(job_id)
+        return await self._on_shard(job_id, lambda shard: shard.cancel(job_id))
 
     async def result(self, job_id: str, timeout: timedelta | None = None) -> bytes | None:  # noqa: ASYNC109
         """Wait for a job's result in its shard (see ``JobQueue.result``)."""
-        return await self.shards[await self._shard_of_job(job_id)].result(job_id, timeout)
+        return await self._on_shard(job_id, lambda shard: shard.result(job_id, timeout))
 
     # --- reading and steering ------------------------------------------------------------
 
@@ -482,7 +500,12 @@ class ShardedQueue(EnqueueCalls):
         """Jobs ``ids`` by the shard that holds each (``JobNotFoundError`` for one none holds)."""
         by_shard: dict[int, list[str]] = {}
         for job_id in dict.fromkeys(ids):
-            by_shard.setdefault(await self._shard_of_job(job_id), []).append(job_id)
+            shard = self._located.get(job_id)
+            if shard is None:
+                shard = await self._find_shard(job_id)
+            if shard is None:
+                raise errors.JobNotFoundError(job_id)
+            by_shard.setdefault(shard, []).append(job_id)
         return by_shard
 
     async def throttle(
@@ -502,11 +525,11 @@ class ShardedQueue(EnqueueCalls):
     async def workflow(self, job_id: str) -> list[Job]:
         """The jobs of ``job_id``'s workflow, from its shard: a workflow lives in its first
         parent's (see ``JobQueue.workflow``)."""
-        return await self.shards[await self._shard_of_job(job_id)].workflow(job_id)
+        return await self._on_shard(job_id, lambda shard: shard.workflow(job_id))
 
     async def cancel_workflow(self, job_id: str) -> list[Job]:
         """Cancel ``job_id``'s workflow in its shard (see ``JobQueue.cancel_workflow``)."""
-        return await self.shards[await self._shard_of_job(job_id)].cancel_workflow(job_id)
+        return await self._on_shard(job_id, lambda shard: shard.cancel_workflow(job_id))
 
     async def purge(
         self,
@@ -542,23 +565,44 @@ class ShardedQueue(EnqueueCalls):
         while len(self._located) > LOCATED_MOST:
             del self._located[next(iter(self._located))]
 
-    async def _shard_of_job(self, job_id: Job | str) -> int:
-        """The shard of a job: remembered, else its key's (a ``Job`` without parents), else found.
-
-        Raises
-        ------
-        JobNotFoundError
-            If no shard holds the job (live or finished).
-        """
+    def _known_shard(self, job_id: Job | str) -> int | None:
+        """A job's shard without a read: remembered, else its key's (a ``Job`` without parents:
+        a guess, wrong for a job added under another count of shards, or by a bulk write)."""
         plain = _id(job_id)
         if plain in self._located:
             return self._located[plain]
         if isinstance(job_id, Job) and not job_id.after:
             return shard_of(routing_key(job_id.tenant, job_id.dedup_key, job_id.id), len(self.shards))
+        return None
+
+    async def _on_shard(self, job_id: Job | str, call: Callable[[Shard], Awaitable[T]]) -> T:
+        """``call`` on the shard of a job: the known one (``_known_shard``), else, or when a guess
+        does not hold the job, the one found.
+
+        Raises
+        ------
+        JobNotFoundError
+            If no shard holds the job (live or finished).
+        LeaseLostError
+            If the shard that holds it says so (or a guessed one, when none holds it).
+        """
+        plain = _id(job_id)
+        known = self._known_shard(job_id)
+        missed: errors.JQueueError = errors.JobNotFoundError(plain)
+        if known is not None:
+            try:
+                return await call(self.shards[known])
+            except (
+                errors.JobNotFoundError,
+                errors.LeaseLostError,
+            ) as exc:  # a claimed job elsewhere: no lease here
+                if plain in self._located:
+                    raise
+                missed = exc
         found = await self._find_shard(plain)
-        if found is None:
-            raise errors.JobNotFoundError(plain)
-        return found
+        if found is None or found == known:
+            raise missed
+        return await call(self.shards[found])
 
     async def _find_shard(self, job_id: str) -> int | None:
         """The shard that holds job ``job_id``, live or in its history (None if none does)."""

@@ -10,11 +10,21 @@ it. The commit is followed by a checkpoint. ``abort`` deletes the parts of the a
 that succeeded; parts that no commit refers to (failed attempts, a driver that died
 before committing) are deleted by the queue's compaction once older than
 ``LogSettings.part_lifetime``.
+
+On a queue of several shards (``jqueue.sharded``) each row goes to its shard as
+``ShardedQueue`` places a job (``RowRouter``), each task writes parts per shard, and the
+commit is one ``add_parts`` per shard, shard 0 last. A batch write is then atomic per shard,
+not across shards. A streaming batch stays exactly once: before its first commit, the driver
+records the batch's parts in an intent object beside shard 0 (``INTENT_PREFIX``), and a
+replay of a batch whose commits had begun adds those parts, not its own; shard 0's mark of
+the batch, committed last, says that the batch is complete.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -22,17 +32,18 @@ from datetime import timedelta
 from itertools import repeat
 from typing import Any
 
+import msgspec
 from pyarrow import RecordBatch
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from jqueue.adapters.spark.shards import unsharded
+from jqueue.adapters.spark.shards import RowRouter, shard_urls
 from jqueue.adapters.storage.url import storage_from_url
 from jqueue.core.direct import DirectQueue
 from jqueue.core.formats.part_runs import PART_ROWS
 from jqueue.core.log.parts import PART_BYTES, PartRow, StoredPart, write_part
 from jqueue.core.queue import DEFAULT_MAX_PAYLOAD_BYTES
-from jqueue.domain.errors import PayloadTooLargeError
+from jqueue.domain.errors import CASConflictError, PayloadTooLargeError
 from jqueue.domain.schema import WRITTEN_FIELDS
 from jqueue.domain.spec import check_field, check_not_own_parent, stored_parent_failure
 from jqueue.domain.times import to_micros, utc_now
@@ -42,11 +53,21 @@ from jqueue.ports.storage import KeyedStoragePort
 logger = logging.getLogger("jqueue")
 
 
+INTENT_PREFIX = "intent/"
+"""Where beside shard 0 a streaming batch's parts are recorded while its commits run."""
+
+
 @dataclass
 class WrittenParts(WriterCommitMessage):
-    """What a task wrote: its parts, with their jobs' fields."""
+    """What a task wrote: its parts, with their jobs' fields, and the shard of each."""
 
     parts: list[StoredPart]
+    shards: list[int] = dataclasses.field(default_factory=list)
+    """By part (empty: all in shard 0)."""
+
+
+Placed = list[tuple[int, StoredPart]]
+"""Parts, each with its shard."""
 
 
 def keyed_storage(url: str) -> KeyedStoragePort:
@@ -121,7 +142,7 @@ class PartWriting:
         for column in (self.payload, self.delay, *self.columns.values()):
             if column is not None and column not in names:
                 raise ValueError(f"the DataFrame has no column {column!r}")
-        unsharded(self.url)
+        self.urls = shard_urls(self.url)
 
     def _rows(self, batch: RecordBatch, created: int) -> list[PartRow]:
         payloads = [_bytes(value) for value in batch.column(self.payload).to_pylist()]
@@ -142,54 +163,112 @@ class PartWriting:
 
     def write(self, iterator: Iterator[RecordBatch]) -> WrittenParts:
         """Write this task's rows as parts (runs on an executor)."""
-        return WrittenParts(asyncio.run(self._write_parts(iterator)))
+        placed = asyncio.run(self._write_parts(iterator))
+        return WrittenParts([part for _, part in placed], [shard for shard, _ in placed])
 
-    async def _write_parts(self, batches: Iterator[RecordBatch]) -> list[StoredPart]:
-        storage = keyed_storage(self.url)
-        created = to_micros(utc_now())
-        parts: list[StoredPart] = []
-        rows: list[PartRow] = []
-        size = 0
+    async def _write_parts(self, batches: Iterator[RecordBatch]) -> Placed:
+        """Write the rows as parts, each row in its shard's (shard 0: the queue's own)."""
+        router = RowRouter(self.urls) if len(self.urls) > 1 else None
+        parts = _ShardParts(self.entrypoint, self.urls, to_micros(utc_now()))
+        waiting: list[PartRow] = []
         for batch in batches:
-            for row in self._rows(batch, created):
-                rows.append(row)
-                size += len(row[0])
-                if len(rows) == PART_ROWS or size >= PART_BYTES:
-                    parts.append(await write_part(storage, self.entrypoint, created, rows))
-                    rows, size = [], 0
-        if rows:
-            parts.append(await write_part(storage, self.entrypoint, created, rows))
-        return parts
+            for row in self._rows(batch, parts.created):
+                shard = 0 if router is None else router.route(row)
+                if shard is None:
+                    waiting.append(row)  # its first parent may come later in the task
+                else:
+                    await parts.add(shard, row)
+        if router is not None and waiting:
+            for row, shard in zip(waiting, await router.settle(waiting), strict=True):
+                await parts.add(shard, row)
+        return await parts.close()
 
-    async def _delete_unused(self, parts: list[StoredPart]) -> None:
+    async def _delete_unused(self, placed: Placed) -> None:
         """Delete the parts no job refers to: an abort may follow a commit that landed."""
-        if parts:
-            async with DirectQueue(storage_from_url(self.url)) as queue:
+        for shard, parts in _by_shard(placed).items():
+            async with DirectQueue(storage_from_url(self.urls[shard])) as queue:
                 await queue.bulk.delete_unused_parts(parts)
 
+    async def _add(self, shard: int, parts: list[StoredPart], mark: tuple[str, int] | None = None) -> None:
+        """Add ``parts`` to shard ``shard`` in one commit: a batch write's then checkpoints the
+        shard; a streaming batch's records ``mark``, and adds nothing (deleting its parts,
+        unless jobs refer to them) if the shard recorded it already."""
+        async with DirectQueue(storage_from_url(self.urls[shard])) as queue:
+            if await queue.bulk.add_parts(parts, mark) is None:  # one commit: all or nothing
+                await queue.bulk.delete_unused_parts(parts)  # a replayed batch: its jobs came before
+            elif mark is None:
+                try:
+                    await queue.checkpoint()  # readers that open the queue next start from here
+                except Exception as exc:  # the write is durable: failing it now would invite a rerun
+                    where = self.urls[shard]
+                    logger.warning("the write to %s landed, but its checkpoint failed: %r", where, exc)
 
-def _parts(messages: list[WriterCommitMessage | None]) -> list[StoredPart]:
-    return [part for m in messages if isinstance(m, WrittenParts) for part in m.parts]
+
+class _ShardParts:
+    """The parts one task writes: rows gathered by shard, each shard's written as a part once
+    it holds ``PART_ROWS`` rows or ``PART_BYTES`` of payload."""
+
+    def __init__(self, entrypoint: str, urls: list[str], created: int) -> None:
+        self.entrypoint, self.urls, self.created = entrypoint, urls, created
+        self._rows: dict[int, tuple[list[PartRow], int]] = {}
+        self._storages: dict[int, KeyedStoragePort] = {}
+        self.placed: Placed = []
+
+    async def add(self, shard: int, row: PartRow) -> None:
+        rows, size = self._rows.get(shard, ([], 0))
+        rows.append(row)
+        size += len(row[0])
+        self._rows[shard] = (rows, size)
+        if len(rows) == PART_ROWS or size >= PART_BYTES:
+            await self._write(shard)
+
+    async def close(self) -> Placed:
+        """Write what is left; return every part with its shard."""
+        for shard in list(self._rows):
+            await self._write(shard)
+        return self.placed
+
+    async def _write(self, shard: int) -> None:
+        rows, _ = self._rows.pop(shard)
+        if shard not in self._storages:
+            self._storages[shard] = keyed_storage(self.urls[shard])
+        self.placed.append(
+            (shard, await write_part(self._storages[shard], self.entrypoint, self.created, rows))
+        )
+
+
+def _placed(messages: list[WriterCommitMessage | None]) -> Placed:
+    """The parts the tasks reported, each with its shard."""
+    return [
+        (m.shards[n] if m.shards else 0, part)
+        for m in messages
+        if isinstance(m, WrittenParts)
+        for n, part in enumerate(m.parts)
+    ]
+
+
+def _by_shard(placed: Placed) -> dict[int, list[StoredPart]]:
+    """The parts by shard, shard 0 last (its commit is the one that completes a batch)."""
+    grouped: dict[int, list[StoredPart]] = {}
+    for shard, part in sorted(placed, key=lambda item: item[0] == 0):
+        grouped.setdefault(shard, []).append(part)
+    return grouped
 
 
 class JQueueWriter(PartWriting, DataSourceArrowWriter):
     """Writes a DataFrame's rows as jobs; see the module docstring."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Add every part's jobs in one commit, then checkpoint (on the driver)."""
-        asyncio.run(self._publish(_parts(messages)))
+        """Add every part's jobs in one commit a shard, then checkpoint (on the driver)."""
+        asyncio.run(self._publish(_placed(messages)))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Delete the parts of the attempts that succeeded, unless jobs refer to them (on the driver)."""
-        asyncio.run(self._delete_unused(_parts(messages)))
+        asyncio.run(self._delete_unused(_placed(messages)))
 
-    async def _publish(self, parts: list[StoredPart]) -> None:
-        async with DirectQueue(storage_from_url(self.url)) as queue:
-            await queue.bulk.add_parts(parts)  # one commit: all or nothing, whatever the size
-            try:
-                await queue.checkpoint()  # readers that open the queue next start from here
-            except Exception as exc:  # the write is durable: failing it now would invite a rerun
-                logger.warning("the write to %s landed, but its checkpoint failed: %r", self.url, exc)
+    async def _publish(self, placed: Placed) -> None:
+        for shard, parts in (_by_shard(placed) or {0: []}).items():
+            await self._add(shard, parts)
 
 
 class JQueueStreamWriter(PartWriting, DataSourceStreamArrowWriter):
@@ -209,15 +288,60 @@ class JQueueStreamWriter(PartWriting, DataSourceStreamArrowWriter):
         checked_text("sinkId", self.sink)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Add the batch's jobs in one commit that records ``batchId`` (on the driver)."""
-        asyncio.run(self._publish(_parts(messages), batchId))
+        """Add the batch's jobs in one commit a shard that records ``batchId`` (on the driver)."""
+        asyncio.run(self._publish(_placed(messages), batchId))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Delete the parts of the batch's attempts that succeeded, unless jobs refer to them (on
-        the driver: the commit may have landed before the query died)."""
-        asyncio.run(self._delete_unused(_parts(messages)))
+        """Delete the parts of the batch's attempts that succeeded, unless jobs refer to them or
+        the batch's intent names them (on the driver: the commit may have landed, or begun,
+        before the query died)."""
+        asyncio.run(self._abort(_placed(messages), batchId))
 
-    async def _publish(self, parts: list[StoredPart], batch_id: int) -> None:
-        async with DirectQueue(storage_from_url(self.url)) as queue:
-            if await queue.bulk.add_parts(parts, (self.sink, batch_id)) is None:
-                await queue.bulk.delete_unused_parts(parts)  # a replayed batch: its jobs came before
+    async def _publish(self, placed: Placed, batch_id: int) -> None:
+        mark = (self.sink, batch_id)
+        if len(self.urls) == 1:
+            await self._add(0, [part for _, part in placed], mark)
+            return
+        intents, name = keyed_storage(self.url), self._intent_name(batch_id)
+        async with DirectQueue(storage_from_url(self.url)) as first:
+            newest = await first.bulk.sink_mark(self.sink)
+        if newest is not None and newest >= batch_id:  # complete before: a replay
+            await self._delete_unused(placed)
+            return
+        try:
+            await intents.create(name, msgspec.msgpack.encode(placed))
+        except CASConflictError:  # its commits had begun: finish them with the parts they named
+            recorded = _decoded(await intents.get(name))
+            await self._delete_unused(_unrecorded(placed, recorded))
+            placed = recorded
+        grouped = _by_shard(placed)
+        for shard, parts in ({**grouped, 0: []} if 0 not in grouped else grouped).items():
+            await self._add(shard, parts, mark)
+        await intents.delete(name)
+
+    async def _abort(self, placed: Placed, batch_id: int) -> None:
+        if len(self.urls) > 1:
+            content = await keyed_storage(self.url).get(self._intent_name(batch_id))
+            placed = placed if content is None else _unrecorded(placed, _decoded(content))
+        await self._delete_unused(placed)
+
+    def _intent_name(self, batch_id: int) -> str:
+        sink = hashlib.blake2b(self.sink.encode(), digest_size=16).hexdigest()
+        return f"{INTENT_PREFIX}{sink}-{batch_id:020d}"
+
+
+def _decoded(content: bytes | None) -> Placed:
+    """The parts an intent object records (its ``after`` values as tuples again)."""
+    if content is None:
+        return []
+    placed = msgspec.msgpack.decode(content, type=list[tuple[int, StoredPart]])
+    for _, part in placed:
+        if "after" in part.columns:
+            part.columns["after"] = [tuple(parents) for parents in part.columns["after"]]
+    return placed
+
+
+def _unrecorded(placed: Placed, recorded: Placed) -> Placed:
+    """The parts of ``placed`` that ``recorded`` does not name."""
+    named = {part.segment for _, part in recorded}
+    return [(shard, part) for shard, part in placed if part.segment not in named]
