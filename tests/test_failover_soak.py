@@ -54,14 +54,17 @@ def test_killed_and_frozen_brokers_lose_double_and_stop_nothing(moto: S3Endpoint
     print(done.stdout)
 
 
-def test_members_killed_and_frozen_in_turn_lose_double_and_stop_nothing(tmp_path: Path) -> None:
-    """Three members of one root serving six queues (``jqueue serve --member``): each fault takes
-    the next member; no job lost or acked twice, and no log entry written by a broker after
-    another took its queue over (read from every queue's log)."""
+@pytest.mark.parametrize("spread", [["--queues", "6"], ["--shards", "6"]], ids=["queues", "shards"])
+def test_members_killed_and_frozen_in_turn_lose_double_and_stop_nothing(
+    tmp_path: Path, spread: list[str]
+) -> None:
+    """Three members of one root serving six queues, or one queue of six shards (``jqueue
+    serve``): each fault takes the next member; no job lost or acked twice, and no log entry
+    written by a broker after another took its queue over (read from every queue's log)."""
     root = tmp_path / "root"
     root.mkdir()
     arguments = ["--root", str(root), "--faults", "4", "--every", "3", "--freeze", "4"]
-    done = run_tool(TOOL, *arguments, "--members", "3", "--queues", "6", "--clients", "6")
+    done = run_tool(TOOL, *arguments, "--members", "3", *spread, "--clients", "6")
     assert done.returncode == 0, done.stdout + done.stderr
     faults = re.search(r"(\d+) broker faults: (.*)", done.stdout)
     assert faults is not None, done.stdout

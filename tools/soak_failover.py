@@ -24,12 +24,16 @@ its parents had left the queue.
 With ``--members N`` (2 or more), N brokers serve the root together (``jqueue serve --member``)
 over ``--queues`` queues, and the faults take the members in turn; the soak also checks, from
 every queue's log, that no entry was written by a broker after another took its queue over
-(each entry's commit id names its writer).
+(each entry's commit id names its writer). With ``--shards S`` the clients share one queue of
+S shards instead (``jqueue.sharded(ROOT, "q", S, broker="require")``), which the members place
+as queues; each fan-in is then of one tenant, so that its jobs share a shard, and every
+shard's log is checked.
 
 Examples::
 
     .venv/bin/python tools/soak_failover.py --faults 18
     .venv/bin/python tools/soak_failover.py --faults 18 --members 3 --queues 6 --clients 6
+    .venv/bin/python tools/soak_failover.py --faults 18 --members 3 --shards 6 --clients 6
 """
 
 from __future__ import annotations
@@ -52,8 +56,20 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from chaos_check import Ack, Call, Histories, ack_line, call_line, check, read_client
-from jqueue import DirectQueue, Job, JobSpec, JobStatus, JQueueError, QueuePolicy, RemoteQueue, Worker
+from jqueue import (
+    DirectQueue,
+    Job,
+    JobSpec,
+    JobStatus,
+    JQueueError,
+    QueuePolicy,
+    RemoteQueue,
+    ShardedQueue,
+    Worker,
+    sharded,
+)
 from jqueue.adapters.service.wire.root import root_storage
+from jqueue.adapters.web.queue_names import shard_name
 from jqueue.core.formats.entry import ENTRY_PREFIX, Entry, decode_entry, entry_seq
 from jqueue.domain.effects import Claimed, Owned
 from jqueue.domain.index import QueueIndex
@@ -176,17 +192,24 @@ class Brokers:
                 broker.process.kill()
 
 
-async def produce(root: str, out: Path, stop: Path, batch: int = BATCH, name: str = "q") -> None:
-    """Enqueue batches to queue ``name`` until ``stop`` exists, writing each call to ``out``
-    (``call_line``: its start, end, and the jobs enqueued or the error it raised)."""
+async def produce(
+    root: str, out: Path, stop: Path, batch: int = BATCH, name: str = "q", shards: int = 1
+) -> None:
+    """Enqueue batches to queue ``name`` (of ``shards`` shards) until ``stop`` exists, writing each
+    call to ``out`` (``call_line``: its start, end, and the jobs enqueued or the error it raised)."""
     n = 0
-    async with RemoteQueue(root, name, visibility_timeout=LEASE) as queue:
+    opened = (
+        RemoteQueue(root, name, visibility_timeout=LEASE)
+        if shards == 1
+        else sharded(root, name, shards, broker="require", visibility_timeout=LEASE)
+    )
+    async with opened as queue:
         await queue.limit(None, TENANT_LIMIT, per_tenant=True)
         with out.open("a", buffering=1) as lines:
             while not stop.exists():  # noqa: ASYNC240 (a local file, seldom)
                 started = time.monotonic()
                 try:
-                    jobs = await queue.enqueue_many(fan_in(n, batch))
+                    jobs = await queue.enqueue_many(fan_in(n, batch, one_tenant=shards > 1))
                 except JQueueError as error:
                     lines.write(call_line("enqueue", started, time.monotonic(), [], repr(error)))
                     await asyncio.sleep(0.05)
@@ -196,10 +219,16 @@ async def produce(root: str, out: Path, stop: Path, batch: int = BATCH, name: st
                 await asyncio.sleep(0.05)
 
 
-def fan_in(n: int, batch: int) -> list[JobSpec]:
-    """``batch - 1`` jobs of the tenants in turn, numbered from ``n``, and a callback after them."""
+def fan_in(n: int, batch: int, one_tenant: bool = False) -> list[JobSpec]:
+    """``batch - 1`` jobs of the tenants in turn (``one_tenant``: of one, the next at each batch,
+    so that they share a shard), numbered from ``n``, and a callback after them."""
     parents = [
-        JobSpec("work", f"{n + k}".encode(), id=new_job_id(), tenant=f"t{(n + k) % TENANTS}")
+        JobSpec(
+            "work",
+            f"{n + k}".encode(),
+            id=new_job_id(),
+            tenant=f"t{(n // batch if one_tenant else n + k) % TENANTS}",
+        )
         for k in range(batch - 1)
     ]
     return [*parents, JobSpec("work", b"fan-in", after=[parent.id for parent in parents if parent.id])]
@@ -236,10 +265,14 @@ class TimedQueue(RemoteQueue):
         await self._timed("ack", super().ack(*args, **kwargs))
 
 
-async def work(root: str, out: Path, stop: Path, concurrency: int = 8, name: str = "q") -> None:
-    """Run a ``Worker`` on queue ``name`` until ``stop`` exists, writing each claim and ack call to
-    ``out`` (``call_line``) and each ack that returned (``ack_line``)."""
-    queue = TimedQueue(root, name, visibility_timeout=LEASE)
+async def work(
+    root: str, out: Path, stop: Path, concurrency: int = 8, name: str = "q", shards: int = 1
+) -> None:
+    """Run a ``Worker`` on queue ``name`` (of ``shards`` shards) until ``stop`` exists, writing each
+    claim and ack call to ``out`` (``call_line``, of each shard) and each ack that returned
+    (``ack_line``)."""
+    timed = [TimedQueue(root, shard_name(name, k), visibility_timeout=LEASE) for k in range(shards)]
+    queue = timed[0] if shards == 1 else ShardedQueue(timed.__getitem__, shards)
     async with queue:
         worker = Worker(
             queue, concurrency=concurrency, visibility_timeout=LEASE, max_poll_interval=timedelta(seconds=0.5)
@@ -250,7 +283,8 @@ async def work(root: str, out: Path, stop: Path, concurrency: int = 8, name: str
             await asyncio.sleep(0.01)
 
         with out.open("a", buffering=1) as lines:
-            queue.lines = lines
+            for shard in timed:
+                shard.lines = lines
 
             @worker.on("after_job")
             def record(result: Any) -> None:
@@ -354,11 +388,15 @@ class Load:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     queues: int = 1
     """Client ``n`` uses queue ``q`` (one queue) or ``q{n % queues}``."""
+    shards: int = 1
+    """The shards of queue ``q`` (with one queue)."""
 
     @property
     def names(self) -> list[str]:
-        """The queues the clients use."""
-        return ["q"] if self.queues == 1 else [f"q{n}" for n in range(self.queues)]
+        """The queues the clients use (each shard's name, of a sharded queue)."""
+        if self.queues == 1:
+            return [shard_name("q", k) for k in range(self.shards)]
+        return [f"q{n}" for n in range(self.queues)]
 
     def start(self) -> None:
         me = str(Path(__file__).resolve())
@@ -367,7 +405,7 @@ class Load:
                 name = f"{mode}-{n}"
                 command = [sys.executable, me, mode, self.root, str(self._file(name)), str(self._stop(mode))]
                 command.append(str(self.batch if mode == "produce" else self.concurrency))
-                command.append(self.names[n % len(self.names)])
+                command += [self.names[n % len(self.names)] if self.shards == 1 else "q", str(self.shards)]
                 self.processes[name] = subprocess.Popen(command, env=self.env(name))
 
     def _file(self, name: str) -> Path:
@@ -443,10 +481,11 @@ def soak(
     clients: int,
     members: int,
     queues: int,
+    shards: int = 1,
 ) -> list[str]:
     """Run the soak; return the checks that failed (none if it passed), printing what it saw."""
     brokers = Brokers(root, work_dir, members=members > 1)
-    load = Load(root, work_dir, clients, queues=queues)
+    load = Load(root, work_dir, clients, queues=queues, shards=shards)
     events: list[str] = []
     try:
         brokers.start()
@@ -486,12 +525,12 @@ def soak(
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "produce":
-        root, out, stop, batch, name = sys.argv[2:7]
-        asyncio.run(produce(root, Path(out), Path(stop), int(batch), name))
+        root, out, stop, batch, name, shards = sys.argv[2:8]
+        asyncio.run(produce(root, Path(out), Path(stop), int(batch), name, int(shards)))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "work":
-        root, out, stop, concurrency, name = sys.argv[2:7]
-        asyncio.run(work(root, Path(out), Path(stop), int(concurrency), name))
+        root, out, stop, concurrency, name, shards = sys.argv[2:8]
+        asyncio.run(work(root, Path(out), Path(stop), int(concurrency), name, int(shards)))
         return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -507,12 +546,15 @@ def main() -> None:
         "--members", type=int, default=1, help="2 or more: brokers that all serve (jqueue serve --member)"
     )
     parser.add_argument("--queues", type=int, default=1, help="queues the clients spread over")
+    parser.add_argument("--shards", type=int, default=1, help="shards of the one queue the clients share")
     options = parser.parse_args()
+    if options.shards > 1 and options.queues > 1:
+        parser.error("--shards is for one queue: leave --queues at 1")
     with tempfile.TemporaryDirectory(prefix="jqueue-soak-") as scratch:
         root = root_in(Path(scratch), options.root)
         failures = soak(
             root, Path(scratch), options.faults, options.every, options.freeze, options.clients,
-            members=options.members, queues=options.queues,
+            members=options.members, queues=options.queues, shards=options.shards,
         )  # fmt: skip
     sys.exit(1 if failures else 0)
 
