@@ -109,11 +109,15 @@ def test_a_killed_member_s_queues_answer_from_another_within_seconds(tmp_path: P
     ):
         wait_for(lambda: _shared([first, second]), 20)
         lost = get(f"{first}/healthz")["queues"]
+        killed = get(f"{first}/healthz")["owner"]
+        assert (root / f"_member-{killed}.json").exists()
         os.kill(get(f"{first}/healthz")["pid"], signal.SIGKILL)
         killed_at = time.monotonic()
         wait_for(lambda: all(enqueue(second, name)[0] == 200 for name in lost), 15)
         took = time.monotonic() - killed_at
         assert sorted(get(f"{second}/healthz")["queues"]) == QUEUES
+        # the member that took the dead one out removed its beat (and, on a file root, its lock)
+        assert not list(root.glob(f"_member-{killed}.json*"))
     assert took < 5, f"{took:.1f} s"  # about stale-after (1 s) and a look; generous for a busy machine
     for name in lost:
         assert [owned.epoch for owned in owners_in_log(root, name)] == [1, 2]
@@ -129,6 +133,8 @@ def test_a_stopped_member_hands_its_queues_over_and_a_new_one_takes_its_share(tm
             joined_in = time.monotonic() - started
         wait_for(lambda: _shared([first]), 10)  # a clean stop leaves at once
     assert joined_in < 10
+    assert not list(root.glob("_member-*"))  # each removed its beat on its way out
+    assert json.loads((root / "_brokers.json").read_text()) == {"members": {}}
 
 
 async def test_a_client_of_the_root_keeps_working_through_a_member_s_death(tmp_path: Path) -> None:

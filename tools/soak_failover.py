@@ -26,8 +26,8 @@ over ``--queues`` queues, and the faults take the members in turn; the soak also
 every queue's log, that no entry was written by a broker after another took its queue over
 (each entry's commit id names its writer). With ``--shards S`` the clients share one queue of
 S shards instead (``jqueue.sharded(ROOT, "q", S, broker="require")``), which the members place
-as queues; each fan-in is then of one tenant, so that its jobs share a shard, and every
-shard's log is checked.
+as queues; each fan-in is then of one tenant (of ``SHARDED_TENANTS``, in turn), so that its
+jobs share a shard, and every shard's log is checked.
 
 Examples::
 
@@ -84,6 +84,8 @@ FAST = ["--renew-every", "0.2", "--stale-after", "1"]
 BATCH = 5
 """Jobs a producer enqueues at once: ``BATCH - 1`` of tenants, and their fan-in callback."""
 TENANTS = 3
+SHARDED_TENANTS = 256
+"""Tenants of a sharded queue's fan-ins (one a fan-in, in turn): enough to reach every shard."""
 TENANT_LIMIT = 2
 """Jobs of one tenant in progress at once, in each queue (``limit(None, 2, per_tenant=True)``)."""
 LEASE = timedelta(seconds=10)
@@ -227,7 +229,7 @@ def fan_in(n: int, batch: int, one_tenant: bool = False) -> list[JobSpec]:
             "work",
             f"{n + k}".encode(),
             id=new_job_id(),
-            tenant=f"t{(n // batch if one_tenant else n + k) % TENANTS}",
+            tenant=f"t{(n // batch) % SHARDED_TENANTS}" if one_tenant else f"t{(n + k) % TENANTS}",
         )
         for k in range(batch - 1)
     ]
@@ -353,12 +355,15 @@ def log_faults(entries: list[Entry]) -> list[str]:
             found.append(f"entry {entry.seq} written by {writer}, owned by {owner}")
         if index is None:
             continue
+        tenants = set()
         for effect in entry.effects:
             claimed = index.job(effect.job_id) if isinstance(effect, Claimed) else None
             if claimed is not None and any(index.job(parent) is not None for parent in claimed.after):
                 found.append(f"entry {entry.seq} claims {claimed.id} before its parents left")
+            if claimed is not None:
+                tenants.add(claimed.tenant)
             index.apply(effect)
-        for tenant in {f"t{k}" for k in range(TENANTS)}:
+        for tenant in sorted(t for t in tenants if t is not None):  # a claim is what can pass a limit
             if index.running_of(None, tenant) > TENANT_LIMIT:
                 found.append(
                     f"entry {entry.seq}: {index.running_of(None, tenant)} jobs of {tenant} in progress"

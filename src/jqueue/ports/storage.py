@@ -87,6 +87,26 @@ class KeyedStoragePort(ObjectStoragePort, Protocol):
 
 
 @runtime_checkable
+class RemovableStoragePort(Protocol):
+    """A backend that can remove its main object: what a broker's beat is once its broker left
+    (``ROOT/_member-ID.json``), so that brokers that come and go leave nothing behind.
+
+    jqueue's own adapters are ones. A backend without it leaves such objects in place.
+    """
+
+    async def remove(self) -> None:
+        """Remove the main object (on a file, its lock file too; not its named objects); a
+        missing object is not an error.
+
+        Raises
+        ------
+        StorageError
+            For a backend failure.
+        """
+        ...
+
+
+@runtime_checkable
 class MappedStoragePort(Protocol):
     """A backend whose named objects a process can read in place, so that reading a large object
     (a checkpoint's slab) keeps resident only the pages it touches, or nothing more than the

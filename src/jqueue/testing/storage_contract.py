@@ -37,7 +37,13 @@ from typing import Literal, NamedTuple, TypedDict, TypeVar, Unpack, cast
 
 from jqueue.domain.errors import CASConflictError
 from jqueue.domain.values import Bounds
-from jqueue.ports.storage import ChangeSignalPort, KeyedStoragePort, MappedStoragePort, ObjectStoragePort
+from jqueue.ports.storage import (
+    ChangeSignalPort,
+    KeyedStoragePort,
+    MappedStoragePort,
+    ObjectStoragePort,
+    RemovableStoragePort,
+)
 
 T = TypeVar("T")
 
@@ -52,9 +58,10 @@ LARGE_OBJECT_BYTES = Bounds(ge=0)
 CHECK_TIMEOUT = Bounds(gt=0)
 """The bounds of ``check_storage``'s ``check_timeout``, in seconds."""
 
-Needs = Literal["object", "keyed", "mapped", "signal"]
-"""The port a check needs: ``object`` is every storage, ``keyed`` adds ``KeyedStoragePort``,
-``mapped`` and ``signal`` add ``MappedStoragePort`` or ``ChangeSignalPort`` to it."""
+Needs = Literal["object", "removable", "keyed", "mapped", "signal"]
+"""The port a check needs: ``object`` is every storage, ``removable`` adds
+``RemovableStoragePort``, ``keyed`` adds ``KeyedStoragePort``, ``mapped`` and ``signal`` add
+``MappedStoragePort`` or ``ChangeSignalPort`` to it."""
 
 
 class CheckFailure(NamedTuple):
@@ -242,6 +249,7 @@ class _Options:
 
 _WITHOUT: dict[Needs, str] = {
     "object": "",
+    "removable": "no remove (RemovableStoragePort)",
     "keyed": "no get, create, list_names and delete (KeyedStoragePort)",
     "mapped": "no mapped (MappedStoragePort), or no keyed calls",
     "signal": "no watch_changes (ChangeSignalPort), or no keyed calls",
@@ -254,6 +262,7 @@ def _ports(probe: ObjectStoragePort, keyed: bool | None) -> dict[Needs, bool]:
     with_keyed = keyed is not False and isinstance(probe, KeyedStoragePort)
     return {
         "object": True,
+        "removable": isinstance(probe, RemovableStoragePort),
         "keyed": with_keyed,
         "mapped": with_keyed and isinstance(probe, MappedStoragePort),
         "signal": with_keyed and isinstance(probe, ChangeSignalPort),
@@ -407,6 +416,19 @@ async def _create_if_absent(trial: _Trial) -> None:
         "write(if_match=None) of an object that exists, through another handle", other.write(b"third", None)
     )
     await _holds(storage, b"first", etag, "after the rejected creates")
+
+
+async def _remove(trial: _Trial) -> None:
+    storage, name = await trial.fresh()
+    removing = cast(RemovableStoragePort, storage)
+    await _ok("remove() of an object never written", removing.remove())
+    await _wrote("write(b'first', if_match=None) of a new object", storage.write(b"first", None))
+    await _ok("remove()", removing.remove())
+    await _holds(storage, b"", None, "after remove()")
+    await _holds(await trial.again(name), b"", None, "after remove(), through another handle")
+    await _ok("remove() of an object removed already", removing.remove())
+    etag = await _wrote("write(b'again', if_match=None) after remove()", storage.write(b"again", None))
+    await _holds(storage, b"again", etag, "once created again")
 
 
 async def _write_at_current_etag(trial: _Trial) -> None:
@@ -656,6 +678,13 @@ _CHECKS = (
         "object",
         "write(content, if_match=None) creates the object, and raises CASConflictError if it exists",
         _create_if_absent,
+    ),
+    _Check(
+        "remove",
+        "removable",
+        "remove() deletes the object (read() returns (b'', None)), which can be created again;"
+        " a missing one is no error",
+        _remove,
     ),
     _Check(
         "write-at-current-etag",

@@ -111,6 +111,19 @@ class LocalFileSystemStorage:
             raise StorageError(f"cannot write {self.url}", exc) from exc
         return _etag(content)
 
+    async def remove(self) -> None:
+        """Remove the file and its lock file if they exist (named objects stay)."""
+        await asyncio.to_thread(self._remove)
+
+    def _remove(self) -> None:
+        try:
+            with self._locked():
+                self.path.unlink(missing_ok=True)
+                self._lock_path.unlink(missing_ok=True)  # a later write makes it again
+                fsync_dir(self.path.parent)
+        except OSError as exc:
+            raise StorageError(f"cannot remove {self.url}", exc) from exc
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self.path.parent.mkdir(parents=True, exist_ok=True)

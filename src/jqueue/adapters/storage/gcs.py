@@ -70,6 +70,15 @@ class GCSStorage:
         """Replace the object if its generation still matches; None creates it only if absent."""
         return await asyncio.to_thread(self._retrying, "write", lambda: self._write(content, if_match))
 
+    async def remove(self) -> None:
+        """Remove the object if it exists."""
+
+        def remove() -> None:
+            with contextlib.suppress(gexc.NotFound):
+                self._gcs().bucket(self.bucket_name).blob(self.blob_name).delete(retry=None)
+
+        await asyncio.to_thread(self._retrying, "delete", remove)
+
     async def get(self, name: str) -> bytes | None:
         """Return the named object's content, or None."""
         blob_name = self.namespace + checked_name(name)

@@ -45,6 +45,11 @@ class InMemoryStorage:
             self._content, self._etag = bytes(content), str(self._writes)
             return self._etag
 
+    async def remove(self) -> None:
+        """Remove the object: there is none until the next create."""
+        with self._lock:
+            self._content, self._etag = b"", None
+
     async def get(self, name: str) -> bytes | None:
         """Return the named object's content, or None."""
         with self._lock:

@@ -171,6 +171,14 @@ class S3Storage:
         """Replace the object if its ETag still matches; None creates it only if absent."""
         return await self._put(self.key, content, if_match)
 
+    async def remove(self) -> None:
+        """Remove the object if it exists."""
+        try:
+            async with self._connected() as client:
+                await client.delete_object(Bucket=self.bucket, Key=self.key)
+        except Exception as exc:
+            raise StorageError(f"cannot remove {self.url}", exc) from exc
+
     async def get(self, name: str) -> bytes | None:
         """Return the named object's content, or None."""
         found = await self._get(self.namespace + checked_name(name))

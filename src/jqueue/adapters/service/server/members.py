@@ -32,7 +32,7 @@ from jqueue.adapters.service.wire.root import (
 from jqueue.core.loop.store import StorageUse
 from jqueue.domain.errors import CASConflictError, JQueueError
 from jqueue.domain.times import utc_now
-from jqueue.ports.storage import ObjectStoragePort
+from jqueue.ports.storage import ObjectStoragePort, RemovableStoragePort
 
 logger = logging.getLogger(__name__)
 
@@ -54,20 +54,34 @@ class Members:
     renew_every, stale_after : float
         Seconds between looks (and renewals while watched), and how long a beat may stay
         unchanged before its member counts as dead.
+    clock : callable
+        The monotonic clock beats are judged by (seconds).
     """
 
     def __init__(
-        self, root: str, owner: str, address: str, *, renew_every: float, stale_after: float
+        self,
+        root: str,
+        owner: str,
+        address: str,
+        *,
+        renew_every: float,
+        stale_after: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if stale_after <= 2 * renew_every:
             raise ValueError("stale_after must be longer than two renew_every")
         self.root, self.owner, self.address = root, owner, address
         self.renew_every, self.stale_after = renew_every, stale_after
+        self.clock = clock
         self.record = MembersRecord()
         self.registry = members_storage(root)
         self._beat = member_storage(root, owner)
         self._beat_etag: str | None = None
         self._beats = 0
+        self._record_etag: str | None = None
+        self.changed = True
+        """Whether the members record changed since the look before the last (placements may have
+        moved a queue away from this member and back meanwhile)."""
         self._seen: dict[str, tuple[str | None, float]] = {}  # member -> (its beat's etag, since when)
         self._held: dict[str, tuple[ObjectStoragePort, StorageUse]] = {}
         """The storages this member reads and writes every look, each held open (one client for all
@@ -112,13 +126,17 @@ class Members:
         logger.warning("joined the brokers of %s as %s (members now: %d)", self.root, self.address, count)
 
     async def leave(self) -> None:
-        """Take this member out of the record and mark its beat released (a clean stop)."""
+        """Take this member out of the record and remove its beat (a clean stop; a beat that
+        cannot be removed is marked released)."""
         await self._change(lambda members: members.pop(self.owner, None))
-        record = BrokerRecord(self.address, 0, self._beats + 1, self.owner, utc_now().isoformat(), True)
         try:
+            if isinstance(self._beat, RemovableStoragePort):
+                await self._beat.remove()
+                return
+            record = BrokerRecord(self.address, 0, self._beats + 1, self.owner, utc_now().isoformat(), True)
             await self._beat.write(msgspec.json.encode(record), if_match=self._beat_etag)
         except JQueueError as exc:
-            logger.warning("the beat of %s was not marked released: %s", self.owner, exc)
+            logger.warning("the beat of %s was not removed or marked released: %s", self.owner, exc)
 
     async def step(self) -> bool:
         """One look: read the record, raise this member's beat while others watch it, and take
@@ -126,6 +144,7 @@ class Members:
         joins again, and must give up the queues it served)."""
         content, etag = await self.registry.read()
         self.record = members_record(content, _where(self.registry)) if etag is not None else MembersRecord()
+        self.changed, self._record_etag = etag != self._record_etag, etag
         if self.owner not in self.record.members:
             logger.warning("%s is no longer a member of %s's brokers: joining again", self.owner, self.root)
             await self.join()
@@ -142,11 +161,28 @@ class Members:
                     members.pop(member, None)
 
             await self._change(take_out)
+            await self._remove_beats(dead)
         return False
+
+    async def _remove_beats(self, dead: list[str]) -> None:
+        """Remove the beats of members taken out, so that brokers that come and go leave nothing
+        behind. One that was only frozen writes its beat again when it joins again."""
+        for member in dead:
+            held = self._held.pop(member, None)
+            if held is None:
+                continue
+            beat, use = held
+            try:
+                if isinstance(beat, RemovableStoragePort):
+                    await beat.remove()
+            except JQueueError as exc:
+                logger.warning("the beat of %s was not removed: %s", member, exc)
+            finally:
+                await use.__aexit__(None, None, None)
 
     async def _dead(self, others: list[str]) -> list[str]:
         """Read the others' beats; return those unchanged for ``stale_after`` (or released)."""
-        now = time.monotonic()
+        now = self.clock()
         self._seen = {member: seen for member, seen in self._seen.items() if member in others}
         reads = await asyncio.gather(*(beat.read() for beat in await self._watched_beats(others)))
         dead = []

@@ -109,8 +109,8 @@ class SharedRoot:
         me = self.members.owner
         self._placed = placed = placement(self.host.found(), self.members.addresses)
         for name in self.host.owned():
-            if placed.get(name) != me:
-                await self.host.give_up(name)
+            if placed.get(name) != me or (self.members.changed and not await self._still_owned(name)):
+                await self.host.give_up(name)  # one taken from here since (it is taken back below)
         taking = [
             name for name, member in sorted(placed.items()) if member == me and not self.host.owns(name)
         ]
@@ -124,6 +124,11 @@ class SharedRoot:
                     logger.warning("queue %s was taken by broker %s meanwhile", name, exc.owner)
 
         await asyncio.gather(*(take(name) for name in taking))
+
+    async def _still_owned(self, name: str) -> bool:
+        """Whether queue ``name``'s log still names this member its owner (a read of the log)."""
+        owned = await self.host.open_queues()[name].owner()
+        return owned is not None and owned.owner == self.members.owner
 
     def owner_address(self, name: str) -> str | None:
         """The address of the member that serves queue ``name``, or None if it is this one (a
