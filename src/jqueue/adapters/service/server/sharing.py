@@ -127,7 +127,8 @@ class SharedRoot:
 
     async def _still_owned(self, name: str) -> bool:
         """Whether queue ``name``'s log still names this member its owner (a read of the log)."""
-        owned = await self.host.open_queues()[name].owner()
+        queue = self.host.open_queues().get(name)  # None: given up meanwhile (``Service.failed``)
+        owned = None if queue is None else await queue.owner()
         return owned is not None and owned.owner == self.members.owner
 
     def owner_address(self, name: str) -> str | None:
