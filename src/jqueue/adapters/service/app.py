@@ -111,7 +111,7 @@ def create_app(
     allowed = AllowedHosts.of(listen, address, allowed_hosts, token=token)
     host = QueueHost(root)
     tenure = BrokerTenure(
-        record_storage(host.root), address, renew_every=renew_every, stale_after=stale_after
+        record_storage(host.root), address, renew_every=renew_every, stale_after=stale_after, member=member
     )
     shared = None
     if member:

@@ -63,6 +63,9 @@ class BrokerTenure:
         that does not change is trusted before a standby takes over.
     watch_lasts : timedelta
         How long the active broker renews after a standby's last watch.
+    member : bool
+        Whether this process is one of the root's members, which serve their share of the queues
+        whoever holds the record (the record only names the root's front door then).
 
     Attributes
     ----------
@@ -78,9 +81,11 @@ class BrokerTenure:
         renew_every: timedelta = DEFAULT_RENEW_EVERY,
         stale_after: timedelta = DEFAULT_STALE_AFTER,
         watch_lasts: timedelta = WATCH_LASTS,
+        member: bool = False,
     ) -> None:
         if stale_after <= renew_every:
             raise ValueError("stale_after must be longer than renew_every")
+        self.member = member
         self.storage = storage
         self.address = address
         self.owner = uuid.uuid4().hex
@@ -143,10 +148,13 @@ class BrokerTenure:
             await self._watch(self.record)
         elif self.record.owner != self._told:
             self._told = self.record.owner
-            logger.warning(
-                "standing by: %s serves %s (epoch %d); taking over if its record goes %g s unrenewed",
-                self.record.address, _where(self.storage), self.record.epoch, self.stale_after,
-            )  # fmt: skip
+            said = (
+                "%s is the root's front door (%s, epoch %d); taking the record over if it goes %g s unrenewed"
+                if self.member
+                else "standing by: %s serves %s (epoch %d); taking over if its record goes %g s unrenewed"
+            )
+            record = self.record
+            logger.warning(said, record.address, _where(self.storage), record.epoch, self.stale_after)
 
     def _saw(self, record: BrokerRecord | None, etag: str | None, now: float) -> None:
         """A standby read a changed record: another broker (start watching it afresh), a renewal
