@@ -21,11 +21,13 @@ from jqueue.testing import instrumented
 from jqueue.testing.faults import InstrumentedStorage
 from servers import S3Endpoint
 
-QUICK = {"renew_every": timedelta(milliseconds=10), "stale_after": timedelta(milliseconds=100)}
+RENEW_EVERY, STALE_AFTER = timedelta(milliseconds=10), timedelta(milliseconds=100)
 
 
 def tenure(path: Path, address: str) -> BrokerTenure:
-    return BrokerTenure(LocalFileSystemStorage(path), address, **QUICK)
+    return BrokerTenure(
+        LocalFileSystemStorage(path), address, renew_every=RENEW_EVERY, stale_after=STALE_AFTER
+    )
 
 
 async def test_one_serves_the_other_takes_over_only_a_stale_record(tmp_path: Path) -> None:
@@ -55,7 +57,13 @@ async def test_one_serves_the_other_takes_over_only_a_stale_record(tmp_path: Pat
 
 
 def watched_tenure(storage: InstrumentedStorage, address: str, lasts: float = 0.05) -> BrokerTenure:
-    return BrokerTenure(storage, address, **QUICK, watch_lasts=timedelta(seconds=lasts))
+    return BrokerTenure(
+        storage,
+        address,
+        renew_every=RENEW_EVERY,
+        stale_after=STALE_AFTER,
+        watch_lasts=timedelta(seconds=lasts),
+    )
 
 
 async def test_a_broker_alone_on_its_root_writes_nothing_on_a_timer(tmp_path: Path) -> None:
