@@ -294,9 +294,13 @@ class ShardedQueue(EnqueueCalls):
         return outcomes, await self._claim(visiting[1:], claimed, entrypoint, batch_size, visibility_timeout)
 
     async def _ack_found(self, job_id: Job | str, result: bytes | None) -> errors.JQueueError | None:
-        """Ack a job whose shard is not known for sure (``_on_shard``): None, or the error."""
+        """Ack a job in the shard found to hold it (none was known, or the guessed one did not
+        hold it: it is not asked again): None, or the error."""
+        found = await self._find_shard(_id(job_id))
+        if found is None:
+            return errors.JobNotFoundError(_id(job_id))
         try:
-            await self._on_shard(job_id, lambda shard: shard.ack(job_id, result=result))
+            await self.shards[found].ack(job_id, result=result)
         except errors.JQueueError as exc:
             return exc
         return None
