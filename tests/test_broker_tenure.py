@@ -91,8 +91,8 @@ async def test_a_standby_makes_a_quiet_broker_renew_and_never_takes_over_a_live_
     await standby.step()  # stale: it watches, and waits for the answer
     await standby.step()
     assert standby.role is Role.STANDBY, "taken over before the broker could answer the watch"
-    beats = []
-    for _ in range(40):  # 0.4 s: four times stale_after, twice watch_lasts
+    beats, started = [], time.monotonic()
+    for _ in range(40):  # 0.4 s or more: four times stale_after, twice watch_lasts
         await active.step()
         await asyncio.sleep(0.01)
         await standby.step()
@@ -101,7 +101,9 @@ async def test_a_standby_makes_a_quiet_broker_renew_and_never_takes_over_a_live_
     assert (active.role, active.serving(), standby.role) == (Role.ACTIVE, True, Role.STANDBY)
     assert active.epoch == 1
     assert beats[-1] > beats[0] + 10, "the watched broker did not renew"
-    assert watching.calls["write"] <= 4, "the broker renewed only at each watch, not for watch_lasts"
+    watches_due = (time.monotonic() - started) / 0.2  # one a watch_lasts; a busy machine takes longer
+    renewed_for_watch_lasts = watching.calls["write"] <= 3 + watches_due
+    assert renewed_for_watch_lasts, "the broker renewed only at each watch, not for watch_lasts"
 
 
 async def test_a_dead_quiet_broker_is_taken_over_after_an_unanswered_watch(tmp_path: Path) -> None:
