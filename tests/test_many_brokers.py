@@ -12,6 +12,7 @@ import signal
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,13 @@ from typing import Any
 import pytest
 
 from jqueue import BrokerQueue, DirectQueue, JobSpec, LocalFileSystemStorage, RemoteQueue, connect, sharded
+from jqueue.adapters.service.server.catalog import Catalog, CatalogRecord, added
+from jqueue.adapters.service.server.host import QueueHost
+from jqueue.adapters.service.server.members import Members
+from jqueue.adapters.service.server.sharing import SharedRoot
 from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry, entry_seq
 from jqueue.domain.effects import Owned
+from jqueue.testing import instrumented
 from servers import jqueue_serve
 from test_broker_failover import get, wait_for
 from test_broker_outages import frozen
@@ -298,3 +304,50 @@ def test_a_call_forwarded_to_a_frozen_member_ends_once_the_member_is_taken_out(t
         assert (status, answer["error"]["code"]) == (503, "not_owner"), answer
         assert took < 15, f"{took:.1f} s"
         wait_for(lambda: enqueue(first, name)[0] == 200, 15)  # sent again, it is served (a retry)
+
+
+async def test_a_member_whose_looks_are_slow_keeps_its_beat_and_its_membership(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = f"memory://slow-looks-{uuid.uuid4().hex}"
+
+    def member(owner: str) -> SharedRoot:
+        members = Members(root, owner, f"http://{owner}", renew_every=0.05, stale_after=0.3)
+        return SharedRoot(QueueHost(root), members)
+
+    slow, watcher = member("a"), member("b")
+    running = [asyncio.create_task(shared.run()) for shared in (slow, watcher)]
+    try:
+        started = time.monotonic()
+        while sorted(watcher.members.addresses) != ["a", "b"] or not slow.joined:
+            assert time.monotonic() - started < 30, "the two members never saw each other"
+            await asyncio.sleep(0.02)
+        loaded = slow.host.catalog.load
+
+        async def slow_load() -> CatalogRecord:
+            await asyncio.sleep(1.0)  # a look waiting on a slow bucket: three stale_after long
+            return await loaded()
+
+        monkeypatch.setattr(slow.host.catalog, "load", slow_load)
+        slowed = time.monotonic()
+        while time.monotonic() - slowed < 1.5:
+            assert "a" in watcher.members.addresses, "a live member with a slow look was taken out"
+            await asyncio.sleep(0.02)
+    finally:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        for shared in (slow, watcher):
+            await shared.host.close()
+            await shared.close()
+
+
+async def test_many_brokers_listing_a_listed_queue_write_the_catalog_once(tmp_path: Path) -> None:
+    storage = instrumented(LocalFileSystemStorage(tmp_path / "_catalog.json"), keyed=False)
+    catalogs = [Catalog(storage, "the catalog") for _ in range(8)]
+    await catalogs[0].change(added("q"))
+    await asyncio.gather(*(catalog.change(added("q")) for catalog in catalogs))
+    assert storage.calls["write"] == 1, "each broker rewrote a catalog that listed the queue already"
+    assert all(list(catalog.record.queues) == ["q"] for catalog in catalogs)
+    await catalogs[0].change(added("r"))
+    assert sorted((await catalogs[1].load()).queues) == ["q", "r"]

@@ -72,6 +72,11 @@ class Ownership(RuleBasedStateMachine):
     def _pick(self, data: st.DataObject, among: set[str]) -> str:
         return data.draw(st.sampled_from(sorted(among)))
 
+    async def _look(self, shared: SharedRoot) -> None:
+        """What a live broker does every ``renew_every``: raise its beat, and look."""
+        await shared.members.beat()
+        await shared.look()
+
     # --- brokers come and go ------------------------------------------------------------
 
     @precondition(lambda self: len(self.brokers) < 6)
@@ -88,14 +93,14 @@ class Ownership(RuleBasedStateMachine):
         )
         shared = SharedRoot(QueueHost(self.root), members)
         self.run(members.open())
-        self.run(shared.look())
+        self.run(self._look(shared))
         self.brokers[owner] = shared
         self.live.add(owner)
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())
     def look(self, data: st.DataObject) -> None:
-        self.run(self.brokers[self._pick(data, self.live)].look())
+        self.run(self._look(self.brokers[self._pick(data, self.live)]))
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())
@@ -167,9 +172,9 @@ class Ownership(RuleBasedStateMachine):
         for _ in range(4):
             self.clock.now += STALE_AFTER + RENEW_EVERY
             for owner in sorted(self.live):
-                self.run(self.brokers[owner].look())
+                self.run(self._look(self.brokers[owner]))
         for owner in sorted(self.live):
-            self.run(self.brokers[owner].look())  # each sees the others' last changes
+            self.run(self._look(self.brokers[owner]))  # each sees the others' last changes
         placed = placement(QUEUES, {owner: f"http://{owner}" for owner in self.live})
         for name in QUEUES:
             believers = [owner for owner in sorted(self.live) if self.brokers[owner].host.owns(name)]

@@ -50,7 +50,8 @@ def _lifespan(
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        async with StorageUse(tenure.storage):  # one client for the record's looks, not one each
+        # one client for the looks at the broker record and at the catalog, not one a look
+        async with StorageUse(tenure.storage), StorageUse(host.catalog.storage):
             with contextlib.suppress(TimeoutError):  # a first look before the first request
                 await asyncio.wait_for(tenure.look(), tenure.stale_after)
             tasks = [asyncio.create_task(tenure.run(), name="jqueue-broker-tenure")]

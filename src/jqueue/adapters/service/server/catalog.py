@@ -79,14 +79,19 @@ class Catalog:
         return self.record
 
     async def change(self, edit: Callable[[CatalogRecord], None]) -> CatalogRecord:
-        """Apply ``edit`` to the newest record and write it back by compare-and-swap."""
+        """Apply ``edit`` to the newest record and write it back by compare-and-swap (unless
+        the edit changed nothing: many brokers list the same queue at once)."""
         async with self._lock:
             for _ in range(_ATTEMPTS):
                 content, etag = await self.storage.read()
                 record = self._decoded(content) if etag is not None else CatalogRecord()
                 edit(record)
+                edited = msgspec.json.encode(record)
+                if etag is not None and edited == content:
+                    self.record = record
+                    return record
                 try:
-                    await self.storage.write(msgspec.json.encode(record), if_match=etag)
+                    await self.storage.write(edited, if_match=etag)
                 except CASConflictError:
                     continue
                 self.record = record

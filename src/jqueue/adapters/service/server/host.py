@@ -49,6 +49,7 @@ class QueueHost:
         self._open: dict[str, BrokerQueue] = {}
         self._owned: set[str] = set()
         self._lock = asyncio.Lock()
+        self._opening: dict[str, asyncio.Lock] = {}
         self._epoch = -1
 
     def owns(self, name: str) -> bool:
@@ -114,7 +115,7 @@ class QueueHost:
         queue = self._open.get(name)
         if queue is not None:
             return queue
-        async with self._lock:
+        async with self._opening.setdefault(name, asyncio.Lock()):  # queues open side by side
             if (queue := self._open.get(name)) is not None:
                 return queue
             listed = name in self.catalog.record.queues

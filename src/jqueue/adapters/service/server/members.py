@@ -3,11 +3,11 @@
 The members record (``ROOT/_brokers.json``, changed by compare-and-swap) names every member
 and its address; each member keeps a beat of its own (``ROOT/_member-OWNER.json``), which it
 raises every ``renew_every`` while another member watches it (a broker alone on its root
-writes nothing on a timer). Every member reads the record, and the beats of the two members
-after it on the ring of ids (``watched``), every ``renew_every``; a beat that has not changed
-for ``stale_after`` on the watcher's own monotonic clock (no clocks compared, as
-``BrokerTenure`` does) is a dead member, which the
-watcher takes out of the record. A member that finds itself taken out (it was frozen, or cut
+writes nothing on a timer), apart from its looks so that a slow look never stops it. Every
+member reads the record, and the beats of the two members after it on the ring of ids
+(``watched``), every ``renew_every``; a beat that has not changed for ``stale_after`` on the
+watcher's own monotonic clock (no clocks compared, as ``BrokerTenure`` does) is a dead member,
+which the watcher takes out of the record. A member that finds itself taken out (it was frozen, or cut
 off from the bucket) joins again. Which member serves which queue follows from the record
 (``domain.placement``); the queue's own log fences its commits (``Owned``, ADR 0022).
 """
@@ -78,6 +78,7 @@ class Members:
         self._beat = member_storage(root, owner)
         self._beat_etag: str | None = None
         self._beats = 0
+        self._renewing = asyncio.Lock()
         self._record_etag: str | None = None
         self.changed = True
         """Whether the members record changed since the look before the last (placements may have
@@ -150,8 +151,6 @@ class Members:
             await self.join()
             return True
         others = [member for member in self.record.members if member != self.owner]
-        if others:
-            await self._renew(fresh=False)
         dead = await self._dead(watched(self.owner, others))
         if dead:
             logger.warning("taking out the brokers of %s whose beat stopped: %s", self.root, ", ".join(dead))
@@ -163,6 +162,13 @@ class Members:
             await self._change(take_out)
             await self._remove_beats(dead)
         return False
+
+    async def beat(self) -> None:
+        """Raise this member's beat if other members watch it (a member alone on its root writes
+        nothing on a timer). Called every ``renew_every`` apart from ``step``, so that a slow look
+        (queues to open on a slow bucket) never stops the beat and gets its member taken out."""
+        if self.owner in self.record.members and len(self.record.members) > 1:
+            await self._renew(fresh=False)
 
     async def _remove_beats(self, dead: list[str]) -> None:
         """Remove the beats of members taken out, so that brokers that come and go leave nothing
@@ -198,14 +204,16 @@ class Members:
         return sorted(set(dead))
 
     async def _renew(self, *, fresh: bool) -> None:
-        self._beats += 1
-        record = BrokerRecord(self.address, 0, self._beats, self.owner, utc_now().isoformat())
-        if fresh:
-            self._beat_etag = (await self._beat.read())[1]
-        try:
-            self._beat_etag = await self._beat.write(msgspec.json.encode(record), if_match=self._beat_etag)
-        except CASConflictError:
-            self._beat_etag = (await self._beat.read())[1]  # written by an earlier life: next time
+        async with self._renewing:  # ``join`` (in a look) and ``beat`` write the same object
+            self._beats += 1
+            record = BrokerRecord(self.address, 0, self._beats, self.owner, utc_now().isoformat())
+            if fresh:
+                self._beat_etag = (await self._beat.read())[1]
+            try:
+                encoded = msgspec.json.encode(record)
+                self._beat_etag = await self._beat.write(encoded, if_match=self._beat_etag)
+            except CASConflictError:
+                self._beat_etag = (await self._beat.read())[1]  # written by an earlier life: next time
 
     async def _change(self, edit: Callable[[dict[str, str]], object]) -> None:
         """Apply ``edit`` to the newest members and write them back by compare-and-swap."""

@@ -10,6 +10,7 @@ that member (``OWNER_HEADER``), so that a client sends the queue's next calls th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -77,12 +78,28 @@ class SharedRoot:
         """Set once the first look is over, joined or not."""
 
     async def run(self) -> None:
-        """``look`` every ``renew_every`` until cancelled."""
+        """``look`` every ``renew_every`` until cancelled, and raise this member's beat as often
+        in a task of its own (a look that waits on the bucket must not stop the beat)."""
         await self.members.open()
+        beating = asyncio.create_task(self._beat())
+        try:
+            while True:
+                await self.look()
+                self.looked.set()
+                await asyncio.sleep(self.members.renew_every)
+        finally:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+
+    async def _beat(self) -> None:
         while True:
-            await self.look()
-            self.looked.set()
             await asyncio.sleep(self.members.renew_every)
+            if self.joined:
+                try:
+                    await self.members.beat()
+                except Exception as exc:  # the bucket away: the looks report it as trouble
+                    logger.debug("the beat of %s was not raised: %s", self.members.owner, exc)
 
     async def look(self) -> None:
         """Join the members if this broker is not one yet, then ``rebalance``. A failed look
