@@ -19,13 +19,25 @@ from typing import Any
 
 import pytest
 
-from jqueue import BrokerQueue, DirectQueue, JobSpec, LocalFileSystemStorage, RemoteQueue, connect, sharded
+from jqueue import (
+    BrokerQueue,
+    DirectQueue,
+    JobSpec,
+    JobStatus,
+    LocalFileSystemStorage,
+    RemoteQueue,
+    connect,
+    sharded,
+)
+from jqueue.adapters.service.client import caller as caller_module
 from jqueue.adapters.service.server.catalog import Catalog, CatalogRecord, added
 from jqueue.adapters.service.server.host import QueueHost
 from jqueue.adapters.service.server.members import Members
 from jqueue.adapters.service.server.sharing import SharedRoot
+from jqueue.adapters.service.wire.root import record_storage
 from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry, entry_seq
 from jqueue.domain.effects import Owned
+from jqueue.ports.storage import ObjectStoragePort
 from jqueue.testing import instrumented
 from servers import jqueue_serve
 from test_broker_failover import get, wait_for
@@ -351,3 +363,41 @@ async def test_many_brokers_listing_a_listed_queue_write_the_catalog_once(tmp_pa
     assert all(list(catalog.record.queues) == ["q"] for catalog in catalogs)
     await catalogs[0].change(added("r"))
     assert sorted((await catalogs[1].load()).queues) == ["q", "r"]
+
+
+async def test_the_shards_of_a_sharded_queue_of_a_root_read_its_broker_record_through_one_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each shard is a queue of its own, with its own calls; one finder serves them all, so a
+    queue of 16 shards on S3 opens one storage client for the broker record, not 16 (64 of them
+    held a soak's producer up for 3 s)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    opened: list[str] = []
+
+    def counted(target: str) -> ObjectStoragePort:
+        opened.append(target)
+        return record_storage(target)
+
+    monkeypatch.setattr(caller_module, "record_storage", counted)
+    with jqueue_serve(str(root), tmp_path / "a.log", options=MEMBER):
+        async with sharded(str(root), "jobs", 16, broker="require") as queue:
+            await queue.enqueue_many([JobSpec("e", b"x", tenant=f"t{n}") for n in range(64)])
+            assert len(await queue.jobs(limit=None)) == 64
+    assert len(opened) == 1, "each shard found the broker through a storage of its own"
+
+
+async def test_a_shard_without_jobs_reads_as_empty_through_the_service(tmp_path: Path) -> None:
+    """A shard's log is made by its first job: until then a read of the sharded queue adds it up
+    as empty (before, the service answered 404 for it and the whole read failed)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    with jqueue_serve(str(root), tmp_path / "a.log", options=MEMBER) as url:
+        async with sharded(url, "fresh", 4, broker="require") as queue:
+            assert await queue.jobs(limit=None) == []
+            job = (await queue.enqueue_many([JobSpec("e", b"x", tenant="one")]))[0]
+            assert [found.id for found in await queue.jobs(limit=None)] == [job.id]
+            assert (await queue.stats()).total(JobStatus.QUEUED) == 1
+    with jqueue_serve(str(root), tmp_path / "b.log", options=MEMBER) as url:
+        async with sharded(url, "missing", 4, broker="require") as queue:
+            assert await queue.jobs(limit=None) == []  # a queue no call made yet reads as empty too

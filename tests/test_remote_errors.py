@@ -4,6 +4,7 @@ queues are driven through the same code; ``connect(broker="auto")`` may return e
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 from jqueue import BrokerQueue, JobSpec, LocalFileSystemStorage, RemoteQueue, connect
+from jqueue.adapters.service.server.endpoints import error_of, typed_failure
+from jqueue.domain.errors import QueueClosedError, QueuePausedError, StorageError
 from servers import jqueue_serve
 
 pytestmark = pytest.mark.slow
@@ -98,3 +101,29 @@ async def test_a_call_fails_through_the_service_as_on_the_queue(queues: tuple[An
     local, remote = failures
     assert remote == local
     assert local[0] is not Exception
+
+
+async def test_a_call_whose_storage_call_was_cut_off_answers_a_typed_error_not_a_500() -> None:
+    """A read cut off under a call (a cancellation that is not the call's own) answers 503
+    ``storage_unavailable``; a storage failure of a call whose queue its broker handed over while
+    it ran answers ``closing``, which clients send again to the new owner; the call's own
+    cancellation is not answered at all."""
+    cut = typed_failure("q", asyncio.CancelledError(), handed_over=False)
+    assert isinstance(cut, StorageError)
+    assert error_of(cut)[0] == 503
+    assert error_of(cut)[1].code == "storage_unavailable"
+    moved = typed_failure("q", StorageError("reading q", OSError("closed")), handed_over=True)
+    assert isinstance(moved, QueueClosedError)
+    assert error_of(moved)[1].code == "closing"
+    refused = typed_failure("q", QueuePausedError("e"), handed_over=True)
+    assert isinstance(refused, QueuePausedError), "only storage failures are the queue moving"
+
+    async def call_cancelled_itself() -> None:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        try:
+            await asyncio.sleep(1)
+        except asyncio.CancelledError as own:
+            typed_failure("q", own, handed_over=False)
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.create_task(call_cancelled_itself())

@@ -93,21 +93,26 @@ class BrokerFinder:
         """The broker the root's record names for ``address`` (its ``owner``); None for a service URL."""
         self._record: ObjectStoragePort | None = None
         self._held: StorageUse | None = None
+        self._users = 0
         self._lock = asyncio.Lock()
         self._checked_at = -RECHECK_EVERY
         self._recorded: str | None = None
 
     async def open(self) -> None:
         """Hold the root's record storage open (its client, its connections) until ``close``:
-        each read would otherwise open a client of its own, tens of milliseconds on S3."""
+        each read would otherwise open a client of its own, tens of milliseconds on S3. Opens
+        nest: a finder that queues share (the shards of one sharded queue) is let go by the
+        last ``close``."""
+        self._users += 1
         if self.root is not None and self._held is None:
             held = StorageUse(self._storage())
             await held.__aenter__()
             self._held = held
 
     async def close(self) -> None:
-        """Let go of what ``open`` held."""
-        held, self._held = self._held, None
+        """Let go of what ``open`` held, at the close of its last ``open``."""
+        self._users = max(0, self._users - 1)
+        held, self._held = (self._held, None) if self._users == 0 else (None, self._held)
         if held is not None:
             await held.__aexit__(None, None, None)
 

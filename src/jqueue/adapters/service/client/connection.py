@@ -106,5 +106,9 @@ def sharded(
     if not QUEUE_NAME.fullmatch(queue) or shard_name(queue, 1) == queue or "." in queue:
         raise BadQueueNameError(f"{queue!r} is not the name of a queue that can be sharded")
     if broker == "require":
-        return ShardedQueue(lambda k: RemoteQueue(target, shard_name(queue, k), **options), shards)
+        finder = BrokerFinder(target)
+        return ShardedQueue(
+            lambda k: RemoteQueue(target, shard_name(queue, k), **options).finding_the_broker_with(finder),
+            shards,
+        )
     return ShardedQueue(lambda k: BrokerQueue(shard_storage(target, queue, k), **options), shards)

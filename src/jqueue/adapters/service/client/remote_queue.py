@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 from jqueue.adapters.service.client.caller import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_FAILOVER_TIMEOUT,
+    BrokerFinder,
     ServiceCaller,
 )
 from jqueue.adapters.service.client.remote_operator import RemoteOperator, mirrors
@@ -140,6 +141,13 @@ class RemoteQueue(EnqueueCalls, RemoteOperator):
         )
         self.changes = RemoteChanges(self)
         self._acks_with_claims = True  # False once the service answered ack-and-dequeue 404
+
+    def finding_the_broker_with(self, finder: BrokerFinder) -> RemoteQueue:
+        """Find the broker with ``finder``, which other queues of the same root share (the shards
+        of one sharded queue: one storage client and one read of the broker record for all,
+        not one each); returns this queue."""
+        self._caller.finder = finder
+        return self
 
     @property
     def visibility_timeout(self) -> timedelta:

@@ -9,6 +9,7 @@ heartbeats or releases answers per job. The service notes which workers call eac
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hmac
 import logging
@@ -57,7 +58,7 @@ from jqueue.adapters.service.wire.operator_calls import QueueNamesResponse
 from jqueue.adapters.web.media import JSON, is_msgpack, wants_msgpack
 from jqueue.adapters.web.queue_names import UnknownQueueError, queue_of
 from jqueue.core.broker import BrokerQueue
-from jqueue.domain.errors import NotOwnerError
+from jqueue.domain.errors import NotOwnerError, QueueClosedError, StorageError
 from jqueue.ports.queue import WorkerReport
 from jqueue.version import __version__
 
@@ -290,6 +291,7 @@ class Service:
             started = time.perf_counter()
             msgpack = wants_msgpack(request.headers)
             name, route = request.path_params["queue"], verb_of(request)
+            given_up = self.host.given_up(name)
             try:
                 await self.authorize(request, name)
                 await self.check_serving(request)
@@ -304,7 +306,8 @@ class Service:
                     response, status = answer(await call(queue, request), msgpack), 200
                     if created:  # the client says that it made a queue (a mistyped name, maybe)
                         response.headers[CREATED_QUEUE_HEADER] = name
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as raised:
+                exc = typed_failure(name, raised, handed_over=self.host.given_up(name) != given_up)
                 await self.failed(name, exc)
                 status, body = error_of(exc)
                 response = answer(ErrorResponse(body), msgpack, status)
@@ -354,6 +357,27 @@ class Service:
             if self.host.catalog.record.key_opens(key, queue):
                 return
         raise HTTPError(UNAUTHORIZED, "a valid 'Authorization: Bearer TOKEN' header is required")
+
+
+def typed_failure(name: str, raised: BaseException, *, handed_over: bool) -> Exception:
+    """The error a call on queue ``name`` that raised ``raised`` answers (``error_of``).
+
+    A cancellation that is not the calling task's own (a storage call cut off under it) is a
+    ``StorageError``, not a 500; a storage failure of a call whose queue this broker gave up
+    while it ran (``handed_over``: its storage closed under it) is ``QueueClosedError``, which
+    the client sends again to the new owner (``closing``). A cancellation of the calling task
+    itself is raised again.
+    """
+    if isinstance(raised, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise raised
+        raised = StorageError(f"a call on queue {name} was cut off", TimeoutError("cancelled under it"))
+    if not isinstance(raised, Exception):
+        raise raised
+    if handed_over and isinstance(raised, StorageError):
+        return QueueClosedError(f"queue {name} was handed to another broker during the call: {raised}")
+    return raised
 
 
 MOST_CLIENTS = 1_000

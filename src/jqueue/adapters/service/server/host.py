@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 
 from jqueue.adapters.service.server.catalog import CATALOG_NAME, Catalog, added, removed
 from jqueue.adapters.service.wire.root import queue_location, root_location, root_storage
 from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import is_url, storage_at
-from jqueue.adapters.web.queue_names import QUEUE_NAME, UnknownQueueError
+from jqueue.adapters.web.queue_names import QUEUE_NAME, UnknownQueueError, queue_of
 from jqueue.core.broker import BrokerQueue
 from jqueue.domain.errors import InvalidURLError, JQueueError
 
 logger = logging.getLogger(__name__)
+
+ABSENT_TRUSTED_FOR = 2.0
+"""Seconds a queue found absent from the storage is taken as absent without reading it again
+(one made meanwhile by the Python API, not through the service, is seen that late)."""
+MOST_ABSENT_KEPT = 4_096
+"""Queue names found absent kept at most (past it, those no longer trusted are dropped)."""
 
 
 def checked_root(root: str) -> str:
@@ -50,6 +57,9 @@ class QueueHost:
         self._owned: set[str] = set()
         self._lock = asyncio.Lock()
         self._opening: dict[str, asyncio.Lock] = {}
+        self._given_up: dict[str, int] = {}
+        self._probes: dict[str, asyncio.Future[tuple[bytes, str | None]]] = {}
+        self._absent: dict[str, float] = {}  # queue -> until when it is taken as absent
         self._epoch = -1
 
     def owns(self, name: str) -> bool:
@@ -78,8 +88,13 @@ class QueueHost:
             self._owned.add(name)
         return queue
 
+    def given_up(self, name: str) -> int:
+        """How many times this process gave queue ``name`` up (``give_up``)."""
+        return self._given_up.get(name, 0)
+
     async def give_up(self, name: str) -> None:
         """Stop serving queue ``name`` (another broker takes it): commit what was submitted, close it."""
+        self._given_up[name] = self._given_up.get(name, 0) + 1
         async with self._lock:
             self._owned.discard(name)
             queue = self._open.pop(name, None)
@@ -103,7 +118,8 @@ class QueueHost:
         the queue, or a queued ``PUT``), it must exist.
 
         A queue exists if the catalog lists it, or if its storage holds a queue that the
-        catalog does not say was deleted (one made by the Python API); that one is listed.
+        catalog does not say was deleted (one made by the Python API), or if it is a shard of
+        one that exists; that one is listed.
 
         Raises
         ------
@@ -119,7 +135,7 @@ class QueueHost:
             if (queue := self._open.get(name)) is not None:
                 return queue
             listed = name in self.catalog.record.queues
-            if not listed and not create and not await self._in_storage(name):
+            if not listed and not create and not await self.exists(name):
                 raise UnknownQueueError(name)
             queue = BrokerQueue(root_storage(self.root, name))
             await queue.start()  # a file that is not a queue fails here, before the catalog lists it
@@ -133,15 +149,30 @@ class QueueHost:
             return queue
 
     async def exists(self, name: str) -> bool:
-        """Whether queue ``name`` exists (as ``get`` judges it)."""
-        if name in self._open or name in self.catalog.record.queues:
+        """Whether queue ``name`` exists (as ``get`` judges it): a shard of a queue that exists
+        does, empty until its first job."""
+        if name in self._open or name in self.catalog.record.queues or await self._in_storage(name):
             return True
-        return await self._in_storage(name)
+        sharded = queue_of(name)
+        return sharded != name and await self.exists(sharded)
 
     async def _in_storage(self, name: str) -> bool:
-        if name in self.catalog.record.deleted:
+        """Whether the storage holds queue ``name``: one read for all the calls that ask at once,
+        and a queue found absent is taken as absent for ``ABSENT_TRUSTED_FOR`` (workers poll
+        a queue that is not made yet, and a read opens a storage client of its own)."""
+        if name in self.catalog.record.deleted or self._absent.get(name, 0.0) > time.monotonic():
             return False
-        return (await root_storage(self.root, name).read())[1] is not None
+        probe = self._probes.get(name)
+        if probe is None:
+            probe = self._probes[name] = asyncio.ensure_future(root_storage(self.root, name).read())
+            probe.add_done_callback(lambda _: self._probes.pop(name, None))
+        found = (await asyncio.shield(probe))[1] is not None
+        if not found:
+            now = time.monotonic()
+            if len(self._absent) >= MOST_ABSENT_KEPT:
+                self._absent = {gone: until for gone, until in self._absent.items() if until > now}
+            self._absent[name] = now + ABSENT_TRUSTED_FOR
+        return found
 
     async def delete(self, name: str) -> None:
         """Delete queue ``name``: purge its jobs, close it and mark it deleted in the catalog
