@@ -12,11 +12,16 @@ each lists the other and one of them serves the queue, that one is SIGKILLed, an
 is the other's first answered enqueue (until it takes the queue over, it cannot forward the
 call to the dead owner and answers 503).
 
+With ``--join`` (members) nothing is killed: one member serves ``JOIN_QUEUES`` queues, a
+second is started, and the time runs from its start to when it serves its share (each lists
+the other, each serves some of the queues, every queue is served once).
+
 Examples::
 
     .venv/bin/python tools/benchmark_failover.py --rounds 5
     .venv/bin/python tools/benchmark_failover.py --rounds 3 --queued 1000000
     .venv/bin/python tools/benchmark_failover.py --rounds 3 --queued 1000000 --member
+    .venv/bin/python tools/benchmark_failover.py --rounds 3 --member --join
 """
 
 from __future__ import annotations
@@ -33,19 +38,21 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from jqueue import DirectQueue
 from jqueue.adapters.service.wire.root import root_storage
 from jqueue.testing import free_port
 
 LOAD_BATCH = 10_000
+JOIN_QUEUES = [f"q{n}" for n in range(8)]
 
 
-def enqueue(port: int) -> int:
-    """Enqueue one job through the service on ``port``; its HTTP status (0: no answer)."""
+def enqueue(port: int, queue: str = "q") -> int:
+    """Enqueue one job to ``queue`` through the service on ``port``; its HTTP status (0: no answer)."""
     body = json.dumps({"jobs": [{"entrypoint": "e", "payload": ""}]}).encode()
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/queues/q/enqueue", body, {"Content-Type": "application/json"}
+        f"http://127.0.0.1:{port}/v1/queues/{queue}/enqueue", body, {"Content-Type": "application/json"}
     )
     try:
         with urllib.request.urlopen(request, timeout=5) as answer:
@@ -75,19 +82,25 @@ async def load(root: str, jobs: int, payload_bytes: int) -> None:
         await queue.checkpoint()
 
 
+def healths(ports: list[int]) -> list[dict[str, Any]]:
+    """Each member's ``/healthz`` answer (empty for one that did not answer)."""
+    answers = []
+    for port in ports:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+                answers.append(json.loads(answer.read()))
+        except OSError:
+            answers.append({})
+    return answers
+
+
 def serving_member(ports: list[int], seconds: float) -> int:
     """Wait until each member lists them all and one serves queue ``q``; return its index."""
     started = time.monotonic()
     while time.monotonic() - started < seconds:
-        healths = []
-        for port in ports:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
-                    healths.append(json.loads(answer.read()))
-            except OSError:
-                healths.append({})
-        serving = [n for n, health in enumerate(healths) if "q" in health.get("queues", [])]
-        if all(len(health.get("members", [])) == len(ports) for health in healths) and len(serving) == 1:
+        healths_now = healths(ports)
+        serving = [n for n, health in enumerate(healths_now) if "q" in health.get("queues", [])]
+        if all(len(health.get("members", [])) == len(ports) for health in healths_now) and len(serving) == 1:
             return serving[0]
         time.sleep(0.05)
     raise TimeoutError(f"the members did not agree on who serves the queue within {seconds:g} s")
@@ -107,13 +120,40 @@ def members_round(command: list[str], ports: list[int]) -> float:
             process.wait()
 
 
-def one_round(options: list[str], queued: int, payload_bytes: int) -> float:
+def join_round(command: list[str], ports: list[int]) -> float:
+    """One member serves ``JOIN_QUEUES``; the seconds from a second one's start to its share."""
+    first = subprocess.Popen([*command, f"127.0.0.1:{ports[0]}"], stderr=subprocess.DEVNULL)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        for queue in JOIN_QUEUES:
+            while enqueue(ports[0], queue) != 200:
+                time.sleep(0.02)
+        started = time.monotonic()
+        second = subprocess.Popen([*command, f"127.0.0.1:{ports[1]}"], stderr=subprocess.DEVNULL)
+        while time.monotonic() - started < 120:
+            answers = healths(ports)
+            served = [health.get("queues", []) for health in answers]
+            everyone = all(len(health.get("members", [])) == 2 for health in answers)
+            if everyone and all(served) and sorted(q for qs in served for q in qs) == JOIN_QUEUES:
+                return time.monotonic() - started
+            time.sleep(0.02)
+        raise TimeoutError("the second member did not serve its share within 120 s")
+    finally:
+        for process in (first, second):
+            if process is not None:
+                process.kill()
+                process.wait()
+
+
+def one_round(options: list[str], queued: int, payload_bytes: int, *, join: bool = False) -> float:
     """One kill and takeover; the seconds from the kill to the first enqueue answered."""
     with tempfile.TemporaryDirectory(prefix="jqueue-failover-") as root:
         if queued:
             asyncio.run(load(root, queued, payload_bytes))
         ports = [free_port(), free_port()]
         command = [sys.executable, "-m", "jqueue", "serve", "--storage", root, *options, "--listen"]
+        if join:
+            return join_round(command, ports)
         if "--member" in options:
             return members_round(command, ports)
         first = subprocess.Popen([*command, f"127.0.0.1:{ports[0]}"], stderr=subprocess.DEVNULL)
@@ -140,7 +180,10 @@ def main() -> None:
     parser.add_argument("--queued", type=int, default=0, help="jobs in the queue before the first broker")
     parser.add_argument("--payload-bytes", type=int, default=100, help="bytes per queued job's payload")
     parser.add_argument("--member", action="store_true", help="two members of the root (else --standby)")
+    parser.add_argument("--join", action="store_true", help="time a second member's start to its share")
     args = parser.parse_args()
+    if args.join and not args.member:
+        parser.error("--join times a member's join: give --member too")
     options = ["--member"] if args.member else ["--standby"]
     if args.renew_every is not None:
         options += ["--renew-every", str(args.renew_every)]
@@ -148,9 +191,13 @@ def main() -> None:
         options += ["--stale-after", str(args.stale_after)]
     times = []
     for number in range(args.rounds):
-        times.append(one_round(options, args.queued, args.payload_bytes))
+        times.append(one_round(options, args.queued, args.payload_bytes, join=args.join))
         depth = f" with {args.queued:,} jobs queued" if args.queued else ""
-        print(f"round {number + 1}: {times[-1]:.2f} s from SIGKILL to the first answered enqueue{depth}")
+        if args.join:
+            shared = f"{len(JOIN_QUEUES)} queues shared by both"
+            print(f"round {number + 1}: {times[-1]:.2f} s from a second member's start to {shared}{depth}")
+        else:
+            print(f"round {number + 1}: {times[-1]:.2f} s from SIGKILL to the first answered enqueue{depth}")
     print(f"median {statistics.median(times):.2f} s, max {max(times):.2f} s ({Path(sys.executable).name})")
 
 
