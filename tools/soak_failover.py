@@ -71,6 +71,7 @@ from jqueue import (
 from jqueue.adapters.service.wire.root import root_storage
 from jqueue.adapters.web.queue_names import shard_name
 from jqueue.core.formats.entry import ENTRY_PREFIX, Entry, decode_entry, entry_seq
+from jqueue.core.loop.store import StorageUse
 from jqueue.domain.effects import Claimed, Owned
 from jqueue.domain.index import QueueIndex
 from jqueue.domain.models import new_job_id
@@ -317,15 +318,17 @@ async def _history(root: str, names: list[str]) -> tuple[dict[str, JobStatus], d
 
 async def log_checks(root: str, names: list[str]) -> list[str]:
     """What every queue's log shows wrong, entry by entry (``log_faults``), each log's entries
-    fetched 64 at a time (a remote log is long)."""
+    fetched 64 at a time through one held storage (a remote log is long, and on S3 a storage
+    not held open makes a client a read)."""
     found = []
     for name in names:
         storage = root_storage(root, name)
         assert isinstance(storage, KeyedStoragePort)
-        listed = sorted(await storage.list_names(ENTRY_PREFIX))
-        contents: list[bytes | None] = []
-        for start in range(0, len(listed), 64):
-            contents += await asyncio.gather(*(storage.get(n) for n in listed[start : start + 64]))
+        async with StorageUse(storage):
+            listed = sorted(await storage.list_names(ENTRY_PREFIX))
+            contents: list[bytes | None] = []
+            for start in range(0, len(listed), 64):
+                contents += await asyncio.gather(*(storage.get(n) for n in listed[start : start + 64]))
         entries = [
             decode_entry(data, seq, entry_name)
             for entry_name, data in zip(listed, contents, strict=True)
