@@ -401,3 +401,22 @@ async def test_a_shard_without_jobs_reads_as_empty_through_the_service(tmp_path:
     with jqueue_serve(str(root), tmp_path / "b.log", options=MEMBER) as url:
         async with sharded(url, "missing", 4, broker="require") as queue:
             assert await queue.jobs(limit=None) == []  # a queue no call made yet reads as empty too
+
+
+async def test_the_second_watcher_to_take_a_dead_member_out_writes_nothing(tmp_path: Path) -> None:
+    """Both watchers of a dead member take it out; the members record is the one key every member
+    writes (each write a race on a slow bucket), so the second, finding it out, writes nothing."""
+    root = str(tmp_path)
+    first, second, dead = (
+        Members(root, owner, f"http://{owner}", renew_every=0.05, stale_after=0.3) for owner in "abc"
+    )
+    for member in (first, second, dead):
+        await member.join()
+    watched_writes = []
+    for watcher in (first, second):
+        counted = instrumented(watcher.registry, keyed=False)
+        watcher.registry = counted
+        await watcher._change(lambda members: members.pop("c", None))
+        watched_writes.append(counted.calls["write"])
+        assert sorted(watcher.addresses) == ["a", "b"]
+    assert watched_writes == [1, 0], "the second watcher rewrote a record that no longer listed the dead"

@@ -216,11 +216,17 @@ class Members:
                 self._beat_etag = (await self._beat.read())[1]  # written by an earlier life: next time
 
     async def _change(self, edit: Callable[[dict[str, str]], object]) -> None:
-        """Apply ``edit`` to the newest members and write them back by compare-and-swap."""
+        """Apply ``edit`` to the newest members and write them back by compare-and-swap, unless
+        it changes nothing (both watchers of a dead member take it out: the second need not
+        race the others for the one key every member writes)."""
         for attempt in range(CHANGE_ATTEMPTS):
             content, etag = await self.registry.read()
             record = members_record(content, _where(self.registry)) if etag is not None else MembersRecord()
+            before = dict(record.members)
             edit(record.members)
+            if etag is not None and record.members == before:
+                self.record = record
+                return
             try:
                 await self.registry.write(msgspec.json.encode(record), if_match=etag)
             except CASConflictError:
