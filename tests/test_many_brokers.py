@@ -37,6 +37,7 @@ from jqueue.adapters.service.server.sharing import SharedRoot
 from jqueue.adapters.service.wire.root import record_storage
 from jqueue.core.formats.entry import ENTRY_PREFIX, decode_entry, entry_seq
 from jqueue.domain.effects import Owned
+from jqueue.domain.errors import NotOwnerError, QueueClosedError
 from jqueue.ports.storage import ObjectStoragePort
 from jqueue.testing import instrumented
 from servers import jqueue_serve
@@ -420,3 +421,40 @@ async def test_the_second_watcher_to_take_a_dead_member_out_writes_nothing(tmp_p
         watched_writes.append(counted.calls["write"])
         assert sorted(watcher.addresses) == ["a", "b"]
     assert watched_writes == [1, 0], "the second watcher rewrote a record that no longer listed the dead"
+
+
+async def test_a_queue_given_up_while_it_was_taken_over_is_taken_over_again_before_it_serves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A look gives a queue up while a call takes it over: the call fails (``closing``, sent
+    again), and the next object opened for it takes it over again, so its commits are fenced
+    (before, the name stayed owned and the next object served calls without an owner check)."""
+    root = f"memory://given-up-{uuid.uuid4().hex}"
+    host, other = QueueHost(root), QueueHost(root)
+    await host.catalog.change(added("q"))
+    taken, release = asyncio.Event(), asyncio.Event()
+    real = BrokerQueue.take_over
+
+    async def slow_take_over(queue: BrokerQueue, broker: str, replacing: str | None = None) -> Owned:
+        owned = await real(queue, broker, replacing)
+        taken.set()
+        await release.wait()
+        return owned
+
+    monkeypatch.setattr(BrokerQueue, "take_over", slow_take_over)
+    taking = asyncio.create_task(host.own("q", "a"))
+    await taken.wait()
+    await host.give_up("q")  # the look, meanwhile
+    release.set()
+    with pytest.raises(QueueClosedError):
+        await taking
+    assert not host.owns("q")
+    monkeypatch.undo()
+    try:
+        queue = await host.own("q", "a")
+        await other.own("q", "b")  # another member takes it
+        with pytest.raises(NotOwnerError):
+            await queue.enqueue("e", b"from a deposed member")
+    finally:
+        await host.close()
+        await other.close()

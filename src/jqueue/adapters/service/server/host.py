@@ -13,7 +13,7 @@ from jqueue.adapters.storage.filesystem import LocalFileSystemStorage
 from jqueue.adapters.storage.url import is_url, storage_at
 from jqueue.adapters.web.queue_names import QUEUE_NAME, UnknownQueueError, queue_of
 from jqueue.core.broker import BrokerQueue
-from jqueue.domain.errors import InvalidURLError, JQueueError
+from jqueue.domain.errors import InvalidURLError, JQueueError, QueueClosedError
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class QueueHost:
         where = root_location(self.root, CATALOG_NAME)
         self.catalog = Catalog(storage_at(where), where)
         self._open: dict[str, BrokerQueue] = {}
-        self._owned: set[str] = set()
+        self._owned: dict[str, BrokerQueue] = {}  # the open queue object each was taken over on
         self._lock = asyncio.Lock()
         self._opening: dict[str, asyncio.Lock] = {}
         self._given_up: dict[str, int] = {}
@@ -71,21 +71,28 @@ class QueueHost:
         return sorted(self._owned)
 
     async def own(self, name: str, broker: str, *, create: bool = False) -> BrokerQueue:
-        """Return the open queue ``name`` (as ``get``), taken over by ``broker`` unless it was: its
-        commits are then fenced by the ``Owned`` entry in its log.
+        """Return the open queue ``name`` (as ``get``), taken over by ``broker`` unless this very
+        queue object was: its commits are then fenced by the ``Owned`` entry in its log. (A
+        queue given up and opened again is a new object, which must take the queue over again:
+        before, a take-over that ended after a concurrent ``give_up`` left the name owned, and
+        the next object opened for it served calls unfenced.)
 
         Raises
         ------
         NotOwnerError
             If another broker took the queue over while this one decided to.
+        QueueClosedError
+            If the queue was given up while it was being taken over (the caller tries again).
         """
         queue = await self.get(name, create=create)
-        if name not in self._owned:
+        if self._owned.get(name) is not queue:
             seen = await queue.owner()
             owned = await queue.take_over(broker, None if seen is None else seen.owner)
+            if self._open.get(name) is not queue:
+                raise QueueClosedError(f"queue {name} was given up while this broker took it over")
             if seen is None or seen.owner != broker:
                 logger.warning("took queue %s over (epoch %d)", name, owned.epoch)
-            self._owned.add(name)
+            self._owned[name] = queue
         return queue
 
     def given_up(self, name: str) -> int:
@@ -96,7 +103,7 @@ class QueueHost:
         """Stop serving queue ``name`` (another broker takes it): commit what was submitted, close it."""
         self._given_up[name] = self._given_up.get(name, 0) + 1
         async with self._lock:
-            self._owned.discard(name)
+            self._owned.pop(name, None)
             queue = self._open.pop(name, None)
         if queue is not None:
             try:
@@ -181,7 +188,7 @@ class QueueHost:
         await queue.purge(status=None)
         async with self._lock:
             self._open.pop(name, None)
-            self._owned.discard(name)
+            self._owned.pop(name, None)
             await self.catalog.change(removed(name))
         await queue.stop()
 
@@ -211,6 +218,6 @@ class QueueHost:
 
     async def close(self) -> None:
         """Commit what was submitted and close every open queue."""
-        queues, self._open, self._owned = list(self._open.values()), {}, set()
+        queues, self._open, self._owned = list(self._open.values()), {}, {}
         for queue in queues:
             await queue.stop()

@@ -27,7 +27,7 @@ from jqueue.adapters.service.wire.bodies import (
     OWNER_HEADER,
     WORKER_HEADER,
 )
-from jqueue.domain.errors import NotOwnerError
+from jqueue.domain.errors import NotOwnerError, QueueClosedError
 from jqueue.domain.placement import placement
 
 logger = logging.getLogger(__name__)
@@ -139,6 +139,8 @@ class SharedRoot:
                     await self.host.own(name, me)
                 except NotOwnerError as exc:
                     logger.warning("queue %s was taken by broker %s meanwhile", name, exc.owner)
+                except QueueClosedError:
+                    pass  # given up meanwhile (a call found it taken): the next look takes it again
 
         await asyncio.gather(*(take(name) for name in taking))
 
