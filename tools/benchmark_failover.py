@@ -63,10 +63,10 @@ def enqueue(port: int, queue: str = "q") -> int:
         return 0
 
 
-def wait_for(port: int, status: int, seconds: float) -> float:
-    """Enqueue until the answer is ``status``; return the seconds it took."""
+def wait_for(port: int, status: int, seconds: float, queue: str = "q") -> float:
+    """Enqueue to ``queue`` until the answer is ``status``; return the seconds it took."""
     started = time.monotonic()
-    while enqueue(port) != status:
+    while enqueue(port, queue) != status:
         if time.monotonic() - started > seconds:
             raise TimeoutError(f"port {port} did not answer {status} within {seconds:g} s")
         time.sleep(0.02)
@@ -126,8 +126,7 @@ def join_round(command: list[str], ports: list[int]) -> float:
     second: subprocess.Popen[bytes] | None = None
     try:
         for queue in JOIN_QUEUES:
-            while enqueue(ports[0], queue) != 200:
-                time.sleep(0.02)
+            wait_for(ports[0], 200, 60, queue)
         started = time.monotonic()
         second = subprocess.Popen([*command, f"127.0.0.1:{ports[1]}"], stderr=subprocess.DEVNULL)
         while time.monotonic() - started < 120:

@@ -359,7 +359,7 @@ class Service:
         raise HTTPError(UNAUTHORIZED, "a valid 'Authorization: Bearer TOKEN' header is required")
 
 
-def typed_failure(name: str, raised: BaseException, *, handed_over: bool) -> Exception:
+def typed_failure(name: str, raised: Exception | asyncio.CancelledError, *, handed_over: bool) -> Exception:
     """The error a call on queue ``name`` that raised ``raised`` answers (``error_of``).
 
     A cancellation that is not the calling task's own (a storage call cut off under it) is a
@@ -373,8 +373,6 @@ def typed_failure(name: str, raised: BaseException, *, handed_over: bool) -> Exc
         if task is None or task.cancelling():
             raise raised
         raised = StorageError(f"a call on queue {name} was cut off", TimeoutError("cancelled under it"))
-    if not isinstance(raised, Exception):
-        raise raised
     if handed_over and isinstance(raised, StorageError):
         return QueueClosedError(f"queue {name} was handed to another broker during the call: {raised}")
     return raised
